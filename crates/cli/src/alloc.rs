@@ -6,9 +6,12 @@
 
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 pub fn tune_allocator() {
+    // glibc refuses an mmap threshold above half its heap size (32 MiB on 64-bit), so ask for
+    // exactly that; every activation and weight buffer of our models fits below it.
+    const MMAP_THRESHOLD: i32 = 32 * 1024 * 1024;
     // SAFETY: mallopt only changes allocator tunables; called once before any thread starts.
     unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, i32::MAX);
+        libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD);
         libc::mallopt(libc::M_TRIM_THRESHOLD, i32::MAX);
     }
 }
