@@ -4,6 +4,8 @@ use anyhow::Result;
 use clap::{Parser, Subcommand};
 
 mod alloc;
+mod bench;
+mod export;
 
 #[derive(Parser)]
 #[command(name = "neuroshard", version, about = "Train one language model across untrusted peers")]
@@ -14,6 +16,11 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Benchmarks with figures for the speed goals.
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
+    /// Write a checkpoint as a Hugging Face LLaMA folder.
+    Export(export::ExportArgs),
 }
 
 fn main() -> Result<()> {
@@ -27,5 +34,7 @@ fn main() -> Result<()> {
         .init();
     let cli = Cli::parse();
     match cli.command {
+        Command::Bench(cmd) => bench::run(cmd),
+        Command::Export(args) => export::run(args),
     }
 }

@@ -1,1 +1,27 @@
-pub fn hello() {}
+//! NeuroLLM: the decoder-only transformer NeuroShard trains, cut into pipeline stages.
+//!
+//! Burn's types stay inside this crate; callers see [`ParamSet`], [`Activations`] and plain
+//! vectors.
+
+pub mod checkpoint;
+mod config;
+mod engine;
+mod error;
+mod export;
+mod generate;
+mod optim;
+mod params;
+mod stage;
+mod trainer;
+mod transformer;
+
+pub use checkpoint::{Checkpoint, CheckpointMeta};
+pub use config::ModelConfig;
+pub use engine::with_threads;
+pub use error::ModelError;
+pub use export::{ExportReport, SpecialTokens, export_hf};
+pub use generate::{Generator, Sampling, sample};
+pub use optim::{AdamW, AdamWConfig, StepStats};
+pub use params::{ParamKind, ParamSet, ParamSpec, StageSpec};
+pub use stage::{Activations, Stage, StageGrads, StageInput, Tokens, Upstream};
+pub use trainer::{Batch, TrainStep, Trainer};

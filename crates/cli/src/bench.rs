@@ -1,0 +1,167 @@
+//! `neuroshard bench …`: measured figures for the issues' speed goals.
+
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use clap::{Args, Subcommand};
+use neuroshard_model::{AdamWConfig, Batch, ModelConfig, Trainer, with_threads};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::Serialize;
+
+#[derive(Subcommand)]
+pub enum BenchCommand {
+    /// One full training step (forward, loss, backward, AdamW) on random tokens.
+    Step(StepArgs),
+}
+
+#[derive(Args)]
+pub struct StepArgs {
+    #[arg(long, default_value_t = 4096)]
+    vocab: usize,
+    #[arg(long, default_value_t = 256)]
+    d_model: usize,
+    #[arg(long, default_value_t = 4)]
+    layers: usize,
+    #[arg(long, default_value_t = 4)]
+    heads: usize,
+    /// Key/value heads (default: same as heads).
+    #[arg(long)]
+    kv_heads: Option<usize>,
+    /// MLP hidden width (default: 8/3 · d_model rounded up to a multiple of 16).
+    #[arg(long)]
+    ffn: Option<usize>,
+    #[arg(long, default_value_t = 128)]
+    seq: usize,
+    #[arg(long, default_value_t = 8)]
+    batch: usize,
+    /// Engine threads (default: all cores).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Timed steps (the median is reported).
+    #[arg(long, default_value_t = 21)]
+    steps: usize,
+    /// Untimed steps first.
+    #[arg(long, default_value_t = 3)]
+    warmup: usize,
+    #[arg(long)]
+    json: bool,
+}
+
+/// Default SwiGLU width: 8/3 · d, rounded up to a multiple of 16 (LLaMA's rule).
+pub fn default_ffn(d_model: usize) -> usize {
+    (8 * d_model / 3).div_ceil(16) * 16
+}
+
+#[derive(Serialize)]
+struct StepReport {
+    engine: &'static str,
+    threads: usize,
+    params: usize,
+    tokens_per_step: usize,
+    median_step_s: f64,
+    min_step_s: f64,
+    steps_per_s: f64,
+    tokens_per_s: f64,
+    gflops: f64,
+    peak_rss_mb: f64,
+    final_loss: f32,
+}
+
+pub fn run(cmd: BenchCommand) -> Result<()> {
+    match cmd {
+        BenchCommand::Step(args) => step(args),
+    }
+}
+
+fn step(args: StepArgs) -> Result<()> {
+    let config = ModelConfig {
+        layers: args.layers,
+        d_model: args.d_model,
+        heads: args.heads,
+        kv_heads: args.kv_heads.unwrap_or(args.heads),
+        ffn: args.ffn.unwrap_or_else(|| default_ffn(args.d_model)),
+        vocab: args.vocab,
+        max_seq: args.seq,
+        tie_embeddings: false,
+        rope_theta: 10_000.0,
+        norm_eps: 1e-6,
+    };
+    config.validate()?;
+    let threads = args.threads.unwrap_or_else(num_cpus);
+    let optim = AdamWConfig {
+        warmup_steps: 0,
+        ..Default::default()
+    };
+    let report = with_threads(threads, || -> Result<StepReport> {
+        let mut trainer = Trainer::new(config.clone(), optim, 0)?;
+        let mut rng = ChaCha8Rng::seed_from_u64(0);
+        let mut times = Vec::with_capacity(args.steps);
+        let mut loss = 0.0;
+        for i in 0..args.warmup + args.steps {
+            let windows: Vec<Vec<u32>> = (0..args.batch)
+                .map(|_| {
+                    (0..=args.seq)
+                        .map(|_| rng.random_range(0..config.vocab as u32))
+                        .collect()
+                })
+                .collect();
+            let batch = Batch::from_windows(&windows, args.seq)?;
+            let t = Instant::now();
+            loss = trainer.step(&batch)?.loss;
+            if i >= args.warmup {
+                times.push(t.elapsed().as_secs_f64());
+            }
+        }
+        times.sort_by(f64::total_cmp);
+        let median = times[times.len() / 2];
+        let tokens = args.batch * args.seq;
+        Ok(StepReport {
+            engine: "burn-flex",
+            threads,
+            params: config.num_params(),
+            tokens_per_step: tokens,
+            median_step_s: median,
+            min_step_s: times[0],
+            steps_per_s: 1.0 / median,
+            tokens_per_s: tokens as f64 / median,
+            gflops: config.train_flops_per_token() * tokens as f64 / median / 1e9,
+            peak_rss_mb: peak_rss_mb(),
+            final_loss: loss,
+        })
+    })??;
+    if args.json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        println!(
+            "{} threads: {:.4} s/step (min {:.4}), {:.2} steps/s, {:.0} tokens/s, {:.2} GFLOP/s, peak RSS {:.0} MB ({} params)",
+            report.threads,
+            report.median_step_s,
+            report.min_step_s,
+            report.steps_per_s,
+            report.tokens_per_s,
+            report.gflops,
+            report.peak_rss_mb,
+            report.params
+        );
+    }
+    Ok(())
+}
+
+fn num_cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// Peak resident set size of this process (VmHWM), in MB; 0 where /proc is unavailable.
+pub fn peak_rss_mb() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .context("reading /proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<f64>().ok())
+        })
+        .map_or(0.0, |kb| kb / 1024.0)
+}

@@ -1,0 +1,317 @@
+//! The NeuroLLM forward pass in burn tensors, written to read like the equations.
+//!
+//! x ← x + Attn(RMSNorm(x)),  x ← x + MLP(RMSNorm(x)),  MLP(x) = W_down(silu(W_gate x) ⊙ W_up x),
+//! attention with rotary positions (rotate-half form, as in Hugging Face LLaMA), grouped
+//! key/value heads and a causal mask. Only this file and `engine.rs` see burn types.
+
+use burn::prelude::*;
+use burn::tensor::activation::{log_softmax, silu, softmax};
+use burn::tensor::module::{embedding, linear};
+
+use crate::config::ModelConfig;
+use crate::params::{ParamKind, ParamSet, StageSpec};
+
+/// One parameter tensor as the engine holds it, kept in canonical order for gradient lookup.
+pub(crate) enum Leaf {
+    One(Tensor<1>),
+    Two(Tensor<2>),
+}
+
+impl Leaf {
+    pub(crate) fn grad(&self, grads: &burn::tensor::Gradients) -> Option<Vec<f32>> {
+        let data = match self {
+            Leaf::One(t) => t.grad(grads)?.into_data(),
+            Leaf::Two(t) => t.grad(grads)?.into_data(),
+        };
+        data.into_vec::<f32>().ok()
+    }
+}
+
+pub(crate) struct Block {
+    attn_norm: Tensor<1>,
+    q: Tensor<2>,
+    k: Tensor<2>,
+    v: Tensor<2>,
+    o: Tensor<2>,
+    mlp_norm: Tensor<1>,
+    gate: Tensor<2>,
+    up: Tensor<2>,
+    down: Tensor<2>,
+}
+
+/// A stage's weights on a device, plus the leaves in canonical order.
+pub(crate) struct Weights {
+    embed: Option<Tensor<2>>,
+    blocks: Vec<Block>,
+    norm: Option<Tensor<1>>,
+    /// `[d_model, vocab]`; the transposed embedding when tied.
+    head: Option<Tensor<2>>,
+    pub(crate) leaves: Vec<Leaf>,
+}
+
+impl Weights {
+    /// Uploads `params` (which must follow `spec`'s canonical order) to `device`. With `track`,
+    /// every tensor is a gradient-retaining leaf of a new autodiff graph.
+    pub(crate) fn upload(
+        config: &ModelConfig,
+        spec: &StageSpec,
+        params: &ParamSet,
+        device: &Device,
+        track: bool,
+    ) -> Self {
+        let leaves: Vec<Leaf> = params
+            .specs()
+            .iter()
+            .zip(params.values())
+            .map(|(s, v)| {
+                let data = TensorData::new(v.clone(), s.shape.clone());
+                if s.kind == ParamKind::Norm {
+                    let t = Tensor::<1>::from_data(data, device);
+                    Leaf::One(if track { t.require_grad() } else { t })
+                } else {
+                    let t = Tensor::<2>::from_data(data, device);
+                    Leaf::Two(if track { t.require_grad() } else { t })
+                }
+            })
+            .collect();
+        // Walk the canonical order (see `StageSpec::param_specs`).
+        let mut blocks = Vec::new();
+        let mut at = usize::from(spec.embed);
+        let one = |i: usize| -> Tensor<1> {
+            let Leaf::One(t) = &leaves[i] else {
+                unreachable!("ParamSet order was checked against the stage spec")
+            };
+            t.clone()
+        };
+        let two = |i: usize| -> Tensor<2> {
+            let Leaf::Two(t) = &leaves[i] else {
+                unreachable!("ParamSet order was checked against the stage spec")
+            };
+            t.clone()
+        };
+        let embed = spec.embed.then(|| two(0));
+        for _ in spec.first_layer..spec.end_layer {
+            blocks.push(Block {
+                attn_norm: one(at),
+                q: two(at + 1),
+                k: two(at + 2),
+                v: two(at + 3),
+                o: two(at + 4),
+                mlp_norm: one(at + 5),
+                gate: two(at + 6),
+                up: two(at + 7),
+                down: two(at + 8),
+            });
+            at += 9;
+        }
+        let (norm, head) = if spec.head {
+            let head = if config.tie_embeddings {
+                embed.clone().map(|e| e.transpose())
+            } else {
+                Some(two(at + 1))
+            };
+            (Some(one(at)), head)
+        } else {
+            (None, None)
+        };
+        Self {
+            embed,
+            blocks,
+            norm,
+            head,
+            leaves,
+        }
+    }
+}
+
+/// Per-call tables: rotary cos/sin for the positions in play and the causal mask.
+pub(crate) struct Ctx {
+    cos: Tensor<4>,
+    sin: Tensor<4>,
+    mask: Option<Tensor<4>>,
+}
+
+impl Ctx {
+    /// Tables for `len` new positions starting at `offset`, attending to `offset + len` keys.
+    pub(crate) fn new(config: &ModelConfig, offset: usize, len: usize, device: &Device) -> Self {
+        let hd = config.head_dim();
+        let half = hd / 2;
+        // Computed in f32 exactly as Hugging Face LLaMA does, so exported models agree.
+        let theta = config.rope_theta as f32;
+        let inv_freq: Vec<f32> = (0..half)
+            .map(|i| 1.0 / theta.powf((2 * i) as f32 / hd as f32))
+            .collect();
+        let mut cos = Vec::with_capacity(len * hd);
+        let mut sin = Vec::with_capacity(len * hd);
+        for p in offset..offset + len {
+            for _ in 0..2 {
+                for f in &inv_freq {
+                    let angle = p as f32 * f;
+                    cos.push(angle.cos());
+                    sin.push(angle.sin());
+                }
+            }
+        }
+        let cos = Tensor::<4>::from_data(TensorData::new(cos, [1, 1, len, hd]), device);
+        let sin = Tensor::<4>::from_data(TensorData::new(sin, [1, 1, len, hd]), device);
+        let mask = (len > 1).then(|| {
+            let total = offset + len;
+            let mut m = vec![0.0f32; len * total];
+            for i in 0..len {
+                for j in offset + i + 1..total {
+                    m[i * total + j] = f32::NEG_INFINITY;
+                }
+            }
+            Tensor::<4>::from_data(TensorData::new(m, [1, 1, len, total]), device)
+        });
+        Self { cos, sin, mask }
+    }
+}
+
+/// Keys and values of earlier positions, per block, before grouped heads are repeated.
+pub(crate) struct KvCache {
+    layers: Vec<Option<(Tensor<4>, Tensor<4>)>>,
+}
+
+impl KvCache {
+    pub(crate) fn new(blocks: usize) -> Self {
+        Self {
+            layers: (0..blocks).map(|_| None).collect(),
+        }
+    }
+
+    /// Number of cached positions.
+    pub(crate) fn len(&self) -> usize {
+        match self.layers.first() {
+            Some(Some((k, _))) => k.dims()[2],
+            _ => 0,
+        }
+    }
+}
+
+fn rms_norm(x: Tensor<3>, weight: &Tensor<1>, eps: f64) -> Tensor<3> {
+    let inv_rms = x.clone().square().mean_dim(2).add_scalar(eps).sqrt().recip();
+    x.mul(inv_rms).mul(weight.clone().unsqueeze::<3>())
+}
+
+fn rotate_half(x: Tensor<4>) -> Tensor<4> {
+    let half = x.dims()[3] / 2;
+    let x1 = x.clone().narrow(3, 0, half);
+    let x2 = x.narrow(3, half, half);
+    Tensor::cat(vec![x2.neg(), x1], 3)
+}
+
+fn rope(x: Tensor<4>, ctx: &Ctx) -> Tensor<4> {
+    x.clone().mul(ctx.cos.clone()) + rotate_half(x).mul(ctx.sin.clone())
+}
+
+/// `[b, kv_heads, s, hd]` → `[b, heads, s, hd]`, query head i reading kv head i / rep.
+fn repeat_kv(x: Tensor<4>, rep: usize) -> Tensor<4> {
+    if rep == 1 {
+        return x;
+    }
+    let [b, kvh, s, hd] = x.dims();
+    x.unsqueeze_dim::<5>(2)
+        .repeat_dim(2, rep)
+        .reshape([b, kvh * rep, s, hd])
+}
+
+impl Weights {
+    /// Token ids `[b, s]` → hidden states `[b, s, d]`.
+    pub(crate) fn embed(&self, tokens: Tensor<2, Int>) -> Tensor<3> {
+        match &self.embed {
+            Some(e) => embedding(e.clone(), tokens),
+            None => unreachable!("callers check that the stage holds the embedding"),
+        }
+    }
+
+    /// Runs every block of the stage. With a cache, keys/values of earlier positions are
+    /// reused and the new ones appended.
+    pub(crate) fn blocks(
+        &self,
+        config: &ModelConfig,
+        mut x: Tensor<3>,
+        ctx: &Ctx,
+        mut cache: Option<&mut KvCache>,
+    ) -> Tensor<3> {
+        for (i, block) in self.blocks.iter().enumerate() {
+            let slot = cache.as_deref_mut().map(|c| &mut c.layers[i]);
+            let h = rms_norm(x.clone(), &block.attn_norm, config.norm_eps);
+            x = x + attention(config, block, h, ctx, slot);
+            let h = rms_norm(x.clone(), &block.mlp_norm, config.norm_eps);
+            let mlp = silu(linear(h.clone(), block.gate.clone(), None))
+                .mul(linear(h, block.up.clone(), None));
+            x = x + linear(mlp, block.down.clone(), None);
+        }
+        x
+    }
+
+    /// Final norm and LM head: hidden `[b, s, d]` → logits `[b, s, vocab]`.
+    pub(crate) fn logits(&self, config: &ModelConfig, x: Tensor<3>) -> Tensor<3> {
+        match (&self.norm, &self.head) {
+            (Some(norm), Some(head)) => {
+                linear(rms_norm(x, norm, config.norm_eps), head.clone(), None)
+            }
+            _ => unreachable!("callers check that the stage holds the head"),
+        }
+    }
+}
+
+fn attention(
+    config: &ModelConfig,
+    block: &Block,
+    x: Tensor<3>,
+    ctx: &Ctx,
+    cache: Option<&mut Option<(Tensor<4>, Tensor<4>)>>,
+) -> Tensor<3> {
+    let [b, s, d] = x.dims();
+    let (h, kvh, hd) = (config.heads, config.kv_heads, config.head_dim());
+    let heads = |t: Tensor<3>, n: usize| t.reshape([b, s, n, hd]).swap_dims(1, 2);
+    let q = rope(heads(linear(x.clone(), block.q.clone(), None), h), ctx);
+    let mut k = rope(heads(linear(x.clone(), block.k.clone(), None), kvh), ctx);
+    let mut v = heads(linear(x, block.v.clone(), None), kvh);
+    if let Some(slot) = cache {
+        if let Some((pk, pv)) = slot.take() {
+            k = Tensor::cat(vec![pk, k], 2);
+            v = Tensor::cat(vec![pv, v], 2);
+        }
+        *slot = Some((k.clone(), v.clone()));
+    }
+    let k = repeat_kv(k, h / kvh);
+    let v = repeat_kv(v, h / kvh);
+    let scores = q
+        .matmul(k.swap_dims(2, 3))
+        .mul_scalar(1.0 / (hd as f64).sqrt());
+    let scores = match &ctx.mask {
+        Some(mask) => scores + mask.clone(),
+        None => scores,
+    };
+    let out = softmax(scores, 3).matmul(v).swap_dims(1, 2).reshape([b, s, d]);
+    linear(out, block.o.clone(), None)
+}
+
+/// Mean next-token cross-entropy (nats) of logits `[b, s, v]` against targets `[b, s]`.
+pub(crate) fn cross_entropy(logits: Tensor<3>, targets: Tensor<2, Int>) -> Tensor<1> {
+    let [b, s, v] = logits.dims();
+    let log_probs = log_softmax(logits.reshape([b * s, v]), 1);
+    log_probs
+        .gather(1, targets.reshape([b * s, 1]))
+        .mean()
+        .neg()
+}
+
+/// Per-position cross-entropy (nats), for evaluation sums.
+pub(crate) fn token_losses(logits: Tensor<3>, targets: Tensor<2, Int>) -> Tensor<1> {
+    let [b, s, v] = logits.dims();
+    let log_probs = log_softmax(logits.reshape([b * s, v]), 1);
+    log_probs
+        .gather(1, targets.reshape([b * s, 1]))
+        .reshape([b * s])
+        .neg()
+}
+
+/// Token ids as an engine tensor `[b, s]`.
+pub(crate) fn ids_tensor(ids: &[u32], batch: usize, seq: usize, device: &Device) -> Tensor<2, Int> {
+    let data: Vec<i64> = ids.iter().map(|&t| i64::from(t)).collect();
+    Tensor::<2, Int>::from_data(TensorData::new(data, [batch, seq]), device)
+}

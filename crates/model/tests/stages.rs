@@ -1,0 +1,94 @@
+//! Splitting the model into stages and chaining forward/backward by hand reproduces the whole
+//! model's loss and gradients.
+
+mod common;
+
+use neuroshard_model::{Stage, StageInput, StageSpec, Upstream};
+
+fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}
+
+#[test]
+fn three_stages_match_the_unsplit_model() {
+    let config = common::small_config(97);
+    let batch = common::random_batch(&mut common::rng(3), 97, 2, 16);
+    let full = Stage::init(config.clone(), StageSpec::full(&config), 11).unwrap();
+    let whole = full
+        .backward(&batch.input(), &Upstream::Targets(batch.targets.clone()))
+        .unwrap();
+
+    let specs = StageSpec::split(&config, 3).unwrap();
+    let stages: Vec<Stage> = specs
+        .iter()
+        .map(|s| Stage::init(config.clone(), *s, 11).unwrap())
+        .collect();
+    let a0 = stages[0].forward(&batch.input()).unwrap();
+    let a1 = stages[1].forward(&StageInput::Hidden(a0.clone())).unwrap();
+    let g2 = stages[2]
+        .backward(
+            &StageInput::Hidden(a1.clone()),
+            &Upstream::Targets(batch.targets.clone()),
+        )
+        .unwrap();
+    let g1 = stages[1]
+        .backward(
+            &StageInput::Hidden(a0),
+            &Upstream::Grad(g2.input_grad.clone().unwrap()),
+        )
+        .unwrap();
+    let g0 = stages[0]
+        .backward(&batch.input(), &Upstream::Grad(g1.input_grad.clone().unwrap()))
+        .unwrap();
+    assert!(g0.input_grad.is_none(), "the embedding stage has no input gradient");
+
+    let loss_diff = (g2.loss.unwrap() - whole.loss.unwrap()).abs();
+    assert!(loss_diff <= 1e-5, "loss differs by {loss_diff}");
+
+    let mut split_grads = Vec::new();
+    for (stage, g) in stages.iter().zip([&g0, &g1, &g2]) {
+        for (spec, grad) in stage.params().specs().iter().zip(&g.params) {
+            split_grads.push((spec.name.clone(), grad.clone()));
+        }
+    }
+    assert_eq!(split_grads.len(), whole.params.len());
+    let mut worst = 0.0f32;
+    for ((name, g), (spec, w)) in split_grads
+        .iter()
+        .zip(full.params().specs().iter().zip(&whole.params))
+    {
+        assert_eq!(name, &spec.name);
+        assert!(w.iter().any(|x| *x != 0.0), "{name} has an all-zero gradient");
+        worst = worst.max(max_abs_diff(g, w));
+    }
+    assert!(worst <= 1e-5, "parameter gradients differ by {worst}");
+}
+
+#[test]
+fn stage_rejects_bad_input() {
+    let config = common::small_config(50);
+    let specs = StageSpec::split(&config, 2).unwrap();
+    let first = Stage::init(config.clone(), specs[0], 1).unwrap();
+    let last = Stage::init(config.clone(), specs[1], 1).unwrap();
+    let mut batch = common::random_batch(&mut common::rng(1), 50, 1, 8);
+    batch.inputs[3] = 50;
+    let err = first.forward(&batch.input()).unwrap_err().to_string();
+    assert!(err.contains("outside the vocabulary"), "{err}");
+
+    let long = common::random_batch(&mut common::rng(1), 50, 1, 65);
+    let err = first.forward(&long.input()).unwrap_err().to_string();
+    assert!(err.contains("exceeds max_seq"), "{err}");
+
+    let ok = common::random_batch(&mut common::rng(2), 50, 1, 8);
+    let mut acts = first.forward(&ok.input()).unwrap();
+    acts.data[5] = f32::NAN;
+    let err = last
+        .backward(&StageInput::Hidden(acts.clone()), &Upstream::Targets(ok.targets.clone()))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("not finite"), "{err}");
+    acts.data.pop();
+    assert!(last.token_losses(&StageInput::Hidden(acts), &ok.targets).is_err());
+    assert!(last.forward(&ok.input()).is_err(), "the head stage takes hidden states");
+}
