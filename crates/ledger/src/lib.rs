@@ -1,0 +1,23 @@
+//! The NEURO ledger.
+//!
+//! - [`amount`]: integer base units (1 NEURO = 10^9 units) and exact text conversion;
+//! - [`reward`]: the deterministic reward rule with its named constants;
+//! - [`ops`]: signed transfers, stakes, unstakes, burns and slash reports;
+//! - [`pending`]: ops that arrived before their predecessor nonce;
+//! - [`state`]: the pure ledger rules ([`LedgerState`]) and `state_hash()`;
+//! - [`store`]: the SQLite adapter ([`Ledger`]), WAL + `synchronous=FULL`.
+
+pub mod amount;
+pub mod ops;
+pub mod pending;
+pub mod reward;
+pub mod state;
+pub mod store;
+
+pub use amount::{UNITS_PER_NEURO, format_neuro, parse_neuro};
+pub use ops::{
+    AccountOp, Action, OpError, SignedOp, SlashReport, VerifiedOp, VerifiedSlash, check_fresh,
+    verify_op, verify_slash,
+};
+pub use state::{Account, Changes, Entry, EntryKind, LedgerError, LedgerState, Outcome, Record};
+pub use store::{ApplyError, HistoryLine, Ledger, Message, StoreError};

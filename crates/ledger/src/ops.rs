@@ -1,0 +1,305 @@
+//! Signed account operations (transfer, stake, unstake, burn) and slash reports.
+//!
+//! Each is a [`Signed`] envelope: the signature is checked before the payload is decoded, and
+//! the account an operation debits is always the signer's own node id, so nobody can move
+//! another node's funds (the Python original let an unchecked gossip message drain wallets).
+
+use neuroshard_proof::{
+    Canonical, CodecError, EnvelopeError, Hash32, Identity, NodeId, PublicKey, Reader, Signed,
+    SignedProof, Writer,
+};
+
+/// Ops whose timestamp is further than this from the receiver's clock are not admitted.
+pub const OP_MAX_CLOCK_SKEW_MS: u64 = 5 * 60 * 1000;
+/// A stake must stay locked at least this long after the op that adds it.
+pub const MIN_STAKE_LOCK_MS: u64 = 24 * 60 * 60 * 1000;
+
+/// What an account operation does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Send `amount` to `to`; 5 % of it is burned, the recipient gets the rest.
+    Transfer { to: NodeId, amount: u64 },
+    /// Lock `amount` of balance as stake until `unlock_at_ms` (the lock only ever extends).
+    Stake { amount: u64, unlock_at_ms: u64 },
+    /// Return `amount` of unlocked stake to the balance.
+    Unstake { amount: u64 },
+    /// Destroy `amount` of balance.
+    Burn { amount: u64 },
+}
+
+/// One operation on the signer's own account, valid only at `nonce == account.next_nonce`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AccountOp {
+    pub account: NodeId,
+    pub nonce: u64,
+    pub timestamp_ms: u64,
+    pub action: Action,
+}
+
+impl AccountOp {
+    pub fn sign(&self, identity: &Identity) -> SignedOp {
+        Signed::sign(identity, self)
+    }
+}
+
+pub type SignedOp = Signed<AccountOp>;
+
+impl Canonical for AccountOp {
+    const DOMAIN: &'static str = "neuroshard/account-op/v1";
+
+    fn encode_body(&self, w: &mut Writer) {
+        w.fixed(&self.account.0);
+        w.u64(self.nonce);
+        w.u64(self.timestamp_ms);
+        match self.action {
+            Action::Transfer { to, amount } => {
+                w.u8(0);
+                w.fixed(&to.0);
+                w.u64(amount);
+            }
+            Action::Stake {
+                amount,
+                unlock_at_ms,
+            } => {
+                w.u8(1);
+                w.u64(amount);
+                w.u64(unlock_at_ms);
+            }
+            Action::Unstake { amount } => {
+                w.u8(2);
+                w.u64(amount);
+            }
+            Action::Burn { amount } => {
+                w.u8(3);
+                w.u64(amount);
+            }
+        }
+    }
+
+    fn decode_body(r: &mut Reader<'_>) -> Result<Self, CodecError> {
+        let account = NodeId(r.array()?);
+        let nonce = r.u64()?;
+        let timestamp_ms = r.u64()?;
+        let action = match r.u8()? {
+            0 => Action::Transfer {
+                to: NodeId(r.array()?),
+                amount: r.u64()?,
+            },
+            1 => Action::Stake {
+                amount: r.u64()?,
+                unlock_at_ms: r.u64()?,
+            },
+            2 => Action::Unstake { amount: r.u64()? },
+            3 => Action::Burn { amount: r.u64()? },
+            other => {
+                return Err(CodecError::Invalid {
+                    field: "action",
+                    reason: format!("unknown action tag {other}"),
+                });
+            }
+        };
+        Ok(Self {
+            account,
+            nonce,
+            timestamp_ms,
+            action,
+        })
+    }
+}
+
+/// Why a signed op or slash report is refused before it reaches the ledger rules.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OpError {
+    #[error("envelope: {0}")]
+    Envelope(#[from] EnvelopeError),
+    #[error("op debits account {claimed} but is signed by {signer}")]
+    NotSigner { claimed: NodeId, signer: NodeId },
+    #[error(
+        "op timestamp {timestamp_ms} is more than {OP_MAX_CLOCK_SKEW_MS} ms from now ({now_ms})"
+    )]
+    Clock { timestamp_ms: u64, now_ms: u64 },
+    #[error("slash evidence: {0}")]
+    Evidence(&'static str),
+}
+
+/// An op whose signature and signer binding were checked. Only [`verify_op`] builds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerifiedOp {
+    op: AccountOp,
+    hash: Hash32,
+    bytes: Vec<u8>,
+}
+
+impl VerifiedOp {
+    pub fn op(&self) -> &AccountOp {
+        &self.op
+    }
+
+    /// BLAKE3 of the signed payload.
+    pub fn hash(&self) -> Hash32 {
+        self.hash
+    }
+
+    /// Wire bytes of the envelope (kept for audit and re-gossip).
+    pub fn wire_bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+/// Checks signature (low-S included) and that the debited account is the signer's.
+pub fn verify_op(signed: &SignedOp) -> Result<VerifiedOp, OpError> {
+    let op = signed.verify()?;
+    let signer = signed.signer().node_id();
+    if op.account != signer {
+        return Err(OpError::NotSigner {
+            claimed: op.account,
+            signer,
+        });
+    }
+    Ok(VerifiedOp {
+        op,
+        hash: signed.payload_hash(),
+        bytes: signed.to_bytes(),
+    })
+}
+
+/// Admission check for freshly gossiped ops. The ledger rules themselves never read a clock
+/// (they use the signed timestamp) so that replaying history gives the same result.
+pub fn check_fresh(op: &AccountOp, now_ms: u64) -> Result<(), OpError> {
+    if op.timestamp_ms.abs_diff(now_ms) > OP_MAX_CLOCK_SKEW_MS {
+        return Err(OpError::Clock {
+            timestamp_ms: op.timestamp_ms,
+            now_ms,
+        });
+    }
+    Ok(())
+}
+
+/// Evidence of fraud: two different proofs signed by one node with the same nonce
+/// (equivocation). Anyone can check it with nothing but the two proofs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlashReport {
+    pub first: Vec<u8>,
+    pub second: Vec<u8>,
+}
+
+impl Canonical for SlashReport {
+    const DOMAIN: &'static str = "neuroshard/slash-report/v1";
+
+    fn encode_body(&self, w: &mut Writer) {
+        w.bytes(&self.first);
+        w.bytes(&self.second);
+    }
+
+    fn decode_body(r: &mut Reader<'_>) -> Result<Self, CodecError> {
+        Ok(Self {
+            first: r
+                .bytes(neuroshard_proof::envelope::MAX_PAYLOAD_LEN)?
+                .to_vec(),
+            second: r
+                .bytes(neuroshard_proof::envelope::MAX_PAYLOAD_LEN)?
+                .to_vec(),
+        })
+    }
+}
+
+/// A checked slash: who cheated, at which nonce, and who reported it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VerifiedSlash {
+    pub offender: NodeId,
+    pub nonce: u64,
+    pub reporter: NodeId,
+    /// Order-independent hash of the two proofs (the same evidence in either order is one).
+    pub evidence_hash: Hash32,
+    pub timestamp_ms: u64,
+}
+
+/// Checks the reporter's signature and that the two proofs are a real equivocation.
+pub fn verify_slash(signed: &Signed<SlashReport>) -> Result<VerifiedSlash, OpError> {
+    let report = signed.verify()?;
+    let reporter: PublicKey = signed.signer();
+    let a = SignedProof::from_bytes(&report.first)?;
+    let b = SignedProof::from_bytes(&report.second)?;
+    let pa = a.verify()?;
+    let pb = b.verify()?;
+    if a.signer() != b.signer() || pa.public_key != a.signer() || pb.public_key != b.signer() {
+        return Err(OpError::Evidence("proofs are not signed by the same node"));
+    }
+    if pa.nonce != pb.nonce {
+        return Err(OpError::Evidence("proofs use different nonces"));
+    }
+    let (ha, hb) = (a.payload_hash(), b.payload_hash());
+    if ha == hb {
+        return Err(OpError::Evidence("the two proofs are identical"));
+    }
+    if reporter == a.signer() {
+        return Err(OpError::Evidence("a node cannot report itself"));
+    }
+    let (lo, hi) = if ha < hb { (ha, hb) } else { (hb, ha) };
+    let mut hasher = blake3::Hasher::new();
+    hasher.update(&lo);
+    hasher.update(&hi);
+    Ok(VerifiedSlash {
+        offender: pa.node_id,
+        nonce: pa.nonce,
+        reporter: reporter.node_id(),
+        evidence_hash: *hasher.finalize().as_bytes(),
+        timestamp_ms: pa.timestamp_ms.max(pb.timestamp_ms),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use neuroshard_proof::fixtures::{test_identity, uptime_proof};
+
+    #[test]
+    fn op_roundtrip_and_signer_binding() {
+        let alice = test_identity(1);
+        let bob = test_identity(2);
+        let op = AccountOp {
+            account: alice.node_id(),
+            nonce: 0,
+            timestamp_ms: 5,
+            action: Action::Transfer {
+                to: bob.node_id(),
+                amount: 10,
+            },
+        };
+        let signed = op.sign(&alice);
+        assert_eq!(verify_op(&signed).map(|v| *v.op()), Ok(op));
+        let stolen = op.sign(&bob);
+        assert!(matches!(verify_op(&stolen), Err(OpError::NotSigner { .. })));
+        assert!(check_fresh(&op, 5 + OP_MAX_CLOCK_SKEW_MS).is_ok());
+        assert!(check_fresh(&op, 6 + OP_MAX_CLOCK_SKEW_MS).is_err());
+    }
+
+    #[test]
+    fn equivocation_is_slashable_and_honest_pairs_are_not() {
+        let cheat = test_identity(3);
+        let reporter = test_identity(4);
+        let a = uptime_proof(&cheat, 7, 1_000);
+        let mut b = a.clone();
+        b.claimed_duration_ms += 1;
+        let report = |x: &neuroshard_proof::Proof, y: &neuroshard_proof::Proof| {
+            Signed::sign(
+                &reporter,
+                &SlashReport {
+                    first: x.sign(&cheat).to_bytes(),
+                    second: y.sign(&cheat).to_bytes(),
+                },
+            )
+        };
+        let s1 = verify_slash(&report(&a, &b));
+        let s2 = verify_slash(&report(&b, &a));
+        assert!(s1.is_ok());
+        assert_eq!(
+            s1.as_ref().map(|s| s.evidence_hash),
+            s2.as_ref().map(|s| s.evidence_hash)
+        );
+        assert!(verify_slash(&report(&a, &a)).is_err());
+        let mut other_nonce = a.clone();
+        other_nonce.nonce = 8;
+        assert!(verify_slash(&report(&a, &other_nonce)).is_err());
+    }
+}

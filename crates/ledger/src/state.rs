@@ -1,0 +1,541 @@
+//! The ledger rules as a pure state machine: verified messages in, state changes out.
+//!
+//! [`LedgerState`] holds every account and the sets of applied proofs, ops and slashes in
+//! memory. Each `apply_*` either refuses (state untouched) or mutates the state and returns
+//! the [`Changes`] that the storage adapter must persist. It reads no clock and no disk.
+//!
+//! Agreement: a proof's reward depends only on the proof and the prover's stake, and applying
+//! a proof never changes any stake, so proofs commute with each other: the same set of proofs
+//! gives the same balances and [`LedgerState::state_hash`] in any order. Account ops apply in
+//! per-account nonce order (early arrivals wait in [`PendingOps`]).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use neuroshard_proof::{Hash32, NodeId, ProofKind, VerifiedProof};
+use serde::Serialize;
+
+use crate::amount::bps_of;
+use crate::ops::{Action, MIN_STAKE_LOCK_MS, VerifiedOp, VerifiedSlash};
+use crate::pending::{Parked, PendingError, PendingOps};
+use crate::reward;
+
+/// Share of every transfer that is burned (5 %).
+pub const TRANSFER_BURN_BPS: u64 = 500;
+/// Share of the offender's stake a proven fraud takes (50 %).
+pub const SLASH_STAKE_BPS: u64 = 5_000;
+/// Share of the slashed amount paid to the reporter (10 %); the rest is burned.
+pub const SLASH_REPORTER_BPS: u64 = 1_000;
+
+/// One account: spendable balance, locked stake and the next op nonce it accepts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Account {
+    pub balance: u64,
+    pub stake: u64,
+    pub unlock_at_ms: u64,
+    pub next_nonce: u64,
+}
+
+/// What a history line records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EntryKind {
+    Reward,
+    TransferOut,
+    TransferIn,
+    Burn,
+    Stake,
+    Unstake,
+    Slashed,
+    SlashReward,
+}
+
+impl EntryKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EntryKind::Reward => "reward",
+            EntryKind::TransferOut => "transfer_out",
+            EntryKind::TransferIn => "transfer_in",
+            EntryKind::Burn => "burn",
+            EntryKind::Stake => "stake",
+            EntryKind::Unstake => "unstake",
+            EntryKind::Slashed => "slashed",
+            EntryKind::SlashReward => "slash_reward",
+        }
+    }
+}
+
+/// One line of an account's history.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Entry {
+    pub account: NodeId,
+    pub kind: EntryKind,
+    pub amount: u64,
+    pub counterparty: Option<NodeId>,
+    /// Hash of the proof, op or slash evidence that caused it.
+    pub reference: Hash32,
+    pub timestamp_ms: u64,
+}
+
+/// A message that was applied, as the storage adapter persists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Record {
+    Proof {
+        hash: Hash32,
+        node: NodeId,
+        nonce: u64,
+        kind: ProofKind,
+        reward: u64,
+        timestamp_ms: u64,
+    },
+    Op {
+        account: NodeId,
+        nonce: u64,
+        hash: Hash32,
+        wire: Vec<u8>,
+    },
+    Slash {
+        slash: VerifiedSlash,
+        slashed: u64,
+        to_reporter: u64,
+    },
+}
+
+/// Everything one or more applies changed: final account values, new records, history lines
+/// and the new supply totals.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Changes {
+    pub accounts: BTreeMap<NodeId, Account>,
+    pub records: Vec<Record>,
+    pub entries: Vec<Entry>,
+    pub minted: u64,
+    pub burned: u64,
+}
+
+impl Changes {
+    /// Folds `later` into `self` (later account values win), for batched writes.
+    pub fn merge(&mut self, later: Changes) {
+        self.accounts.extend(later.accounts);
+        self.records.extend(later.records);
+        self.entries.extend(later.entries);
+        self.minted = later.minted;
+        self.burned = later.burned;
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty()
+    }
+}
+
+/// The result of an apply that did not fail.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// State changed; persist these changes.
+    Applied(Changes),
+    /// Already applied before: nothing changed (re-delivery is harmless).
+    Duplicate,
+    /// Op arrived ahead of its predecessor and waits in the pending queue.
+    Queued,
+}
+
+/// Why a message was refused; the state is unchanged.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LedgerError {
+    #[error("insufficient balance: needs {needed}, has {available}")]
+    InsufficientBalance { needed: u64, available: u64 },
+    #[error("insufficient stake: needs {needed}, has {available}")]
+    InsufficientStake { needed: u64, available: u64 },
+    #[error("stake is locked until {unlock_at_ms} (op time {timestamp_ms})")]
+    StakeLocked {
+        unlock_at_ms: u64,
+        timestamp_ms: u64,
+    },
+    #[error("stake lock must last at least {MIN_STAKE_LOCK_MS} ms")]
+    LockTooShort,
+    #[error("amount must be positive")]
+    ZeroAmount,
+    #[error("transfer to self")]
+    SelfTransfer,
+    #[error("node {node} already has a different proof at nonce {nonce} (equivocation)")]
+    ProofNonceConflict { node: NodeId, nonce: u64 },
+    #[error("account {account} already applied a different op at nonce {nonce}")]
+    OpNonceConflict { account: NodeId, nonce: u64 },
+    #[error("op cannot wait: {0}")]
+    Pending(#[from] PendingError),
+    #[error("amount overflow")]
+    Overflow,
+}
+
+/// The whole ledger in memory.
+#[derive(Debug, Clone, Default)]
+pub struct LedgerState {
+    accounts: BTreeMap<NodeId, Account>,
+    proof_nonces: HashMap<(NodeId, u64), Hash32>,
+    proof_hashes: HashSet<Hash32>,
+    op_hashes: HashMap<(NodeId, u64), Hash32>,
+    slashes: HashMap<(NodeId, u64), Hash32>,
+    minted: u64,
+    burned: u64,
+    pending: PendingOps,
+}
+
+fn add(a: u64, b: u64) -> Result<u64, LedgerError> {
+    a.checked_add(b).ok_or(LedgerError::Overflow)
+}
+
+impl LedgerState {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn account(&self, id: &NodeId) -> Account {
+        self.accounts.get(id).copied().unwrap_or_default()
+    }
+
+    pub fn accounts(&self) -> impl Iterator<Item = (&NodeId, &Account)> {
+        self.accounts.iter()
+    }
+
+    pub fn minted(&self) -> u64 {
+        self.minted
+    }
+
+    pub fn burned(&self) -> u64 {
+        self.burned
+    }
+
+    pub fn proof_count(&self) -> usize {
+        self.proof_hashes.len()
+    }
+
+    pub fn has_proof(&self, hash: &Hash32) -> bool {
+        self.proof_hashes.contains(hash)
+    }
+
+    pub fn pending_len(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Credits the reward for a verified proof. Idempotent by proof hash.
+    pub fn apply_proof(&mut self, verified: &VerifiedProof) -> Result<Outcome, LedgerError> {
+        let proof = verified.proof();
+        let hash = verified.hash();
+        if self.proof_hashes.contains(&hash) {
+            return Ok(Outcome::Duplicate);
+        }
+        if self
+            .proof_nonces
+            .contains_key(&(proof.node_id, proof.nonce))
+        {
+            return Err(LedgerError::ProofNonceConflict {
+                node: proof.node_id,
+                nonce: proof.nonce,
+            });
+        }
+        let mut account = self.account(&proof.node_id);
+        let amount = reward::reward(proof, account.stake);
+        account.balance = add(account.balance, amount)?;
+        let minted = add(self.minted, amount)?;
+
+        self.accounts.insert(proof.node_id, account);
+        self.minted = minted;
+        self.proof_hashes.insert(hash);
+        self.proof_nonces.insert((proof.node_id, proof.nonce), hash);
+        let mut changes = self.changes_with([proof.node_id]);
+        changes.records.push(Record::Proof {
+            hash,
+            node: proof.node_id,
+            nonce: proof.nonce,
+            kind: proof.kind,
+            reward: amount,
+            timestamp_ms: proof.timestamp_ms,
+        });
+        changes.entries.push(Entry {
+            account: proof.node_id,
+            kind: EntryKind::Reward,
+            amount,
+            counterparty: None,
+            reference: hash,
+            timestamp_ms: proof.timestamp_ms,
+        });
+        Ok(Outcome::Applied(changes))
+    }
+
+    /// Applies an account op in nonce order, parking it if its predecessor is missing, then
+    /// applies any parked successors that became ready.
+    pub fn apply_op(&mut self, op: VerifiedOp) -> Result<Outcome, LedgerError> {
+        let (account_id, nonce) = (op.op().account, op.op().nonce);
+        let next = self.account(&account_id).next_nonce;
+        if nonce < next {
+            return match self.op_hashes.get(&(account_id, nonce)) {
+                Some(h) if *h == op.hash() => Ok(Outcome::Duplicate),
+                _ => Err(LedgerError::OpNonceConflict {
+                    account: account_id,
+                    nonce,
+                }),
+            };
+        }
+        if nonce > next {
+            return match self.pending.park(next, op)? {
+                Parked::Queued => Ok(Outcome::Queued),
+                Parked::AlreadyQueued => Ok(Outcome::Duplicate),
+            };
+        }
+        let mut changes = self.apply_op_now(&op)?;
+        // The gap filled: apply successors that were waiting. A waiting op that is now invalid
+        // (e.g. it overdraws) is dropped; its nonce stays free for a replacement.
+        let mut next = nonce + 1;
+        while let Some(waiting) = self.pending.take(account_id, next) {
+            match self.apply_op_now(&waiting) {
+                Ok(more) => changes.merge(more),
+                Err(_) => break,
+            }
+            next += 1;
+        }
+        self.pending.discard_below(account_id, next);
+        Ok(Outcome::Applied(changes))
+    }
+
+    fn apply_op_now(&mut self, verified: &VerifiedOp) -> Result<Changes, LedgerError> {
+        let op = verified.op();
+        let hash = verified.hash();
+        let mut from = self.account(&op.account);
+        let mut touched = vec![op.account];
+        let mut entries = Vec::new();
+        let entry = |account, kind, amount, counterparty| Entry {
+            account,
+            kind,
+            amount,
+            counterparty,
+            reference: hash,
+            timestamp_ms: op.timestamp_ms,
+        };
+        let mut burned = self.burned;
+        match op.action {
+            Action::Transfer { to, amount } => {
+                if amount == 0 {
+                    return Err(LedgerError::ZeroAmount);
+                }
+                if to == op.account {
+                    return Err(LedgerError::SelfTransfer);
+                }
+                from.balance = debit(from.balance, amount, true)?;
+                let burn = bps_of(amount, TRANSFER_BURN_BPS);
+                let mut recipient = self.account(&to);
+                recipient.balance = add(recipient.balance, amount - burn)?;
+                burned = add(burned, burn)?;
+                self.accounts.insert(to, recipient);
+                touched.push(to);
+                entries.push(entry(op.account, EntryKind::TransferOut, amount, Some(to)));
+                entries.push(entry(
+                    to,
+                    EntryKind::TransferIn,
+                    amount - burn,
+                    Some(op.account),
+                ));
+                entries.push(entry(op.account, EntryKind::Burn, burn, None));
+            }
+            Action::Stake {
+                amount,
+                unlock_at_ms,
+            } => {
+                if amount == 0 {
+                    return Err(LedgerError::ZeroAmount);
+                }
+                if unlock_at_ms < op.timestamp_ms.saturating_add(MIN_STAKE_LOCK_MS) {
+                    return Err(LedgerError::LockTooShort);
+                }
+                from.balance = debit(from.balance, amount, true)?;
+                from.stake = add(from.stake, amount)?;
+                from.unlock_at_ms = from.unlock_at_ms.max(unlock_at_ms);
+                entries.push(entry(op.account, EntryKind::Stake, amount, None));
+            }
+            Action::Unstake { amount } => {
+                if amount == 0 {
+                    return Err(LedgerError::ZeroAmount);
+                }
+                if op.timestamp_ms < from.unlock_at_ms {
+                    return Err(LedgerError::StakeLocked {
+                        unlock_at_ms: from.unlock_at_ms,
+                        timestamp_ms: op.timestamp_ms,
+                    });
+                }
+                from.stake = debit(from.stake, amount, false)?;
+                from.balance = add(from.balance, amount)?;
+                entries.push(entry(op.account, EntryKind::Unstake, amount, None));
+            }
+            Action::Burn { amount } => {
+                if amount == 0 {
+                    return Err(LedgerError::ZeroAmount);
+                }
+                from.balance = debit(from.balance, amount, true)?;
+                burned = add(burned, amount)?;
+                entries.push(entry(op.account, EntryKind::Burn, amount, None));
+            }
+        }
+        from.next_nonce = op.nonce + 1;
+        self.accounts.insert(op.account, from);
+        self.burned = burned;
+        self.op_hashes.insert((op.account, op.nonce), hash);
+        let mut changes = self.changes_with(touched);
+        changes.records.push(Record::Op {
+            account: op.account,
+            nonce: op.nonce,
+            hash,
+            wire: verified.wire_bytes().to_vec(),
+        });
+        changes.entries = entries;
+        Ok(changes)
+    }
+
+    /// Takes [`SLASH_STAKE_BPS`] of the offender's stake: [`SLASH_REPORTER_BPS`] of it to the
+    /// reporter, the rest burned. One slash per (offender, nonce).
+    pub fn apply_slash(&mut self, slash: &VerifiedSlash) -> Result<Outcome, LedgerError> {
+        let key = (slash.offender, slash.nonce);
+        if self.slashes.contains_key(&key) {
+            return Ok(Outcome::Duplicate);
+        }
+        let mut offender = self.account(&slash.offender);
+        let slashed = bps_of(offender.stake, SLASH_STAKE_BPS);
+        let to_reporter = bps_of(slashed, SLASH_REPORTER_BPS);
+        let burn = slashed - to_reporter;
+        offender.stake -= slashed;
+        let burned = add(self.burned, burn)?;
+        let mut reporter = self.account(&slash.reporter);
+        reporter.balance = add(reporter.balance, to_reporter)?;
+        self.accounts.insert(slash.offender, offender);
+        self.accounts.insert(slash.reporter, reporter);
+        self.burned = burned;
+        self.slashes.insert(key, slash.evidence_hash);
+        let mut changes = self.changes_with([slash.offender, slash.reporter]);
+        let entry = |account, kind, amount, counterparty| Entry {
+            account,
+            kind,
+            amount,
+            counterparty,
+            reference: slash.evidence_hash,
+            timestamp_ms: slash.timestamp_ms,
+        };
+        changes.entries = vec![
+            entry(
+                slash.offender,
+                EntryKind::Slashed,
+                slashed,
+                Some(slash.reporter),
+            ),
+            entry(
+                slash.reporter,
+                EntryKind::SlashReward,
+                to_reporter,
+                Some(slash.offender),
+            ),
+            entry(slash.offender, EntryKind::Burn, burn, None),
+        ];
+        changes.records.push(Record::Slash {
+            slash: *slash,
+            slashed,
+            to_reporter,
+        });
+        Ok(Outcome::Applied(changes))
+    }
+
+    fn changes_with(&self, touched: impl IntoIterator<Item = NodeId>) -> Changes {
+        Changes {
+            accounts: touched
+                .into_iter()
+                .map(|id| (id, self.account(&id)))
+                .collect(),
+            records: Vec::new(),
+            entries: Vec::new(),
+            minted: self.minted,
+            burned: self.burned,
+        }
+    }
+
+    /// BLAKE3 over the whole ledger in canonical order: totals, every account by node id,
+    /// then the sorted hashes of applied proofs, ops and slash evidence.
+    pub fn state_hash(&self) -> Hash32 {
+        let mut h = blake3::Hasher::new();
+        h.update(b"neuroshard/ledger-state/v1");
+        h.update(&self.minted.to_le_bytes());
+        h.update(&self.burned.to_le_bytes());
+        h.update(&(self.accounts.len() as u64).to_le_bytes());
+        for (id, a) in &self.accounts {
+            h.update(&id.0);
+            for v in [a.balance, a.stake, a.unlock_at_ms, a.next_nonce] {
+                h.update(&v.to_le_bytes());
+            }
+        }
+        for set in [
+            self.proof_hashes.iter().copied().collect::<Vec<_>>(),
+            self.op_hashes.values().copied().collect(),
+            self.slashes.values().copied().collect(),
+        ] {
+            let mut sorted = set;
+            sorted.sort_unstable();
+            h.update(&(sorted.len() as u64).to_le_bytes());
+            for x in &sorted {
+                h.update(x);
+            }
+        }
+        *h.finalize().as_bytes()
+    }
+
+    /// Supply conservation: minted − burned = Σ balances + Σ stakes.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let held: u128 = self
+            .accounts
+            .values()
+            .map(|a| u128::from(a.balance) + u128::from(a.stake))
+            .sum();
+        let supply = i128::from(self.minted) - i128::from(self.burned);
+        if supply != held as i128 {
+            return Err(format!(
+                "minted {} - burned {} = {supply} but accounts hold {held}",
+                self.minted, self.burned
+            ));
+        }
+        Ok(())
+    }
+
+    /// Rebuilds the state from persisted parts (used by the storage adapter on open).
+    pub(crate) fn restore(
+        accounts: BTreeMap<NodeId, Account>,
+        proofs: impl IntoIterator<Item = (NodeId, u64, Hash32)>,
+        ops: impl IntoIterator<Item = (NodeId, u64, Hash32)>,
+        slashes: impl IntoIterator<Item = (NodeId, u64, Hash32)>,
+        minted: u64,
+        burned: u64,
+    ) -> Self {
+        let mut s = LedgerState {
+            accounts,
+            minted,
+            burned,
+            ..Self::default()
+        };
+        for (node, nonce, hash) in proofs {
+            s.proof_hashes.insert(hash);
+            s.proof_nonces.insert((node, nonce), hash);
+        }
+        s.op_hashes = ops.into_iter().map(|(a, n, h)| ((a, n), h)).collect();
+        s.slashes = slashes.into_iter().map(|(a, n, h)| ((a, n), h)).collect();
+        s
+    }
+}
+
+/// `have - amount`, or the matching "insufficient" error.
+fn debit(have: u64, amount: u64, balance: bool) -> Result<u64, LedgerError> {
+    have.checked_sub(amount).ok_or(if balance {
+        LedgerError::InsufficientBalance {
+            needed: amount,
+            available: have,
+        }
+    } else {
+        LedgerError::InsufficientStake {
+            needed: amount,
+            available: have,
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,381 @@
+//! SQLite adapter: persists what [`LedgerState`] decides, nothing more.
+//!
+//! WAL journal with `synchronous=FULL`, so a write is durable once its transaction commits;
+//! callers acknowledge a message only after the apply call that carried it has returned.
+//! [`Ledger::apply_batch`] commits many messages in one transaction (one fsync) — sound
+//! because every message in the batch is acknowledged together, after that commit.
+//! Integers are stored as SQLite INTEGER by reinterpreting the u64 bits as i64 (lossless).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use neuroshard_proof::{Hash32, NodeId, VerifiedProof};
+use rusqlite::{Connection, OptionalExtension, params};
+
+use crate::ops::{VerifiedOp, VerifiedSlash};
+use crate::state::{Account, Changes, EntryKind, LedgerError, LedgerState, Outcome, Record};
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS accounts (
+    id BLOB PRIMARY KEY, balance INTEGER NOT NULL, stake INTEGER NOT NULL,
+    unlock_at_ms INTEGER NOT NULL, next_nonce INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS proofs (
+    hash BLOB PRIMARY KEY, node BLOB NOT NULL, nonce INTEGER NOT NULL, kind INTEGER NOT NULL,
+    reward INTEGER NOT NULL, timestamp_ms INTEGER NOT NULL, UNIQUE (node, nonce)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS ops (
+    account BLOB NOT NULL, nonce INTEGER NOT NULL, hash BLOB NOT NULL, wire BLOB NOT NULL,
+    PRIMARY KEY (account, nonce)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS slashes (
+    offender BLOB NOT NULL, nonce INTEGER NOT NULL, reporter BLOB NOT NULL,
+    evidence BLOB NOT NULL, slashed INTEGER NOT NULL, to_reporter INTEGER NOT NULL,
+    timestamp_ms INTEGER NOT NULL, PRIMARY KEY (offender, nonce)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS entries (
+    seq INTEGER PRIMARY KEY, account BLOB NOT NULL, kind TEXT NOT NULL, amount INTEGER NOT NULL,
+    counterparty BLOB, reference BLOB NOT NULL, timestamp_ms INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS entries_by_account ON entries (account, seq);
+INSERT OR IGNORE INTO meta (key, value) VALUES ('schema', 1), ('minted', 0), ('burned', 0);
+";
+
+/// Storage failures (the ledger rules' refusals are [`LedgerError`]).
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("sqlite: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    #[error("ledger database is inconsistent: {0}")]
+    Corrupt(String),
+}
+
+/// Either the rules refused the message or storing it failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    #[error("rejected: {0}")]
+    Rejected(#[from] LedgerError),
+    #[error("storage: {0}")]
+    Store(#[from] StoreError),
+}
+
+/// One message for [`Ledger::apply_batch`].
+#[derive(Debug, Clone)]
+pub enum Message {
+    Proof(Box<VerifiedProof>),
+    Op(VerifiedOp),
+    Slash(VerifiedSlash),
+}
+
+/// One history line as read back from the database.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct HistoryLine {
+    pub seq: i64,
+    pub kind: String,
+    pub amount: u64,
+    pub counterparty: Option<String>,
+    pub reference: String,
+    pub timestamp_ms: u64,
+}
+
+fn to_sql(v: u64) -> i64 {
+    i64::from_ne_bytes(v.to_ne_bytes())
+}
+
+fn from_sql(v: i64) -> u64 {
+    u64::from_ne_bytes(v.to_ne_bytes())
+}
+
+fn blob32(v: Vec<u8>) -> Result<[u8; 32], StoreError> {
+    v.try_into()
+        .map_err(|v: Vec<u8>| StoreError::Corrupt(format!("expected 32-byte key, got {}", v.len())))
+}
+
+/// The ledger: in-memory rules plus their SQLite persistence.
+#[derive(Debug)]
+pub struct Ledger {
+    conn: Connection,
+    state: LedgerState,
+}
+
+impl Ledger {
+    /// Opens (creating if needed) the ledger database at `path` and loads the state.
+    pub fn open(path: &Path) -> Result<Ledger, StoreError> {
+        let conn = Connection::open(path)?;
+        Self::init(conn)
+    }
+
+    /// A private in-memory ledger (tests, dry runs).
+    pub fn open_in_memory() -> Result<Ledger, StoreError> {
+        Self::init(Connection::open_in_memory()?)
+    }
+
+    fn init(conn: Connection) -> Result<Ledger, StoreError> {
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "FULL")?;
+        conn.pragma_update(None, "foreign_keys", "ON")?;
+        conn.execute_batch(SCHEMA)?;
+        let state = load(&conn)?;
+        state.check_invariants().map_err(StoreError::Corrupt)?;
+        Ok(Ledger { conn, state })
+    }
+
+    pub fn state(&self) -> &LedgerState {
+        &self.state
+    }
+
+    pub fn state_hash(&self) -> Hash32 {
+        self.state.state_hash()
+    }
+
+    pub fn apply_proof(&mut self, proof: &VerifiedProof) -> Result<Outcome, ApplyError> {
+        let outcome = self.state.apply_proof(proof)?;
+        self.persist(&outcome)?;
+        Ok(outcome)
+    }
+
+    pub fn apply_op(&mut self, op: VerifiedOp) -> Result<Outcome, ApplyError> {
+        let outcome = self.state.apply_op(op)?;
+        self.persist(&outcome)?;
+        Ok(outcome)
+    }
+
+    pub fn apply_slash(&mut self, slash: &VerifiedSlash) -> Result<Outcome, ApplyError> {
+        let outcome = self.state.apply_slash(slash)?;
+        self.persist(&outcome)?;
+        Ok(outcome)
+    }
+
+    /// Applies many messages and commits them in one transaction. Each message gets its own
+    /// verdict; refused ones change nothing. The outer error means nothing was stored.
+    pub fn apply_batch(
+        &mut self,
+        messages: impl IntoIterator<Item = Message>,
+    ) -> Result<Vec<Result<Outcome, LedgerError>>, StoreError> {
+        let mut all = Changes::default();
+        let mut verdicts = Vec::new();
+        for message in messages {
+            let verdict = match message {
+                Message::Proof(p) => self.state.apply_proof(&p),
+                Message::Op(o) => self.state.apply_op(o),
+                Message::Slash(s) => self.state.apply_slash(&s),
+            };
+            if let Ok(Outcome::Applied(changes)) = &verdict {
+                all.merge(changes.clone());
+            }
+            verdicts.push(verdict);
+        }
+        self.persist(&Outcome::Applied(all))?;
+        Ok(verdicts)
+    }
+
+    fn persist(&mut self, outcome: &Outcome) -> Result<(), StoreError> {
+        let Outcome::Applied(changes) = outcome else {
+            return Ok(());
+        };
+        if changes.is_empty() {
+            return Ok(());
+        }
+        if let Err(e) = write(&mut self.conn, changes) {
+            // Memory ran ahead of disk; fall back to what the disk holds.
+            self.state = load(&self.conn)?;
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Newest-first history of one account.
+    pub fn history(&self, account: &NodeId, limit: usize) -> Result<Vec<HistoryLine>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT seq, kind, amount, counterparty, reference, timestamp_ms FROM entries
+             WHERE account = ?1 ORDER BY seq DESC LIMIT ?2",
+        )?;
+        let rows = stmt.query_map(
+            params![&account.0[..], i64::try_from(limit).unwrap_or(i64::MAX)],
+            |row| {
+                Ok(HistoryLine {
+                    seq: row.get(0)?,
+                    kind: row.get(1)?,
+                    amount: from_sql(row.get(2)?),
+                    counterparty: row.get::<_, Option<Vec<u8>>>(3)?.map(hex::encode),
+                    reference: hex::encode(row.get::<_, Vec<u8>>(4)?),
+                    timestamp_ms: from_sql(row.get(5)?),
+                })
+            },
+        )?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// True if the database holds the proof with this hash.
+    pub fn stored_proof(&self, hash: &Hash32) -> Result<bool, StoreError> {
+        let found: Option<i64> = self
+            .conn
+            .query_row(
+                "SELECT 1 FROM proofs WHERE hash = ?1",
+                params![&hash[..]],
+                |r| r.get(0),
+            )
+            .optional()?;
+        Ok(found.is_some())
+    }
+
+    /// Signed op envelopes stored for an account, in nonce order (for audit and re-gossip).
+    pub fn stored_ops(&self, account: &NodeId) -> Result<Vec<Vec<u8>>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT wire FROM ops WHERE account = ?1 ORDER BY nonce")?;
+        let rows = stmt.query_map(params![&account.0[..]], |r| r.get(0))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+}
+
+fn write(conn: &mut Connection, changes: &Changes) -> Result<(), StoreError> {
+    let tx = conn.transaction()?;
+    {
+        let mut upsert = tx.prepare_cached(
+            "INSERT INTO accounts (id, balance, stake, unlock_at_ms, next_nonce)
+             VALUES (?1, ?2, ?3, ?4, ?5)
+             ON CONFLICT (id) DO UPDATE SET balance = excluded.balance, stake = excluded.stake,
+             unlock_at_ms = excluded.unlock_at_ms, next_nonce = excluded.next_nonce",
+        )?;
+        for (id, a) in &changes.accounts {
+            upsert.execute(params![
+                &id.0[..],
+                to_sql(a.balance),
+                to_sql(a.stake),
+                to_sql(a.unlock_at_ms),
+                to_sql(a.next_nonce)
+            ])?;
+        }
+        let mut proof = tx.prepare_cached(
+            "INSERT INTO proofs (hash, node, nonce, kind, reward, timestamp_ms)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        )?;
+        let mut op = tx.prepare_cached(
+            "INSERT INTO ops (account, nonce, hash, wire) VALUES (?1, ?2, ?3, ?4)",
+        )?;
+        let mut slash = tx.prepare_cached(
+            "INSERT INTO slashes (offender, nonce, reporter, evidence, slashed, to_reporter,
+             timestamp_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        )?;
+        for record in &changes.records {
+            match record {
+                Record::Proof {
+                    hash,
+                    node,
+                    nonce,
+                    kind,
+                    reward,
+                    timestamp_ms,
+                } => proof.execute(params![
+                    &hash[..],
+                    &node.0[..],
+                    to_sql(*nonce),
+                    *kind as u8,
+                    to_sql(*reward),
+                    to_sql(*timestamp_ms)
+                ])?,
+                Record::Op {
+                    account,
+                    nonce,
+                    hash,
+                    wire,
+                } => op.execute(params![&account.0[..], to_sql(*nonce), &hash[..], wire])?,
+                Record::Slash {
+                    slash: s,
+                    slashed,
+                    to_reporter,
+                } => slash.execute(params![
+                    &s.offender.0[..],
+                    to_sql(s.nonce),
+                    &s.reporter.0[..],
+                    &s.evidence_hash[..],
+                    to_sql(*slashed),
+                    to_sql(*to_reporter),
+                    to_sql(s.timestamp_ms)
+                ])?,
+            };
+        }
+        let mut entry = tx.prepare_cached(
+            "INSERT INTO entries (account, kind, amount, counterparty, reference, timestamp_ms)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        )?;
+        for e in &changes.entries {
+            entry.execute(params![
+                &e.account.0[..],
+                e.kind.as_str(),
+                to_sql(e.amount),
+                e.counterparty.map(|c| c.0.to_vec()),
+                &e.reference[..],
+                to_sql(e.timestamp_ms)
+            ])?;
+        }
+        let mut meta = tx.prepare_cached("UPDATE meta SET value = ?2 WHERE key = ?1")?;
+        meta.execute(params!["minted", to_sql(changes.minted)])?;
+        meta.execute(params!["burned", to_sql(changes.burned)])?;
+    }
+    tx.commit()?;
+    Ok(())
+}
+
+fn load(conn: &Connection) -> Result<LedgerState, StoreError> {
+    let meta = |key: &str| -> Result<u64, StoreError> {
+        let v: i64 =
+            conn.query_row("SELECT value FROM meta WHERE key = ?1", [key], |r| r.get(0))?;
+        Ok(from_sql(v))
+    };
+    let (minted, burned) = (meta("minted")?, meta("burned")?);
+
+    let mut accounts = BTreeMap::new();
+    let mut stmt =
+        conn.prepare("SELECT id, balance, stake, unlock_at_ms, next_nonce FROM accounts")?;
+    let rows = stmt.query_map([], |r| {
+        Ok((
+            r.get::<_, Vec<u8>>(0)?,
+            Account {
+                balance: from_sql(r.get(1)?),
+                stake: from_sql(r.get(2)?),
+                unlock_at_ms: from_sql(r.get(3)?),
+                next_nonce: from_sql(r.get(4)?),
+            },
+        ))
+    })?;
+    for row in rows {
+        let (id, account) = row?;
+        accounts.insert(NodeId(blob32(id)?), account);
+    }
+
+    let triples = |sql: &str| -> Result<Vec<(NodeId, u64, Hash32)>, StoreError> {
+        let mut stmt = conn.prepare(sql)?;
+        let rows = stmt.query_map([], |r| {
+            Ok((
+                r.get::<_, Vec<u8>>(0)?,
+                from_sql(r.get(1)?),
+                r.get::<_, Vec<u8>>(2)?,
+            ))
+        })?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (node, nonce, hash) = row?;
+            out.push((NodeId(blob32(node)?), nonce, blob32(hash)?));
+        }
+        Ok(out)
+    };
+    let proofs = triples("SELECT node, nonce, hash FROM proofs")?;
+    let ops = triples("SELECT account, nonce, hash FROM ops")?;
+    let slashes = triples("SELECT offender, nonce, evidence FROM slashes")?;
+    Ok(LedgerState::restore(
+        accounts, proofs, ops, slashes, minted, burned,
+    ))
+}
+
+/// History kinds as stored, for callers that want to filter.
+pub fn entry_kind_names() -> [&'static str; 8] {
+    [
+        EntryKind::Reward,
+        EntryKind::TransferOut,
+        EntryKind::TransferIn,
+        EntryKind::Burn,
+        EntryKind::Stake,
+        EntryKind::Unstake,
+        EntryKind::Slashed,
+        EntryKind::SlashReward,
+    ]
+    .map(EntryKind::as_str)
+}
