@@ -6,6 +6,8 @@ use clap::{Parser, Subcommand};
 mod alloc;
 mod bench;
 mod export;
+mod ledger;
+mod wallet;
 
 #[derive(Parser)]
 #[command(name = "neuroshard", version, about = "Train one language model across untrusted peers")]
@@ -21,6 +23,10 @@ enum Command {
     Bench(bench::BenchCommand),
     /// Write a checkpoint as a Hugging Face LLaMA folder.
     Export(export::ExportArgs),
+    /// The node key that is also its ledger account: new, show, address.
+    Wallet(wallet::WalletArgs),
+    /// NEURO ledger: balance, history, stake, unstake, transfer, verify-proof, state-hash.
+    Ledger(ledger::LedgerArgs),
 }
 
 fn main() -> Result<()> {
@@ -36,5 +42,7 @@ fn main() -> Result<()> {
     match cli.command {
         Command::Bench(cmd) => bench::run(cmd),
         Command::Export(args) => export::run(args),
+        Command::Wallet(args) => wallet::run(args),
+        Command::Ledger(args) => ledger::run(args),
     }
 }

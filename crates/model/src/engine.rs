@@ -10,7 +10,7 @@ pub(crate) fn device() -> Device {
 }
 
 pub(crate) fn to_vec(data: TensorData) -> Result<Vec<f32>, ModelError> {
-    data.into_vec::<f32>()
+    data.try_into_vec::<f32>()
         .map_err(|e| ModelError::Engine(format!("reading tensor data: {e:?}")))
 }
 

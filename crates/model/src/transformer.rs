@@ -23,7 +23,7 @@ impl Leaf {
             Leaf::One(t) => t.grad(grads)?.into_data(),
             Leaf::Two(t) => t.grad(grads)?.into_data(),
         };
-        data.into_vec::<f32>().ok()
+        data.try_into_vec::<f32>().ok()
     }
 }
 

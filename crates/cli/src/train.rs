@@ -1,0 +1,237 @@
+//! `neuroshard train`: the whole model in one process on a genesis dataset.
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use neuroshard_data::Genesis;
+use neuroshard_model::{AdamWConfig, Batch, ModelConfig, SpecialTokens, Trainer, checkpoint};
+use serde_json::json;
+
+use crate::bench::default_ffn;
+
+#[derive(Args)]
+pub struct TrainArgs {
+    /// Genesis dataset directory (default: the built-in synthetic corpus, built on first use).
+    #[arg(long)]
+    data: Option<PathBuf>,
+    #[arg(long, default_value_t = 300)]
+    steps: u64,
+    /// Checkpoint directory written at the end (and every --save-every steps).
+    #[arg(long)]
+    out: PathBuf,
+    /// One JSON object per step.
+    #[arg(long)]
+    json_log: Option<PathBuf>,
+    #[command(flatten)]
+    model: ModelArgs,
+    #[arg(long, default_value_t = 128)]
+    seq: usize,
+    #[arg(long, default_value_t = 8)]
+    batch: usize,
+    #[arg(long, default_value_t = 2e-3)]
+    lr: f64,
+    #[arg(long, default_value_t = 20)]
+    warmup: u64,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Engine threads (default: all cores).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Validation loss every N steps (0: only at the end).
+    #[arg(long, default_value_t = 50)]
+    eval_every: u64,
+    /// Validation windows per evaluation.
+    #[arg(long, default_value_t = 32)]
+    eval_windows: usize,
+    /// Checkpoint every N steps (0: only at the end).
+    #[arg(long, default_value_t = 0)]
+    save_every: u64,
+}
+
+/// Model shape flags shared by the commands that create a model.
+#[derive(Args, Clone)]
+pub struct ModelArgs {
+    #[arg(long, default_value_t = 4)]
+    pub layers: usize,
+    #[arg(long, default_value_t = 256)]
+    pub d_model: usize,
+    #[arg(long, default_value_t = 4)]
+    pub heads: usize,
+    /// Key/value heads (default: same as heads).
+    #[arg(long)]
+    pub kv_heads: Option<usize>,
+    /// MLP width (default: 8/3 · d_model rounded up to 16).
+    #[arg(long)]
+    pub ffn: Option<usize>,
+    /// Share the LM head with the embedding.
+    #[arg(long)]
+    pub tie_embeddings: bool,
+}
+
+impl ModelArgs {
+    pub fn config(&self, vocab: usize, max_seq: usize) -> Result<ModelConfig> {
+        let config = ModelConfig {
+            layers: self.layers,
+            d_model: self.d_model,
+            heads: self.heads,
+            kv_heads: self.kv_heads.unwrap_or(self.heads),
+            ffn: self.ffn.unwrap_or_else(|| default_ffn(self.d_model)),
+            vocab,
+            max_seq,
+            tie_embeddings: self.tie_embeddings,
+            rope_theta: 10_000.0,
+            norm_eps: 1e-6,
+        };
+        config.validate()?;
+        Ok(config)
+    }
+}
+
+/// Opens `data`, or builds (once) and opens the built-in synthetic corpus next to `near`.
+pub fn open_or_build_default(data: Option<&Path>, near: &Path) -> Result<Genesis> {
+    let dir = match data {
+        Some(d) => d.to_path_buf(),
+        None => {
+            let dir = near
+                .parent()
+                .unwrap_or(Path::new("."))
+                .join("genesis-synthetic");
+            if !dir.join(neuroshard_data::MANIFEST_FILE).is_file() {
+                eprintln!("building the built-in synthetic corpus in {}", dir.display());
+                crate::genesis::build_synthetic_default(&dir)?;
+            }
+            dir
+        }
+    };
+    Genesis::open(&dir).with_context(|| format!("opening genesis dataset {}", dir.display()))
+}
+
+pub fn run(args: TrainArgs) -> Result<()> {
+    let genesis = open_or_build_default(args.data.as_deref(), &args.out)?;
+    let config = args.model.config(genesis.vocab_size(), args.seq)?;
+    if args.steps == 0 {
+        bail!("--steps must be at least 1");
+    }
+    let optim = AdamWConfig {
+        lr: args.lr,
+        warmup_steps: args.warmup.min(args.steps),
+        total_steps: args.steps,
+        ..Default::default()
+    };
+    let threads = args
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    neuroshard_model::with_threads(threads, || train(&args, &genesis, config, optim))?
+}
+
+fn train(args: &TrainArgs, genesis: &Genesis, config: ModelConfig, optim: AdamWConfig) -> Result<()> {
+    let mut trainer = Trainer::new(config.clone(), optim, args.seed)?;
+    let mut log = match &args.json_log {
+        Some(p) => Some(BufWriter::new(
+            File::create(p).with_context(|| format!("creating {}", p.display()))?,
+        )),
+        None => None,
+    };
+    let val = genesis.val_windows(args.seq, args.eval_windows)?;
+    let floor = genesis.entropy_floor();
+    println!(
+        "training {} parameters ({} layers, d_model {}, vocab {}) for {} steps of {}×{} tokens{}",
+        config.num_params(),
+        config.layers,
+        config.d_model,
+        config.vocab,
+        args.steps,
+        args.batch,
+        args.seq,
+        floor.map_or(String::new(), |f| format!("; loss floor {f:.4} nats/token"))
+    );
+    let bar = ProgressBar::new(args.steps);
+    bar.set_style(
+        ProgressStyle::with_template("{bar:30} {pos}/{len} [{elapsed_precise}<{eta_precise}] {msg}")
+            .map_err(|e| anyhow::anyhow!("progress template: {e}"))?,
+    );
+    let started = Instant::now();
+    let tokens_per_step = (args.batch * args.seq) as f64;
+    let mut val_loss = None;
+    for step in 0..args.steps {
+        let windows = genesis.train_windows(args.seed, step, args.batch, args.seq)?;
+        let batch = Batch::from_windows(&windows, args.seq)?;
+        let t = Instant::now();
+        let result = trainer.step(&batch)?;
+        let tok_s = tokens_per_step / t.elapsed().as_secs_f64();
+        let last = step + 1 == args.steps;
+        if (args.eval_every > 0 && (step + 1) % args.eval_every == 0) || last {
+            let report = crate::eval::evaluate(
+                &trainer.stage,
+                genesis.tokenizer(),
+                &val,
+                args.seq,
+                args.batch,
+            )?;
+            val_loss = Some(report.loss);
+        }
+        bar.set_message(format!(
+            "loss {:.4}{} | {:.0} tok/s",
+            result.loss,
+            val_loss.map_or(String::new(), |v| format!(" val {v:.4}")),
+            tok_s
+        ));
+        bar.inc(1);
+        if let Some(log) = log.as_mut() {
+            writeln!(
+                log,
+                "{}",
+                json!({
+                    "step": step + 1,
+                    "loss": result.loss,
+                    "val_loss": val_loss,
+                    "lr": result.stats.lr,
+                    "grad_norm": result.stats.grad_norm,
+                    "tokens_per_s": tok_s,
+                    "elapsed_s": started.elapsed().as_secs_f64(),
+                })
+            )?;
+        }
+        if args.save_every > 0 && (step + 1) % args.save_every == 0 && !last {
+            save(&args.out, &trainer, step + 1, genesis)?;
+        }
+    }
+    bar.finish();
+    if let Some(mut log) = log {
+        log.flush()?;
+    }
+    save(&args.out, &trainer, args.steps, genesis)?;
+    let elapsed = started.elapsed().as_secs_f64();
+    println!(
+        "done: {} steps in {elapsed:.1} s ({:.0} tokens/s); validation loss {}{}; checkpoint in {}",
+        args.steps,
+        tokens_per_step * args.steps as f64 / elapsed,
+        val_loss.map_or("n/a".into(), |v| format!("{v:.4}")),
+        floor.map_or(String::new(), |f| format!(" (floor {f:.4})")),
+        args.out.display()
+    );
+    Ok(())
+}
+
+/// Writes a checkpoint with the dataset's tokenizer beside it.
+pub fn save(out: &Path, trainer: &Trainer, step: u64, genesis: &Genesis) -> Result<()> {
+    let tok = genesis.tokenizer();
+    let special = SpecialTokens {
+        bos: Some(tok.bos_id()),
+        eos: Some(tok.eos_id()),
+        pad: Some(tok.pad_id()),
+    };
+    let extra = json!({
+        "tokens": special,
+        "dataset": { "root": genesis.root_hex(), "name": genesis.name() },
+    });
+    checkpoint::save(out, &trainer.stage, Some(&trainer.optimizer), step, extra)?;
+    std::fs::copy(genesis.tokenizer_path(), out.join(checkpoint::TOKENIZER_FILE))
+        .with_context(|| format!("copying the tokenizer into {}", out.display()))?;
+    Ok(())
+}
