@@ -90,7 +90,7 @@ class Model(nn.Module):
         for blk in self.blocks:
             x = blk(x, self.cos[:, :, :s], self.sin[:, :, :s])
         logits = self.head(self.norm(x))
-        return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
+        return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1))
 
 
 def main():
@@ -145,7 +145,7 @@ def main():
         "tokens_per_s": tokens / med,
         "gflops": 6.0 * matmul_params * tokens / med / 1e9,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
-        "final_loss": float(loss),
+        "final_loss": loss.item(),
     }))
 
 
