@@ -55,7 +55,7 @@ pub fn default_ffn(d_model: usize) -> usize {
 
 #[derive(Serialize)]
 struct StepReport {
-    engine: &'static str,
+    engine: String,
     threads: usize,
     params: usize,
     tokens_per_step: usize,
@@ -117,7 +117,7 @@ fn step(args: StepArgs) -> Result<()> {
         let median = times[times.len() / 2];
         let tokens = args.batch * args.seq;
         Ok(StepReport {
-            engine: "burn-flex",
+            engine: neuroshard_model::engine_name(),
             threads,
             params: config.num_params(),
             tokens_per_step: tokens,

@@ -17,7 +17,7 @@ mod transformer;
 
 pub use checkpoint::{Checkpoint, CheckpointMeta};
 pub use config::ModelConfig;
-pub use engine::with_threads;
+pub use engine::{engine_name, with_threads};
 pub use error::ModelError;
 pub use export::{ExportReport, SpecialTokens, export_hf};
 pub use generate::{Generator, Sampling, sample};
