@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use neuroshard_data::{Genesis, GenesisTokenizer};
-use neuroshard_model::{Stage, StageInput, Tokens, checkpoint};
+use neuroshard_model::{Batch, Stage, checkpoint};
 use serde::Serialize;
 
 #[derive(Args)]
@@ -53,26 +53,16 @@ struct Tally {
 }
 
 impl Tally {
-    fn add(&mut self, stage: &Stage, windows: &[Vec<u32>], seq: usize) -> Result<()> {
-        let mut inputs = Vec::with_capacity(windows.len() * seq);
-        let mut targets = Vec::with_capacity(windows.len() * seq);
-        for w in windows {
-            inputs.extend_from_slice(&w[..seq]);
-            targets.extend_from_slice(&w[1..=seq]);
-        }
-        let input = StageInput::Tokens(Tokens {
-            batch: windows.len(),
-            seq,
-            ids: inputs,
-        });
-        let losses = stage.token_losses(&input, &targets)?;
+    fn add(&mut self, stage: &Stage, batch: &Batch) -> Result<()> {
+        let losses = stage.token_losses(&batch.input(), &batch.targets)?;
         self.nats += losses.iter().map(|&l| f64::from(l)).sum::<f64>();
         self.tokens += losses.len() as u64;
-        self.bytes += targets
+        self.bytes += batch
+            .targets
             .iter()
             .map(|&t| u64::from(self.byte_len.get(t as usize).copied().unwrap_or(0)))
             .sum::<u64>();
-        self.windows += windows.len() as u64;
+        self.windows += batch.batch as u64;
         Ok(())
     }
 
@@ -96,13 +86,11 @@ impl Tally {
     }
 }
 
-/// Evaluates `stage` on windows; shared with `train` for its validation loss.
+/// Evaluates `stage` on batches; shared with `train` for its validation loss.
 pub fn evaluate(
     stage: &Stage,
     tokenizer: &GenesisTokenizer,
-    windows: &[Vec<u32>],
-    seq: usize,
-    batch: usize,
+    batches: &[Batch],
 ) -> Result<EvalReport> {
     let mut tally = Tally {
         byte_len: tokenizer.token_byte_lengths(),
@@ -111,8 +99,8 @@ pub fn evaluate(
         bytes: 0,
         windows: 0,
     };
-    for chunk in windows.chunks(batch.max(1)) {
-        tally.add(stage, chunk, seq)?;
+    for batch in batches {
+        tally.add(stage, batch)?;
     }
     tally.report()
 }
@@ -130,11 +118,12 @@ pub fn run(args: EvalArgs) -> Result<()> {
     } else {
         args.max_windows
     };
-    let (tokenizer, windows) = if let Some(dir) = &args.data {
+    let rows = args.batch.max(1);
+    let (tokenizer, batches) = if let Some(dir) = &args.data {
         let genesis =
             Genesis::open(dir).with_context(|| format!("opening genesis {}", dir.display()))?;
-        let windows = genesis.val_windows(seq, max)?;
-        (genesis.tokenizer().clone(), windows)
+        let batches = val_batches(&genesis, rows, seq, max.div_ceil(rows))?;
+        (genesis.tokenizer().clone(), batches)
     } else {
         let tokenizer = crate::generate::checkpoint_tokenizer(&args.checkpoint)?;
         let mut stream = Vec::new();
@@ -157,7 +146,11 @@ pub fn run(args: EvalArgs) -> Result<()> {
             .take(max)
             .map(<[u32]>::to_vec)
             .collect();
-        (tokenizer, windows)
+        let batches = windows
+            .chunks(rows)
+            .map(|c| Batch::from_windows(c, seq))
+            .collect::<Result<Vec<_>, _>>()?;
+        (tokenizer, batches)
     };
     if tokenizer.vocab_size() != stage.config().vocab {
         bail!(
@@ -166,7 +159,7 @@ pub fn run(args: EvalArgs) -> Result<()> {
             stage.config().vocab
         );
     }
-    let report = evaluate(&stage, &tokenizer, &windows, seq, args.batch)?;
+    let report = evaluate(&stage, &tokenizer, &batches)?;
     if args.json {
         println!("{}", serde_json::to_string(&report)?);
     } else {
@@ -181,4 +174,23 @@ pub fn run(args: EvalArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// The validation split as model batches (at most `max` batches of `rows` windows).
+pub fn val_batches(genesis: &Genesis, rows: usize, seq: usize, max: usize) -> Result<Vec<Batch>> {
+    Ok(genesis
+        .val_batches(rows, seq, max)?
+        .into_iter()
+        .map(|b| to_model_batch(b, seq))
+        .collect())
+}
+
+/// A genesis batch as the model takes it.
+pub fn to_model_batch(b: neuroshard_data::Batch, seq: usize) -> Batch {
+    Batch {
+        batch: b.rows,
+        seq,
+        inputs: b.inputs,
+        targets: b.targets,
+    }
 }

@@ -8,8 +8,9 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use neuroshard_data::Genesis;
-use neuroshard_model::{AdamWConfig, Batch, ModelConfig, SpecialTokens, Trainer, checkpoint};
+use neuroshard_data::{BuildOptions, Genesis, NoProgress, Split, SyntheticConfig};
+use neuroshard_proof::Identity;
+use neuroshard_model::{AdamWConfig, ModelConfig, SpecialTokens, Trainer, checkpoint};
 use serde_json::json;
 
 use crate::bench::default_ffn;
@@ -42,6 +43,10 @@ pub struct TrainArgs {
     /// Engine threads (default: all cores).
     #[arg(long)]
     threads: Option<usize>,
+    /// Split each batch into this many concurrently computed micro-batches (changes the bits
+    /// of the result, never their dependence on the thread count).
+    #[arg(long, default_value_t = 2)]
+    micro_batches: usize,
     /// Validation loss every N steps (0: only at the end).
     #[arg(long, default_value_t = 50)]
     eval_every: u64,
@@ -103,12 +108,25 @@ pub fn open_or_build_default(data: Option<&Path>, near: &Path) -> Result<Genesis
                 .join("genesis-synthetic");
             if !dir.join(neuroshard_data::MANIFEST_FILE).is_file() {
                 eprintln!("building the built-in synthetic corpus in {}", dir.display());
-                crate::genesis::build_synthetic_default(&dir)?;
+                build_synthetic_default(&dir)?;
             }
             dir
         }
     };
     Genesis::open(&dir).with_context(|| format!("opening genesis dataset {}", dir.display()))
+}
+
+/// Builds the built-in synthetic genesis corpus into `dir`, signed by a builder key kept beside
+/// it (created on first use).
+pub fn build_synthetic_default(dir: &Path) -> Result<()> {
+    let key = dir.with_extension("key");
+    let identity = Identity::load_or_create(&key)
+        .with_context(|| format!("builder key {}", key.display()))?;
+    let mut opts = BuildOptions::new(dir.to_path_buf());
+    opts.synthetic = Some(SyntheticConfig::default());
+    neuroshard_data::build(&opts, &identity, &NoProgress)
+        .with_context(|| format!("building the synthetic corpus in {}", dir.display()))?;
+    Ok(())
 }
 
 pub fn run(args: TrainArgs) -> Result<()> {
@@ -131,13 +149,19 @@ pub fn run(args: TrainArgs) -> Result<()> {
 
 fn train(args: &TrainArgs, genesis: &Genesis, config: ModelConfig, optim: AdamWConfig) -> Result<()> {
     let mut trainer = Trainer::new(config.clone(), optim, args.seed)?;
+    trainer.micro_batches = args.micro_batches;
     let mut log = match &args.json_log {
         Some(p) => Some(BufWriter::new(
             File::create(p).with_context(|| format!("creating {}", p.display()))?,
         )),
         None => None,
     };
-    let val = genesis.val_windows(args.seq, args.eval_windows)?;
+    let val = crate::eval::val_batches(
+        genesis,
+        args.batch,
+        args.seq,
+        args.eval_windows.div_ceil(args.batch.max(1)),
+    )?;
     let floor = genesis.entropy_floor();
     println!(
         "training {} parameters ({} layers, d_model {}, vocab {}) for {} steps of {}×{} tokens{}",
@@ -159,21 +183,19 @@ fn train(args: &TrainArgs, genesis: &Genesis, config: ModelConfig, optim: AdamWC
     let tokens_per_step = (args.batch * args.seq) as f64;
     let mut val_loss = None;
     for step in 0..args.steps {
-        let windows = genesis.train_windows(args.seed, step, args.batch, args.seq)?;
-        let batch = Batch::from_windows(&windows, args.seq)?;
+        let batch = crate::eval::to_model_batch(
+            genesis.batch(Split::Train, args.seed, step, args.batch, args.seq)?,
+            args.seq,
+        );
         let t = Instant::now();
         let result = trainer.step(&batch)?;
         let tok_s = tokens_per_step / t.elapsed().as_secs_f64();
         let last = step + 1 == args.steps;
         if (args.eval_every > 0 && (step + 1) % args.eval_every == 0) || last {
-            let report = crate::eval::evaluate(
-                &trainer.stage,
-                genesis.tokenizer(),
-                &val,
-                args.seq,
-                args.batch,
-            )?;
-            val_loss = Some(report.loss);
+            if !val.is_empty() {
+                let report = crate::eval::evaluate(&trainer.stage, genesis.tokenizer(), &val)?;
+                val_loss = Some(report.loss);
+            }
         }
         bar.set_message(format!(
             "loss {:.4}{} | {:.0} tok/s",
@@ -228,7 +250,7 @@ pub fn save(out: &Path, trainer: &Trainer, step: u64, genesis: &Genesis) -> Resu
     };
     let extra = json!({
         "tokens": special,
-        "dataset": { "root": genesis.root_hex(), "name": genesis.name() },
+        "dataset": { "root": hex::encode(genesis.root()), "name": genesis.manifest().name },
     });
     checkpoint::save(out, &trainer.stage, Some(&trainer.optimizer), step, extra)?;
     std::fs::copy(genesis.tokenizer_path(), out.join(checkpoint::TOKENIZER_FILE))

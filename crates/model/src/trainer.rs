@@ -1,5 +1,7 @@
 //! Single-process training: the whole model as one stage plus its AdamW state.
 
+use rayon::prelude::*;
+
 use crate::config::ModelConfig;
 use crate::error::ModelError;
 use crate::optim::{AdamW, AdamWConfig, StepStats};
@@ -39,6 +41,29 @@ impl Batch {
         })
     }
 
+    /// Splits the rows into `parts` contiguous groups as evenly as possible (at most one per row).
+    pub fn split_rows(&self, parts: usize) -> Vec<Batch> {
+        let parts = parts.clamp(1, self.batch.max(1));
+        if parts == 1 {
+            return vec![self.clone()];
+        }
+        let (base, extra) = (self.batch / parts, self.batch % parts);
+        let mut row = 0;
+        (0..parts)
+            .map(|i| {
+                let rows = base + usize::from(i < extra);
+                let span = row * self.seq..(row + rows) * self.seq;
+                row += rows;
+                Batch {
+                    batch: rows,
+                    seq: self.seq,
+                    inputs: self.inputs[span.clone()].to_vec(),
+                    targets: self.targets[span].to_vec(),
+                }
+            })
+            .collect()
+    }
+
     pub fn input(&self) -> StageInput {
         StageInput::Tokens(Tokens {
             batch: self.batch,
@@ -60,6 +85,10 @@ pub struct TrainStep {
 pub struct Trainer {
     pub stage: Stage,
     pub optimizer: AdamW,
+    /// Rows of a batch are split into this many micro-batches whose gradients are computed
+    /// concurrently and summed in a fixed order, so the bits depend on this number but never on
+    /// the thread count. 1 computes the batch in one pass.
+    pub micro_batches: usize,
 }
 
 impl Trainer {
@@ -67,21 +96,53 @@ impl Trainer {
         let spec = StageSpec::full(&config);
         let stage = Stage::init(config, spec, seed)?;
         let optimizer = AdamW::new(optim, stage.params());
-        Ok(Self { stage, optimizer })
+        Ok(Self {
+            stage,
+            optimizer,
+            micro_batches: 1,
+        })
+    }
+
+    /// Mean loss and its parameter gradients over the batch.
+    pub fn gradients(&self, batch: &Batch) -> Result<(f32, Vec<Vec<f32>>), ModelError> {
+        let parts = batch.split_rows(self.micro_batches);
+        let results: Vec<_> = parts
+            .par_iter()
+            .map(|b| {
+                self.stage
+                    .backward(&b.input(), &Upstream::Targets(b.targets.clone()))
+            })
+            .collect();
+        let mut loss = 0.0f32;
+        let mut grads: Vec<Vec<f32>> = Vec::new();
+        for (part, result) in parts.iter().zip(results) {
+            let g = result?;
+            let part_loss = g
+                .loss
+                .ok_or_else(|| ModelError::Engine("the full model returned no loss".into()))?;
+            if parts.len() == 1 {
+                return Ok((part_loss, g.params));
+            }
+            let w = part.batch as f32 / batch.batch as f32;
+            loss += w * part_loss;
+            if grads.is_empty() {
+                grads = g.params.into_iter().map(|v| v.iter().map(|x| w * x).collect()).collect();
+            } else {
+                for (acc, v) in grads.iter_mut().zip(&g.params) {
+                    acc.iter_mut().zip(v).for_each(|(a, x)| *a += w * x);
+                }
+            }
+        }
+        Ok((loss, grads))
     }
 
     /// Forward, loss, backward and one AdamW update.
     pub fn step(&mut self, batch: &Batch) -> Result<TrainStep, ModelError> {
-        let grads = self
-            .stage
-            .backward(&batch.input(), &Upstream::Targets(batch.targets.clone()))?;
-        let loss = grads
-            .loss
-            .ok_or_else(|| ModelError::Engine("the full model returned no loss".into()))?;
+        let (loss, grads) = self.gradients(batch)?;
         if !loss.is_finite() {
             return Err(ModelError::Engine(format!("training loss is {loss}")));
         }
-        let stats = self.optimizer.step(self.stage.params_mut(), &grads.params)?;
+        let stats = self.optimizer.step(self.stage.params_mut(), &grads)?;
         Ok(TrainStep { loss, stats })
     }
 

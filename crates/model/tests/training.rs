@@ -78,3 +78,30 @@ fn training_steps_are_bitwise_deterministic_across_runs_and_threads() {
     assert_eq!(l1.to_bits(), l2.to_bits());
     assert_eq!(h1, h2, "1 and 2 threads give different parameters");
 }
+
+fn micro_batched_hash(threads: usize) -> ([u8; 32], f32) {
+    with_threads(threads, || {
+        let mut trainer =
+            Trainer::new(common::small_config(80), AdamWConfig::default(), 21).unwrap();
+        trainer.micro_batches = 2;
+        let mut rng = common::rng(4);
+        let mut loss = 0.0;
+        for _ in 0..3 {
+            loss = trainer.step(&common::random_batch(&mut rng, 80, 4, 32)).unwrap().loss;
+        }
+        (trainer.stage.model_hash(), loss)
+    })
+    .unwrap()
+}
+
+/// Micro-batches run concurrently; their sum is taken in a fixed order, so the bits still do
+/// not depend on the thread count, and the result is the full-batch step up to rounding.
+#[test]
+fn micro_batched_steps_are_deterministic_and_match_the_full_batch() {
+    let (h1, l1) = micro_batched_hash(1);
+    let (h2, l2) = micro_batched_hash(2);
+    assert_eq!(h1, h2, "micro-batched step differs between 1 and 2 threads");
+    assert_eq!(l1.to_bits(), l2.to_bits());
+    let (_, full) = one_step_hash(1);
+    assert!((l1 - full).abs() < 1e-4, "micro-batched loss {l1} vs full batch {full}");
+}
