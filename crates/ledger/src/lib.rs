@@ -20,4 +20,4 @@ pub use ops::{
     verify_op, verify_slash,
 };
 pub use state::{Account, Changes, Entry, EntryKind, LedgerError, LedgerState, Outcome, Record};
-pub use store::{ApplyError, HistoryLine, Ledger, Message, StoreError};
+pub use store::{ApplyError, HistoryLine, LEDGER_FILE, Ledger, Message, StoreError};

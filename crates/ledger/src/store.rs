@@ -15,6 +15,9 @@ use rusqlite::{Connection, OptionalExtension, params};
 use crate::ops::{VerifiedOp, VerifiedSlash};
 use crate::state::{Account, Changes, EntryKind, LedgerError, LedgerState, Outcome, Record};
 
+/// File name of the ledger database inside a node's data directory.
+pub const LEDGER_FILE: &str = "ledger.db";
+
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS accounts (

@@ -105,7 +105,7 @@ impl<T: Canonical> Signed<T> {
         let signer = r
             .array::<PUBLIC_KEY_LEN>()
             .map_err(EnvelopeError::Framing)?;
-        let signer = PublicKey::from_bytes(&signer).map_err(EnvelopeError::Signer)?;
+        let signer = PublicKey::from_wire(signer).map_err(EnvelopeError::Signer)?;
         let signature = Signature(r.array::<SIGNATURE_LEN>().map_err(EnvelopeError::Framing)?);
         r.finish().map_err(EnvelopeError::Framing)?;
         Ok(Self::from_parts(payload, signer, signature))

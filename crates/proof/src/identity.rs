@@ -22,6 +22,9 @@ use rand::{CryptoRng, RngCore, TryRngCore};
 
 use crate::keys::{NodeId, PublicKey, Signature, sha256};
 
+/// File name of the node key inside a node's data directory.
+pub const KEY_FILE: &str = "node.key";
+
 /// Why an identity could not be created, loaded or saved.
 #[derive(Debug, thiserror::Error)]
 pub enum IdentityError {

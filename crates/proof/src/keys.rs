@@ -61,7 +61,9 @@ impl NodeId {
     }
 }
 
-/// A secp256k1 public key in compressed SEC1 form (33 bytes), checked to be on the curve.
+/// A secp256k1 public key in compressed SEC1 form (33 bytes). `from_bytes` and text/serde
+/// parsing check the point is on the curve; keys decoded from signed messages are checked
+/// when their first signature is verified (see `from_wire`).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct PublicKey([u8; PUBLIC_KEY_LEN]);
 
@@ -78,6 +80,16 @@ impl PublicKey {
         }
         VerifyingKey::from_sec1_bytes(&arr).map_err(|_| SignatureError::InvalidPublicKey)?;
         Ok(Self(arr))
+    }
+
+    /// Framing-level parse for decoders on the verification path: length and SEC1 prefix
+    /// only. Curve membership is checked when the key is first used to verify (and the
+    /// verifier caches that), which saves a point decompression per decoded key.
+    pub(crate) fn from_wire(bytes: [u8; PUBLIC_KEY_LEN]) -> Result<Self, SignatureError> {
+        if bytes[0] != 0x02 && bytes[0] != 0x03 {
+            return Err(SignatureError::InvalidPublicKey);
+        }
+        Ok(Self(bytes))
     }
 
     pub(crate) fn from_verifying_key(key: &VerifyingKey) -> Self {

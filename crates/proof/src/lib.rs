@@ -20,7 +20,7 @@ pub mod verify;
 
 pub use codec::{Canonical, CodecError, Reader, Writer};
 pub use envelope::{EnvelopeError, Signed};
-pub use identity::{Identity, IdentityError};
+pub use identity::{Identity, IdentityError, KEY_FILE};
 pub use keys::{NodeId, PublicKey, Signature, SignatureError, verify_with_key};
 pub use plausibility::{HardwareLimits, PlausibilityError};
 pub use proof::{

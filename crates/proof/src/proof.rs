@@ -372,7 +372,7 @@ impl Canonical for Proof {
 
 fn read_public_key(r: &mut Reader<'_>, field: &'static str) -> Result<PublicKey, CodecError> {
     let bytes = r.array::<PUBLIC_KEY_LEN>()?;
-    PublicKey::from_bytes(&bytes).map_err(|e| CodecError::Invalid {
+    PublicKey::from_wire(bytes).map_err(|e| CodecError::Invalid {
         field,
         reason: e.to_string(),
     })

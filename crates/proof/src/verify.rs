@@ -25,6 +25,8 @@ pub const RATE_WINDOW_MS: u64 = 60 * 60 * 1000;
 pub const MAX_PROOFS_PER_WINDOW: usize = 120;
 /// Training proofs need this many neighbour receipts unless the node held the whole model.
 pub const MIN_TRAINING_RECEIPTS: usize = 1;
+/// How often the verifier sweeps expired entries of all nodes.
+pub const PRUNE_INTERVAL_MS: u64 = 10_000;
 /// Decompressed public keys kept to skip point decompression on repeat signers.
 pub const KEY_CACHE_CAPACITY: usize = 65_536;
 
@@ -128,6 +130,7 @@ pub struct ProofVerifier {
     seen: HashMap<Hash32, u64>,
     seen_order: VecDeque<(u64, Hash32)>,
     nodes: HashMap<NodeId, NodeState>,
+    last_prune_ms: u64,
 }
 
 impl ProofVerifier {
@@ -157,7 +160,12 @@ impl ProofVerifier {
         signed: &SignedProof,
         now_ms: u64,
     ) -> Result<VerifiedProof, VerifyError> {
-        self.prune(now_ms);
+        // Full pruning walks every node, so it runs at most once per interval; the checks
+        // below filter by time themselves and stay exact in between.
+        if now_ms >= self.last_prune_ms.saturating_add(PRUNE_INTERVAL_MS) {
+            self.prune(now_ms);
+            self.last_prune_ms = now_ms;
+        }
         let verified = self.check(signed, now_ms)?;
         self.record(&verified, now_ms);
         Ok(verified)
@@ -200,13 +208,16 @@ impl ProofVerifier {
         let hash = signed.payload_hash();
         self.check_replay(&proof, &hash)?;
         let state = self.nodes.get(&proof.node_id);
-        let count = state.map_or(0, |s| s.arrivals.len());
+        let window_start = now_ms.saturating_sub(RATE_WINDOW_MS);
+        let count = state.map_or(0, |s| {
+            s.arrivals.iter().filter(|&&t| t > window_start).count()
+        });
         if count >= MAX_PROOFS_PER_WINDOW {
             return Err(VerifyError::Rate { count });
         }
         plausibility::check_static(&proof)?;
         if let Some(state) = state {
-            check_cumulative(state, &proof)?;
+            check_cumulative(state, &proof, window_start)?;
             if matches!(proof.kind, ProofKind::Training | ProofKind::Inference) {
                 state
                     .history
@@ -356,12 +367,16 @@ fn check_timestamp(timestamp_ms: u64, now_ms: u64) -> Result<(), VerifyError> {
 
 /// A node cannot claim more time of one kind inside the window than the window (plus the
 /// clock skew allowance) holds.
-fn check_cumulative(state: &NodeState, proof: &Proof) -> Result<(), PlausibilityError> {
+fn check_cumulative(
+    state: &NodeState,
+    proof: &Proof,
+    window_start: u64,
+) -> Result<(), PlausibilityError> {
     let max = RATE_WINDOW_MS + MAX_CLOCK_SKEW_MS;
     let got = state
         .claimed
         .iter()
-        .filter(|(_, kind, _)| *kind == proof.kind)
+        .filter(|(t, kind, _)| *t > window_start && *kind == proof.kind)
         .map(|(_, _, ms)| *ms)
         .sum::<u64>()
         .saturating_add(proof.claimed_duration_ms);

@@ -345,6 +345,78 @@ fn slash_pays_reporter_and_burns_the_rest() {
     assert_eq!(w.state.check_invariants(), Ok(()));
 }
 
+#[test]
+fn zero_self_and_reused_nonce_ops_are_rejected() {
+    let mut w = world(2, 2);
+    let (alice, b) = (&w.ids[0], w.ids[1].node_id());
+    assert_eq!(
+        w.state
+            .apply_op(op(alice, 0, T0, Action::Transfer { to: b, amount: 0 })),
+        Err(LedgerError::ZeroAmount)
+    );
+    assert_eq!(
+        w.state.apply_op(op(
+            alice,
+            0,
+            T0,
+            Action::Transfer {
+                to: alice.node_id(),
+                amount: 5
+            }
+        )),
+        Err(LedgerError::SelfTransfer)
+    );
+    assert!(
+        w.state
+            .apply_op(op(alice, 0, T0, Action::Burn { amount: 5 }))
+            .is_ok()
+    );
+    // A different op signed for an already used nonce is refused, the same one is a no-op.
+    assert_eq!(
+        w.state
+            .apply_op(op(alice, 0, T0, Action::Burn { amount: 6 })),
+        Err(LedgerError::OpNonceConflict {
+            account: alice.node_id(),
+            nonce: 0
+        })
+    );
+    assert_eq!(
+        w.state
+            .apply_op(op(alice, 0, T0, Action::Burn { amount: 5 })),
+        Ok(Outcome::Duplicate)
+    );
+}
+
+#[test]
+fn pending_queue_is_bounded_per_account() {
+    let mut w = world(1, 1);
+    let id = &w.ids[0];
+    for nonce in 1..=crate::pending::MAX_PENDING_PER_ACCOUNT as u64 {
+        assert_eq!(
+            w.state
+                .apply_op(op(id, nonce, T0, Action::Burn { amount: 1 })),
+            Ok(Outcome::Queued)
+        );
+    }
+    let one_more = crate::pending::MAX_PENDING_PER_ACCOUNT as u64 + 1;
+    assert_eq!(
+        w.state
+            .apply_op(op(id, one_more, T0, Action::Burn { amount: 1 })),
+        Err(LedgerError::Pending(
+            crate::pending::PendingError::AccountFull
+        ))
+    );
+    // Filling the gap drains the whole run of waiting ops.
+    assert!(
+        w.state
+            .apply_op(op(id, 0, T0, Action::Burn { amount: 1 }))
+            .is_ok()
+    );
+    assert_eq!(w.state.account(&id.node_id()).next_nonce, one_more);
+    assert_eq!(w.state.pending_len(), 0);
+    assert_eq!(w.state.check_invariants(), Ok(()));
+}
+
 /// One random step of the property tests.
 #[derive(Debug, Clone)]
 enum Step {
