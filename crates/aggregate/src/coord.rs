@@ -1,0 +1,251 @@
+//! Coordinate-wise aggregators: mean, trimmed mean and median.
+
+use rayon::prelude::*;
+
+use crate::distance::{check_lengths, find_non_finite};
+use crate::{AggregateError, CHUNK};
+
+/// Runs `per_coord(values, coord) -> f32` for every coordinate, with the n values of that
+/// coordinate gathered into one scratch buffer reused across the chunk. Non-finite inputs are
+/// noticed while gathering and reported (naming the peer) afterwards.
+fn per_coordinate<V, F>(inputs: &[V], per_coord: F) -> Result<Vec<f32>, AggregateError>
+where
+    V: AsRef<[f32]> + Sync,
+    F: Fn(&mut [f32]) -> f32 + Sync,
+{
+    let len = check_lengths(inputs)?;
+    let n = inputs.len();
+    let mut out = vec![0.0f32; len];
+    let clean = out
+        .par_chunks_mut(CHUNK)
+        .enumerate()
+        .try_for_each(|(c, out)| {
+            let start = c * CHUNK;
+            let mut scratch = vec![0.0f32; n];
+            let mut finite = true;
+            for (j, o) in out.iter_mut().enumerate() {
+                for (s, v) in scratch.iter_mut().zip(inputs) {
+                    let x = v.as_ref()[start + j];
+                    finite &= x.is_finite();
+                    *s = x;
+                }
+                *o = per_coord(&mut scratch);
+            }
+            if finite { Ok(()) } else { Err(()) }
+        });
+    if clean.is_err() {
+        find_non_finite(inputs)?;
+    }
+    Ok(out)
+}
+
+/// Arithmetic mean, accumulated in f64 per coordinate.
+pub fn mean<V: AsRef<[f32]> + Sync>(inputs: &[V]) -> Result<Vec<f32>, AggregateError> {
+    let len = check_lengths(inputs)?;
+    let inv = 1.0 / inputs.len() as f64;
+    let mut out = vec![0.0f32; len];
+    let clean = out
+        .par_chunks_mut(CHUNK)
+        .enumerate()
+        .try_for_each(|(c, out)| {
+            let start = c * CHUNK;
+            let mut acc = vec![0.0f64; out.len()];
+            for v in inputs {
+                for (a, x) in acc.iter_mut().zip(&v.as_ref()[start..start + out.len()]) {
+                    *a += f64::from(*x);
+                }
+            }
+            // A sum of finite f32 values cannot overflow f64, so a non-finite sum means a
+            // non-finite input; naming it is left to the slow path below.
+            let mut finite = true;
+            for (o, a) in out.iter_mut().zip(&acc) {
+                finite &= a.is_finite();
+                *o = (a * inv) as f32;
+            }
+            if finite { Ok(()) } else { Err(()) }
+        });
+    if clean.is_err() {
+        find_non_finite(inputs)?;
+    }
+    Ok(out)
+}
+
+/// Number trimmed from each side: k = max(⌈β·n⌉, f). Errors if nothing would remain (2k ≥ n).
+pub fn trim_count(n: usize, beta: f64, f: usize) -> Result<usize, AggregateError> {
+    if !(0.0..0.5).contains(&beta) {
+        return Err(AggregateError::InvalidParameter {
+            name: "beta",
+            value: beta,
+            reason: "trim fraction must be in [0, 0.5)",
+        });
+    }
+    // The small epsilon keeps exact products such as 0.1 * 10 from rounding up to 2.
+    let by_fraction = (beta * n as f64 - 1e-9).ceil().max(0.0) as usize;
+    let k = by_fraction.max(f);
+    if 2 * k >= n {
+        return Err(AggregateError::TrimTooLarge { k, n });
+    }
+    Ok(k)
+}
+
+/// Coordinate-wise trimmed mean: drop the k largest and k smallest values of each coordinate,
+/// k = max(⌈β·n⌉, f), and average the rest.
+pub fn trimmed_mean<V: AsRef<[f32]> + Sync>(
+    inputs: &[V],
+    beta: f64,
+    f: usize,
+) -> Result<Vec<f32>, AggregateError> {
+    check_lengths(inputs)?;
+    let n = inputs.len();
+    let k = trim_count(n, beta, f)?;
+    let kept = (n - 2 * k) as f64;
+    per_coordinate(inputs, |values| {
+        values.sort_unstable_by(f32::total_cmp);
+        let sum: f64 = values[k..n - k].iter().map(|&x| f64::from(x)).sum();
+        (sum / kept) as f32
+    })
+}
+
+/// Coordinate-wise median; for even n the mean of the two middle values.
+pub fn median<V: AsRef<[f32]> + Sync>(inputs: &[V]) -> Result<Vec<f32>, AggregateError> {
+    let n = inputs.len();
+    per_coordinate(inputs, |values| {
+        let (_, &mut hi, _) = values.select_nth_unstable_by(n / 2, f32::total_cmp);
+        if n % 2 == 1 {
+            hi
+        } else {
+            // After selecting n/2, the lower middle is the largest value left of it.
+            let lo = values[..n / 2]
+                .iter()
+                .copied()
+                .fold(f32::NEG_INFINITY, f32::max);
+            ((f64::from(lo) + f64::from(hi)) / 2.0) as f32
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn small_cases_by_hand() {
+        let v = [
+            vec![1.0f32, 10.0],
+            vec![2.0, 20.0],
+            vec![3.0, 30.0],
+            vec![100.0, -5.0],
+        ];
+        assert_eq!(mean(&v).unwrap(), vec![26.5, 13.75]);
+        assert_eq!(median(&v).unwrap(), vec![2.5, 15.0]);
+        // k = max(ceil(0.1 * 4), 1) = 1: coordinate 0 keeps {2, 3}, coordinate 1 keeps {10, 20}.
+        assert_eq!(trimmed_mean(&v, 0.1, 1).unwrap(), vec![2.5, 15.0]);
+        assert_eq!(median(&v[..3]).unwrap(), vec![2.0, 20.0]);
+    }
+
+    #[test]
+    fn trim_count_rules() {
+        assert_eq!(trim_count(10, 0.1, 0).unwrap(), 1);
+        assert_eq!(trim_count(10, 0.0, 3).unwrap(), 3);
+        assert_eq!(trim_count(8, 0.2, 2).unwrap(), 2);
+        assert_eq!(
+            trim_count(4, 0.0, 2),
+            Err(AggregateError::TrimTooLarge { k: 2, n: 4 })
+        );
+        assert!(trim_count(4, 0.6, 0).is_err());
+        assert!(trimmed_mean(&[vec![1.0f32], vec![2.0]], 0.0, 1).is_err());
+    }
+
+    #[test]
+    fn non_finite_names_peer() {
+        let mut bad = vec![0.0f32; 3 * CHUNK];
+        bad[CHUNK + 5] = f32::NAN;
+        let inputs = vec![vec![0.0f32; 3 * CHUNK], vec![1.0; 3 * CHUNK], bad];
+        let want = |e: AggregateError| matches!(e, AggregateError::NonFinite { peer: 2, index, .. } if index == CHUNK + 5);
+        assert!(want(mean(&inputs).unwrap_err()));
+        assert!(want(median(&inputs).unwrap_err()));
+        assert!(want(trimmed_mean(&inputs, 0.0, 0).unwrap_err()));
+    }
+
+    #[test]
+    fn same_result_on_one_thread() {
+        let inputs: Vec<Vec<f32>> = (0..5)
+            .map(|p| {
+                (0..3 * CHUNK + 17)
+                    .map(|i| ((i * (p + 3)) as f32).sin())
+                    .collect()
+            })
+            .collect();
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .build()
+            .unwrap();
+        let single = pool.install(|| {
+            (
+                mean(&inputs),
+                median(&inputs),
+                trimmed_mean(&inputs, 0.2, 1),
+            )
+        });
+        assert_eq!(
+            single,
+            (
+                mean(&inputs),
+                median(&inputs),
+                trimmed_mean(&inputs, 0.2, 1)
+            )
+        );
+    }
+
+    /// Up to f outliers of any magnitude plus enough honest inputs that n >= 2f + 1.
+    fn honest_and_outliers() -> impl Strategy<Value = (Vec<Vec<f32>>, Vec<Vec<f32>>, usize)> {
+        (1usize..4, 1usize..40, 0usize..4).prop_flat_map(|(f, dim, extra)| {
+            (0..=f).prop_flat_map(move |o| {
+                let h = (f + 1).max(2 * f + 1 - o) + extra;
+                let honest = prop::collection::vec(prop::collection::vec(-10.0f32..10.0, dim), h);
+                let outliers = prop::collection::vec(prop::collection::vec(-1e30f32..1e30, dim), o);
+                (honest, outliers, Just(f))
+            })
+        })
+    }
+
+    fn within_honest_range(out: &[f32], honest: &[Vec<f32>]) -> bool {
+        out.iter().enumerate().all(|(j, &x)| {
+            let lo = honest.iter().map(|h| h[j]).fold(f32::INFINITY, f32::min);
+            let hi = honest
+                .iter()
+                .map(|h| h[j])
+                .fold(f32::NEG_INFINITY, f32::max);
+            x >= lo - 1e-4 && x <= hi + 1e-4
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn robust_stays_in_honest_range((honest, outliers, f) in honest_and_outliers()) {
+            let mut all = outliers.clone();
+            all.extend(honest.iter().cloned());
+            let med = median(&all).unwrap();
+            prop_assert!(within_honest_range(&med, &honest));
+            let tm = trimmed_mean(&all, 0.0, f).unwrap();
+            prop_assert!(within_honest_range(&tm, &honest));
+        }
+
+        #[test]
+        fn identical_inputs_are_fixed_points(v in prop::collection::vec(-1e6f32..1e6, 1..50), n in 1usize..9) {
+            let inputs = vec![v.clone(); n];
+            prop_assert_eq!(mean(&inputs).unwrap(), v.clone());
+            prop_assert_eq!(median(&inputs).unwrap(), v.clone());
+            prop_assert_eq!(trimmed_mean(&inputs, 0.0, (n - 1) / 2).unwrap(), v);
+        }
+
+        #[test]
+        fn mean_is_permutation_invariant(inputs in prop::collection::vec(prop::collection::vec(-1e3f32..1e3, 7), 1..8)) {
+            let mut rev = inputs.clone();
+            rev.reverse();
+            prop_assert_eq!(mean(&inputs).unwrap(), mean(&rev).unwrap());
+            prop_assert_eq!(median(&inputs).unwrap(), median(&rev).unwrap());
+        }
+    }
+}
