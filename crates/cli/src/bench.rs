@@ -38,6 +38,9 @@ pub struct StepArgs {
     /// Engine threads (default: all cores).
     #[arg(long)]
     threads: Option<usize>,
+    /// Split each batch into this many concurrently computed micro-batches.
+    #[arg(long, default_value_t = 1)]
+    micro_batches: usize,
     /// Timed steps (the median is reported).
     #[arg(long, default_value_t = 21)]
     steps: usize,
@@ -57,6 +60,7 @@ pub fn default_ffn(d_model: usize) -> usize {
 struct StepReport {
     engine: String,
     threads: usize,
+    micro_batches: usize,
     params: usize,
     tokens_per_step: usize,
     median_step_s: f64,
@@ -95,6 +99,7 @@ fn step(args: StepArgs) -> Result<()> {
     };
     let report = with_threads(threads, || -> Result<StepReport> {
         let mut trainer = Trainer::new(config.clone(), optim, 0)?;
+        trainer.micro_batches = args.micro_batches;
         let mut rng = ChaCha8Rng::seed_from_u64(0);
         let mut times = Vec::with_capacity(args.steps);
         let mut loss = 0.0;
@@ -119,6 +124,7 @@ fn step(args: StepArgs) -> Result<()> {
         Ok(StepReport {
             engine: neuroshard_model::engine_name(),
             threads,
+            micro_batches: args.micro_batches,
             params: config.num_params(),
             tokens_per_step: tokens,
             median_step_s: median,

@@ -1,0 +1,120 @@
+//! The model commands end to end on a tiny synthetic dataset: genesis → train → eval →
+//! generate → export, and their errors on bad input.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn neuroshard(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_neuroshard"))
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("the neuroshard binary runs")
+}
+
+fn ok(args: &[&str]) -> String {
+    let out = neuroshard(args);
+    assert!(
+        out.status.success(),
+        "neuroshard {args:?} failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn fails(args: &[&str]) -> String {
+    let out = neuroshard(args);
+    assert!(!out.status.success(), "neuroshard {args:?} should fail");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().expect("temp paths are UTF-8")
+}
+
+#[test]
+fn train_eval_generate_export() {
+    let dir = tempfile::tempdir().unwrap();
+    let (data, model, hf) = (dir.path().join("g"), dir.path().join("m"), dir.path().join("hf"));
+    ok(&[
+        "genesis", "build", "--synthetic", "--synthetic-tokens", "60000", "--out", s(&data),
+    ]);
+    let log = dir.path().join("log.jsonl");
+    let tiny = [
+        "--layers", "2", "--d-model", "32", "--heads", "2", "--seq", "32", "--batch", "4",
+    ];
+    let mut train = vec![
+        "train", "--data", s(&data), "--steps", "12", "--out", s(&model), "--eval-every", "6",
+        "--json-log", s(&log), "--lr", "3e-3", "--warmup", "2",
+    ];
+    train.extend(tiny);
+    ok(&train);
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 12);
+    let first = lines[0]["loss"].as_f64().unwrap();
+    let last = lines[11]["loss"].as_f64().unwrap();
+    assert!(last < first, "training loss went from {first} to {last}");
+    assert!(lines[11]["val_loss"].as_f64().is_some());
+
+    let report: serde_json::Value = serde_json::from_str(&ok(&[
+        "eval", "--checkpoint", s(&model), "--data", s(&data), "--json", "--seq", "32",
+    ]))
+    .unwrap();
+    let loss = report["loss"].as_f64().unwrap();
+    assert!(loss.is_finite() && loss > 0.0);
+    assert!((report["perplexity"].as_f64().unwrap() - loss.exp()).abs() < 1e-6 * loss.exp());
+    assert!(report["bits_per_byte"].as_f64().unwrap() > 0.0);
+
+    let text = dir.path().join("unseen.txt");
+    std::fs::write(&text, "the quick brown fox jumps over the lazy dog. ".repeat(20)).unwrap();
+    let report: serde_json::Value = serde_json::from_str(&ok(&[
+        "eval", "--checkpoint", s(&model), "--text", s(&text), "--json", "--seq", "32",
+    ]))
+    .unwrap();
+    assert!(report["tokens"].as_u64().unwrap() > 0);
+
+    let out = ok(&[
+        "generate", "--checkpoint", s(&model), "--prompt", "the", "--max-tokens", "5",
+        "--seed", "1",
+    ]);
+    assert!(out.starts_with("the"), "{out}");
+    let again = ok(&[
+        "generate", "--checkpoint", s(&model), "--prompt", "the", "--max-tokens", "5",
+        "--seed", "1",
+    ]);
+    assert_eq!(out, again, "seeded generation is reproducible");
+
+    ok(&["export", "--checkpoint", s(&model), "--out", s(&hf)]);
+    for f in ["config.json", "model.safetensors", "generation_config.json", "tokenizer.json"] {
+        assert!(hf.join(f).is_file(), "export lacks {f}");
+    }
+
+    // Bad input: a prompt longer than max_seq, a missing checkpoint, invalid UTF-8 text.
+    let long = "word ".repeat(200);
+    let err = fails(&["generate", "--checkpoint", s(&model), "--prompt", &long]);
+    assert!(err.contains("longer than max_seq"), "{err}");
+    let err = fails(&["eval", "--checkpoint", s(&dir.path().join("nope")), "--text", s(&text)]);
+    assert!(err.contains("meta.json"), "{err}");
+    std::fs::write(&text, [b'o', b'k', 0xff, 0xfe]).unwrap();
+    let err = fails(&["eval", "--checkpoint", s(&model), "--text", s(&text)]);
+    assert!(err.contains("not valid UTF-8 at byte 2"), "{err}");
+}
+
+#[test]
+fn impossible_model_shapes_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("g");
+    ok(&[
+        "genesis", "build", "--synthetic", "--synthetic-tokens", "20000", "--out", s(&data),
+    ]);
+    let err = fails(&[
+        "train", "--data", s(&data), "--steps", "1", "--out", s(&dir.path().join("m")),
+        "--d-model", "30", "--heads", "4",
+    ]);
+    assert!(err.contains("not divisible by heads"), "{err}");
+}
