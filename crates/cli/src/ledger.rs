@@ -8,9 +8,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, anyhow, bail};
 use clap::{Args, Subcommand};
-use neuroshard_ledger::{
-    AccountOp, Action, Outcome, format_neuro, parse_neuro, reward, verify_op,
-};
+use neuroshard_ledger::{AccountOp, Action, Outcome, format_neuro, parse_neuro, reward, verify_op};
 use neuroshard_proof::{NodeId, ProofVerifier, PublicKey, VerifyError};
 use serde_json::json;
 
@@ -84,12 +82,19 @@ pub fn run(args: LedgerArgs) -> Result<()> {
             };
             let a = dirs.open_ledger()?.state().account(&id);
             if dirs.json {
-                println!("{}", json!({ "account": id, "balance": a.balance, "stake": a.stake,
-                    "unlock_at_ms": a.unlock_at_ms, "next_nonce": a.next_nonce }));
+                println!(
+                    "{}",
+                    json!({ "account": id, "balance": a.balance, "stake": a.stake,
+                    "unlock_at_ms": a.unlock_at_ms, "next_nonce": a.next_nonce })
+                );
             } else {
                 println!("account {id}");
                 println!("balance {}", format_neuro(a.balance));
-                println!("stake   {} (unlocks at {} ms)", format_neuro(a.stake), a.unlock_at_ms);
+                println!(
+                    "stake   {} (unlocks at {} ms)",
+                    format_neuro(a.stake),
+                    a.unlock_at_ms
+                );
             }
         }
         LedgerCommand::History { account, limit } => {
@@ -113,19 +118,39 @@ pub fn run(args: LedgerArgs) -> Result<()> {
                 }
             }
         }
-        LedgerCommand::Stake { amount: a, lock_days } => {
+        LedgerCommand::Stake {
+            amount: a,
+            lock_days,
+        } => {
             let now = now_ms()?;
             let lock = lock_days.max(1).saturating_mul(24 * 60 * 60 * 1000);
-            submit(dirs, now, Action::Stake {
-                amount: amount(&a)?,
-                unlock_at_ms: now.saturating_add(lock),
-            })?;
+            submit(
+                dirs,
+                now,
+                Action::Stake {
+                    amount: amount(&a)?,
+                    unlock_at_ms: now.saturating_add(lock),
+                },
+            )?;
         }
         LedgerCommand::Unstake { amount: a } => {
-            submit(dirs, now_ms()?, Action::Unstake { amount: amount(&a)? })?;
+            submit(
+                dirs,
+                now_ms()?,
+                Action::Unstake {
+                    amount: amount(&a)?,
+                },
+            )?;
         }
         LedgerCommand::Transfer { to, amount: a } => {
-            submit(dirs, now_ms()?, Action::Transfer { to, amount: amount(&a)? })?;
+            submit(
+                dirs,
+                now_ms()?,
+                Action::Transfer {
+                    to,
+                    amount: amount(&a)?,
+                },
+            )?;
         }
         LedgerCommand::VerifyProof {
             file,
@@ -138,8 +163,11 @@ pub fn run(args: LedgerArgs) -> Result<()> {
             let hash = hex::encode(ledger.state_hash());
             if dirs.json {
                 let s = ledger.state();
-                println!("{}", json!({ "state_hash": hash, "minted": s.minted(),
-                    "burned": s.burned(), "proofs": s.proof_count() }));
+                println!(
+                    "{}",
+                    json!({ "state_hash": hash, "minted": s.minted(),
+                    "burned": s.burned(), "proofs": s.proof_count() })
+                );
             } else {
                 println!("{hash}");
             }
@@ -166,11 +194,18 @@ fn submit(dirs: &DataDirArgs, now: u64, action: Action) -> Result<()> {
     let applied = matches!(outcome, Outcome::Applied(_));
     let after = ledger.state().account(&account);
     if dirs.json {
-        println!("{}", json!({ "applied": applied, "nonce": nonce, "balance": after.balance,
-            "stake": after.stake, "op_hex": hex::encode(signed.to_bytes()) }));
+        println!(
+            "{}",
+            json!({ "applied": applied, "nonce": nonce, "balance": after.balance,
+            "stake": after.stake, "op_hex": hex::encode(signed.to_bytes()) })
+        );
     } else {
         println!("applied op #{nonce}: {action:?}");
-        println!("balance {}  stake {}", format_neuro(after.balance), format_neuro(after.stake));
+        println!(
+            "balance {}  stake {}",
+            format_neuro(after.balance),
+            format_neuro(after.stake)
+        );
     }
     if !applied {
         bail!("op was not applied: {outcome:?}");
@@ -205,7 +240,11 @@ fn verify_proof(
     match verdict {
         Ok(v) => {
             let p = v.proof();
-            let mut ledger = if apply { Some(dirs.open_ledger()?) } else { None };
+            let mut ledger = if apply {
+                Some(dirs.open_ledger()?)
+            } else {
+                None
+            };
             let stake = ledger
                 .as_ref()
                 .map_or(0, |l| l.state().account(&p.node_id).stake);
@@ -215,11 +254,19 @@ fn verify_proof(
                 None => None,
             };
             if dirs.json {
-                println!("{}", json!({ "valid": true, "hash": hex::encode(v.hash()),
+                println!(
+                    "{}",
+                    json!({ "valid": true, "hash": hex::encode(v.hash()),
                     "node_id": p.node_id, "kind": format!("{:?}", p.kind), "nonce": p.nonce,
-                    "reward": amount, "applied": applied }));
+                    "reward": amount, "applied": applied })
+                );
             } else {
-                println!("valid {:?} proof {} from {}", p.kind, hex::encode(v.hash()), p.node_id);
+                println!(
+                    "valid {:?} proof {} from {}",
+                    p.kind,
+                    hex::encode(v.hash()),
+                    p.node_id
+                );
                 println!("reward {}", format_neuro(amount));
                 if let Some(a) = applied {
                     println!("applied to ledger: {a}");

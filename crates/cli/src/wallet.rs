@@ -70,7 +70,10 @@ pub fn run(args: WalletArgs) -> Result<()> {
         WalletCommand::New => {
             let path = dirs.key_path();
             if path.exists() {
-                bail!("{} already exists; refusing to replace a node key", path.display());
+                bail!(
+                    "{} already exists; refusing to replace a node key",
+                    path.display()
+                );
             }
             let identity = Identity::generate();
             identity

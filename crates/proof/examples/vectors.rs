@@ -4,8 +4,9 @@
 //!                          canonical proof bytes and other messages.
 //! `vectors verify FILE`    checks JSON lines {pubkey, msg, sig, expect} made elsewhere;
 //!                          exits non-zero if any verdict differs from `expect`.
-//! `vectors sample-proof OUT` writes a signed training proof (hex) for `ledger verify-proof`
-//!                          and prints the neighbour key to pass as `--known`.
+//! `vectors sample-proof OUT [KEYFILE]` writes a signed training proof (hex) for
+//!                          `ledger verify-proof`, prints the neighbour key to pass as
+//!                          `--known`, and optionally saves the prover's test key.
 
 use std::io::{BufRead, Write};
 use std::process::ExitCode;
@@ -64,7 +65,7 @@ fn verify(path: &str) -> Result<bool, Error> {
     Ok(disagree == 0)
 }
 
-fn sample_proof(out: &str) -> Result<(), Error> {
+fn sample_proof(out: &str, key_file: Option<&str>) -> Result<(), Error> {
     let prover = test_identity(1);
     let neighbour = test_identity(2);
     let now = std::time::SystemTime::now()
@@ -72,6 +73,10 @@ fn sample_proof(out: &str) -> Result<(), Error> {
         .as_millis() as u64;
     let signed = training_proof(&prover, &neighbour, 1, now).sign(&prover);
     std::fs::write(out, hex::encode(signed.to_bytes()))?;
+    if let Some(path) = key_file {
+        // Lets a CLI demo act as the prover (a deterministic test key, never for real use).
+        prover.save_new(std::path::Path::new(path))?;
+    }
     println!("{}", neighbour.public_key());
     Ok(())
 }
@@ -86,8 +91,9 @@ fn main() -> ExitCode {
     {
         ["emit", n] => n.parse().map_err(Error::from).and_then(emit).map(|()| true),
         ["verify", path] => verify(path),
-        ["sample-proof", out] => sample_proof(out).map(|()| true),
-        _ => Err("usage: vectors emit N | verify FILE | sample-proof OUT".into()),
+        ["sample-proof", out] => sample_proof(out, None).map(|()| true),
+        ["sample-proof", out, key] => sample_proof(out, Some(key)).map(|()| true),
+        _ => Err("usage: vectors emit N | verify FILE | sample-proof OUT [KEYFILE]".into()),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,
