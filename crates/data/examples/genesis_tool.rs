@@ -2,6 +2,8 @@
 //!
 //! - `genesis_tool build OUT INPUT...`: build with default settings (fresh key in OUT's
 //!   parent), print the elapsed time and token counts;
+//! - `genesis_tool synthetic OUT [TOKENS]`: the same for the built-in synthetic corpus, also
+//!   printing the entropy floor;
 //! - `genesis_tool encode TOKENIZER_JSON IN_JSONL OUT_JSONL`: encode each `{"text": …}` line
 //!   with our tokenizer wrapper, writing `{"ids": […]}` lines (for bench/tokenizers_check).
 
@@ -9,25 +11,34 @@ use std::io::{BufRead, BufWriter, Write};
 use std::path::PathBuf;
 use std::time::Instant;
 
-use neuroshard_data::{BuildOptions, GenesisTokenizer, NoProgress, build};
+use neuroshard_data::{BuildOptions, GenesisTokenizer, NoProgress, SyntheticConfig, build};
 use neuroshard_proof::Identity;
 
 type Result<T> = std::result::Result<T, Box<dyn std::error::Error>>;
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    match args.first().map(String::as_str) {
-        Some("build") if args.len() >= 3 => {
+    let first = args.first().map(String::as_str);
+    match first {
+        Some(mode @ ("build" | "synthetic")) if args.len() >= 2 => {
             let out = PathBuf::from(&args[1]);
             let key = out
                 .parent()
                 .map(|p| p.join("genesis-builder.key"))
                 .unwrap_or_else(|| PathBuf::from("genesis-builder.key"));
             let identity = Identity::load_or_create(&key)?;
-            let opts = BuildOptions {
+            let mut opts = BuildOptions {
                 inputs: args[2..].iter().map(PathBuf::from).collect(),
                 ..BuildOptions::new(out)
             };
+            if mode == "synthetic" {
+                let mut cfg = SyntheticConfig::default();
+                if let Some(t) = args.get(2) {
+                    cfg.tokens = t.parse()?;
+                }
+                opts.inputs.clear();
+                opts.synthetic = Some(cfg);
+            }
             let t = Instant::now();
             let report = build(&opts, &identity, &NoProgress)?;
             let m = &report.manifest.manifest;
@@ -43,6 +54,15 @@ fn main() -> Result<()> {
                 m.tokenizer.vocab_size,
                 m.merkle_root
             );
+            if let Some(f) = m.entropy_floor {
+                println!(
+                    "entropy floor: {} nats/token ({} bits/token), mean document {} tokens, ln(vocab) {}",
+                    f.nats_per_token,
+                    f.bits_per_token,
+                    f.mean_doc_tokens,
+                    (m.tokenizer.vocab_size as f64).ln()
+                );
+            }
             Ok(())
         }
         Some("encode") if args.len() == 4 => {
@@ -61,6 +81,6 @@ fn main() -> Result<()> {
             println!("encoded {n} samples");
             Ok(())
         }
-        _ => Err("usage: genesis_tool build OUT INPUT... | encode TOKENIZER IN OUT".into()),
+        _ => Err("usage: genesis_tool build OUT INPUT... | synthetic OUT [TOKENS] | encode TOKENIZER IN OUT".into()),
     }
 }
