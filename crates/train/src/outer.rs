@@ -1,0 +1,249 @@
+//! The DiLoCo outer step as a sans-IO round: pseudo-gradients in, new θ₀ out.
+
+use neuroshard_aggregate::{AggregateError, Aggregator};
+use thiserror::Error;
+
+use crate::compress::{DecodeError, decode};
+
+#[derive(Debug, Clone, PartialEq, Error)]
+pub enum DilocoError {
+    #[error("aggregation: {0}")]
+    Aggregate(#[from] AggregateError),
+    #[error("peer {peer}: {source}")]
+    Decode { peer: usize, source: DecodeError },
+    #[error("local parameters have {len} values, θ₀ has {expected}")]
+    Length { len: usize, expected: usize },
+}
+
+/// Outer SGD with Nesterov momentum on θ₀, treating the aggregated pseudo-gradient Δ as the
+/// gradient: v ← μ·v + Δ; θ₀ ← θ₀ − lr·(Δ + μ·v).
+#[derive(Debug, Clone, PartialEq)]
+pub struct OuterOptimizer {
+    pub lr: f32,
+    pub momentum: f32,
+    velocity: Vec<f32>,
+}
+
+impl OuterOptimizer {
+    /// DiLoCo's defaults: lr 0.7, momentum 0.9.
+    pub fn new(len: usize) -> Self {
+        Self::with(len, 0.7, 0.9)
+    }
+
+    pub fn with(len: usize, lr: f32, momentum: f32) -> Self {
+        Self {
+            lr,
+            momentum,
+            velocity: vec![0.0; len],
+        }
+    }
+
+    pub fn velocity(&self) -> &[f32] {
+        &self.velocity
+    }
+
+    /// Applies one step to `theta` (same length as the optimizer, checked by the caller).
+    pub fn step(&mut self, theta: &mut [f32], delta: &[f32]) {
+        let (lr, mu) = (self.lr, self.momentum);
+        for ((t, v), d) in theta.iter_mut().zip(&mut self.velocity).zip(delta) {
+            *v = mu * *v + d;
+            *t -= lr * (d + mu * *v);
+        }
+    }
+}
+
+/// What a round produced.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RoundOutcome {
+    pub round: u64,
+    /// The aggregated pseudo-gradient Δ.
+    pub delta_norm: f64,
+}
+
+/// The outer loop state every participant holds: θ₀, the outer optimizer, the robust rule,
+/// and the previous aggregate (the centre for centered clipping).
+#[derive(Debug, Clone)]
+pub struct DilocoRound {
+    theta: Vec<f32>,
+    optimizer: OuterOptimizer,
+    aggregator: Aggregator,
+    previous: Option<Vec<f32>>,
+    round: u64,
+}
+
+impl DilocoRound {
+    pub fn new(theta: Vec<f32>, optimizer: OuterOptimizer, aggregator: Aggregator) -> Self {
+        Self {
+            theta,
+            optimizer,
+            aggregator,
+            previous: None,
+            round: 0,
+        }
+    }
+
+    pub fn theta(&self) -> &[f32] {
+        &self.theta
+    }
+
+    pub fn round(&self) -> u64 {
+        self.round
+    }
+
+    /// Δᵢ = θ₀ − θᵢ for a replica that finished its inner steps at `local`.
+    pub fn pseudo_gradient(&self, local: &[f32]) -> Result<Vec<f32>, DilocoError> {
+        if local.len() != self.theta.len() {
+            return Err(DilocoError::Length {
+                len: local.len(),
+                expected: self.theta.len(),
+            });
+        }
+        Ok(self.theta.iter().zip(local).map(|(t, l)| t - l).collect())
+    }
+
+    /// Aggregates dense pseudo-gradients (peer i at index i) and applies the outer step.
+    pub fn apply<V: AsRef<[f32]> + Sync>(
+        &mut self,
+        contributions: &[V],
+    ) -> Result<RoundOutcome, DilocoError> {
+        let delta = self
+            .aggregator
+            .aggregate(contributions, self.previous.as_deref())?;
+        if delta.len() != self.theta.len() {
+            return Err(DilocoError::Length {
+                len: delta.len(),
+                expected: self.theta.len(),
+            });
+        }
+        self.optimizer.step(&mut self.theta, &delta);
+        let delta_norm = delta
+            .iter()
+            .map(|&d| f64::from(d).powi(2))
+            .sum::<f64>()
+            .sqrt();
+        self.previous = Some(delta);
+        self.round += 1;
+        Ok(RoundOutcome {
+            round: self.round,
+            delta_norm,
+        })
+    }
+
+    /// Decodes compressed pseudo-gradients, then [`Self::apply`]. Aggregation runs on the
+    /// decoded dense vectors.
+    pub fn apply_encoded(&mut self, messages: &[&[u8]]) -> Result<RoundOutcome, DilocoError> {
+        let dense = messages
+            .iter()
+            .enumerate()
+            .map(|(peer, m)| {
+                decode(m, self.theta.len()).map_err(|source| DilocoError::Decode { peer, source })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        self.apply(&dense)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{CompressSpec, Compressor};
+
+    fn close(a: f32, b: f64) -> bool {
+        (f64::from(a) - b).abs() < 1e-6
+    }
+
+    #[test]
+    fn two_rounds_by_hand() {
+        // θ₀ = 1.0, every replica ends its inner steps 0.1 lower, lr 0.7, μ 0.9.
+        // Round 1: Δ = 1.0 − 0.9 = 0.1; v = 0.9·0 + 0.1 = 0.1;
+        //          θ₀ = 1.0 − 0.7·(0.1 + 0.9·0.1) = 1.0 − 0.7·0.19 = 0.867.
+        // Round 2: replicas end at 0.867 − 0.1 = 0.767, so Δ = 0.1; v = 0.9·0.1 + 0.1 = 0.19;
+        //          θ₀ = 0.867 − 0.7·(0.1 + 0.9·0.19) = 0.867 − 0.7·0.271 = 0.6773.
+        let mut round = DilocoRound::new(vec![1.0; 3], OuterOptimizer::new(3), Aggregator::Mean);
+        let locals = vec![vec![0.9f32; 3]; 4];
+        let deltas: Vec<Vec<f32>> = locals
+            .iter()
+            .map(|l| round.pseudo_gradient(l).unwrap())
+            .collect();
+        assert!(deltas.iter().flatten().all(|&d| close(d, 0.1)));
+        round.apply(&deltas).unwrap();
+        assert!(
+            round.theta().iter().all(|&t| close(t, 0.867)),
+            "{:?}",
+            round.theta()
+        );
+        assert!(round.optimizer.velocity().iter().all(|&v| close(v, 0.1)));
+        let locals: Vec<Vec<f32>> = (0..4)
+            .map(|_| round.theta().iter().map(|t| t - 0.1).collect())
+            .collect();
+        let deltas: Vec<Vec<f32>> = locals
+            .iter()
+            .map(|l| round.pseudo_gradient(l).unwrap())
+            .collect();
+        let out = round.apply(&deltas).unwrap();
+        assert_eq!(out.round, 2);
+        assert!(
+            round.theta().iter().all(|&t| close(t, 0.6773)),
+            "{:?}",
+            round.theta()
+        );
+        assert!(round.optimizer.velocity().iter().all(|&v| close(v, 0.19)));
+    }
+
+    #[test]
+    fn fixed_replica_point_by_hand() {
+        // Same start, but replicas land on θᵢ = 0.9 again in round 2:
+        // Δ₂ = 0.867 − 0.9 = −0.033; v = 0.9·0.1 − 0.033 = 0.057;
+        // θ₀ = 0.867 − 0.7·(−0.033 + 0.9·0.057) = 0.867 − 0.7·0.0183 = 0.85419.
+        let mut round = DilocoRound::new(vec![1.0], OuterOptimizer::new(1), Aggregator::Median);
+        for _ in 0..2 {
+            let d = round.pseudo_gradient(&[0.9]).unwrap();
+            round.apply(&[d.clone(), d.clone(), d]).unwrap();
+        }
+        assert!(close(round.theta()[0], 0.85419), "{:?}", round.theta());
+    }
+
+    #[test]
+    fn robust_round_ignores_attacker_and_names_bad_peer() {
+        let mut round = DilocoRound::new(
+            vec![0.0; 4],
+            OuterOptimizer::with(4, 1.0, 0.0),
+            Aggregator::parse("trimmed-mean", 1).unwrap(),
+        );
+        let contributions = vec![vec![1.0f32; 4], vec![1.0; 4], vec![1.0; 4], vec![-1e9; 4]];
+        round.apply(&contributions).unwrap();
+        assert_eq!(round.theta(), &[-1.0; 4]);
+        let bad = vec![vec![1.0f32; 4], vec![f32::NAN; 4], vec![1.0; 4]];
+        let err = round.apply(&bad).unwrap_err();
+        assert!(err.to_string().contains("peer 1"), "{err}");
+        assert_eq!(round.round(), 1);
+        assert!(matches!(
+            round.pseudo_gradient(&[0.0; 3]),
+            Err(DilocoError::Length { .. })
+        ));
+    }
+
+    #[test]
+    fn encoded_round_matches_dense_for_lossless_spec() {
+        let spec: CompressSpec = "topk:1:fp32".parse().unwrap();
+        let deltas: Vec<Vec<f32>> = (0..3)
+            .map(|p| (0..50).map(|i| (i * (p + 1)) as f32 * 0.01).collect())
+            .collect();
+        let messages: Vec<Vec<u8>> = deltas
+            .iter()
+            .map(|d| Compressor::new(spec, 50).compress(d).unwrap())
+            .collect();
+        let refs: Vec<&[u8]> = messages.iter().map(Vec::as_slice).collect();
+        let mut a = DilocoRound::new(vec![0.5; 50], OuterOptimizer::new(50), Aggregator::Mean);
+        let mut b = a.clone();
+        a.apply(&deltas).unwrap();
+        b.apply_encoded(&refs).unwrap();
+        assert_eq!(a.theta(), b.theta());
+        let mut broken = messages[2].clone();
+        broken.truncate(5);
+        let err = b
+            .apply_encoded(&[&messages[0], &messages[1], &broken])
+            .unwrap_err();
+        assert!(matches!(err, DilocoError::Decode { peer: 2, .. }));
+    }
+}
