@@ -5,33 +5,73 @@ use rayon::prelude::*;
 use crate::distance::{check_lengths, find_non_finite};
 use crate::{AggregateError, CHUNK};
 
-/// Runs `per_coord(values, coord) -> f32` for every coordinate, with the n values of that
-/// coordinate gathered into one scratch buffer reused across the chunk. Non-finite inputs are
-/// noticed while gathering and reported (naming the peer) afterwards.
-fn per_coordinate<V, F>(inputs: &[V], per_coord: F) -> Result<Vec<f32>, AggregateError>
+/// Coordinates sorted together: n rows of `BLOCK` f32 stay in L1 for n up to ~32.
+const BLOCK: usize = 256;
+
+/// Comparators (i, j), i < j, of Batcher's odd–even merge sort for n inputs (any n).
+pub(crate) fn sorting_network(n: usize) -> Vec<(usize, usize)> {
+    let mut pairs = Vec::new();
+    let mut p = 1;
+    while p < n {
+        let mut k = p;
+        while k >= 1 {
+            let mut j = k % p;
+            while j + k < n {
+                for i in 0..k.min(n - j - k) {
+                    if (i + j) / (2 * p) == (i + j + k) / (2 * p) {
+                        pairs.push((i + j, i + j + k));
+                    }
+                }
+                j += 2 * k;
+            }
+            k /= 2;
+        }
+        p *= 2;
+    }
+    pairs
+}
+
+/// Sorts every coordinate's n values with a sorting network applied row-wise: the block holds
+/// n rows of up to `BLOCK` coordinates and each comparator is an element-wise min/max of two
+/// rows, which vectorises, with no per-coordinate branching or allocation. `reduce(rows, b,
+/// out)` then turns the sorted rows (row i = i-th smallest) into `out[..b]`. Non-finite inputs
+/// are noticed while copying and reported (naming the peer) afterwards.
+fn sort_coordinates<V, F>(inputs: &[V], reduce: F) -> Result<Vec<f32>, AggregateError>
 where
     V: AsRef<[f32]> + Sync,
-    F: Fn(&mut [f32]) -> f32 + Sync,
+    F: Fn(&[f32], usize, &mut [f32]) + Sync,
 {
     let len = check_lengths(inputs)?;
     let n = inputs.len();
+    let network = sorting_network(n);
     let mut out = vec![0.0f32; len];
     let clean = out
         .par_chunks_mut(CHUNK)
         .enumerate()
         .try_for_each(|(c, out)| {
-            let start = c * CHUNK;
-            let mut scratch = vec![0.0f32; n];
-            let mut finite = true;
-            for (j, o) in out.iter_mut().enumerate() {
-                for (s, v) in scratch.iter_mut().zip(inputs) {
-                    let x = v.as_ref()[start + j];
-                    finite &= x.is_finite();
-                    *s = x;
+            let mut rows = vec![0.0f32; n * BLOCK];
+            for (blk, out) in out.chunks_mut(BLOCK).enumerate() {
+                let start = c * CHUNK + blk * BLOCK;
+                let b = out.len();
+                for (row, v) in rows.chunks_exact_mut(BLOCK).zip(inputs) {
+                    let src = &v.as_ref()[start..start + b];
+                    if !src.iter().all(|x| x.is_finite()) {
+                        return Err(());
+                    }
+                    row[..b].copy_from_slice(src);
                 }
-                *o = per_coord(&mut scratch);
+                for &(i, j) in &network {
+                    let (lo, hi) = rows.split_at_mut(j * BLOCK);
+                    let (a, z) = (&mut lo[i * BLOCK..i * BLOCK + b], &mut hi[..b]);
+                    for (x, y) in a.iter_mut().zip(z.iter_mut()) {
+                        let (p, q) = (*x, *y);
+                        *x = p.min(q);
+                        *y = p.max(q);
+                    }
+                }
+                reduce(&rows, b, out);
             }
-            if finite { Ok(()) } else { Err(()) }
+            Ok(())
         });
     if clean.is_err() {
         find_non_finite(inputs)?;
@@ -48,19 +88,24 @@ pub fn mean<V: AsRef<[f32]> + Sync>(inputs: &[V]) -> Result<Vec<f32>, AggregateE
         .par_chunks_mut(CHUNK)
         .enumerate()
         .try_for_each(|(c, out)| {
-            let start = c * CHUNK;
-            let mut acc = vec![0.0f64; out.len()];
-            for v in inputs {
-                for (a, x) in acc.iter_mut().zip(&v.as_ref()[start..start + out.len()]) {
-                    *a += f64::from(*x);
-                }
-            }
-            // A sum of finite f32 values cannot overflow f64, so a non-finite sum means a
-            // non-finite input; naming it is left to the slow path below.
+            // Sub-blocks keep the f64 accumulators in L1 while the n inputs stream past.
+            let mut acc = [0.0f64; BLOCK];
             let mut finite = true;
-            for (o, a) in out.iter_mut().zip(&acc) {
-                finite &= a.is_finite();
-                *o = (a * inv) as f32;
+            for (blk, out) in out.chunks_mut(BLOCK).enumerate() {
+                let start = c * CHUNK + blk * BLOCK;
+                let acc = &mut acc[..out.len()];
+                acc.fill(0.0);
+                for v in inputs {
+                    for (a, x) in acc.iter_mut().zip(&v.as_ref()[start..start + out.len()]) {
+                        *a += f64::from(*x);
+                    }
+                }
+                // A sum of finite f32 values cannot overflow f64, so a non-finite sum means a
+                // non-finite input; naming it is left to the slow path below.
+                for (o, a) in out.iter_mut().zip(acc.iter()) {
+                    finite &= a.is_finite();
+                    *o = (a * inv) as f32;
+                }
             }
             if finite { Ok(()) } else { Err(()) }
         });
@@ -99,27 +144,31 @@ pub fn trimmed_mean<V: AsRef<[f32]> + Sync>(
     let n = inputs.len();
     let k = trim_count(n, beta, f)?;
     let kept = (n - 2 * k) as f64;
-    per_coordinate(inputs, |values| {
-        values.sort_unstable_by(f32::total_cmp);
-        let sum: f64 = values[k..n - k].iter().map(|&x| f64::from(x)).sum();
-        (sum / kept) as f32
+    sort_coordinates(inputs, |rows, b, out| {
+        let mut acc = [0.0f64; BLOCK];
+        for row in rows.chunks_exact(BLOCK).skip(k).take(n - 2 * k) {
+            for (a, x) in acc.iter_mut().zip(&row[..b]) {
+                *a += f64::from(*x);
+            }
+        }
+        for (o, a) in out.iter_mut().zip(&acc) {
+            *o = (a / kept) as f32;
+        }
     })
 }
 
 /// Coordinate-wise median; for even n the mean of the two middle values.
 pub fn median<V: AsRef<[f32]> + Sync>(inputs: &[V]) -> Result<Vec<f32>, AggregateError> {
     let n = inputs.len();
-    per_coordinate(inputs, |values| {
-        let (_, &mut hi, _) = values.select_nth_unstable_by(n / 2, f32::total_cmp);
+    sort_coordinates(inputs, |rows, b, out| {
+        let hi = &rows[(n / 2) * BLOCK..(n / 2) * BLOCK + b];
         if n % 2 == 1 {
-            hi
+            out.copy_from_slice(hi);
         } else {
-            // After selecting n/2, the lower middle is the largest value left of it.
-            let lo = values[..n / 2]
-                .iter()
-                .copied()
-                .fold(f32::NEG_INFINITY, f32::max);
-            ((f64::from(lo) + f64::from(hi)) / 2.0) as f32
+            let lo = &rows[(n / 2 - 1) * BLOCK..(n / 2 - 1) * BLOCK + b];
+            for ((o, l), h) in out.iter_mut().zip(lo).zip(hi) {
+                *o = ((f64::from(*l) + f64::from(*h)) / 2.0) as f32;
+            }
         }
     })
 }
@@ -142,6 +191,33 @@ mod tests {
         // k = max(ceil(0.1 * 4), 1) = 1: coordinate 0 keeps {2, 3}, coordinate 1 keeps {10, 20}.
         assert_eq!(trimmed_mean(&v, 0.1, 1).unwrap(), vec![2.5, 15.0]);
         assert_eq!(median(&v[..3]).unwrap(), vec![2.0, 20.0]);
+    }
+
+    #[test]
+    fn sorting_network_sorts_everything() {
+        // 0-1 principle: a comparator network sorts all inputs iff it sorts all 0/1 inputs.
+        for n in 1..=12usize {
+            let net = sorting_network(n);
+            for bits in 0u32..(1 << n) {
+                let mut v: Vec<u32> = (0..n).map(|i| (bits >> i) & 1).collect();
+                for &(i, j) in &net {
+                    if v[i] > v[j] {
+                        v.swap(i, j);
+                    }
+                }
+                assert!(v.windows(2).all(|w| w[0] <= w[1]), "n={n} bits={bits:b}");
+            }
+        }
+        for n in [16usize, 17, 31, 33, 64, 100] {
+            let net = sorting_network(n);
+            let mut v: Vec<u64> = (0..n as u64).map(|i| (i * 7919 + 13) % 101).collect();
+            for &(i, j) in &net {
+                if v[i] > v[j] {
+                    v.swap(i, j);
+                }
+            }
+            assert!(v.windows(2).all(|w| w[0] <= w[1]), "n={n}");
+        }
     }
 
     #[test]
