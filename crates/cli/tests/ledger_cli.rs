@@ -1,0 +1,131 @@
+//! `neuroshard wallet` and `neuroshard ledger` end to end: key file, a verified proof credited,
+//! a transfer with its burn, stake lock, history, state hash, and refusals.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use neuroshard_proof::fixtures::{test_identity, training_proof};
+use serde_json::Value;
+
+type Res<T = ()> = Result<T, Box<dyn std::error::Error>>;
+
+fn neuroshard(data: &Path, args: &[&str]) -> Res<Output> {
+    Ok(Command::new(env!("CARGO_BIN_EXE_neuroshard"))
+        .args(args)
+        .arg("--data-dir")
+        .arg(data)
+        .env("RUST_LOG", "warn")
+        .output()?)
+}
+
+fn ok_json(data: &Path, args: &[&str]) -> Res<Value> {
+    let out = neuroshard(data, args)?;
+    if !out.status.success() {
+        return Err(format!(
+            "neuroshard {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+        .into());
+    }
+    Ok(serde_json::from_slice(&out.stdout)?)
+}
+
+fn fails(data: &Path, args: &[&str]) -> Res<String> {
+    let out = neuroshard(data, args)?;
+    assert!(!out.status.success(), "neuroshard {args:?} should fail");
+    Ok(String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[test]
+fn wallet_and_ledger_commands() -> Res {
+    let dir = tempfile::tempdir()?;
+    let (node, other) = (dir.path().join("node"), dir.path().join("other"));
+
+    let created = ok_json(&other, &["wallet", "new", "--json"])?;
+    let other_id = created["node_id"].as_str().ok_or("node_id")?.to_string();
+    assert!(fails(&other, &["wallet", "new"])?.contains("already exists"));
+    let addr = ok_json(&other, &["wallet", "address", "--json"])?;
+    assert_eq!(addr["node_id"], created["node_id"]);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(other.join("node.key"))?
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+
+    // This node proves some training work, signed with its own key.
+    let prover = test_identity(1);
+    let neighbour = test_identity(2);
+    prover.save_new(&node.join("node.key"))?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_millis() as u64;
+    let proof = training_proof(&prover, &neighbour, 1, now).sign(&prover);
+    let file = dir.path().join("proof.hex");
+    std::fs::write(&file, hex::encode(proof.to_bytes()))?;
+    let file = file.to_str().ok_or("utf-8 path")?;
+    let known = neighbour.public_key().to_string();
+
+    let err = fails(&node, &["ledger", "verify-proof", file])?;
+    assert!(err.contains("not a known node"), "{err}");
+    let v = ok_json(
+        &node,
+        &[
+            "ledger",
+            "verify-proof",
+            file,
+            "--known",
+            &known,
+            "--apply",
+            "--json",
+        ],
+    )?;
+    assert_eq!(v["valid"], true);
+    assert_eq!(v["applied"], true);
+    let reward = v["reward"].as_u64().ok_or("reward")?;
+    assert!(reward > 0);
+    let again = ok_json(
+        &node,
+        &[
+            "ledger",
+            "verify-proof",
+            file,
+            "--known",
+            &known,
+            "--apply",
+            "--json",
+        ],
+    )?;
+    assert_eq!(again["applied"], false, "a proof is credited once");
+
+    let bal = ok_json(&node, &["ledger", "balance", "--json"])?;
+    assert_eq!(bal["balance"].as_u64(), Some(reward));
+
+    ok_json(&node, &["ledger", "transfer", &other_id, "0.001", "--json"])?;
+    let theirs = ok_json(&node, &["ledger", "balance", &other_id, "--json"])?;
+    assert_eq!(theirs["balance"].as_u64(), Some(950_000), "5 % burned");
+    let err = fails(&node, &["ledger", "transfer", &other_id, "1000"])?;
+    assert!(err.contains("insufficient balance"), "{err}");
+
+    ok_json(&node, &["ledger", "stake", "0.0005", "--json"])?;
+    let err = fails(&node, &["ledger", "unstake", "0.0005"])?;
+    assert!(err.contains("locked"), "{err}");
+
+    let history = ok_json(&node, &["ledger", "history", "--json"])?;
+    let kinds: Vec<&str> = history
+        .as_array()
+        .ok_or("history array")?
+        .iter()
+        .filter_map(|h| h["kind"].as_str())
+        .collect();
+    assert_eq!(kinds, ["stake", "burn", "transfer_out", "reward"]);
+
+    let h1 = ok_json(&node, &["ledger", "state-hash", "--json"])?;
+    assert_eq!(h1["minted"].as_u64(), Some(reward));
+    assert_eq!(h1["burned"].as_u64(), Some(50_000));
+    let h2 = ok_json(&node, &["ledger", "state-hash", "--json"])?;
+    assert_eq!(h1["state_hash"], h2["state_hash"]);
+    Ok(())
+}
