@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand};
 mod alloc;
 mod bench;
 mod export;
+mod genesis;
 mod ledger;
 mod wallet;
 
@@ -21,6 +22,8 @@ enum Command {
     /// Benchmarks with figures for the speed goals.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// Genesis dataset: build (tokenizer, shards, signed manifest), verify, info.
+    Genesis(genesis::GenesisArgs),
     /// Write a checkpoint as a Hugging Face LLaMA folder.
     Export(export::ExportArgs),
     /// The node key that is also its ledger account: new, show, address.
@@ -41,6 +44,7 @@ fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Bench(cmd) => bench::run(cmd),
+        Command::Genesis(args) => genesis::run(args),
         Command::Export(args) => export::run(args),
         Command::Wallet(args) => wallet::run(args),
         Command::Ledger(args) => ledger::run(args),
