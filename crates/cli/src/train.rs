@@ -9,8 +9,8 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use neuroshard_data::{BuildOptions, Genesis, NoProgress, Split, SyntheticConfig};
-use neuroshard_proof::Identity;
 use neuroshard_model::{AdamWConfig, ModelConfig, SpecialTokens, Trainer, checkpoint};
+use neuroshard_proof::Identity;
 use serde_json::json;
 
 use crate::bench::default_ffn;
@@ -107,7 +107,10 @@ pub fn open_or_build_default(data: Option<&Path>, near: &Path) -> Result<Genesis
                 .unwrap_or(Path::new("."))
                 .join("genesis-synthetic");
             if !dir.join(neuroshard_data::MANIFEST_FILE).is_file() {
-                eprintln!("building the built-in synthetic corpus in {}", dir.display());
+                eprintln!(
+                    "building the built-in synthetic corpus in {}",
+                    dir.display()
+                );
                 build_synthetic_default(&dir)?;
             }
             dir
@@ -120,8 +123,8 @@ pub fn open_or_build_default(data: Option<&Path>, near: &Path) -> Result<Genesis
 /// it (created on first use).
 pub fn build_synthetic_default(dir: &Path) -> Result<()> {
     let key = dir.with_extension("key");
-    let identity = Identity::load_or_create(&key)
-        .with_context(|| format!("builder key {}", key.display()))?;
+    let identity =
+        Identity::load_or_create(&key).with_context(|| format!("builder key {}", key.display()))?;
     let mut opts = BuildOptions::new(dir.to_path_buf());
     opts.synthetic = Some(SyntheticConfig::default());
     neuroshard_data::build(&opts, &identity, &NoProgress)
@@ -147,7 +150,12 @@ pub fn run(args: TrainArgs) -> Result<()> {
     neuroshard_model::with_threads(threads, || train(&args, &genesis, config, optim))?
 }
 
-fn train(args: &TrainArgs, genesis: &Genesis, config: ModelConfig, optim: AdamWConfig) -> Result<()> {
+fn train(
+    args: &TrainArgs,
+    genesis: &Genesis,
+    config: ModelConfig,
+    optim: AdamWConfig,
+) -> Result<()> {
     let mut trainer = Trainer::new(config.clone(), optim, args.seed)?;
     trainer.micro_batches = args.micro_batches;
     let mut log = match &args.json_log {
@@ -176,8 +184,10 @@ fn train(args: &TrainArgs, genesis: &Genesis, config: ModelConfig, optim: AdamWC
     );
     let bar = ProgressBar::new(args.steps);
     bar.set_style(
-        ProgressStyle::with_template("{bar:30} {pos}/{len} [{elapsed_precise}<{eta_precise}] {msg}")
-            .map_err(|e| anyhow::anyhow!("progress template: {e}"))?,
+        ProgressStyle::with_template(
+            "{bar:30} {pos}/{len} [{elapsed_precise}<{eta_precise}] {msg}",
+        )
+        .map_err(|e| anyhow::anyhow!("progress template: {e}"))?,
     );
     let started = Instant::now();
     let tokens_per_step = (args.batch * args.seq) as f64;
@@ -253,7 +263,10 @@ pub fn save(out: &Path, trainer: &Trainer, step: u64, genesis: &Genesis) -> Resu
         "dataset": { "root": hex::encode(genesis.root()), "name": genesis.manifest().name },
     });
     checkpoint::save(out, &trainer.stage, Some(&trainer.optimizer), step, extra)?;
-    std::fs::copy(genesis.tokenizer_path(), out.join(checkpoint::TOKENIZER_FILE))
-        .with_context(|| format!("copying the tokenizer into {}", out.display()))?;
+    std::fs::copy(
+        genesis.tokenizer_path(),
+        out.join(checkpoint::TOKENIZER_FILE),
+    )
+    .with_context(|| format!("copying the tokenizer into {}", out.display()))?;
     Ok(())
 }

@@ -36,17 +36,49 @@ fn s(p: &Path) -> &str {
 #[test]
 fn train_eval_generate_export() {
     let dir = tempfile::tempdir().unwrap();
-    let (data, model, hf) = (dir.path().join("g"), dir.path().join("m"), dir.path().join("hf"));
+    let (data, model, hf) = (
+        dir.path().join("g"),
+        dir.path().join("m"),
+        dir.path().join("hf"),
+    );
     ok(&[
-        "genesis", "build", "--synthetic", "--synthetic-tokens", "60000", "--out", s(&data),
+        "genesis",
+        "build",
+        "--synthetic",
+        "--synthetic-tokens",
+        "60000",
+        "--out",
+        s(&data),
     ]);
     let log = dir.path().join("log.jsonl");
     let tiny = [
-        "--layers", "2", "--d-model", "32", "--heads", "2", "--seq", "32", "--batch", "4",
+        "--layers",
+        "2",
+        "--d-model",
+        "32",
+        "--heads",
+        "2",
+        "--seq",
+        "32",
+        "--batch",
+        "4",
     ];
     let mut train = vec![
-        "train", "--data", s(&data), "--steps", "12", "--out", s(&model), "--eval-every", "6",
-        "--json-log", s(&log), "--lr", "3e-3", "--warmup", "2",
+        "train",
+        "--data",
+        s(&data),
+        "--steps",
+        "12",
+        "--out",
+        s(&model),
+        "--eval-every",
+        "6",
+        "--json-log",
+        s(&log),
+        "--lr",
+        "3e-3",
+        "--warmup",
+        "2",
     ];
     train.extend(tiny);
     ok(&train);
@@ -62,7 +94,14 @@ fn train_eval_generate_export() {
     assert!(lines[11]["val_loss"].as_f64().is_some());
 
     let report: serde_json::Value = serde_json::from_str(&ok(&[
-        "eval", "--checkpoint", s(&model), "--data", s(&data), "--json", "--seq", "32",
+        "eval",
+        "--checkpoint",
+        s(&model),
+        "--data",
+        s(&data),
+        "--json",
+        "--seq",
+        "32",
     ]))
     .unwrap();
     let loss = report["loss"].as_f64().unwrap();
@@ -71,26 +110,56 @@ fn train_eval_generate_export() {
     assert!(report["bits_per_byte"].as_f64().unwrap() > 0.0);
 
     let text = dir.path().join("unseen.txt");
-    std::fs::write(&text, "the quick brown fox jumps over the lazy dog. ".repeat(20)).unwrap();
+    std::fs::write(
+        &text,
+        "the quick brown fox jumps over the lazy dog. ".repeat(20),
+    )
+    .unwrap();
     let report: serde_json::Value = serde_json::from_str(&ok(&[
-        "eval", "--checkpoint", s(&model), "--text", s(&text), "--json", "--seq", "32",
+        "eval",
+        "--checkpoint",
+        s(&model),
+        "--text",
+        s(&text),
+        "--json",
+        "--seq",
+        "32",
     ]))
     .unwrap();
     assert!(report["tokens"].as_u64().unwrap() > 0);
 
     let out = ok(&[
-        "generate", "--checkpoint", s(&model), "--prompt", "the", "--max-tokens", "5",
-        "--seed", "1",
+        "generate",
+        "--checkpoint",
+        s(&model),
+        "--prompt",
+        "the",
+        "--max-tokens",
+        "5",
+        "--seed",
+        "1",
     ]);
     assert!(out.starts_with("the"), "{out}");
     let again = ok(&[
-        "generate", "--checkpoint", s(&model), "--prompt", "the", "--max-tokens", "5",
-        "--seed", "1",
+        "generate",
+        "--checkpoint",
+        s(&model),
+        "--prompt",
+        "the",
+        "--max-tokens",
+        "5",
+        "--seed",
+        "1",
     ]);
     assert_eq!(out, again, "seeded generation is reproducible");
 
     ok(&["export", "--checkpoint", s(&model), "--out", s(&hf)]);
-    for f in ["config.json", "model.safetensors", "generation_config.json", "tokenizer.json"] {
+    for f in [
+        "config.json",
+        "model.safetensors",
+        "generation_config.json",
+        "tokenizer.json",
+    ] {
         assert!(hf.join(f).is_file(), "export lacks {f}");
     }
 
@@ -98,7 +167,13 @@ fn train_eval_generate_export() {
     let long = "word ".repeat(200);
     let err = fails(&["generate", "--checkpoint", s(&model), "--prompt", &long]);
     assert!(err.contains("longer than max_seq"), "{err}");
-    let err = fails(&["eval", "--checkpoint", s(&dir.path().join("nope")), "--text", s(&text)]);
+    let err = fails(&[
+        "eval",
+        "--checkpoint",
+        s(&dir.path().join("nope")),
+        "--text",
+        s(&text),
+    ]);
     assert!(err.contains("meta.json"), "{err}");
     std::fs::write(&text, [b'o', b'k', 0xff, 0xfe]).unwrap();
     let err = fails(&["eval", "--checkpoint", s(&model), "--text", s(&text)]);
@@ -110,11 +185,26 @@ fn impossible_model_shapes_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("g");
     ok(&[
-        "genesis", "build", "--synthetic", "--synthetic-tokens", "20000", "--out", s(&data),
+        "genesis",
+        "build",
+        "--synthetic",
+        "--synthetic-tokens",
+        "20000",
+        "--out",
+        s(&data),
     ]);
     let err = fails(&[
-        "train", "--data", s(&data), "--steps", "1", "--out", s(&dir.path().join("m")),
-        "--d-model", "30", "--heads", "4",
+        "train",
+        "--data",
+        s(&data),
+        "--steps",
+        "1",
+        "--out",
+        s(&dir.path().join("m")),
+        "--d-model",
+        "30",
+        "--heads",
+        "4",
     ]);
     assert!(err.contains("not divisible by heads"), "{err}");
 }

@@ -157,7 +157,13 @@ pub fn load(dir: &Path) -> Result<Checkpoint, ModelError> {
                 .collect();
             let mut state = read_tensors(&dir.join(OPTIMIZER_FILE), &all_specs, &names)?;
             let v = state.split_off(specs.len());
-            Some(AdamW::from_state(om.config.clone(), &params, om.step, state, v)?)
+            Some(AdamW::from_state(
+                om.config.clone(),
+                &params,
+                om.step,
+                state,
+                v,
+            )?)
         }
         None => None,
     };
@@ -203,8 +209,9 @@ pub(crate) fn read_tensors(
     names: &[String],
 ) -> Result<Vec<Vec<f32>>, ModelError> {
     let bytes = fs::read(path).map_err(|e| ModelError::io(path, e))?;
-    let file = SafeTensors::deserialize(&bytes)
-        .map_err(|e| ModelError::Checkpoint(format!("{}: not a safetensors file: {e}", path.display())))?;
+    let file = SafeTensors::deserialize(&bytes).map_err(|e| {
+        ModelError::Checkpoint(format!("{}: not a safetensors file: {e}", path.display()))
+    })?;
     let expected: std::collections::HashSet<&str> = names.iter().map(String::as_str).collect();
     if let Some(extra) = file.names().into_iter().find(|n| !expected.contains(n)) {
         return Err(ModelError::Checkpoint(format!(
@@ -279,4 +286,3 @@ pub fn describe(meta: &CheckpointMeta) -> String {
         meta.step
     )
 }
-

@@ -74,7 +74,10 @@ impl ModelConfig {
             return bad(format!("vocab must be at least 2, got {}", self.vocab));
         }
         if self.vocab > u32::MAX as usize {
-            return bad(format!("vocab {} does not fit token ids of 32 bits", self.vocab));
+            return bad(format!(
+                "vocab {} does not fit token ids of 32 bits",
+                self.vocab
+            ));
         }
         if self.max_seq == 0 {
             return bad("max_seq must be positive".into());

@@ -46,7 +46,10 @@ pub(crate) fn to_vec(data: TensorData) -> Result<Vec<f32>, ModelError> {
 ///
 /// Results are bitwise identical for any thread count (tested): the engine's reductions and
 /// matrix kernels split work the same way whatever the pool size.
-pub fn with_threads<R: Send>(threads: usize, f: impl FnOnce() -> R + Send) -> Result<R, ModelError> {
+pub fn with_threads<R: Send>(
+    threads: usize,
+    f: impl FnOnce() -> R + Send,
+) -> Result<R, ModelError> {
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads.max(1))
         .build()

@@ -111,7 +111,10 @@ pub fn export_hf(
         "top_p": 0.95,
         "max_length": config.max_seq,
     });
-    for (file, value) in [("config.json", hf_config), ("generation_config.json", generation)] {
+    for (file, value) in [
+        ("config.json", hf_config),
+        ("generation_config.json", generation),
+    ] {
         let text = serde_json::to_vec_pretty(&value)
             .map_err(|e| ModelError::Checkpoint(format!("{file}: {e}")))?;
         write_atomic(&out.join(file), &text)?;

@@ -118,7 +118,9 @@ impl Generator {
         if let Some(p) = sampling.top_p
             && !(p > 0.0 && p <= 1.0)
         {
-            return Err(ModelError::Input(format!("top_p must be in (0, 1], got {p}")));
+            return Err(ModelError::Input(format!(
+                "top_p must be in (0, 1], got {p}"
+            )));
         }
         let max_seq = self.stage.config().max_seq;
         let mut rng = ChaCha8Rng::seed_from_u64(sampling.seed);

@@ -248,9 +248,18 @@ mod tests {
             .iter()
             .zip(params.values().iter().zip(before.values()))
         {
-            let decay = if spec.kind.decays() { 1.0 - 0.01 * 0.1 } else { 1.0 };
+            let decay = if spec.kind.decays() {
+                1.0 - 0.01 * 0.1
+            } else {
+                1.0
+            };
             let want = b[0] * decay - 0.01 * 0.5 / (0.5 + 1e-8);
-            assert!((a[0] - want).abs() < 1e-6, "{}: {} vs {want}", spec.name, a[0]);
+            assert!(
+                (a[0] - want).abs() < 1e-6,
+                "{}: {} vs {want}",
+                spec.name,
+                a[0]
+            );
         }
     }
 
@@ -272,7 +281,11 @@ mod tests {
     fn clipping_bounds_the_update_direction_norm() {
         let cfg = ModelConfig::tiny(16);
         let mut params = ParamSet::init(StageSpec::full(&cfg).param_specs(&cfg), 0);
-        let grads: Vec<Vec<f32>> = params.values().iter().map(|v| vec![10.0; v.len()]).collect();
+        let grads: Vec<Vec<f32>> = params
+            .values()
+            .iter()
+            .map(|v| vec![10.0; v.len()])
+            .collect();
         let mut opt = AdamW::new(AdamWConfig::default(), &params);
         let stats = opt.step(&mut params, &grads).unwrap();
         assert!(stats.clipped);

@@ -147,18 +147,53 @@ impl StageSpec {
         for l in self.first_layer..self.end_layer {
             let p = |s: &str| format!("model.layers.{l}.{s}.weight");
             specs.push(spec(p("input_layernorm"), vec![d], ParamKind::Norm, 0.0));
-            specs.push(spec(p("self_attn.q_proj"), vec![d, d], ParamKind::Linear, std));
-            specs.push(spec(p("self_attn.k_proj"), vec![d, kv], ParamKind::Linear, std));
-            specs.push(spec(p("self_attn.v_proj"), vec![d, kv], ParamKind::Linear, std));
-            specs.push(spec(p("self_attn.o_proj"), vec![d, d], ParamKind::Linear, out_std));
-            specs.push(spec(p("post_attention_layernorm"), vec![d], ParamKind::Norm, 0.0));
+            specs.push(spec(
+                p("self_attn.q_proj"),
+                vec![d, d],
+                ParamKind::Linear,
+                std,
+            ));
+            specs.push(spec(
+                p("self_attn.k_proj"),
+                vec![d, kv],
+                ParamKind::Linear,
+                std,
+            ));
+            specs.push(spec(
+                p("self_attn.v_proj"),
+                vec![d, kv],
+                ParamKind::Linear,
+                std,
+            ));
+            specs.push(spec(
+                p("self_attn.o_proj"),
+                vec![d, d],
+                ParamKind::Linear,
+                out_std,
+            ));
+            specs.push(spec(
+                p("post_attention_layernorm"),
+                vec![d],
+                ParamKind::Norm,
+                0.0,
+            ));
             let f = config.ffn;
             specs.push(spec(p("mlp.gate_proj"), vec![d, f], ParamKind::Linear, std));
             specs.push(spec(p("mlp.up_proj"), vec![d, f], ParamKind::Linear, std));
-            specs.push(spec(p("mlp.down_proj"), vec![f, d], ParamKind::Linear, out_std));
+            specs.push(spec(
+                p("mlp.down_proj"),
+                vec![f, d],
+                ParamKind::Linear,
+                out_std,
+            ));
         }
         if self.head {
-            specs.push(spec("model.norm.weight".into(), vec![d], ParamKind::Norm, 0.0));
+            specs.push(spec(
+                "model.norm.weight".into(),
+                vec![d],
+                ParamKind::Norm,
+                0.0,
+            ));
             if !config.tie_embeddings {
                 specs.push(spec(
                     "lm_head.weight".into(),

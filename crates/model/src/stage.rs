@@ -290,7 +290,9 @@ impl Stage {
         targets: &[u32],
     ) -> Result<Vec<f32>, ModelError> {
         if !self.spec.head {
-            return Err(ModelError::Input("only the last stage computes the loss".into()));
+            return Err(ModelError::Input(
+                "only the last stage computes the loss".into(),
+            ));
         }
         let (batch, seq) = self.check_input(input)?;
         self.check_targets(targets, batch, seq)?;

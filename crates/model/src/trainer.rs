@@ -126,7 +126,11 @@ impl Trainer {
             let w = part.batch as f32 / batch.batch as f32;
             loss += w * part_loss;
             if grads.is_empty() {
-                grads = g.params.into_iter().map(|v| v.iter().map(|x| w * x).collect()).collect();
+                grads = g
+                    .params
+                    .into_iter()
+                    .map(|v| v.iter().map(|x| w * x).collect())
+                    .collect();
             } else {
                 for (acc, v) in grads.iter_mut().zip(&g.params) {
                     acc.iter_mut().zip(v).for_each(|(a, x)| *a += w * x);

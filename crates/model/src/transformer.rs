@@ -190,7 +190,13 @@ impl KvCache {
 }
 
 fn rms_norm(x: Tensor<3>, weight: &Tensor<1>, eps: f64) -> Tensor<3> {
-    let inv_rms = x.clone().square().mean_dim(2).add_scalar(eps).sqrt().recip();
+    let inv_rms = x
+        .clone()
+        .square()
+        .mean_dim(2)
+        .add_scalar(eps)
+        .sqrt()
+        .recip();
     x.mul(inv_rms).mul(weight.clone().unsqueeze::<3>())
 }
 
@@ -239,8 +245,11 @@ impl Weights {
             let h = rms_norm(x.clone(), &block.attn_norm, config.norm_eps);
             x = x + attention(config, block, h, ctx, slot);
             let h = rms_norm(x.clone(), &block.mlp_norm, config.norm_eps);
-            let mlp = silu(linear(h.clone(), block.gate.clone(), None))
-                .mul(linear(h, block.up.clone(), None));
+            let mlp = silu(linear(h.clone(), block.gate.clone(), None)).mul(linear(
+                h,
+                block.up.clone(),
+                None,
+            ));
             x = x + linear(mlp, block.down.clone(), None);
         }
         x
@@ -286,7 +295,10 @@ fn attention(
         Some(mask) => scores + mask.clone(),
         None => scores,
     };
-    let out = softmax(scores, 3).matmul(v).swap_dims(1, 2).reshape([b, s, d]);
+    let out = softmax(scores, 3)
+        .matmul(v)
+        .swap_dims(1, 2)
+        .reshape([b, s, d]);
     linear(out, block.o.clone(), None)
 }
 

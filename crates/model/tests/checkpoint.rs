@@ -11,13 +11,22 @@ fn trained(dir: &std::path::Path) -> Trainer {
     let mut trainer = Trainer::new(common::small_config(40), AdamWConfig::default(), 3).unwrap();
     let batch = common::random_batch(&mut common::rng(1), 40, 2, 8);
     trainer.step(&batch).unwrap();
-    checkpoint::save(dir, &trainer.stage, Some(&trainer.optimizer), 1, serde_json::json!({}))
-        .unwrap();
+    checkpoint::save(
+        dir,
+        &trainer.stage,
+        Some(&trainer.optimizer),
+        1,
+        serde_json::json!({}),
+    )
+    .unwrap();
     trainer
 }
 
 /// Rewrites model.safetensors through `edit`, which may drop, reshape or retype tensors.
-fn rewrite(dir: &std::path::Path, edit: impl Fn(&str, Vec<usize>, Vec<u8>) -> Option<(Dtype, Vec<usize>, Vec<u8>)>) {
+fn rewrite(
+    dir: &std::path::Path,
+    edit: impl Fn(&str, Vec<usize>, Vec<u8>) -> Option<(Dtype, Vec<usize>, Vec<u8>)>,
+) {
     let path = dir.join(checkpoint::MODEL_FILE);
     let bytes = std::fs::read(&path).unwrap();
     let file = SafeTensors::deserialize(&bytes).unwrap();
@@ -62,7 +71,10 @@ fn missing_tensor_is_named() {
         (name != "model.layers.1.mlp.up_proj.weight").then_some((Dtype::F32, shape, data))
     });
     let err = checkpoint::load(dir.path()).unwrap_err().to_string();
-    assert!(err.contains("missing tensor model.layers.1.mlp.up_proj.weight"), "{err}");
+    assert!(
+        err.contains("missing tensor model.layers.1.mlp.up_proj.weight"),
+        "{err}"
+    );
 }
 
 #[test]

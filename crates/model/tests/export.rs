@@ -2,7 +2,9 @@
 
 mod common;
 
-use neuroshard_model::{AdamWConfig, SpecialTokens, Stage, StageSpec, Trainer, checkpoint, export_hf};
+use neuroshard_model::{
+    AdamWConfig, SpecialTokens, Stage, StageSpec, Trainer, checkpoint, export_hf,
+};
 use safetensors::SafeTensors;
 
 #[test]
@@ -23,10 +25,16 @@ fn export_writes_hf_layout() {
 
     let bytes = std::fs::read(out.join("model.safetensors")).unwrap();
     let file = SafeTensors::deserialize(&bytes).unwrap();
-    let q = file.tensor("model.layers.0.self_attn.k_proj.weight").unwrap();
+    let q = file
+        .tensor("model.layers.0.self_attn.k_proj.weight")
+        .unwrap();
     // Ours is [d_in = 64, d_out = 2 kv heads × 16] = [64, 32]; HF wants [out, in].
     assert_eq!(q.shape(), &[32, 64]);
-    let ours = trainer.stage.params().get("model.layers.0.self_attn.k_proj.weight").unwrap();
+    let ours = trainer
+        .stage
+        .params()
+        .get("model.layers.0.self_attn.k_proj.weight")
+        .unwrap();
     let theirs: Vec<f32> = q
         .data()
         .chunks_exact(4)
@@ -35,7 +43,10 @@ fn export_writes_hf_layout() {
     // HF[o][i] == ours[i][o]
     assert_eq!(theirs[5 * 64 + 7], ours[7 * 32 + 5]);
     assert_eq!(file.tensor("lm_head.weight").unwrap().shape(), &[40, 64]);
-    assert_eq!(file.tensor("model.embed_tokens.weight").unwrap().shape(), &[40, 64]);
+    assert_eq!(
+        file.tensor("model.embed_tokens.weight").unwrap().shape(),
+        &[40, 64]
+    );
 
     let config: serde_json::Value =
         serde_json::from_slice(&std::fs::read(out.join("config.json")).unwrap()).unwrap();

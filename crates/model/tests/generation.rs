@@ -30,7 +30,12 @@ fn kv_cache_matches_full_recompute_greedily() {
             .max_by(|a, b| a.1.total_cmp(b.1))
             .unwrap()
             .0 as u32;
-        assert_eq!(argmax, next, "cached decoding diverged at position {}", seq.len());
+        assert_eq!(
+            argmax,
+            next,
+            "cached decoding diverged at position {}",
+            seq.len()
+        );
         seq.push(next);
     }
 }

@@ -7,7 +7,10 @@ use neuroshard_model::{Stage, StageInput, StageSpec, Upstream};
 
 fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
 }
 
 #[test]
@@ -39,9 +42,15 @@ fn three_stages_match_the_unsplit_model() {
         )
         .unwrap();
     let g0 = stages[0]
-        .backward(&batch.input(), &Upstream::Grad(g1.input_grad.clone().unwrap()))
+        .backward(
+            &batch.input(),
+            &Upstream::Grad(g1.input_grad.clone().unwrap()),
+        )
         .unwrap();
-    assert!(g0.input_grad.is_none(), "the embedding stage has no input gradient");
+    assert!(
+        g0.input_grad.is_none(),
+        "the embedding stage has no input gradient"
+    );
 
     let loss_diff = (g2.loss.unwrap() - whole.loss.unwrap()).abs();
     assert!(loss_diff <= 1e-5, "loss differs by {loss_diff}");
@@ -59,7 +68,10 @@ fn three_stages_match_the_unsplit_model() {
         .zip(full.params().specs().iter().zip(&whole.params))
     {
         assert_eq!(name, &spec.name);
-        assert!(w.iter().any(|x| *x != 0.0), "{name} has an all-zero gradient");
+        assert!(
+            w.iter().any(|x| *x != 0.0),
+            "{name} has an all-zero gradient"
+        );
         worst = worst.max(max_abs_diff(g, w));
     }
     assert!(worst <= 1e-5, "parameter gradients differ by {worst}");
@@ -84,11 +96,20 @@ fn stage_rejects_bad_input() {
     let mut acts = first.forward(&ok.input()).unwrap();
     acts.data[5] = f32::NAN;
     let err = last
-        .backward(&StageInput::Hidden(acts.clone()), &Upstream::Targets(ok.targets.clone()))
+        .backward(
+            &StageInput::Hidden(acts.clone()),
+            &Upstream::Targets(ok.targets.clone()),
+        )
         .unwrap_err()
         .to_string();
     assert!(err.contains("not finite"), "{err}");
     acts.data.pop();
-    assert!(last.token_losses(&StageInput::Hidden(acts), &ok.targets).is_err());
-    assert!(last.forward(&ok.input()).is_err(), "the head stage takes hidden states");
+    assert!(
+        last.token_losses(&StageInput::Hidden(acts), &ok.targets)
+            .is_err()
+    );
+    assert!(
+        last.forward(&ok.input()).is_err(),
+        "the head stage takes hidden states"
+    );
 }

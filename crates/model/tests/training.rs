@@ -23,13 +23,23 @@ fn random_tokens_stay_at_the_entropy_floor() {
         let batch = common::random_batch(&mut rng, vocab, 8, 32);
         let loss = trainer.step(&batch).unwrap().loss;
         if step >= 100 {
-            assert!(loss >= floor - 0.05, "step {step}: loss {loss} < ln(V) - 0.05 = {}", floor - 0.05);
+            assert!(
+                loss >= floor - 0.05,
+                "step {step}: loss {loss} < ln(V) - 0.05 = {}",
+                floor - 0.05
+            );
             late.push(loss);
         }
     }
     let mean = late.iter().sum::<f32>() / late.len() as f32;
-    assert!(mean >= floor - 0.02, "late mean loss {mean} under the floor {floor}");
-    assert!(mean < floor + 0.2, "late mean loss {mean} did not even reach the floor {floor}");
+    assert!(
+        mean >= floor - 0.02,
+        "late mean loss {mean} under the floor {floor}"
+    );
+    assert!(
+        mean < floor + 0.2,
+        "late mean loss {mean} did not even reach the floor {floor}"
+    );
 }
 
 /// Training on a repeated batch must drive the loss down: the model does learn.
@@ -59,7 +69,10 @@ fn one_step_hash(threads: usize) -> ([u8; 32], f32) {
         let mut rng = common::rng(4);
         let mut loss = 0.0;
         for _ in 0..3 {
-            loss = trainer.step(&common::random_batch(&mut rng, 80, 4, 32)).unwrap().loss;
+            loss = trainer
+                .step(&common::random_batch(&mut rng, 80, 4, 32))
+                .unwrap()
+                .loss;
         }
         (trainer.stage.model_hash(), loss)
     })
@@ -87,7 +100,10 @@ fn micro_batched_hash(threads: usize) -> ([u8; 32], f32) {
         let mut rng = common::rng(4);
         let mut loss = 0.0;
         for _ in 0..3 {
-            loss = trainer.step(&common::random_batch(&mut rng, 80, 4, 32)).unwrap().loss;
+            loss = trainer
+                .step(&common::random_batch(&mut rng, 80, 4, 32))
+                .unwrap()
+                .loss;
         }
         (trainer.stage.model_hash(), loss)
     })
@@ -103,5 +119,8 @@ fn micro_batched_steps_are_deterministic_and_match_the_full_batch() {
     assert_eq!(h1, h2, "micro-batched step differs between 1 and 2 threads");
     assert_eq!(l1.to_bits(), l2.to_bits());
     let (_, full) = one_step_hash(1);
-    assert!((l1 - full).abs() < 1e-4, "micro-batched loss {l1} vs full batch {full}");
+    assert!(
+        (l1 - full).abs() < 1e-4,
+        "micro-batched loss {l1} vs full batch {full}"
+    );
 }

@@ -23,7 +23,11 @@ pub fn small_config(vocab: usize) -> ModelConfig {
 /// A batch of i.i.d. uniform tokens.
 pub fn random_batch(rng: &mut ChaCha8Rng, vocab: usize, batch: usize, seq: usize) -> Batch {
     let windows: Vec<Vec<u32>> = (0..batch)
-        .map(|_| (0..=seq).map(|_| rng.random_range(0..vocab as u32)).collect())
+        .map(|_| {
+            (0..=seq)
+                .map(|_| rng.random_range(0..vocab as u32))
+                .collect()
+        })
         .collect();
     Batch::from_windows(&windows, seq).expect("windows have seq + 1 tokens")
 }
