@@ -5,6 +5,7 @@ use clap::{Parser, Subcommand};
 
 mod alloc;
 mod bench;
+mod experiment;
 mod export;
 mod genesis;
 mod ledger;
@@ -30,6 +31,9 @@ enum Command {
     Wallet(wallet::WalletArgs),
     /// NEURO ledger: balance, history, stake, unstake, transfer, verify-proof, state-hash.
     Ledger(ledger::LedgerArgs),
+    /// In-process experiments: DiLoCo replicas, robust aggregation, attacks, compression.
+    #[command(subcommand)]
+    Experiment(experiment::ExperimentCommand),
 }
 
 fn main() -> Result<()> {
@@ -48,5 +52,6 @@ fn main() -> Result<()> {
         Command::Export(args) => export::run(args),
         Command::Wallet(args) => wallet::run(args),
         Command::Ledger(args) => ledger::run(args),
+        Command::Experiment(cmd) => experiment::run(cmd),
     }
 }

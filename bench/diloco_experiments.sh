@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Issue 4 acceptance experiments at small settings (2-layer, d_model 64 model on the built-in
+# synthetic corpus). Usage: bench/diloco_experiments.sh [BIN] [H] [OUTER]
+# Writes runs/diloco/*.json and prints one line per run with its final validation loss.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+bin="${1:-$root/target-diloco/debug/neuroshard}"
+h="${2:-50}"
+outer="${3:-6}"
+out="$root/runs/diloco"
+mkdir -p "$out"
+run() {
+  local name="$1"; shift
+  "$bin" experiment diloco --inner-steps "$h" --outer-steps "$outer" --json-out "$out/$name.json" "$@" \
+    > "$out/$name.log" 2>&1
+  printf '%-28s %s\n' "$name" "$(tail -1 "$out/$name.log")"
+}
+# 1. DiLoCo vs DDP at equal tokens, 4 replicas.
+run ddp4 --replicas 4 --baseline ddp
+run diloco4 --replicas 4
+# 2. top-k 1% + 2-bit + error feedback.
+run diloco4-topk1-int2 --replicas 4 --compress topk:0.01:int2
+# 3. 2 of 8 replicas attacking.
+run clean8-mean --replicas 8
+for attack in sign-flip alie ipm:0.1 gaussian:1.0; do
+  for agg in mean trimmed-mean centered-clipping; do
+    run "byz2of8-${attack%%:*}-$agg" --replicas 8 --byzantine 2 --attack "$attack" --aggregator "$agg"
+  done
+done

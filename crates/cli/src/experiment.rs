@@ -1,0 +1,414 @@
+//! `neuroshard experiment diloco`: R DiLoCo replicas (or a DDP baseline) in one process on a
+//! genesis dataset, with robust aggregation, simulated Byzantine replicas and compression.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, Subcommand, ValueEnum};
+use neuroshard_aggregate::{Aggregator, Attack};
+use neuroshard_data::{Genesis, Split};
+use neuroshard_model::{AdamWConfig, Batch, ModelConfig, Trainer};
+use neuroshard_train::{CompressSpec, Compressor, DilocoRound, OuterOptimizer, decode};
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use serde::Serialize;
+
+#[derive(Subcommand)]
+pub enum ExperimentCommand {
+    /// DiLoCo with R in-process replicas: robust aggregation, attacks, compression, DDP baseline.
+    Diloco(DilocoArgs),
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Baseline {
+    /// Synchronous data parallel: the replicas' gradients averaged every step, same tokens.
+    Ddp,
+}
+
+#[derive(Args)]
+pub struct DilocoArgs {
+    /// Genesis dataset directory (default: the built-in synthetic corpus, built on first use).
+    #[arg(long)]
+    data: Option<PathBuf>,
+    /// Replicas in total, Byzantine ones included.
+    #[arg(long, default_value_t = 4)]
+    replicas: usize,
+    /// Inner AdamW steps per replica between syncs (H).
+    #[arg(long, default_value_t = 50)]
+    inner_steps: u64,
+    #[arg(long, default_value_t = 10)]
+    outer_steps: u64,
+    /// mean, trimmed-mean, median, krum, multi-krum, geometric-median, centered-clipping, with
+    /// optional parameters, e.g. `trimmed-mean:beta=0.1` or `centered-clipping:tau=auto,iters=3`.
+    #[arg(long, default_value = "mean")]
+    aggregator: String,
+    /// Byzantine replicas among --replicas; also the f the aggregator is told.
+    #[arg(long, default_value_t = 0)]
+    byzantine: usize,
+    /// What Byzantine replicas send: none, sign-flip, scale:K, gaussian[:SIGMA], alie, ipm[:EPS], zeros.
+    #[arg(long, default_value = "none")]
+    attack: String,
+    /// Pseudo-gradient compression with error feedback, e.g. topk:0.01:int2 (default: dense fp32).
+    #[arg(long, default_value = "none")]
+    compress: String,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Write the run (settings and per-outer-step figures) as JSON.
+    #[arg(long)]
+    json_out: Option<PathBuf>,
+    /// Run a baseline instead of DiLoCo.
+    #[arg(long, value_enum)]
+    baseline: Option<Baseline>,
+    #[arg(long, default_value_t = 2)]
+    layers: usize,
+    #[arg(long, default_value_t = 64)]
+    d_model: usize,
+    #[arg(long, default_value_t = 4)]
+    heads: usize,
+    /// Rows per replica batch.
+    #[arg(long, default_value_t = 8)]
+    batch: usize,
+    #[arg(long, default_value_t = 64)]
+    seq: usize,
+    /// Inner AdamW peak learning rate (warmup, then cosine over all inner steps).
+    #[arg(long, default_value_t = 2e-3)]
+    lr: f64,
+    #[arg(long, default_value_t = 20)]
+    warmup: u64,
+    #[arg(long, default_value_t = 0.7)]
+    outer_lr: f32,
+    #[arg(long, default_value_t = 0.9)]
+    outer_momentum: f32,
+    /// Validation windows per evaluation.
+    #[arg(long, default_value_t = 64)]
+    eval_windows: usize,
+    /// Engine threads (default: all cores).
+    #[arg(long)]
+    threads: Option<usize>,
+}
+
+#[derive(Serialize)]
+struct OuterReport {
+    outer_step: u64,
+    tokens: u64,
+    train_loss: f64,
+    val_loss: f64,
+    bytes_sent_per_replica: u64,
+    bytes_dense_per_replica: u64,
+    wall_s: f64,
+}
+
+#[derive(Serialize)]
+struct RunReport {
+    mode: &'static str,
+    replicas: usize,
+    byzantine: usize,
+    inner_steps: u64,
+    outer_steps: u64,
+    aggregator: String,
+    attack: String,
+    compress: String,
+    seed: u64,
+    params: usize,
+    entropy_floor: Option<f64>,
+    steps: Vec<OuterReport>,
+    final_val_loss: f64,
+}
+
+pub fn run(cmd: ExperimentCommand) -> Result<()> {
+    match cmd {
+        ExperimentCommand::Diloco(args) => diloco(args),
+    }
+}
+
+fn diloco(args: DilocoArgs) -> Result<()> {
+    if args.replicas == 0 || args.inner_steps == 0 || args.outer_steps == 0 {
+        bail!("--replicas, --inner-steps and --outer-steps must be at least 1");
+    }
+    if args.byzantine >= args.replicas {
+        bail!(
+            "--byzantine {} leaves no honest replica of {}",
+            args.byzantine,
+            args.replicas
+        );
+    }
+    let near = args
+        .json_out
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("runs/experiment.json"));
+    let genesis = crate::train::open_or_build_default(args.data.as_deref(), &near)?;
+    let config = ModelConfig {
+        layers: args.layers,
+        d_model: args.d_model,
+        heads: args.heads,
+        kv_heads: args.heads,
+        ffn: crate::bench::default_ffn(args.d_model),
+        vocab: genesis.vocab_size(),
+        max_seq: args.seq,
+        tie_embeddings: false,
+        rope_theta: 10_000.0,
+        norm_eps: 1e-6,
+    };
+    config.validate()?;
+    let total = args.inner_steps * args.outer_steps;
+    let optim = AdamWConfig {
+        lr: args.lr,
+        warmup_steps: args.warmup.min(total),
+        total_steps: total,
+        ..Default::default()
+    };
+    let threads = args
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let report = neuroshard_model::with_threads(threads, || match args.baseline {
+        Some(Baseline::Ddp) => ddp(&args, &genesis, config, optim),
+        None => run_diloco(&args, &genesis, config, optim),
+    })??;
+    if let Some(path) = &args.json_out {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        }
+        std::fs::write(path, serde_json::to_vec_pretty(&report)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    println!(
+        "final validation loss {:.4}{}",
+        report.final_val_loss,
+        report
+            .entropy_floor
+            .map_or(String::new(), |f| format!(" (entropy floor {f:.4})"))
+    );
+    Ok(())
+}
+
+/// Each replica reads its own deterministic stream of training windows.
+fn replica_batch(genesis: &Genesis, args: &DilocoArgs, replica: usize, step: u64) -> Result<Batch> {
+    let stream = args.seed ^ ((replica as u64 + 1) << 32);
+    Ok(crate::eval::to_model_batch(
+        genesis.batch(Split::Train, stream, step, args.batch, args.seq)?,
+        args.seq,
+    ))
+}
+
+struct Evaluator {
+    trainer: Trainer,
+    val: Vec<Batch>,
+}
+
+impl Evaluator {
+    fn new(genesis: &Genesis, args: &DilocoArgs, config: ModelConfig) -> Result<Self> {
+        let val = crate::eval::val_batches(
+            genesis,
+            args.batch,
+            args.seq,
+            args.eval_windows.div_ceil(args.batch.max(1)),
+        )?;
+        if val.is_empty() {
+            bail!("the validation split has no window of {} tokens", args.seq);
+        }
+        Ok(Self {
+            trainer: Trainer::new(config, AdamWConfig::default(), 0)?,
+            val,
+        })
+    }
+
+    fn loss(&mut self, genesis: &Genesis, theta: &[f32]) -> Result<f64> {
+        self.trainer.stage.params_mut().set_flat(theta)?;
+        Ok(crate::eval::evaluate(&self.trainer.stage, genesis.tokenizer(), &self.val)?.loss)
+    }
+}
+
+fn print_header(mode: &str, args: &DilocoArgs, params: usize, floor: Option<f64>) {
+    println!(
+        "{mode}: {} replicas ({} Byzantine, attack {}), H = {}, {} outer steps, aggregator {}, compression {}, {params} parameters{}",
+        args.replicas,
+        args.byzantine,
+        args.attack,
+        args.inner_steps,
+        args.outer_steps,
+        args.aggregator,
+        args.compress,
+        floor.map_or(String::new(), |f| format!(", entropy floor {f:.4}"))
+    );
+}
+
+fn print_step(r: &OuterReport, outer_steps: u64) {
+    println!(
+        "outer {:>3}/{outer_steps}  tokens {:>9}  train {:.4}  val {:.4}  sent {:>10} B/replica (dense fp32 {:>10} B, {:.1}x)  wall {:.1} s",
+        r.outer_step,
+        r.tokens,
+        r.train_loss,
+        r.val_loss,
+        r.bytes_sent_per_replica,
+        r.bytes_dense_per_replica,
+        r.bytes_dense_per_replica as f64 / r.bytes_sent_per_replica.max(1) as f64,
+        r.wall_s
+    );
+}
+
+fn run_diloco(
+    args: &DilocoArgs,
+    genesis: &Genesis,
+    config: ModelConfig,
+    optim: AdamWConfig,
+) -> Result<RunReport> {
+    let aggregator = Aggregator::parse(&args.aggregator, args.byzantine)?;
+    let attack: Attack = args.attack.parse()?;
+    if args.byzantine > 0 && attack == Attack::None {
+        bail!("--byzantine {} needs an --attack", args.byzantine);
+    }
+    let compress: Option<CompressSpec> = match args.compress.as_str() {
+        "none" => None,
+        spec => Some(spec.parse()?),
+    };
+    let honest = args.replicas - args.byzantine;
+    // Every replica starts from the same θ₀ (seeded init) and keeps its own AdamW state.
+    let mut replicas = (0..honest)
+        .map(|_| {
+            let mut t = Trainer::new(config.clone(), optim.clone(), args.seed)?;
+            t.micro_batches = 1;
+            Ok(t)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let theta0 = replicas[0].stage.params().flatten();
+    let len = theta0.len();
+    let mut round = DilocoRound::new(
+        theta0,
+        OuterOptimizer::with(len, args.outer_lr, args.outer_momentum),
+        aggregator,
+    );
+    let mut compressors: Vec<Option<Compressor>> = (0..honest)
+        .map(|_| compress.map(|s| Compressor::new(s, len)))
+        .collect();
+    let mut rng = ChaCha8Rng::seed_from_u64(args.seed ^ 0xA77AC);
+    let mut eval = Evaluator::new(genesis, args, config.clone())?;
+    let floor = genesis.entropy_floor();
+    print_header("diloco", args, len, floor);
+    let started = Instant::now();
+    let mut steps = Vec::new();
+    for outer in 0..args.outer_steps {
+        let mut loss_sum = 0.0f64;
+        let mut deltas = Vec::with_capacity(args.replicas);
+        let mut sent = 0u64;
+        for (r, (trainer, compressor)) in replicas.iter_mut().zip(&mut compressors).enumerate() {
+            trainer.stage.params_mut().set_flat(round.theta())?;
+            for h in 0..args.inner_steps {
+                let batch = replica_batch(genesis, args, r, outer * args.inner_steps + h)?;
+                loss_sum += f64::from(trainer.step(&batch)?.loss);
+            }
+            let delta = round.pseudo_gradient(&trainer.stage.params().flatten())?;
+            match compressor {
+                Some(c) => {
+                    let bytes = c.compress(&delta)?;
+                    sent += bytes.len() as u64;
+                    deltas.push(decode(&bytes, len)?);
+                }
+                None => {
+                    sent += 4 * len as u64;
+                    deltas.push(delta);
+                }
+            }
+        }
+        let forged = attack.forge(&deltas, args.byzantine, &mut rng);
+        deltas.extend(forged);
+        round
+            .apply(&deltas)
+            .with_context(|| format!("outer step {}", outer + 1))?;
+        let report = OuterReport {
+            outer_step: outer + 1,
+            tokens: (outer + 1) * args.inner_steps * (honest * args.batch * args.seq) as u64,
+            train_loss: loss_sum / (honest as u64 * args.inner_steps) as f64,
+            val_loss: eval.loss(genesis, round.theta())?,
+            bytes_sent_per_replica: sent / honest as u64,
+            bytes_dense_per_replica: 4 * len as u64,
+            wall_s: started.elapsed().as_secs_f64(),
+        };
+        print_step(&report, args.outer_steps);
+        steps.push(report);
+    }
+    Ok(finish("diloco", args, len, floor, steps))
+}
+
+/// DDP with the same data: every step averages the gradients of the honest replicas' batches,
+/// i.e. one step on their concatenation split into per-replica micro-batches.
+fn ddp(
+    args: &DilocoArgs,
+    genesis: &Genesis,
+    config: ModelConfig,
+    optim: AdamWConfig,
+) -> Result<RunReport> {
+    let honest = args.replicas - args.byzantine;
+    let mut trainer = Trainer::new(config.clone(), optim, args.seed)?;
+    trainer.micro_batches = honest;
+    let len = trainer.stage.params().numel();
+    let mut eval = Evaluator::new(genesis, args, config)?;
+    let floor = genesis.entropy_floor();
+    print_header("ddp", args, len, floor);
+    let started = Instant::now();
+    let mut steps = Vec::new();
+    for outer in 0..args.outer_steps {
+        let mut loss_sum = 0.0f64;
+        for h in 0..args.inner_steps {
+            let step = outer * args.inner_steps + h;
+            let parts = (0..honest)
+                .map(|r| replica_batch(genesis, args, r, step))
+                .collect::<Result<Vec<_>>>()?;
+            let batch = concat(&parts, args.seq);
+            loss_sum += f64::from(trainer.step(&batch)?.loss);
+        }
+        let theta = trainer.stage.params().flatten();
+        let report = OuterReport {
+            outer_step: outer + 1,
+            tokens: (outer + 1) * args.inner_steps * (honest * args.batch * args.seq) as u64,
+            train_loss: loss_sum / args.inner_steps as f64,
+            val_loss: eval.loss(genesis, &theta)?,
+            // Each replica sends its dense fp32 gradient every step.
+            bytes_sent_per_replica: args.inner_steps * 4 * len as u64,
+            bytes_dense_per_replica: args.inner_steps * 4 * len as u64,
+            wall_s: started.elapsed().as_secs_f64(),
+        };
+        print_step(&report, args.outer_steps);
+        steps.push(report);
+    }
+    Ok(finish("ddp", args, len, floor, steps))
+}
+
+fn concat(parts: &[Batch], seq: usize) -> Batch {
+    Batch {
+        batch: parts.iter().map(|b| b.batch).sum(),
+        seq,
+        inputs: parts
+            .iter()
+            .flat_map(|b| b.inputs.iter().copied())
+            .collect(),
+        targets: parts
+            .iter()
+            .flat_map(|b| b.targets.iter().copied())
+            .collect(),
+    }
+}
+
+fn finish(
+    mode: &'static str,
+    args: &DilocoArgs,
+    params: usize,
+    floor: Option<f64>,
+    steps: Vec<OuterReport>,
+) -> RunReport {
+    RunReport {
+        mode,
+        replicas: args.replicas,
+        byzantine: args.byzantine,
+        inner_steps: args.inner_steps,
+        outer_steps: args.outer_steps,
+        aggregator: args.aggregator.clone(),
+        attack: args.attack.clone(),
+        compress: args.compress.clone(),
+        seed: args.seed,
+        params,
+        entropy_floor: floor,
+        final_val_loss: steps.last().map_or(f64::NAN, |s| s.val_loss),
+        steps,
+    }
+}
