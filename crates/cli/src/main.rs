@@ -5,14 +5,21 @@ use clap::{Parser, Subcommand};
 
 mod alloc;
 mod bench;
+mod eval;
 mod experiment;
 mod export;
+mod generate;
 mod genesis;
 mod ledger;
+mod train;
 mod wallet;
 
 #[derive(Parser)]
-#[command(name = "neuroshard", version, about = "Train one language model across untrusted peers")]
+#[command(
+    name = "neuroshard",
+    version,
+    about = "Train one language model across untrusted peers"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -25,6 +32,14 @@ enum Command {
     Bench(bench::BenchCommand),
     /// Genesis dataset: build (tokenizer, shards, signed manifest), verify, info.
     Genesis(genesis::GenesisArgs),
+    /// Train the whole model in one process on a genesis dataset.
+    Train(train::TrainArgs),
+    /// Cross-entropy, bits per byte and perplexity of a checkpoint on unseen text.
+    Eval(eval::EvalArgs),
+    /// Continue a prompt with a trained checkpoint.
+    Generate(generate::GenerateArgs),
+    /// Print a checkpoint's logits for given token ids as JSON (for cross-checks).
+    Logits(generate::LogitsArgs),
     /// Write a checkpoint as a Hugging Face LLaMA folder.
     Export(export::ExportArgs),
     /// The node key that is also its ledger account: new, show, address.
@@ -49,6 +64,10 @@ fn main() -> Result<()> {
     match cli.command {
         Command::Bench(cmd) => bench::run(cmd),
         Command::Genesis(args) => genesis::run(args),
+        Command::Train(args) => train::run(args),
+        Command::Eval(args) => eval::run(args),
+        Command::Generate(args) => generate::run_generate(args),
+        Command::Logits(args) => generate::run_logits(args),
         Command::Export(args) => export::run(args),
         Command::Wallet(args) => wallet::run(args),
         Command::Ledger(args) => ledger::run(args),
