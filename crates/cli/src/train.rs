@@ -201,11 +201,10 @@ fn train(
         let result = trainer.step(&batch)?;
         let tok_s = tokens_per_step / t.elapsed().as_secs_f64();
         let last = step + 1 == args.steps;
-        if (args.eval_every > 0 && (step + 1) % args.eval_every == 0) || last {
-            if !val.is_empty() {
-                let report = crate::eval::evaluate(&trainer.stage, genesis.tokenizer(), &val)?;
-                val_loss = Some(report.loss);
-            }
+        let eval_now = (args.eval_every > 0 && (step + 1) % args.eval_every == 0) || last;
+        if eval_now && !val.is_empty() {
+            let report = crate::eval::evaluate(&trainer.stage, genesis.tokenizer(), &val)?;
+            val_loss = Some(report.loss);
         }
         bar.set_message(format!(
             "loss {:.4}{} | {:.0} tok/s",

@@ -82,19 +82,19 @@ impl ModelConfig {
         if self.max_seq == 0 {
             return bad("max_seq must be positive".into());
         }
-        if self.d_model % self.heads != 0 {
+        if !self.d_model.is_multiple_of(self.heads) {
             return bad(format!(
                 "d_model {} is not divisible by heads {}",
                 self.d_model, self.heads
             ));
         }
-        if self.heads % self.kv_heads != 0 {
+        if !self.heads.is_multiple_of(self.kv_heads) {
             return bad(format!(
                 "heads {} is not divisible by kv_heads {}",
                 self.heads, self.kv_heads
             ));
         }
-        if self.head_dim() % 2 != 0 {
+        if !self.head_dim().is_multiple_of(2) {
             return bad(format!(
                 "head dimension {} must be even for rotary embeddings",
                 self.head_dim()

@@ -53,6 +53,7 @@ fn round_trip_restores_weights_and_optimizer_exactly() {
     let mut resumed = Trainer {
         stage: loaded.stage,
         optimizer: loaded.optimizer.unwrap(),
+        micro_batches: 1,
     };
     assert_eq!(resumed.optimizer, trainer.optimizer);
     // The next step from the checkpoint equals the next step of the original run, bit for bit.
