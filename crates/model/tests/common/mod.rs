@@ -1,5 +1,8 @@
 //! Small models and seeded batches shared by the model crate's integration tests.
 
+// Each test binary includes this module and uses a different subset of it.
+#![allow(dead_code)]
+
 use neuroshard_model::{Batch, ModelConfig};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
