@@ -4,10 +4,12 @@ use std::time::Instant;
 
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
-use neuroshard_model::{AdamWConfig, Batch, ModelConfig, Trainer, with_threads};
+use neuroshard_model::{AdamWConfig, Batch, Trainer, with_threads};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
+
+use crate::train::ModelArgs;
 
 #[derive(Subcommand)]
 pub enum BenchCommand {
@@ -19,18 +21,8 @@ pub enum BenchCommand {
 pub struct StepArgs {
     #[arg(long, default_value_t = 4096)]
     vocab: usize,
-    #[arg(long, default_value_t = 256)]
-    d_model: usize,
-    #[arg(long, default_value_t = 4)]
-    layers: usize,
-    #[arg(long, default_value_t = 4)]
-    heads: usize,
-    /// Key/value heads (default: same as heads).
-    #[arg(long)]
-    kv_heads: Option<usize>,
-    /// MLP hidden width (default: 8/3 · d_model rounded up to a multiple of 16).
-    #[arg(long)]
-    ffn: Option<usize>,
+    #[command(flatten)]
+    model: ModelArgs,
     #[arg(long, default_value_t = 128)]
     seq: usize,
     #[arg(long, default_value_t = 8)]
@@ -79,19 +71,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
 }
 
 fn step(args: StepArgs) -> Result<()> {
-    let config = ModelConfig {
-        layers: args.layers,
-        d_model: args.d_model,
-        heads: args.heads,
-        kv_heads: args.kv_heads.unwrap_or(args.heads),
-        ffn: args.ffn.unwrap_or_else(|| default_ffn(args.d_model)),
-        vocab: args.vocab,
-        max_seq: args.seq,
-        tie_embeddings: false,
-        rope_theta: 10_000.0,
-        norm_eps: 1e-6,
-    };
-    config.validate()?;
+    let config = args.model.config(args.vocab, args.seq)?;
     let threads = args.threads.unwrap_or_else(num_cpus);
     let optim = AdamWConfig {
         warmup_steps: 0,

@@ -62,10 +62,11 @@ fn memorises_a_fixed_batch() {
     assert!(last < first * 0.5, "loss went from {first} to {last}");
 }
 
-fn one_step_hash(threads: usize) -> ([u8; 32], f32) {
+fn three_steps(threads: usize, micro_batches: usize) -> ([u8; 32], f32) {
     with_threads(threads, || {
         let mut trainer =
             Trainer::new(common::small_config(80), AdamWConfig::default(), 21).unwrap();
+        trainer.micro_batches = micro_batches;
         let mut rng = common::rng(4);
         let mut loss = 0.0;
         for _ in 0..3 {
@@ -83,42 +84,24 @@ fn one_step_hash(threads: usize) -> ([u8; 32], f32) {
 /// run and for any thread count.
 #[test]
 fn training_steps_are_bitwise_deterministic_across_runs_and_threads() {
-    let (h1, l1) = one_step_hash(1);
-    let (h1b, l1b) = one_step_hash(1);
-    let (h2, l2) = one_step_hash(2);
+    let (h1, l1) = three_steps(1, 1);
+    let (h1b, l1b) = three_steps(1, 1);
+    let (h2, l2) = three_steps(2, 1);
     assert_eq!(l1.to_bits(), l1b.to_bits());
     assert_eq!(h1, h1b, "two runs with 1 thread differ");
     assert_eq!(l1.to_bits(), l2.to_bits());
     assert_eq!(h1, h2, "1 and 2 threads give different parameters");
 }
 
-fn micro_batched_hash(threads: usize) -> ([u8; 32], f32) {
-    with_threads(threads, || {
-        let mut trainer =
-            Trainer::new(common::small_config(80), AdamWConfig::default(), 21).unwrap();
-        trainer.micro_batches = 2;
-        let mut rng = common::rng(4);
-        let mut loss = 0.0;
-        for _ in 0..3 {
-            loss = trainer
-                .step(&common::random_batch(&mut rng, 80, 4, 32))
-                .unwrap()
-                .loss;
-        }
-        (trainer.stage.model_hash(), loss)
-    })
-    .unwrap()
-}
-
 /// Micro-batches run concurrently; their sum is taken in a fixed order, so the bits still do
 /// not depend on the thread count, and the result is the full-batch step up to rounding.
 #[test]
 fn micro_batched_steps_are_deterministic_and_match_the_full_batch() {
-    let (h1, l1) = micro_batched_hash(1);
-    let (h2, l2) = micro_batched_hash(2);
+    let (h1, l1) = three_steps(1, 2);
+    let (h2, l2) = three_steps(2, 2);
     assert_eq!(h1, h2, "micro-batched step differs between 1 and 2 threads");
     assert_eq!(l1.to_bits(), l2.to_bits());
-    let (_, full) = one_step_hash(1);
+    let (_, full) = three_steps(1, 1);
     assert!(
         (l1 - full).abs() < 1e-4,
         "micro-batched loss {l1} vs full batch {full}"
