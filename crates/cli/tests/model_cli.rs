@@ -189,7 +189,7 @@ fn impossible_model_shapes_are_refused() {
         "build",
         "--synthetic",
         "--synthetic-tokens",
-        "20000",
+        "60000",
         "--out",
         s(&data),
     ]);
