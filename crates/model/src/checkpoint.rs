@@ -268,21 +268,3 @@ pub fn write_atomic(path: &Path, data: &[u8]) -> Result<(), ModelError> {
     }
     Ok(())
 }
-
-/// The model config and stage spec a checkpoint would need, for error messages and tools.
-pub fn describe(meta: &CheckpointMeta) -> String {
-    format!(
-        "{} layers {}..{} of {}, d_model {}, vocab {}, step {}",
-        if meta.stage.embed && meta.stage.head {
-            "full model,"
-        } else {
-            "stage,"
-        },
-        meta.stage.first_layer,
-        meta.stage.end_layer,
-        meta.model.layers,
-        meta.model.d_model,
-        meta.model.vocab,
-        meta.step
-    )
-}

@@ -271,10 +271,6 @@ impl ParamSet {
         &mut self.values
     }
 
-    pub fn into_values(self) -> Vec<Vec<f32>> {
-        self.values
-    }
-
     pub fn get(&self, name: &str) -> Option<&[f32]> {
         self.specs
             .iter()

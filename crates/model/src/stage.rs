@@ -200,10 +200,6 @@ impl Stage {
         &mut self.params
     }
 
-    pub fn into_params(self) -> ParamSet {
-        self.params
-    }
-
     /// BLAKE3 of this stage's parameters (see [`ParamSet::hash`]).
     pub fn model_hash(&self) -> [u8; 32] {
         self.params.hash()

@@ -149,10 +149,4 @@ impl Trainer {
         let stats = self.optimizer.step(self.stage.params_mut(), &grads)?;
         Ok(TrainStep { loss, stats })
     }
-
-    /// Mean loss on a batch without updating anything.
-    pub fn eval_loss(&self, batch: &Batch) -> Result<f32, ModelError> {
-        let losses = self.stage.token_losses(&batch.input(), &batch.targets)?;
-        Ok(losses.iter().sum::<f32>() / losses.len() as f32)
-    }
 }
