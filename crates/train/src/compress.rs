@@ -1,10 +1,13 @@
-//! Pseudo-gradient compression: top-k per chunk with error feedback, values as fp32, int8 or
-//! 2-bit codes with one scale per chunk, indices delta-encoded as varints.
+//! Pseudo-gradient compression with error feedback: per chunk of `chunk` coordinates, a fraction
+//! of the entries is selected either by magnitude (`topk`) or by a mask that every replica draws
+//! from the same seed (`randk`, no indices on the wire); the values go as fp32, int8, 2-bit or
+//! 1-bit (sign) codes with one scale per chunk.
 //!
-//! Wire format (all integers LEB128 varints unless noted):
-//! `version:u8 coding:u8 len chunk` then per chunk `count`, and if `count > 0`: `scale:f32le`
-//! (quantized codings only), the indices unless `count` is the whole chunk (first index, then
-//! gap − 1 to each next), then the values (fp32le, i8, or 2-bit codes packed four per byte).
+//! Wire format (all integers LEB128 varints unless noted): `version:u8 coding:u8 selection:u8
+//! len chunk`, then `seed` for `randk`, then per chunk `count`, and if `count > 0`: `scale:f32le`
+//! (quantized codings only), for `topk` the indices unless `count` is the whole chunk (first
+//! index, then gap − 1 to each next), then the values (fp32le, i8, or 2-/1-bit codes packed from
+//! the low bits of each byte).
 
 use std::fmt;
 use std::str::FromStr;
@@ -14,7 +17,7 @@ use thiserror::Error;
 
 use crate::varint::{self, Reader};
 
-const VERSION: u8 = 1;
+const VERSION: u8 = 2;
 
 #[derive(Debug, Clone, PartialEq, Error)]
 pub enum CompressError {
@@ -34,6 +37,8 @@ pub enum DecodeError {
     Version(u8),
     #[error("unknown value coding {0}")]
     Coding(u8),
+    #[error("unknown selection {0}")]
+    Selection(u8),
     #[error("vector length {len} differs from the expected {expected}")]
     Length { len: u64, expected: usize },
     #[error("chunk size {0} is invalid")]
@@ -53,8 +58,11 @@ pub enum ValueCoding {
     F32,
     /// Symmetric int8, scale = max|v| / 127.
     Int8,
-    /// Four uniform levels over [−m, m] (m = max|v| of the chunk): −m, −m/3, m/3, m.
+    /// Four uniform levels ±a, ±3a with the step `a` fitted to the chunk by Lloyd iterations
+    /// (least squared error), thresholds at 0 and ±2a.
     Int2,
+    /// One bit: the sign, times a = mean |v| of the chunk (the least-squares scale for signs).
+    Sign,
 }
 
 impl ValueCoding {
@@ -63,6 +71,7 @@ impl ValueCoding {
             Self::F32 => 0,
             Self::Int8 => 1,
             Self::Int2 => 2,
+            Self::Sign => 3,
         }
     }
 
@@ -71,25 +80,69 @@ impl ValueCoding {
             0 => Ok(Self::F32),
             1 => Ok(Self::Int8),
             2 => Ok(Self::Int2),
+            3 => Ok(Self::Sign),
             other => Err(DecodeError::Coding(other)),
         }
     }
 
-    fn value_bytes(self, count: usize) -> usize {
+    fn bits(self) -> usize {
         match self {
-            Self::F32 => 4 * count,
-            Self::Int8 => count,
-            Self::Int2 => count.div_ceil(4),
+            Self::F32 => 32,
+            Self::Int8 => 8,
+            Self::Int2 => 2,
+            Self::Sign => 1,
+        }
+    }
+
+    fn value_bytes(self, count: usize) -> usize {
+        (count * self.bits()).div_ceil(8)
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::F32 => "fp32",
+            Self::Int8 => "int8",
+            Self::Int2 => "int2",
+            Self::Sign => "sign",
         }
     }
 }
 
-/// How to compress: keep the `fraction` largest-magnitude entries of every `chunk` coordinates.
+/// Which entries of a chunk are sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Selection {
+    /// The largest magnitudes of the error-compensated vector; indices go on the wire.
+    TopK,
+    /// A uniformly random subset drawn from the round's seed, the same for every replica, so
+    /// no indices are sent and all replicas' values land on the same coordinates (a robust
+    /// aggregator then compares like with like instead of mostly zeros).
+    Random,
+}
+
+impl Selection {
+    fn tag(self) -> u8 {
+        match self {
+            Self::TopK => 0,
+            Self::Random => 1,
+        }
+    }
+
+    fn from_tag(tag: u8) -> Result<Self, DecodeError> {
+        match tag {
+            0 => Ok(Self::TopK),
+            1 => Ok(Self::Random),
+            other => Err(DecodeError::Selection(other)),
+        }
+    }
+}
+
+/// How to compress: send `fraction` of every `chunk` coordinates, chosen by `selection`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct CompressSpec {
     pub fraction: f64,
     pub chunk: usize,
     pub values: ValueCoding,
+    pub selection: Selection,
 }
 
 impl CompressSpec {
@@ -100,35 +153,43 @@ impl CompressSpec {
 
 #[derive(Debug, Clone, PartialEq, Error)]
 #[error(
-    "bad compression spec {0:?} (expected e.g. topk:0.01:int2, topk:0.05:int8:chunk=2048, int8)"
+    "bad compression spec {0:?} (expected e.g. randk:0.25:sign, topk:0.01:int2, topk:0.05:int8:chunk=2048, int8)"
 )]
 pub struct SpecError(pub String);
 
 impl FromStr for CompressSpec {
     type Err = SpecError;
 
-    /// Tokens separated by `:`: `topk` followed by a fraction in (0, 1], a coding
-    /// (`fp32`, `int8`, `int2`) and `chunk=N`, in any order. Defaults: all entries, fp32, 4096.
+    /// Tokens separated by `:`: `topk` or `randk` followed by a fraction in (0, 1], a coding
+    /// (`fp32`, `int8`, `int2`, `sign`) and `chunk=N`, in any order. Defaults: all entries, fp32,
+    /// 4096.
     fn from_str(spec: &str) -> Result<Self, Self::Err> {
         let bad = || SpecError(spec.to_string());
         let mut out = Self {
             fraction: 1.0,
             chunk: 4096,
             values: ValueCoding::F32,
+            selection: Selection::TopK,
         };
         let mut tokens = spec.split(':').map(str::trim);
         while let Some(token) = tokens.next() {
             match token {
-                "topk" => {
+                "topk" | "randk" => {
                     let f: f64 = tokens.next().and_then(|t| t.parse().ok()).ok_or_else(bad)?;
                     if !(f > 0.0 && f <= 1.0) {
                         return Err(bad());
                     }
                     out.fraction = f;
+                    out.selection = if token == "topk" {
+                        Selection::TopK
+                    } else {
+                        Selection::Random
+                    };
                 }
                 "fp32" => out.values = ValueCoding::F32,
                 "int8" => out.values = ValueCoding::Int8,
                 "int2" => out.values = ValueCoding::Int2,
+                "sign" | "int1" => out.values = ValueCoding::Sign,
                 t => {
                     let n = t
                         .strip_prefix("chunk=")
@@ -147,101 +208,177 @@ impl FromStr for CompressSpec {
 
 impl fmt::Display for CompressSpec {
     fn fmt(&self, out: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let coding = match self.values {
-            ValueCoding::F32 => "fp32",
-            ValueCoding::Int8 => "int8",
-            ValueCoding::Int2 => "int2",
+        let selection = match self.selection {
+            Selection::TopK => "topk",
+            Selection::Random => "randk",
         };
-        write!(out, "topk:{}:{coding}:chunk={}", self.fraction, self.chunk)
+        write!(
+            out,
+            "{selection}:{}:{}:chunk={}",
+            self.fraction,
+            self.values.name(),
+            self.chunk
+        )
     }
 }
 
-/// Chunk scale and the code → value map, shared by encoder and decoder so the sender's residual
-/// matches exactly what receivers reconstruct.
-fn dequantize(coding: ValueCoding, scale: f32, code: i32) -> f32 {
+/// The code → value map, shared by encoder and decoder so the sender's residual matches exactly
+/// what receivers reconstruct.
+fn dequantize(coding: ValueCoding, scale: f32, code: u32) -> f32 {
     match coding {
         ValueCoding::F32 => 0.0,
-        ValueCoding::Int8 => code as f32 * scale,
-        ValueCoding::Int2 => -scale + code as f32 * (2.0 * scale / 3.0),
+        ValueCoding::Int8 => f32::from(code as u8 as i8) * scale,
+        ValueCoding::Int2 => (2.0 * code as f32 - 3.0) * scale,
+        ValueCoding::Sign => {
+            if code == 1 {
+                scale
+            } else {
+                -scale
+            }
+        }
     }
 }
 
-fn quantize(coding: ValueCoding, scale: f32, v: f32) -> i32 {
-    if scale == 0.0 {
-        // All-zero chunk: int2 code 2 decodes to −0 + 2·0 = 0, int8 code 0 to 0.
-        return if coding == ValueCoding::Int2 { 2 } else { 0 };
-    }
+fn quantize(coding: ValueCoding, scale: f32, v: f32) -> u32 {
     match coding {
         ValueCoding::F32 => 0,
-        ValueCoding::Int8 => (v / scale).round().clamp(-127.0, 127.0) as i32,
-        ValueCoding::Int2 => ((v + scale) / (2.0 * scale / 3.0)).round().clamp(0.0, 3.0) as i32,
+        ValueCoding::Int8 if scale == 0.0 => 0,
+        ValueCoding::Int8 => u32::from((v / scale).round().clamp(-127.0, 127.0) as i8 as u8),
+        ValueCoding::Int2 => match (v >= 0.0, v.abs() >= 2.0 * scale) {
+            (false, true) => 0,
+            (false, false) => 1,
+            (true, false) => 2,
+            (true, true) => 3,
+        },
+        ValueCoding::Sign => u32::from(v >= 0.0),
     }
 }
 
-fn scale_of(coding: ValueCoding, max_abs: f32) -> f32 {
-    match coding {
+/// The chunk's scale for the selected values: chosen to minimise the squared error of what is
+/// sent (except int8, which keeps max|v| / 127 so that it clips nothing).
+fn scale_of(coding: ValueCoding, values: &[f32]) -> f32 {
+    let n = values.len().max(1) as f64;
+    let scale = match coding {
         ValueCoding::F32 => 0.0,
-        ValueCoding::Int8 => max_abs / 127.0,
-        ValueCoding::Int2 => max_abs,
+        ValueCoding::Int8 => f64::from(values.iter().fold(0.0f32, |m, v| m.max(v.abs()))) / 127.0,
+        ValueCoding::Sign => values.iter().map(|v| f64::from(v.abs())).sum::<f64>() / n,
+        ValueCoding::Int2 => {
+            // Lloyd iterations for levels ±a, ±3a, from a = rms / 2 (near the optimum for a
+            // Gaussian). Each step picks the code per value, then the a of least squares.
+            let rms = (values.iter().map(|&v| f64::from(v).powi(2)).sum::<f64>() / n).sqrt();
+            let mut a = rms / 2.0;
+            for _ in 0..4 {
+                let (mut num, mut den) = (0.0f64, 0.0f64);
+                for &v in values {
+                    let v = f64::from(v.abs());
+                    let c = if v >= 2.0 * a { 3.0 } else { 1.0 };
+                    num += v * c;
+                    den += c * c;
+                }
+                if den == 0.0 {
+                    break;
+                }
+                a = num / den;
+            }
+            a
+        }
+    };
+    // Keep every level finite (3a for int2, 127·scale for int8).
+    (scale as f32).min(f32::MAX / 128.0)
+}
+
+/// SplitMix64: the mask generator. Small, fast and the same on every platform.
+pub(crate) struct SplitMix(pub(crate) u64);
+
+impl SplitMix {
+    pub(crate) fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in 0..n (multiply-shift; the bias is below 2⁻⁴⁴ for chunks up to 2²⁰).
+    fn below(&mut self, n: usize) -> usize {
+        ((u128::from(self.next()) * n as u128) >> 64) as usize
     }
 }
 
-/// Encodes one chunk of the error-compensated vector `acc`, subtracting what was sent so that
-/// `acc` becomes the new residual.
-fn encode_chunk(spec: &CompressSpec, acc: &mut [f32], out: &mut Vec<u8>) {
+/// The `count` coordinates of chunk `chunk` (of `len` entries) that round seed `seed` selects,
+/// ascending: a partial Fisher–Yates shuffle seeded per chunk. `scratch` is reused.
+fn random_mask(seed: u64, chunk: usize, len: usize, count: usize, scratch: &mut Vec<u32>) {
+    scratch.clear();
+    scratch.extend(0..len as u32);
+    let mut rng = SplitMix(seed ^ (chunk as u64).wrapping_mul(0xD6E8_FEB8_6659_FD93));
+    for i in 0..count {
+        let j = i + rng.below(len - i);
+        scratch.swap(i, j);
+    }
+    scratch.truncate(count);
+    scratch.sort_unstable();
+}
+
+/// Encodes one chunk (number `index`) of the error-compensated vector `acc`, subtracting what
+/// was sent so that `acc` becomes the new residual.
+fn encode_chunk(spec: &CompressSpec, seed: u64, index: usize, acc: &mut [f32], out: &mut Vec<u8>) {
     let keep = spec.keep(acc.len());
-    let mut picked: Vec<u32> = (0..acc.len() as u32).collect();
-    if keep < acc.len() {
-        // Largest magnitude first; ties to the lower index so the choice is deterministic.
-        picked.select_nth_unstable_by(keep - 1, |&i, &j| {
-            acc[j as usize]
-                .abs()
-                .total_cmp(&acc[i as usize].abs())
-                .then(i.cmp(&j))
-        });
-        picked.truncate(keep);
-        picked.sort_unstable();
+    let mut picked: Vec<u32> = Vec::new();
+    match spec.selection {
+        Selection::Random => random_mask(seed, index, acc.len(), keep, &mut picked),
+        Selection::TopK => {
+            picked.extend(0..acc.len() as u32);
+            if keep < acc.len() {
+                // Largest magnitude first; ties to the lower index so the choice is deterministic.
+                picked.select_nth_unstable_by(keep - 1, |&i, &j| {
+                    acc[j as usize]
+                        .abs()
+                        .total_cmp(&acc[i as usize].abs())
+                        .then(i.cmp(&j))
+                });
+                picked.truncate(keep);
+                picked.sort_unstable();
+            }
+        }
     }
     varint::put(out, keep as u64);
-    let max_abs = picked
-        .iter()
-        .map(|&i| acc[i as usize].abs())
-        .fold(0.0f32, f32::max);
-    let scale = scale_of(spec.values, max_abs);
+    let selected: Vec<f32> = picked.iter().map(|&i| acc[i as usize]).collect();
+    let scale = scale_of(spec.values, &selected);
     if spec.values != ValueCoding::F32 {
         out.extend_from_slice(&scale.to_le_bytes());
     }
-    if keep < acc.len() {
+    if spec.selection == Selection::TopK && keep < acc.len() {
         let mut prev: Option<u32> = None;
         for &i in &picked {
             varint::put(out, u64::from(prev.map_or(i, |p| i - p - 1)));
             prev = Some(i);
         }
     }
+    let bits = spec.values.bits();
     let mut packed = 0u8;
-    for (n, &i) in picked.iter().enumerate() {
-        let v = acc[i as usize];
-        let sent = match spec.values {
-            ValueCoding::F32 => {
-                out.extend_from_slice(&v.to_le_bytes());
-                v
-            }
-            ValueCoding::Int8 => {
-                let q = quantize(spec.values, scale, v);
-                out.push(q as i8 as u8);
-                dequantize(spec.values, scale, q)
-            }
-            ValueCoding::Int2 => {
-                let q = quantize(spec.values, scale, v);
-                packed |= (q as u8) << (2 * (n % 4));
-                if n % 4 == 3 || n + 1 == picked.len() {
+    let mut filled = 0;
+    for (&i, &v) in picked.iter().zip(&selected) {
+        let sent = if spec.values == ValueCoding::F32 {
+            out.extend_from_slice(&v.to_le_bytes());
+            v
+        } else {
+            let q = quantize(spec.values, scale, v);
+            if bits == 8 {
+                out.push(q as u8);
+            } else {
+                packed |= (q as u8) << filled;
+                filled += bits;
+                if filled == 8 {
                     out.push(packed);
-                    packed = 0;
+                    (packed, filled) = (0, 0);
                 }
-                dequantize(spec.values, scale, q)
             }
+            dequantize(spec.values, scale, q)
         };
         acc[i as usize] = v - sent;
+    }
+    if filled > 0 {
+        out.push(packed);
     }
 }
 
@@ -251,13 +388,23 @@ fn encode_chunk(spec: &CompressSpec, acc: &mut [f32], out: &mut Vec<u8>) {
 pub struct Compressor {
     spec: CompressSpec,
     residual: Vec<f32>,
+    seed: u64,
+    round: u64,
 }
 
 impl Compressor {
     pub fn new(spec: CompressSpec, len: usize) -> Self {
+        Self::with_seed(spec, len, 0)
+    }
+
+    /// `seed` feeds the `randk` masks: replicas whose messages are averaged must share it and
+    /// compress the same number of rounds (see [`Self::set_round`]).
+    pub fn with_seed(spec: CompressSpec, len: usize, seed: u64) -> Self {
         Self {
             spec,
             residual: vec![0.0; len],
+            seed,
+            round: 0,
         }
     }
 
@@ -268,6 +415,29 @@ impl Compressor {
     /// What has been computed but not yet sent.
     pub fn residual(&self) -> &[f32] {
         &self.residual
+    }
+
+    /// Hands the residual to the caller and starts again from zero: for a replica that keeps
+    /// its unsent progress in its own parameters instead (it restarts from θ₀ − residual).
+    pub fn take_residual(&mut self) -> Vec<f32> {
+        let len = self.residual.len();
+        std::mem::replace(&mut self.residual, vec![0.0; len])
+    }
+
+    /// The round the next [`Self::compress`] call encodes (it counts up from 0).
+    pub fn round(&self) -> u64 {
+        self.round
+    }
+
+    /// Aligns the round counter, e.g. for a replica that joins late.
+    pub fn set_round(&mut self, round: u64) {
+        self.round = round;
+    }
+
+    /// The `randk` mask seed of the current round: the same for every replica with the same
+    /// seed and round.
+    pub fn mask_seed(&self) -> u64 {
+        SplitMix(self.seed ^ self.round.wrapping_mul(0xA076_1D64_78BD_642F)).next()
     }
 
     /// Encodes `delta + residual`; the part not representable in the message becomes the new
@@ -283,25 +453,31 @@ impl Compressor {
             return Err(CompressError::NonFinite { index });
         }
         let spec = self.spec;
-        let mut out = vec![VERSION, spec.values.tag()];
+        let seed = self.mask_seed();
+        let mut out = vec![VERSION, spec.values.tag(), spec.selection.tag()];
         varint::put(&mut out, delta.len() as u64);
         varint::put(&mut out, spec.chunk as u64);
+        if spec.selection == Selection::Random {
+            varint::put(&mut out, seed);
+        }
         let parts: Vec<Vec<u8>> = self
             .residual
             .par_chunks_mut(spec.chunk)
             .zip(delta.par_chunks(spec.chunk))
-            .map(|(acc, d)| {
+            .enumerate()
+            .map(|(index, (acc, d))| {
                 for (a, x) in acc.iter_mut().zip(d) {
                     *a += x;
                 }
                 let mut part = Vec::new();
-                encode_chunk(&spec, acc, &mut part);
+                encode_chunk(&spec, seed, index, acc, &mut part);
                 part
             })
             .collect();
         for part in parts {
             out.extend_from_slice(&part);
         }
+        self.round += 1;
         Ok(out)
     }
 }
@@ -315,6 +491,7 @@ pub fn decode(bytes: &[u8], expected_len: usize) -> Result<Vec<f32>, DecodeError
         return Err(DecodeError::Version(version));
     }
     let coding = ValueCoding::from_tag(r.u8()?)?;
+    let selection = Selection::from_tag(r.u8()?)?;
     let len = r.varint()?;
     if len != expected_len as u64 {
         return Err(DecodeError::Length {
@@ -327,8 +504,12 @@ pub fn decode(bytes: &[u8], expected_len: usize) -> Result<Vec<f32>, DecodeError
         return Err(DecodeError::Chunk(chunk));
     }
     let chunk = chunk as usize;
+    let seed = match selection {
+        Selection::Random => r.varint()?,
+        Selection::TopK => 0,
+    };
     let mut out = vec![0.0f32; expected_len];
-    let mut picked = Vec::new();
+    let mut picked: Vec<u32> = Vec::new();
     for (c, dense) in out.chunks_mut(chunk).enumerate() {
         let count = r.varint()?;
         if count > dense.len() as u64 {
@@ -346,33 +527,38 @@ pub fn decode(bytes: &[u8], expected_len: usize) -> Result<Vec<f32>, DecodeError
         if !scale.is_finite() {
             return Err(DecodeError::NonFinite { chunk: c });
         }
-        picked.clear();
-        if count == dense.len() {
-            picked.extend(0..count as u64);
-        } else {
-            let mut next = 0u64;
-            for _ in 0..count {
-                let index = next
-                    .checked_add(r.varint()?)
-                    .filter(|&i| i < dense.len() as u64);
-                let index = index.ok_or(DecodeError::Index { chunk: c })?;
-                picked.push(index);
-                next = index + 1;
+        match selection {
+            Selection::Random => random_mask(seed, c, dense.len(), count, &mut picked),
+            Selection::TopK if count == dense.len() => {
+                picked.clear();
+                picked.extend(0..count as u32);
+            }
+            Selection::TopK => {
+                picked.clear();
+                let mut next = 0u64;
+                for _ in 0..count {
+                    let index = next
+                        .checked_add(r.varint()?)
+                        .filter(|&i| i < dense.len() as u64);
+                    let index = index.ok_or(DecodeError::Index { chunk: c })?;
+                    picked.push(index as u32);
+                    next = index + 1;
+                }
             }
         }
         let values = r.take(coding.value_bytes(count))?;
+        let bits = coding.bits();
         for (n, &i) in picked.iter().enumerate() {
             let v = match coding {
                 ValueCoding::F32 => {
                     let b = &values[4 * n..4 * n + 4];
                     f32::from_le_bytes([b[0], b[1], b[2], b[3]])
                 }
-                ValueCoding::Int8 => dequantize(coding, scale, i32::from(values[n] as i8)),
-                ValueCoding::Int2 => dequantize(
-                    coding,
-                    scale,
-                    i32::from((values[n / 4] >> (2 * (n % 4))) & 3),
-                ),
+                _ => {
+                    let (byte, shift) = (n * bits / 8, n * bits % 8);
+                    let mask = (1u32 << bits) - 1;
+                    dequantize(coding, scale, (u32::from(values[byte]) >> shift) & mask)
+                }
             };
             if !v.is_finite() {
                 return Err(DecodeError::NonFinite { chunk: c });

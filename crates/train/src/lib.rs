@@ -7,5 +7,7 @@ mod compress;
 mod outer;
 mod varint;
 
-pub use compress::{CompressError, CompressSpec, Compressor, DecodeError, ValueCoding, decode};
+pub use compress::{
+    CompressError, CompressSpec, Compressor, DecodeError, Selection, ValueCoding, decode,
+};
 pub use outer::{DilocoError, DilocoRound, OuterOptimizer, RoundOutcome};
