@@ -11,6 +11,9 @@ mod export;
 mod generate;
 mod genesis;
 mod ledger;
+mod node;
+mod swarm;
+mod swarm_report;
 mod train;
 mod wallet;
 
@@ -46,6 +49,10 @@ enum Command {
     Wallet(wallet::WalletArgs),
     /// NEURO ledger: balance, history, stake, unstake, transfer, verify-proof, state-hash.
     Ledger(ledger::LedgerArgs),
+    /// A local network of node processes training one model as pipeline stages (the main job).
+    Swarm(swarm::SwarmArgs),
+    /// Run one network node (deployment across machines).
+    Node(node::NodeArgs),
     /// In-process experiments: DiLoCo replicas, robust aggregation, attacks, compression.
     #[command(subcommand)]
     Experiment(experiment::ExperimentCommand),
@@ -72,5 +79,7 @@ fn main() -> Result<()> {
         Command::Wallet(args) => wallet::run(args),
         Command::Ledger(args) => ledger::run(args),
         Command::Experiment(cmd) => experiment::run(cmd),
+        Command::Swarm(args) => swarm::run(args),
+        Command::Node(args) => node::run(args),
     }
 }

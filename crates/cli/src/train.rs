@@ -38,6 +38,9 @@ pub struct TrainArgs {
     lr: f64,
     #[arg(long, default_value_t = 20)]
     warmup: u64,
+    /// Global gradient-norm clip (0: off).
+    #[arg(long, default_value_t = 1.0)]
+    clip_norm: f64,
     #[arg(long, default_value_t = 0)]
     seed: u64,
     /// Engine threads (default: all cores).
@@ -142,6 +145,7 @@ pub fn run(args: TrainArgs) -> Result<()> {
         lr: args.lr,
         warmup_steps: args.warmup.min(args.steps),
         total_steps: args.steps,
+        clip_norm: (args.clip_norm > 0.0).then_some(args.clip_norm),
         ..Default::default()
     };
     let threads = args

@@ -1,0 +1,145 @@
+//! `neuroshard node`: one real node, for deployment across machines (and for `swarm`).
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::{Args, ValueEnum};
+use neuroshard_node::{DataOrder, NodeSettings};
+
+use crate::train::{ModelArgs, open_or_build_default};
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum Order {
+    /// The node's genesis assignment.
+    Assigned,
+    /// The global order of `neuroshard train --seed` (exactness checks).
+    Global,
+}
+
+#[derive(Args)]
+pub struct NodeArgs {
+    /// JSON settings file (write one with --print-config); other flags are then ignored.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Print the settings these flags resolve to as JSON and exit.
+    #[arg(long)]
+    print_config: bool,
+    /// Directory for the node key, checkpoints and logs.
+    #[arg(long, default_value = "node")]
+    data_dir: PathBuf,
+    /// Genesis dataset (default: the built-in synthetic corpus beside --data-dir).
+    #[arg(long)]
+    data: Option<PathBuf>,
+    /// Listen address (libp2p multiaddr); QUIC as /ip4/…/udp/…/quic-v1.
+    #[arg(long, default_values_t = ["/ip4/0.0.0.0/tcp/0".to_string()])]
+    listen: Vec<String>,
+    /// Peers to join through, as multiaddrs ending in /p2p/<peer id>.
+    #[arg(long)]
+    bootstrap: Vec<String>,
+    #[arg(long, default_value_t = 2)]
+    stages: usize,
+    /// Serve this stage (0 = driver) instead of the one with the fewest live replicas.
+    #[arg(long)]
+    stage: Option<usize>,
+    /// Memory the node may use for its stage, in MiB.
+    #[arg(long, default_value_t = 4096)]
+    memory_mb: u64,
+    #[command(flatten)]
+    model: ModelArgs,
+    #[arg(long, default_value_t = 128)]
+    seq: usize,
+    /// Rows per driver step.
+    #[arg(long, default_value_t = 8)]
+    batch: usize,
+    #[arg(long, default_value_t = 2)]
+    micro_batches: usize,
+    /// Driver steps before it stops feeding data (0: until stopped); also the LR schedule.
+    #[arg(long, default_value_t = 0)]
+    steps: u64,
+    #[arg(long, default_value_t = 2e-3)]
+    lr: f64,
+    #[arg(long, default_value_t = 20)]
+    warmup: u64,
+    /// Gradient-norm clip per stage (0: off).
+    #[arg(long, default_value_t = 1.0)]
+    clip_norm: f64,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    #[arg(long, value_enum, default_value_t = Order::Assigned)]
+    data_order: Order,
+    /// Engine threads.
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+    /// Forward micro-batches queued before the node answers Busy.
+    #[arg(long, default_value_t = 8)]
+    queue: usize,
+    /// A micro-batch whose gradient has not returned by then is routed elsewhere.
+    #[arg(long, default_value_t = 15_000)]
+    grad_timeout_ms: u64,
+    /// Listen this long before choosing a stage.
+    #[arg(long, default_value_t = 2_500)]
+    settle_ms: u64,
+    /// A driver starts training once it has heard this many live peers.
+    #[arg(long, default_value_t = 1)]
+    wait_peers: usize,
+    /// Largest request or response frame, in MiB.
+    #[arg(long, default_value_t = 32)]
+    max_frame_mb: usize,
+}
+
+impl NodeArgs {
+    fn settings(&self) -> Result<NodeSettings> {
+        if let Some(path) = &self.config {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            return serde_json::from_str(&text)
+                .with_context(|| format!("parsing node settings {}", path.display()));
+        }
+        let genesis = open_or_build_default(self.data.as_deref(), &self.data_dir)?;
+        let model = self.model.config(genesis.vocab_size(), self.seq)?;
+        Ok(NodeSettings {
+            data_dir: self.data_dir.clone(),
+            genesis: genesis.dir().to_path_buf(),
+            listen: self.listen.clone(),
+            bootstrap: self.bootstrap.clone(),
+            model,
+            stages: self.stages,
+            stage: self.stage,
+            memory_budget: self.memory_mb << 20,
+            micro_batches: self.micro_batches,
+            batch: self.batch,
+            seq: self.seq,
+            steps: self.steps,
+            lr: self.lr,
+            warmup: self.warmup,
+            clip_norm: self.clip_norm,
+            seed: self.seed,
+            data_order: match self.data_order {
+                Order::Assigned => DataOrder::Assigned,
+                Order::Global => DataOrder::Global,
+            },
+            threads: self.threads,
+            queue_capacity: self.queue,
+            grad_timeout_ms: self.grad_timeout_ms,
+            settle_ms: self.settle_ms,
+            wait_peers: self.wait_peers,
+            max_frame: self.max_frame_mb << 20,
+        })
+    }
+}
+
+pub fn run(args: NodeArgs) -> Result<()> {
+    let settings = args.settings()?;
+    if args.print_config {
+        println!("{}", serde_json::to_string_pretty(&settings)?);
+        return Ok(());
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime
+        .block_on(neuroshard_node::runtime::run(settings))
+        .context("node")
+}

@@ -1,0 +1,762 @@
+//! The micro-batched pipeline of one stage replica, as a sans-IO state machine.
+//!
+//! Inputs: messages from other replicas, finished compute jobs, send results, peer deaths,
+//! batches (driver) and clock ticks. Outputs: [`Action`]s the runtime carries out. Compute
+//! happens elsewhere (one job at a time, in the order this machine dispatches them), so the
+//! machine decides every ordering that matters for exactness: backward work before forward
+//! work, and a stage's optimizer step right after its `micro_batches`-th backward, before
+//! anything else touches its weights.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::time::{Duration, Instant};
+
+use neuroshard_model::{Activations, Batch, ModelConfig, StageInput, Tokens, Upstream};
+use neuroshard_net::PeerId;
+
+use crate::peers::PeerTable;
+use crate::records::Role;
+use crate::router;
+use crate::wire::{Ack, MicroBatchId, Msg, Payload};
+
+#[derive(Debug, Clone)]
+pub struct PipelineConfig {
+    pub stage: usize,
+    pub stages: usize,
+    pub model: ModelConfig,
+    /// Backward passes a replica accumulates per optimizer step (= micro-batches per step).
+    pub micro_batches: usize,
+    /// Forward work items a replica queues before it answers Busy (back-pressure).
+    pub queue_capacity: usize,
+    /// Replicas of the next stage considered per send.
+    pub candidates: usize,
+    /// A sent micro-batch whose gradient has not come back by then is sent elsewhere.
+    pub grad_timeout: Duration,
+    /// Pause before retrying when every candidate was busy or none is alive.
+    pub retry_after: Duration,
+    /// Driver: optimizer steps to run (0: until stopped).
+    pub steps: u64,
+}
+
+/// Work for the compute engine.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Job {
+    /// Output of this stage's layers (not the last stage).
+    Forward { mb: MicroBatchId, input: StageInput },
+    /// Vector–Jacobian product; the parameter gradients stay in the engine, accumulated.
+    Backward {
+        mb: MicroBatchId,
+        input: StageInput,
+        upstream: Upstream,
+    },
+    /// Apply the accumulated gradients with AdamW and clear them.
+    Step { step: u64 },
+}
+
+/// A finished job.
+#[derive(Debug, Clone, PartialEq)]
+pub enum JobDone {
+    Forward {
+        mb: MicroBatchId,
+        output: Activations,
+    },
+    Backward {
+        mb: MicroBatchId,
+        input_grad: Option<Activations>,
+        loss: Option<f32>,
+    },
+    Step {
+        step: u64,
+        lr: f64,
+        grad_norm: f64,
+        model_hash: [u8; 32],
+    },
+    Failed {
+        mb: Option<MicroBatchId>,
+        error: String,
+    },
+}
+
+/// What the runtime must do.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    /// Send a request; report the outcome with [`Pipeline::on_send_result`].
+    Send {
+        to: PeerId,
+        msg: Msg,
+    },
+    Compute(Job),
+    /// Driver: load the batch of `step` and hand it to [`Pipeline::on_batch`].
+    NeedBatch {
+        step: u64,
+    },
+    Penalize {
+        peer: PeerId,
+        reason: String,
+    },
+    Event(Event),
+}
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Event {
+    /// This replica applied an optimizer step. `loss` and `tokens` are set on drivers.
+    Step {
+        stage: usize,
+        step: u64,
+        loss: Option<f32>,
+        tokens: u64,
+        lr: f64,
+        grad_norm: f64,
+        model_hash: String,
+    },
+    /// A micro-batch went to another replica after `from` failed or timed out.
+    Failover {
+        mb: String,
+        from: String,
+        to: String,
+        reason: String,
+        /// From noticing the failure to the other replica accepting the work.
+        ms: f64,
+    },
+    /// The driver ran its configured number of steps.
+    Finished {
+        steps: u64,
+    },
+    Dropped {
+        peer: String,
+        reason: String,
+    },
+    Warning {
+        message: String,
+    },
+}
+
+#[derive(Debug, Clone)]
+struct Stashed {
+    input: StageInput,
+    targets: Vec<u32>,
+    /// Who sent the input and gets our input gradient (None on the driver).
+    upstream: Option<PeerId>,
+    /// Loss reported with the gradient, passed upstream.
+    loss: Option<f32>,
+    since: Instant,
+}
+
+#[derive(Debug, Clone)]
+enum SendState {
+    /// Request on the wire, no answer yet.
+    Sending,
+    /// Accepted downstream; waiting for the gradient.
+    Accepted,
+    /// Waiting to retry.
+    Waiting(Instant),
+}
+
+#[derive(Debug, Clone)]
+struct Outstanding {
+    msg: Msg,
+    to: Option<PeerId>,
+    state: SendState,
+    sent_at: Instant,
+    tried: HashSet<PeerId>,
+    /// Set while recovering from a failure: (previous replica, reason, noticed at).
+    failover: Option<(PeerId, String, Instant)>,
+    /// Whether "no live replica" was already reported for it.
+    warned: bool,
+}
+
+/// One stage replica's pipeline state.
+#[derive(Debug)]
+pub struct Pipeline {
+    cfg: PipelineConfig,
+    node: [u8; 32],
+    pub peers: PeerTable,
+    stash: HashMap<MicroBatchId, Stashed>,
+    outstanding: HashMap<MicroBatchId, Outstanding>,
+    backward_jobs: VecDeque<Job>,
+    forward_jobs: VecDeque<Job>,
+    step_job: Option<Job>,
+    busy: bool,
+    accumulated: usize,
+    steps_done: u64,
+    /// Driver: the step in progress, its losses so far and its tokens.
+    driver_step: Option<(u64, Vec<f32>, u64)>,
+    finished: bool,
+    /// Smoothed compute time of one job, the router's service-time estimate.
+    service: Duration,
+    job_started: Option<Instant>,
+}
+
+impl Pipeline {
+    /// `steps_done` is nonzero when the replica resumes from a checkpoint.
+    pub fn new(cfg: PipelineConfig, node: [u8; 32], steps_done: u64) -> Self {
+        Self {
+            cfg,
+            node,
+            peers: PeerTable::default(),
+            stash: HashMap::new(),
+            outstanding: HashMap::new(),
+            backward_jobs: VecDeque::new(),
+            forward_jobs: VecDeque::new(),
+            step_job: None,
+            busy: false,
+            accumulated: 0,
+            steps_done,
+            driver_step: None,
+            finished: false,
+            service: Duration::from_millis(20),
+            job_started: None,
+        }
+    }
+
+    pub fn role(&self) -> Role {
+        Role::of(self.cfg.stage, self.cfg.stages)
+    }
+
+    fn is_first(&self) -> bool {
+        self.cfg.stage == 0
+    }
+
+    fn is_last(&self) -> bool {
+        self.cfg.stage + 1 == self.cfg.stages
+    }
+
+    pub fn steps_done(&self) -> u64 {
+        self.steps_done
+    }
+
+    pub fn finished(&self) -> bool {
+        self.finished
+    }
+
+    /// Work waiting here, reported in heartbeats.
+    pub fn queue_depth(&self) -> usize {
+        self.backward_jobs.len() + self.forward_jobs.len() + usize::from(self.busy)
+    }
+
+    /// Driver: ask for the first batch.
+    pub fn start(&mut self) -> Vec<Action> {
+        if self.is_first() {
+            return vec![Action::NeedBatch {
+                step: self.steps_done,
+            }];
+        }
+        Vec::new()
+    }
+
+    /// Driver: the batch of `step` arrived; split it and start the forward passes.
+    pub fn on_batch(&mut self, step: u64, batch: Batch) -> Vec<Action> {
+        let parts = batch.split_rows(self.cfg.micro_batches);
+        let tokens = (batch.batch * batch.seq) as u64;
+        self.driver_step = Some((step, Vec::new(), tokens));
+        let now = Instant::now();
+        for (i, part) in parts.into_iter().enumerate() {
+            let mb = MicroBatchId {
+                origin: self.node,
+                step,
+                index: i as u32,
+            };
+            let input = StageInput::Tokens(Tokens {
+                batch: part.batch,
+                seq: part.seq,
+                ids: part.inputs,
+            });
+            let job = if self.is_last() {
+                Job::Backward {
+                    mb,
+                    input: input.clone(),
+                    upstream: Upstream::Targets(part.targets.clone()),
+                }
+            } else {
+                Job::Forward {
+                    mb,
+                    input: input.clone(),
+                }
+            };
+            self.stash.insert(
+                mb,
+                Stashed {
+                    input,
+                    targets: part.targets,
+                    upstream: None,
+                    loss: None,
+                    since: now,
+                },
+            );
+            match job {
+                Job::Backward { .. } => self.backward_jobs.push_back(job),
+                _ => self.forward_jobs.push_back(job),
+            }
+        }
+        self.dispatch()
+    }
+
+    /// A request from another replica; returns the answer and what to do next.
+    pub fn on_message(&mut self, from: PeerId, msg: Msg, now: Instant) -> (Ack, Vec<Action>) {
+        let result = match msg {
+            Msg::Forward { mb, input, targets } => {
+                self.accept_forward(from, mb, input, targets, now)
+            }
+            Msg::Backward { mb, grad, loss } => self.accept_backward(from, mb, grad, loss),
+        };
+        match result {
+            Ok(Ack::Accepted) => (Ack::Accepted, self.dispatch()),
+            Ok(other) => (other, Vec::new()),
+            Err(reason) => {
+                let actions = vec![
+                    Action::Penalize {
+                        peer: from,
+                        reason: reason.clone(),
+                    },
+                    Action::Event(Event::Dropped {
+                        peer: from.to_string(),
+                        reason: reason.clone(),
+                    }),
+                ];
+                (Ack::Rejected(reason), actions)
+            }
+        }
+    }
+
+    fn accept_forward(
+        &mut self,
+        from: PeerId,
+        mb: MicroBatchId,
+        input: Payload,
+        targets: Vec<u32>,
+        now: Instant,
+    ) -> Result<Ack, String> {
+        if self.is_first() {
+            return Err(format!(
+                "stage 0 takes no forward input (micro-batch {})",
+                mb.short()
+            ));
+        }
+        let Payload::Hidden(acts) = input else {
+            return Err(format!(
+                "stage {} takes hidden states, got token ids",
+                self.cfg.stage
+            ));
+        };
+        acts.validate(&self.cfg.model).map_err(|e| e.to_string())?;
+        if self.is_last() && targets.len() != acts.batch * acts.seq {
+            return Err(format!(
+                "{} targets for a [{}, {}] micro-batch",
+                targets.len(),
+                acts.batch,
+                acts.seq
+            ));
+        }
+        if let Some(&bad) = targets
+            .iter()
+            .find(|&&t| t as usize >= self.cfg.model.vocab)
+        {
+            return Err(format!("target id {bad} outside the vocabulary"));
+        }
+        if self.forward_jobs.len() >= self.cfg.queue_capacity && !self.stash.contains_key(&mb) {
+            return Ok(Ack::Busy);
+        }
+        let input = StageInput::Hidden(acts);
+        let job = if self.is_last() {
+            Job::Backward {
+                mb,
+                input: input.clone(),
+                upstream: Upstream::Targets(targets.clone()),
+            }
+        } else {
+            Job::Forward {
+                mb,
+                input: input.clone(),
+            }
+        };
+        // A repeated micro-batch (the sender failed over) replaces the old entry.
+        self.stash.insert(
+            mb,
+            Stashed {
+                input,
+                targets,
+                upstream: Some(from),
+                loss: None,
+                since: now,
+            },
+        );
+        self.forward_jobs.push_back(job);
+        Ok(Ack::Accepted)
+    }
+
+    fn accept_backward(
+        &mut self,
+        from: PeerId,
+        mb: MicroBatchId,
+        grad: Activations,
+        loss: f32,
+    ) -> Result<Ack, String> {
+        if self.is_last() {
+            return Err("the last stage takes no gradient".into());
+        }
+        let Some(out) = self.outstanding.get(&mb) else {
+            return Err(format!(
+                "gradient for micro-batch {} this node never sent",
+                mb.short()
+            ));
+        };
+        if out.to != Some(from) {
+            return Err(format!(
+                "gradient for micro-batch {} from a replica it was not sent to",
+                mb.short()
+            ));
+        }
+        grad.validate(&self.cfg.model).map_err(|e| e.to_string())?;
+        if !loss.is_finite() {
+            return Err(format!("loss {loss} is not finite"));
+        }
+        let stashed = self
+            .stash
+            .get_mut(&mb)
+            .ok_or_else(|| format!("no stashed input for micro-batch {}", mb.short()))?;
+        let (b, s) = match &stashed.input {
+            StageInput::Tokens(t) => (t.batch, t.seq),
+            StageInput::Hidden(a) => (a.batch, a.seq),
+        };
+        if (grad.batch, grad.seq) != (b, s) {
+            return Err(format!(
+                "gradient shape [{}, {}] for a [{b}, {s}] micro-batch",
+                grad.batch, grad.seq
+            ));
+        }
+        stashed.loss = Some(loss);
+        let input = stashed.input.clone();
+        self.outstanding.remove(&mb);
+        if let Some(p) = self.peers.get_mut(&from) {
+            p.in_flight = p.in_flight.saturating_sub(1);
+        }
+        self.backward_jobs.push_back(Job::Backward {
+            mb,
+            input,
+            upstream: Upstream::Grad(grad),
+        });
+        Ok(Ack::Accepted)
+    }
+
+    /// Hands the engine its next job when it is idle: the optimizer step first, then
+    /// backward work (it frees stashed inputs), then forward work.
+    fn dispatch(&mut self) -> Vec<Action> {
+        if self.busy {
+            return Vec::new();
+        }
+        let job = self
+            .step_job
+            .take()
+            .or_else(|| self.backward_jobs.pop_front())
+            .or_else(|| self.forward_jobs.pop_front());
+        match job {
+            Some(job) => {
+                self.busy = true;
+                self.job_started = Some(Instant::now());
+                vec![Action::Compute(job)]
+            }
+            None => Vec::new(),
+        }
+    }
+
+    /// The engine finished a job.
+    pub fn on_job_done(&mut self, done: JobDone, now: Instant) -> Vec<Action> {
+        self.busy = false;
+        if let Some(t) = self.job_started.take() {
+            self.service = (self.service * 3 + now.saturating_duration_since(t)) / 4;
+        }
+        let mut actions = Vec::new();
+        match done {
+            JobDone::Forward { mb, output } => {
+                if let Some(st) = self.stash.get(&mb) {
+                    let msg = Msg::Forward {
+                        mb,
+                        input: Payload::Hidden(output),
+                        targets: st.targets.clone(),
+                    };
+                    let out = Outstanding {
+                        msg,
+                        to: None,
+                        state: SendState::Waiting(now),
+                        sent_at: now,
+                        tried: HashSet::new(),
+                        failover: None,
+                        warned: false,
+                    };
+                    self.outstanding.insert(mb, out);
+                    actions.extend(self.route(mb, now));
+                }
+            }
+            JobDone::Backward {
+                mb,
+                input_grad,
+                loss,
+            } => {
+                let stashed = self.stash.remove(&mb);
+                let loss = loss.or(stashed.as_ref().and_then(|s| s.loss));
+                if let (Some(st), Some(grad)) = (&stashed, input_grad)
+                    && let Some(up) = st.upstream
+                {
+                    actions.push(Action::Send {
+                        to: up,
+                        msg: Msg::Backward {
+                            mb,
+                            grad,
+                            loss: loss.unwrap_or(f32::NAN),
+                        },
+                    });
+                }
+                if let (Some((step, losses, _)), Some(l)) = (self.driver_step.as_mut(), loss)
+                    && *step == mb.step
+                    && mb.origin == self.node
+                {
+                    losses.push(l);
+                }
+                self.accumulated += 1;
+                if self.accumulated >= self.cfg.micro_batches {
+                    self.accumulated = 0;
+                    self.step_job = Some(Job::Step {
+                        step: self.steps_done,
+                    });
+                }
+            }
+            JobDone::Step {
+                step,
+                lr,
+                grad_norm,
+                model_hash,
+            } => {
+                self.steps_done = step + 1;
+                let (loss, tokens) = match self.driver_step.take() {
+                    Some((_, losses, tokens)) if !losses.is_empty() => (
+                        Some(losses.iter().sum::<f32>() / losses.len() as f32),
+                        tokens,
+                    ),
+                    Some((_, _, tokens)) => (None, tokens),
+                    None => (None, 0),
+                };
+                actions.push(Action::Event(Event::Step {
+                    stage: self.cfg.stage,
+                    step: self.steps_done,
+                    loss,
+                    tokens,
+                    lr,
+                    grad_norm,
+                    model_hash: hex::encode(model_hash),
+                }));
+                if self.is_first() {
+                    if self.cfg.steps != 0 && self.steps_done >= self.cfg.steps {
+                        self.finished = true;
+                        actions.push(Action::Event(Event::Finished {
+                            steps: self.steps_done,
+                        }));
+                    } else {
+                        actions.push(Action::NeedBatch {
+                            step: self.steps_done,
+                        });
+                    }
+                }
+            }
+            JobDone::Failed { mb, error } => {
+                // Bad work is dropped; the sender's timeout routes it again elsewhere.
+                if let Some(mb) = mb {
+                    self.stash.remove(&mb);
+                }
+                actions.push(Action::Event(Event::Warning {
+                    message: format!("compute failed: {error}"),
+                }));
+            }
+        }
+        actions.extend(self.dispatch());
+        actions
+    }
+
+    /// Sends (or re-sends) an outstanding micro-batch to the best replica not yet tried.
+    fn route(&mut self, mb: MicroBatchId, now: Instant) -> Vec<Action> {
+        let next = self.cfg.stage + 1;
+        let Some(out) = self.outstanding.get_mut(&mb) else {
+            return Vec::new();
+        };
+        let mut picks = router::candidates(
+            &self.peers,
+            next,
+            self.cfg.candidates,
+            &out.tried,
+            self.service,
+        );
+        if picks.is_empty() && !out.tried.is_empty() {
+            // Every replica was tried: start over with all of them after a pause.
+            out.tried.clear();
+            out.state = SendState::Waiting(now + self.cfg.retry_after);
+            return Vec::new();
+        }
+        if picks.is_empty() {
+            let first_wait = !out.warned;
+            out.warned = true;
+            out.state = SendState::Waiting(now + self.cfg.retry_after);
+            if !first_wait {
+                return Vec::new();
+            }
+            return vec![Action::Event(Event::Warning {
+                message: format!(
+                    "no live replica of stage {next}; micro-batch {} waits",
+                    mb.short()
+                ),
+            })];
+        }
+        let to = picks.remove(0);
+        out.tried.insert(to);
+        out.to = Some(to);
+        out.state = SendState::Sending;
+        out.sent_at = now;
+        if let Some(p) = self.peers.get_mut(&to) {
+            p.in_flight += 1;
+        }
+        vec![Action::Send {
+            to,
+            msg: out.msg.clone(),
+        }]
+    }
+
+    /// Outcome of a request this machine asked for.
+    pub fn on_send_result(
+        &mut self,
+        to: PeerId,
+        mb: MicroBatchId,
+        kind: &str,
+        result: Result<Ack, String>,
+        now: Instant,
+    ) -> Vec<Action> {
+        if kind == "backward" {
+            return match result {
+                Ok(Ack::Accepted) => Vec::new(),
+                Ok(other) => vec![Action::Event(Event::Warning {
+                    message: format!("gradient for {} refused by {to}: {other:?}", mb.short()),
+                })],
+                // The sender is gone; the driver's timeout re-sends through another path.
+                Err(e) => vec![Action::Event(Event::Warning {
+                    message: format!("gradient for {} not delivered to {to}: {e}", mb.short()),
+                })],
+            };
+        }
+        let Some(out) = self.outstanding.get_mut(&mb) else {
+            return Vec::new();
+        };
+        if out.to != Some(to) || !matches!(out.state, SendState::Sending) {
+            return Vec::new();
+        }
+        let latency = now.saturating_duration_since(out.sent_at);
+        match result {
+            Ok(Ack::Accepted) => {
+                out.state = SendState::Accepted;
+                out.sent_at = now;
+                let failover = out.failover.take();
+                self.peers.observe_latency(&to, latency);
+                match failover {
+                    Some((from, reason, noticed)) => vec![Action::Event(Event::Failover {
+                        mb: mb.short(),
+                        from: from.to_string(),
+                        to: to.to_string(),
+                        reason,
+                        ms: now.saturating_duration_since(noticed).as_secs_f64() * 1e3,
+                    })],
+                    None => Vec::new(),
+                }
+            }
+            Ok(Ack::Busy) => {
+                self.release(&to);
+                self.route(mb, now)
+            }
+            Ok(Ack::Rejected(why)) => {
+                self.release(&to);
+                let mut actions = vec![Action::Event(Event::Warning {
+                    message: format!("{to} refused micro-batch {}: {why}", mb.short()),
+                })];
+                actions.extend(self.route(mb, now));
+                actions
+            }
+            Err(e) => {
+                self.release(&to);
+                self.fail_over(mb, to, format!("send failed: {e}"), now)
+            }
+        }
+    }
+
+    fn release(&mut self, peer: &PeerId) {
+        if let Some(p) = self.peers.get_mut(peer) {
+            p.in_flight = p.in_flight.saturating_sub(1);
+        }
+    }
+
+    fn fail_over(
+        &mut self,
+        mb: MicroBatchId,
+        from: PeerId,
+        reason: String,
+        now: Instant,
+    ) -> Vec<Action> {
+        if let Some(out) = self.outstanding.get_mut(&mb) {
+            if out.failover.is_none() {
+                out.failover = Some((from, reason, now));
+            }
+            out.to = None;
+        }
+        self.route(mb, now)
+    }
+
+    /// A peer died (connection lost, heartbeats missed, or deathrattle): stop routing to it
+    /// and re-send everything it held for us.
+    pub fn on_peer_down(&mut self, peer: PeerId, why: &str, now: Instant) -> Vec<Action> {
+        self.peers.remove(&peer);
+        let lost: Vec<MicroBatchId> = self
+            .outstanding
+            .iter()
+            .filter(|(_, o)| o.to == Some(peer))
+            .map(|(mb, _)| *mb)
+            .collect();
+        let mut actions = Vec::new();
+        for mb in lost {
+            actions.extend(self.fail_over(mb, peer, why.to_string(), now));
+        }
+        actions
+    }
+
+    /// Timeouts and retries.
+    pub fn on_tick(&mut self, now: Instant) -> Vec<Action> {
+        let mut actions = Vec::new();
+        for peer in self.peers.expire(now) {
+            actions.extend(self.on_peer_down(peer, "missed 3 heartbeats", now));
+        }
+        let due: Vec<(MicroBatchId, Option<PeerId>)> = self
+            .outstanding
+            .iter()
+            .filter(|(_, o)| match o.state {
+                SendState::Waiting(at) => at <= now,
+                SendState::Accepted => {
+                    now.saturating_duration_since(o.sent_at) > self.cfg.grad_timeout
+                }
+                SendState::Sending => false,
+            })
+            .map(|(mb, o)| (*mb, o.to))
+            .collect();
+        for (mb, to) in due {
+            match to {
+                Some(peer) => {
+                    self.release(&peer);
+                    actions.extend(self.fail_over(mb, peer, "gradient timed out".into(), now));
+                }
+                None => actions.extend(self.route(mb, now)),
+            }
+        }
+        // Inputs whose gradient can no longer come (their path died) are forgotten.
+        let horizon = self.cfg.grad_timeout * 3;
+        let outstanding = &self.outstanding;
+        let is_first = self.is_first();
+        self.stash.retain(|mb, s| {
+            is_first
+                || outstanding.contains_key(mb)
+                || now.saturating_duration_since(s.since) < horizon
+        });
+        actions
+    }
+}

@@ -1,0 +1,322 @@
+//! Signed announcements: heartbeats on gossip, node and network records in the DHT.
+//!
+//! Every one is a `Signed<T>` whose signer must be the libp2p author/publisher (one identity:
+//! the peer id inlines the same secp256k1 key), so a peer cannot speak for another.
+
+use neuroshard_net::{PeerId, Validation};
+use neuroshard_proof::{Canonical, CodecError, NodeId, Reader, Signed, Writer};
+
+pub const HEARTBEAT_TOPIC: &str = "neuroshard/heartbeat/1";
+pub const NETWORK_KEY: &[u8] = b"neuroshard/network";
+const MAX_ADDRS: usize = 16;
+const MAX_ADDR_LEN: usize = 256;
+
+/// The role a stage index implies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Data, embedding and the first layers.
+    Driver,
+    /// Middle layers.
+    Worker,
+    /// Last layers, final norm, LM head and the loss.
+    Validator,
+    /// The whole model on one node (a one-stage network).
+    Solo,
+}
+
+impl Role {
+    pub fn of(stage: usize, stages: usize) -> Role {
+        match (stage == 0, stage + 1 == stages) {
+            (true, true) => Role::Solo,
+            (true, false) => Role::Driver,
+            (false, true) => Role::Validator,
+            (false, false) => Role::Worker,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Driver => "driver",
+            Role::Worker => "worker",
+            Role::Validator => "validator",
+            Role::Solo => "solo",
+        }
+    }
+}
+
+/// Liveness and load, every 2 s; `leaving` marks the deathrattle of a clean shutdown.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Heartbeat {
+    pub node: NodeId,
+    pub network: [u8; 32],
+    pub stage: u16,
+    pub step: u64,
+    pub queue: u32,
+    pub time_ms: u64,
+    pub leaving: bool,
+}
+
+impl Canonical for Heartbeat {
+    const DOMAIN: &'static str = "neuroshard/heartbeat/v1";
+
+    fn encode_body(&self, w: &mut Writer) {
+        w.fixed(&self.node.0);
+        w.fixed(&self.network);
+        w.u16(self.stage);
+        w.u64(self.step);
+        w.u32(self.queue);
+        w.u64(self.time_ms);
+        w.u8(u8::from(self.leaving));
+    }
+
+    fn decode_body(r: &mut Reader<'_>) -> Result<Self, CodecError> {
+        Ok(Self {
+            node: NodeId(r.array()?),
+            network: r.array()?,
+            stage: r.u16()?,
+            step: r.u64()?,
+            queue: r.u32()?,
+            time_ms: r.u64()?,
+            leaving: match r.u8()? {
+                0 => false,
+                1 => true,
+                v => {
+                    return Err(CodecError::Invalid {
+                        field: "leaving",
+                        reason: format!("{v}"),
+                    });
+                }
+            },
+        })
+    }
+}
+
+/// What one node serves, stored in the DHT under [`node_key`] with an expiry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeRecord {
+    pub node: NodeId,
+    pub network: [u8; 32],
+    pub stage: u16,
+    pub expires_ms: u64,
+    pub addrs: Vec<String>,
+}
+
+impl Canonical for NodeRecord {
+    const DOMAIN: &'static str = "neuroshard/node-record/v1";
+
+    fn encode_body(&self, w: &mut Writer) {
+        w.fixed(&self.node.0);
+        w.fixed(&self.network);
+        w.u16(self.stage);
+        w.u64(self.expires_ms);
+        w.len(self.addrs.len());
+        for a in &self.addrs {
+            w.bytes(a.as_bytes());
+        }
+    }
+
+    fn decode_body(r: &mut Reader<'_>) -> Result<Self, CodecError> {
+        let node = NodeId(r.array()?);
+        let network = r.array()?;
+        let stage = r.u16()?;
+        let expires_ms = r.u64()?;
+        let n = r.len(MAX_ADDRS)?;
+        let addrs = (0..n)
+            .map(|_| {
+                String::from_utf8(r.bytes(MAX_ADDR_LEN)?.to_vec()).map_err(|e| {
+                    CodecError::Invalid {
+                        field: "address",
+                        reason: e.to_string(),
+                    }
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Self {
+            node,
+            network,
+            stage,
+            expires_ms,
+            addrs,
+        })
+    }
+}
+
+/// The network every node must agree on: model shape, stage count and dataset.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NetworkRecord {
+    pub network: [u8; 32],
+    pub genesis_root: [u8; 32],
+    pub stages: u16,
+    pub description: String,
+}
+
+impl Canonical for NetworkRecord {
+    const DOMAIN: &'static str = "neuroshard/network-record/v1";
+
+    fn encode_body(&self, w: &mut Writer) {
+        w.fixed(&self.network);
+        w.fixed(&self.genesis_root);
+        w.u16(self.stages);
+        w.bytes(self.description.as_bytes());
+    }
+
+    fn decode_body(r: &mut Reader<'_>) -> Result<Self, CodecError> {
+        Ok(Self {
+            network: r.array()?,
+            genesis_root: r.array()?,
+            stages: r.u16()?,
+            description: String::from_utf8_lossy(r.bytes(4096)?).into_owned(),
+        })
+    }
+}
+
+/// DHT key of a node's record.
+pub fn node_key(node: &NodeId) -> Vec<u8> {
+    let mut k = b"neuroshard/node/".to_vec();
+    k.extend_from_slice(&node.0);
+    k
+}
+
+/// DHT provider key of the replicas of `stage` in `network`.
+pub fn stage_key(network: &[u8; 32], stage: usize) -> Vec<u8> {
+    format!("neuroshard/stage/{}/{stage}", hex::encode(network)).into_bytes()
+}
+
+/// The node id the peer id's inlined key derives to.
+pub fn node_of(peer: &PeerId) -> Option<NodeId> {
+    let pk = neuroshard_net::public_key_of(peer)?;
+    neuroshard_proof::PublicKey::from_bytes(&pk)
+        .ok()
+        .map(|k| k.node_id())
+}
+
+/// Verifies a signed value and that `author` (when known) is its signer.
+pub fn open<T: Canonical>(bytes: &[u8], author: Option<&PeerId>) -> Result<T, String> {
+    let signed = Signed::<T>::from_bytes(bytes).map_err(|e| e.to_string())?;
+    let value = signed.verify().map_err(|e| e.to_string())?;
+    if let Some(author) = author {
+        let pk = neuroshard_net::public_key_of(author)
+            .ok_or_else(|| format!("peer {author} has no inlined secp256k1 key"))?;
+        if pk != *signed.signer().as_bytes() {
+            return Err(format!(
+                "signed by {} but sent by {author}",
+                signed.signer()
+            ));
+        }
+    }
+    Ok(value)
+}
+
+/// Gossip validation: heartbeats must be signed by their author and name the author's node.
+pub fn validate_gossip(topic: &str, author: &PeerId, data: &[u8]) -> Validation {
+    if topic != HEARTBEAT_TOPIC {
+        return Validation::Ignore;
+    }
+    match open::<Heartbeat>(data, Some(author)) {
+        Ok(hb) if Some(hb.node) == node_of(author) => Validation::Accept,
+        Ok(_) => {
+            tracing::debug!(%author, "heartbeat names another node");
+            Validation::Reject
+        }
+        Err(e) => {
+            tracing::debug!(%author, "heartbeat refused: {e}");
+            Validation::Reject
+        }
+    }
+}
+
+/// DHT validation: node records under their own key, unexpired, signed by the publisher;
+/// the network record signed by anyone (its contents are compared by each reader).
+pub fn validate_record(key: &[u8], value: &[u8], publisher: Option<&PeerId>, now_ms: u64) -> bool {
+    if key == NETWORK_KEY {
+        return open::<NetworkRecord>(value, None).is_ok();
+    }
+    if key.starts_with(b"neuroshard/node/") {
+        return match open::<NodeRecord>(value, publisher) {
+            Ok(rec) => node_key(&rec.node) == key && rec.expires_ms > now_ms,
+            Err(_) => false,
+        };
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use neuroshard_proof::Identity;
+
+    fn peer_of(id: &Identity) -> PeerId {
+        neuroshard_net::peer_id_from_secret(&id.secret_bytes()).expect("peer id")
+    }
+
+    fn heartbeat(id: &Identity) -> Heartbeat {
+        Heartbeat {
+            node: id.node_id(),
+            network: [1; 32],
+            stage: 1,
+            step: 5,
+            queue: 2,
+            time_ms: 10,
+            leaving: false,
+        }
+    }
+
+    #[test]
+    fn heartbeat_from_its_author_is_accepted() {
+        let id = Identity::generate();
+        let bytes = Signed::sign(&id, &heartbeat(&id)).to_bytes();
+        assert!(matches!(
+            validate_gossip(HEARTBEAT_TOPIC, &peer_of(&id), &bytes),
+            Validation::Accept
+        ));
+    }
+
+    #[test]
+    fn forged_or_relayed_heartbeats_are_rejected() {
+        let (a, b) = (Identity::generate(), Identity::generate());
+        // Signed by a, published by b.
+        let bytes = Signed::sign(&a, &heartbeat(&a)).to_bytes();
+        assert!(matches!(
+            validate_gossip(HEARTBEAT_TOPIC, &peer_of(&b), &bytes),
+            Validation::Reject
+        ));
+        // Signed by b but naming a.
+        let bytes = Signed::sign(&b, &heartbeat(&a)).to_bytes();
+        assert!(matches!(
+            validate_gossip(HEARTBEAT_TOPIC, &peer_of(&b), &bytes),
+            Validation::Reject
+        ));
+        // Tampered bytes.
+        let mut bytes = Signed::sign(&a, &heartbeat(&a)).to_bytes();
+        let last = bytes.len() - 70;
+        bytes[last] ^= 1;
+        assert!(matches!(
+            validate_gossip(HEARTBEAT_TOPIC, &peer_of(&a), &bytes),
+            Validation::Reject
+        ));
+        assert!(matches!(
+            validate_gossip(HEARTBEAT_TOPIC, &peer_of(&a), b"garbage"),
+            Validation::Reject
+        ));
+    }
+
+    #[test]
+    fn node_records_must_be_fresh_and_under_their_key() {
+        let id = Identity::generate();
+        let rec = NodeRecord {
+            node: id.node_id(),
+            network: [2; 32],
+            stage: 0,
+            expires_ms: 1_000,
+            addrs: vec!["/ip4/127.0.0.1/tcp/1".into()],
+        };
+        let bytes = Signed::sign(&id, &rec).to_bytes();
+        let key = node_key(&id.node_id());
+        assert!(validate_record(&key, &bytes, Some(&peer_of(&id)), 999));
+        assert!(!validate_record(&key, &bytes, Some(&peer_of(&id)), 1_000));
+        assert!(!validate_record(b"neuroshard/node/x", &bytes, None, 0));
+        let other = Identity::generate();
+        assert!(!validate_record(&key, &bytes, Some(&peer_of(&other)), 0));
+    }
+}

@@ -1,0 +1,80 @@
+//! Everything a node needs to start, from flags or a JSON config file.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use neuroshard_model::{ModelConfig, StageSpec};
+use serde::{Deserialize, Serialize};
+
+/// Which windows a driver trains on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DataOrder {
+    /// The node's genesis assignment (shard and window chosen from its node id).
+    Assigned,
+    /// The same global order `neuroshard train --seed` uses (for exactness checks).
+    Global,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NodeSettings {
+    /// Key file, checkpoint and logs live here.
+    pub data_dir: PathBuf,
+    /// Genesis dataset directory.
+    pub genesis: PathBuf,
+    pub listen: Vec<String>,
+    pub bootstrap: Vec<String>,
+    pub model: ModelConfig,
+    pub stages: usize,
+    /// Serve this stage instead of choosing (the role preference).
+    pub stage: Option<usize>,
+    /// Memory this node may use for its stage, in bytes.
+    pub memory_budget: u64,
+    pub micro_batches: usize,
+    /// Rows per driver step (split into `micro_batches`).
+    pub batch: usize,
+    pub seq: usize,
+    /// Driver steps (0: until stopped); also the length of every replica's LR schedule.
+    pub steps: u64,
+    pub lr: f64,
+    pub warmup: u64,
+    /// Per-stage gradient-norm clip (0: off). A stage clips its own gradient, not the
+    /// whole model's, so with clipping on a pipeline differs from one process.
+    pub clip_norm: f64,
+    pub seed: u64,
+    pub data_order: DataOrder,
+    pub threads: usize,
+    pub queue_capacity: usize,
+    pub grad_timeout_ms: u64,
+    /// How long a new node listens to the network before choosing its stage.
+    pub settle_ms: u64,
+    /// A driver starts feeding data once it has heard this many live peers.
+    pub wait_peers: usize,
+    /// Maximum request/response frame.
+    pub max_frame: usize,
+}
+
+impl NodeSettings {
+    pub fn grad_timeout(&self) -> Duration {
+        Duration::from_millis(self.grad_timeout_ms)
+    }
+
+    /// Bytes a replica of each stage needs: weights, accumulated gradients and two AdamW
+    /// moments (4 f32 per parameter) plus the stashed inputs of a full queue.
+    pub fn stage_memory(&self) -> Result<Vec<u64>, neuroshard_model::ModelError> {
+        let specs = StageSpec::split(&self.model, self.stages)?;
+        let rows = self.batch.div_ceil(self.micro_batches.max(1)) as u64;
+        let acts = rows * self.seq as u64 * self.model.d_model as u64 * 4;
+        Ok(specs
+            .iter()
+            .map(|s| {
+                let params: u64 = s
+                    .param_specs(&self.model)
+                    .iter()
+                    .map(|p| p.numel() as u64)
+                    .sum();
+                params * 16 + acts * (self.queue_capacity as u64 + self.micro_batches as u64) * 2
+            })
+            .collect())
+    }
+}
