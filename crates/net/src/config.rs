@@ -1,0 +1,109 @@
+//! Network configuration and the validator callbacks the application supplies.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use libp2p::{Multiaddr, PeerId};
+
+/// What the gossip validator decided about a message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Validation {
+    /// Valid: deliver it locally and forward it.
+    Accept,
+    /// Invalid: drop it and lower the score of the peer that sent it.
+    Reject,
+    /// Drop it without penalty (stale, duplicate by content, not for us).
+    Ignore,
+}
+
+/// Decides whether a gossip message is delivered and forwarded: `(topic, author, data)`.
+/// Runs inside the swarm task, so it must be quick and must not block.
+pub type GossipValidator = Arc<dyn Fn(&str, &PeerId, &[u8]) -> Validation + Send + Sync>;
+
+/// Decides whether a DHT record is valid: `(key, value, publisher)`. Runs on inbound stores,
+/// on our own puts, and on every record `get_record` finds (the local one included).
+pub type RecordValidator = Arc<dyn Fn(&[u8], &[u8], Option<&PeerId>) -> bool + Send + Sync>;
+
+/// Default maximum size of one request or response frame.
+pub const DEFAULT_MAX_FRAME: usize = 32 * 1024 * 1024;
+/// Default maximum size of one gossip message.
+pub const DEFAULT_MAX_GOSSIP: usize = 1024 * 1024;
+
+/// Settings of a [`crate::Net`]. Start from [`NetConfig::local`] and change fields.
+#[derive(Clone)]
+pub struct NetConfig {
+    /// Addresses to listen on (TCP `/ip4/../tcp/..` and QUIC `/ip4/../udp/../quic-v1`).
+    pub listen: Vec<Multiaddr>,
+    /// Peers dialled at start and added to Kademlia; each must end in `/p2p/<peer id>`.
+    pub bootstrap: Vec<Multiaddr>,
+    /// Maximum bytes of one request or response (enforced on read and on write).
+    pub max_frame: usize,
+    /// Maximum bytes of one gossip message.
+    pub max_gossip: usize,
+    /// How long a request (or one blob chunk) may take, response included.
+    pub request_timeout: Duration,
+    /// Gossipsub topics subscribed at start.
+    pub topics: Vec<String>,
+    /// How long other peers keep a record after its last (re)publication (whole seconds, ≥ 1).
+    pub record_ttl: Duration,
+    /// How often our own records (and provider records) are pushed to the closest peers again.
+    pub republish_interval: Duration,
+    /// How long an idle connection stays open.
+    pub idle_timeout: Duration,
+    /// Score taken off a peer by [`crate::Net::penalize`].
+    pub penalty: f64,
+    /// At or below this application score a peer is disconnected and blocked.
+    pub ban_threshold: f64,
+    pub gossip_validator: GossipValidator,
+    pub record_validator: RecordValidator,
+}
+
+impl NetConfig {
+    /// Listens on 127.0.0.1 (TCP, random port), default limits, validators that accept all.
+    pub fn local() -> Self {
+        NetConfig {
+            listen: vec![
+                "/ip4/127.0.0.1/tcp/0"
+                    .parse()
+                    .expect("constant multiaddr parses"),
+            ],
+            bootstrap: Vec::new(),
+            max_frame: DEFAULT_MAX_FRAME,
+            max_gossip: DEFAULT_MAX_GOSSIP,
+            request_timeout: Duration::from_secs(10),
+            topics: Vec::new(),
+            record_ttl: Duration::from_secs(60),
+            republish_interval: Duration::from_secs(20),
+            idle_timeout: Duration::from_secs(120),
+            penalty: 20.0,
+            ban_threshold: -100.0,
+            gossip_validator: Arc::new(|_, _, _| Validation::Accept),
+            record_validator: Arc::new(|_, _, _| true),
+        }
+    }
+}
+
+impl Default for NetConfig {
+    fn default() -> Self {
+        Self::local()
+    }
+}
+
+impl fmt::Debug for NetConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NetConfig")
+            .field("listen", &self.listen)
+            .field("bootstrap", &self.bootstrap)
+            .field("max_frame", &self.max_frame)
+            .field("max_gossip", &self.max_gossip)
+            .field("request_timeout", &self.request_timeout)
+            .field("topics", &self.topics)
+            .field("record_ttl", &self.record_ttl)
+            .field("republish_interval", &self.republish_interval)
+            .field("idle_timeout", &self.idle_timeout)
+            .field("penalty", &self.penalty)
+            .field("ban_threshold", &self.ban_threshold)
+            .finish_non_exhaustive()
+    }
+}

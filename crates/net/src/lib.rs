@@ -1,0 +1,17 @@
+//! NeuroShard's network layer on rust-libp2p: one swarm per node, driven by a tokio task and
+//! used through the cloneable [`Net`] handle. See `README.md` for the protocols and limits.
+
+mod blob;
+mod codec;
+mod config;
+mod error;
+mod ids;
+
+pub use blob::CHUNK_SIZE;
+pub use codec::{Counters, Traffic};
+pub use config::{
+    DEFAULT_MAX_FRAME, DEFAULT_MAX_GOSSIP, GossipValidator, NetConfig, RecordValidator, Validation,
+};
+pub use error::NetError;
+pub use ids::{keypair_from_secret, peer_id_from_secret, peer_id_of, public_key_of};
+pub use libp2p::{Multiaddr, PeerId};
