@@ -1,12 +1,16 @@
 //! NeuroShard's network layer on rust-libp2p: one swarm per node, driven by a tokio task and
 //! used through the cloneable [`Net`] handle. See `README.md` for the protocols and limits.
 
+mod behaviour;
 mod blob;
 mod codec;
 mod config;
 mod error;
 mod ids;
+mod net;
+mod task;
 
+pub use behaviour::MAX_RECORD_VALUE;
 pub use blob::CHUNK_SIZE;
 pub use codec::{Counters, Traffic};
 pub use config::{
@@ -15,3 +19,4 @@ pub use config::{
 pub use error::NetError;
 pub use ids::{keypair_from_secret, peer_id_from_secret, peer_id_of, public_key_of};
 pub use libp2p::{Multiaddr, PeerId};
+pub use net::{Net, NetEvent, ResponseChannel};

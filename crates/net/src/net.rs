@@ -1,0 +1,360 @@
+//! [`Net`]: the cloneable handle the node uses, and the events it receives.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use libp2p::multiaddr::Protocol;
+use libp2p::{Multiaddr, PeerId, SwarmBuilder, noise, request_response, tcp, yamux};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::behaviour::{self, Behaviour};
+use crate::blob::{self, BlobStore};
+use crate::codec::{CounterSet, Counters};
+use crate::ids::keypair_from_secret;
+use crate::task::{Command, EVENT_QUEUE, Reply, Task};
+use crate::{NetConfig, NetError};
+
+/// What the network tells the node.
+#[derive(Debug)]
+pub enum NetEvent {
+    /// A gossip message the validator accepted (never our own).
+    Gossip {
+        topic: String,
+        author: PeerId,
+        data: Vec<u8>,
+    },
+    /// A peer's request; answer it with [`Net::respond`] (dropping `channel` fails the request).
+    Request {
+        peer: PeerId,
+        data: Vec<u8>,
+        channel: ResponseChannel,
+    },
+    /// The first connection to a peer opened.
+    PeerConnected(PeerId),
+    /// The last connection to a peer closed.
+    PeerDisconnected(PeerId),
+}
+
+/// Where the response to one inbound request goes.
+pub struct ResponseChannel(pub(crate) request_response::ResponseChannel<Vec<u8>>);
+
+impl ResponseChannel {
+    /// Whether the requester may still receive a response (not timed out, connection open).
+    pub fn is_open(&self) -> bool {
+        self.0.is_open()
+    }
+}
+
+impl fmt::Debug for ResponseChannel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ResponseChannel")
+            .field("open", &self.is_open())
+            .finish()
+    }
+}
+
+/// A handle to the network task. Cloning is cheap; the task stops on [`Net::shutdown`] or
+/// when every handle is dropped.
+#[derive(Clone)]
+pub struct Net {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    peer_id: PeerId,
+    commands: mpsc::UnboundedSender<Command>,
+    counters: Arc<CounterSet>,
+    blobs: BlobStore,
+    max_frame: usize,
+    max_gossip: usize,
+    penalty: f64,
+    request_timeout: Duration,
+}
+
+impl fmt::Debug for Net {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Net")
+            .field("peer_id", &self.inner.peer_id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Net {
+    /// Starts the swarm task on the current tokio runtime with the libp2p secp256k1 keypair
+    /// made from `secret`: listens, subscribes to `config.topics`, dials the bootstrap peers.
+    pub async fn start(
+        secret: [u8; 32],
+        config: NetConfig,
+    ) -> Result<(Net, mpsc::Receiver<NetEvent>), NetError> {
+        let key = keypair_from_secret(&secret)?;
+        if config.max_frame == 0 || config.max_gossip == 0 {
+            return Err(NetError::Transport(
+                "max_frame and max_gossip must be positive".into(),
+            ));
+        }
+        let counters = Arc::new(CounterSet::default());
+        let mut behaviour = Behaviour::new(&key, &config, &counters)?;
+        for topic in &config.topics {
+            behaviour::subscribe(&mut behaviour.gossip, topic)?;
+        }
+        let transport = |e: &dyn fmt::Display| NetError::Transport(e.to_string());
+        let mut swarm = SwarmBuilder::with_existing_identity(key)
+            .with_tokio()
+            .with_tcp(
+                tcp::Config::default().nodelay(true),
+                noise::Config::new,
+                yamux::Config::default,
+            )
+            .map_err(|e| transport(&e))?
+            .with_quic_config(|mut c| {
+                c.keep_alive_interval = Duration::from_secs(5);
+                c.max_idle_timeout = 15_000;
+                c
+            })
+            .with_behaviour(|_| behaviour)
+            .map_err(|e| transport(&e))?
+            .with_swarm_config(|c| c.with_idle_connection_timeout(config.idle_timeout))
+            .build();
+        let local = *swarm.local_peer_id();
+
+        for addr in &config.listen {
+            swarm
+                .listen_on(addr.clone())
+                .map_err(|e| NetError::Listen {
+                    addr: addr.to_string(),
+                    reason: e.to_string(),
+                })?;
+        }
+        let mut bootstrap = false;
+        for addr in &config.bootstrap {
+            let Some(Protocol::P2p(peer)) = addr.iter().last() else {
+                return Err(NetError::DialFailure(format!(
+                    "bootstrap address {addr} does not end in /p2p/<peer id>"
+                )));
+            };
+            if peer == local {
+                continue;
+            }
+            let mut bare = addr.clone();
+            bare.pop();
+            swarm.behaviour_mut().kad.add_address(&peer, bare);
+            if let Err(e) = swarm.dial(addr.clone()) {
+                tracing::warn!(%addr, error = %e, "cannot dial bootstrap peer");
+            }
+            bootstrap = true;
+        }
+        if bootstrap && swarm.behaviour_mut().kad.bootstrap().is_ok() {
+            CounterSet::bump(&counters.kad_queries);
+        }
+
+        let (commands, command_rx) = mpsc::unbounded_channel();
+        let (event_tx, events) = mpsc::channel(EVENT_QUEUE);
+        let blobs = BlobStore::default();
+        let inner = Inner {
+            peer_id: local,
+            commands,
+            counters: counters.clone(),
+            blobs: blobs.clone(),
+            max_frame: config.max_frame,
+            max_gossip: config.max_gossip,
+            penalty: config.penalty,
+            request_timeout: config.request_timeout,
+        };
+        let task = Task::new(swarm, command_rx, event_tx, counters, blobs, config);
+        tokio::spawn(task.run());
+        tracing::info!(peer = %local, "network started");
+        Ok((
+            Net {
+                inner: Arc::new(inner),
+            },
+            events,
+        ))
+    }
+
+    pub fn peer_id(&self) -> PeerId {
+        self.inner.peer_id
+    }
+
+    fn send(&self, command: Command) -> Result<(), NetError> {
+        self.inner
+            .commands
+            .send(command)
+            .map_err(|_| NetError::Shutdown)
+    }
+
+    /// Sends a command carrying a reply channel and waits for the reply.
+    async fn call<T>(&self, make: impl FnOnce(Reply<T>) -> Command) -> Result<T, NetError> {
+        let (tx, rx) = oneshot::channel();
+        self.send(make(tx))?;
+        rx.await.map_err(|_| NetError::Shutdown)?
+    }
+
+    /// Our listen addresses, each ending in `/p2p/<our peer id>`; waits until at least one
+    /// listener is up (empty if none could start or the network has shut down).
+    pub async fn listen_addrs(&self) -> Vec<Multiaddr> {
+        let (tx, rx) = oneshot::channel();
+        if self.send(Command::ListenAddrs(tx)).is_err() {
+            return Vec::new();
+        }
+        rx.await.unwrap_or_default()
+    }
+
+    /// Peers we hold at least one connection to.
+    pub async fn connected_peers(&self) -> Vec<PeerId> {
+        let (tx, rx) = oneshot::channel();
+        if self.send(Command::ConnectedPeers(tx)).is_err() {
+            return Vec::new();
+        }
+        rx.await.unwrap_or_default()
+    }
+
+    /// Connects to an address (with `/p2p/<id>` the peer's identity is checked and it joins the
+    /// routing table); returns once connected. Ok at once if already connected to that peer.
+    pub async fn dial(&self, addr: Multiaddr) -> Result<(), NetError> {
+        let limit = self.inner.request_timeout;
+        tokio::time::timeout(limit, self.call(|reply| Command::Dial(addr, reply)))
+            .await
+            .map_err(|_| NetError::Timeout)?
+    }
+
+    /// Publishes on a gossip topic. Publishing with no subscribed peer is not an error (it is
+    /// counted in [`Counters::gossip_no_peers`]).
+    pub fn publish(&self, topic: &str, data: Vec<u8>) -> Result<(), NetError> {
+        if data.len() > self.inner.max_gossip {
+            return Err(NetError::FrameTooLarge {
+                len: data.len(),
+                max: self.inner.max_gossip,
+            });
+        }
+        self.send(Command::Publish {
+            topic: topic.to_string(),
+            data,
+        })
+    }
+
+    /// Joins a gossip topic (beyond `NetConfig::topics`).
+    pub async fn subscribe(&self, topic: &str) -> Result<(), NetError> {
+        let topic = topic.to_string();
+        self.call(|reply| Command::Subscribe { topic, reply }).await
+    }
+
+    pub fn unsubscribe(&self, topic: &str) {
+        let _ = self.send(Command::Unsubscribe {
+            topic: topic.to_string(),
+        });
+    }
+
+    /// Sends a request on `/neuroshard/msg/1` and waits for the response.
+    pub async fn request(&self, peer: PeerId, data: Vec<u8>) -> Result<Vec<u8>, NetError> {
+        if data.len() > self.inner.max_frame {
+            return Err(NetError::FrameTooLarge {
+                len: data.len(),
+                max: self.inner.max_frame,
+            });
+        }
+        self.bounded(self.call(|reply| Command::Request { peer, data, reply }))
+            .await
+    }
+
+    /// Guards against a reply that never comes: libp2p's own timers cover the request, this
+    /// covers the dial before it.
+    async fn bounded<T>(
+        &self,
+        fut: impl Future<Output = Result<T, NetError>>,
+    ) -> Result<T, NetError> {
+        let limit = self.inner.request_timeout * 2 + Duration::from_secs(5);
+        tokio::time::timeout(limit, fut)
+            .await
+            .map_err(|_| NetError::Timeout)?
+    }
+
+    /// Answers an inbound request. A response over `max_frame` is not sent (the requester
+    /// sees a failure).
+    pub fn respond(&self, channel: ResponseChannel, data: Vec<u8>) {
+        let _ = self.send(Command::Respond { channel, data });
+    }
+
+    /// Stores a record locally and at the closest peers; our copy is republished every
+    /// `republish_interval` and lives on others for `record_ttl` after the last publication.
+    /// The value must pass our own record validator (publisher = us). Succeeds even if no
+    /// other peer took it.
+    pub async fn put_record(&self, key: Vec<u8>, value: Vec<u8>) -> Result<(), NetError> {
+        self.call(|reply| Command::PutRecord { key, value, reply })
+            .await
+    }
+
+    /// All distinct values under `key` that pass the record validator, from the local store
+    /// and every peer the lookup reached; empty if none.
+    pub async fn get_record(&self, key: Vec<u8>) -> Result<Vec<Vec<u8>>, NetError> {
+        self.call(|reply| Command::GetRecord { key, reply }).await
+    }
+
+    /// Announces that we provide `key` (locally at once, then at the closest peers).
+    pub async fn start_providing(&self, key: Vec<u8>) -> Result<(), NetError> {
+        self.call(|reply| Command::StartProviding { key, reply })
+            .await
+    }
+
+    /// Providers of `key`, ourselves included if we provide it.
+    pub async fn get_providers(&self, key: Vec<u8>) -> Result<HashSet<PeerId>, NetError> {
+        self.call(|reply| Command::GetProviders { key, reply })
+            .await
+    }
+
+    /// Serves `data` on `/neuroshard/blob/1` under its BLAKE3 hash, which is returned.
+    pub fn offer_blob(&self, data: Arc<Vec<u8>>) -> [u8; 32] {
+        self.inner.blobs.insert(data)
+    }
+
+    pub fn withdraw_blob(&self, hash: [u8; 32]) {
+        self.inner.blobs.remove(&hash);
+    }
+
+    /// Downloads the blob with this BLAKE3 hash from `peer` in 1 MiB chunks, refusing blobs
+    /// longer than `max_len` before downloading them. A peer that serves bytes not matching the
+    /// hash, or malformed chunks, is penalised.
+    pub async fn fetch_blob(
+        &self,
+        peer: PeerId,
+        hash: [u8; 32],
+        max_len: usize,
+    ) -> Result<Vec<u8>, NetError> {
+        let send = |data: Vec<u8>| {
+            self.bounded(self.call(move |reply| Command::BlobRequest { peer, data, reply }))
+        };
+        let result = blob::fetch(send, hash, max_len).await;
+        if let Err(e @ (NetError::HashMismatch | NetError::Protocol(_))) = &result {
+            self.penalize(peer, &format!("blob transfer: {e}"));
+        }
+        result
+    }
+
+    /// Lowers the peer's application score by `NetConfig::penalty` (gossipsub counts it in the
+    /// peer score); at or below `NetConfig::ban_threshold` the peer is disconnected and blocked.
+    pub fn penalize(&self, peer: PeerId, reason: &str) {
+        self.penalize_by(peer, self.inner.penalty, reason);
+    }
+
+    /// [`Net::penalize`] with an explicit amount (e.g. a large one for a forged signature).
+    pub fn penalize_by(&self, peer: PeerId, amount: f64, reason: &str) {
+        let _ = self.send(Command::Penalize {
+            peer,
+            amount,
+            reason: reason.to_string(),
+        });
+    }
+
+    pub fn counters(&self) -> Counters {
+        self.inner.counters.snapshot()
+    }
+
+    /// Stops the network task and closes every connection; later calls fail with `Shutdown`.
+    pub async fn shutdown(&self) {
+        let (tx, rx) = oneshot::channel();
+        if self.send(Command::Shutdown(tx)).is_ok() {
+            let _ = rx.await;
+        }
+    }
+}

@@ -1,0 +1,146 @@
+//! The two request-response protocols: opaque requests go to the application, blob chunk
+//! requests are answered here; failures map to [`NetError`].
+
+use libp2p::PeerId;
+use libp2p::request_response::{self, Message, OutboundFailure};
+
+use super::Task;
+use crate::NetError;
+use crate::codec::frame_too_large;
+use crate::net::{NetEvent, ResponseChannel};
+
+type Event = request_response::Event<Vec<u8>, Vec<u8>>;
+
+impl Task {
+    pub(super) fn respond(&mut self, channel: ResponseChannel, data: Vec<u8>) {
+        let max = self.config.max_frame;
+        if data.len() > max {
+            tracing::warn!(len = data.len(), max, "response over max_frame not sent");
+            return;
+        }
+        let msg = &mut self.swarm.behaviour_mut().msg;
+        if msg.send_response(channel.0, data).is_err() {
+            tracing::debug!("response not sent: request stream already closed");
+        }
+    }
+
+    pub(super) fn msg_event(&mut self, event: Event) {
+        match event {
+            Event::Message {
+                peer,
+                message:
+                    Message::Request {
+                        request, channel, ..
+                    },
+                ..
+            } => self.emit(NetEvent::Request {
+                peer,
+                data: request,
+                channel: ResponseChannel(channel),
+            }),
+            Event::Message {
+                message:
+                    Message::Response {
+                        request_id,
+                        response,
+                    },
+                ..
+            } => {
+                if let Some(reply) = self.requests.remove(&request_id) {
+                    let _ = reply.send(Ok(response));
+                }
+            }
+            Event::OutboundFailure {
+                peer,
+                request_id,
+                error,
+                ..
+            } => {
+                let error = self.outbound_error(peer, error);
+                if let Some(reply) = self.requests.remove(&request_id) {
+                    let _ = reply.send(Err(error));
+                }
+            }
+            Event::InboundFailure { peer, error, .. } => self.inbound_failure(peer, error),
+            Event::ResponseSent { .. } => {}
+        }
+    }
+
+    pub(super) fn blob_event(&mut self, event: Event) {
+        match event {
+            Event::Message {
+                peer,
+                message:
+                    Message::Request {
+                        request, channel, ..
+                    },
+                ..
+            } => {
+                let response = self.blobs.serve(&request);
+                let blob = &mut self.swarm.behaviour_mut().blob;
+                if blob.send_response(channel, response).is_err() {
+                    tracing::debug!(%peer, "blob response not sent: stream closed");
+                }
+            }
+            Event::Message {
+                message:
+                    Message::Response {
+                        request_id,
+                        response,
+                    },
+                ..
+            } => {
+                if let Some(reply) = self.blob_requests.remove(&request_id) {
+                    let _ = reply.send(Ok(response));
+                }
+            }
+            Event::OutboundFailure {
+                peer,
+                request_id,
+                error,
+                ..
+            } => {
+                let error = self.outbound_error(peer, error);
+                if let Some(reply) = self.blob_requests.remove(&request_id) {
+                    let _ = reply.send(Err(error));
+                }
+            }
+            Event::InboundFailure { peer, error, .. } => self.inbound_failure(peer, error),
+            Event::ResponseSent { .. } => {}
+        }
+    }
+
+    /// Maps a failed request to our error; a peer that answered with an oversize frame is
+    /// penalised.
+    fn outbound_error(&mut self, peer: PeerId, error: OutboundFailure) -> NetError {
+        match error {
+            OutboundFailure::DialFailure => {
+                NetError::DialFailure(format!("could not connect to {peer}"))
+            }
+            OutboundFailure::Timeout => NetError::Timeout,
+            OutboundFailure::ConnectionClosed => NetError::ConnectionClosed,
+            OutboundFailure::UnsupportedProtocols => NetError::UnsupportedProtocol,
+            OutboundFailure::Io(e) => match frame_too_large(&e) {
+                // Our own requests are checked against the limit before they are queued, so
+                // an oversize frame here is the peer's response.
+                Some((len, max)) => {
+                    let reason = format!("answered with a frame of {len} bytes (limit {max})");
+                    self.penalize(peer, self.config.penalty, &reason);
+                    NetError::FrameTooLarge { len, max }
+                }
+                None => NetError::Remote(e.to_string()),
+            },
+        }
+    }
+
+    fn inbound_failure(&mut self, peer: PeerId, error: request_response::InboundFailure) {
+        if let request_response::InboundFailure::Io(e) = &error
+            && let Some((len, max)) = frame_too_large(e)
+        {
+            let reason = format!("sent a frame of {len} bytes (limit {max})");
+            self.penalize(peer, self.config.penalty, &reason);
+            return;
+        }
+        tracing::debug!(%peer, %error, "inbound request failed");
+    }
+}
