@@ -1,0 +1,73 @@
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use neuroshard_net::{NetConfig, NetEvent, Validation};
+
+const TOPIC: &str = "neuroshard/test";
+
+fn config() -> NetConfig {
+    NetConfig {
+        topics: vec![TOPIC.to_string()],
+        gossip_validator: Arc::new(|topic, _author, data| {
+            if topic != TOPIC {
+                Validation::Ignore
+            } else if data.starts_with(b"bad") {
+                Validation::Reject
+            } else {
+                Validation::Accept
+            }
+        }),
+        ..NetConfig::local()
+    }
+}
+
+fn gossip(e: NetEvent) -> Option<(String, neuroshard_net::PeerId, Vec<u8>)> {
+    match e {
+        NetEvent::Gossip {
+            topic,
+            author,
+            data,
+        } => Some((topic, author, data)),
+        _ => None,
+    }
+}
+
+#[tokio::test]
+async fn accepted_messages_reach_all_rejected_ones_none() {
+    let (a, a_events, a_addr) = start(11, config()).await;
+    let (b, mut b_events, _) = start(12, config()).await;
+    let (c, mut c_events, _) = start(13, config()).await;
+    drain(a_events);
+    // A line: B - A - C, so C only hears B through A's forwarding.
+    bounded(b.dial(a_addr.clone())).await.unwrap();
+    bounded(c.dial(a_addr)).await.unwrap();
+    // Let subscriptions propagate and meshes form (heartbeat 1 s).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    b.publish(TOPIC, b"bad message".to_vec()).unwrap();
+    b.publish(TOPIC, b"good message".to_vec()).unwrap();
+    let (topic, author, data) = next_event(&mut c_events, gossip).await;
+    assert_eq!(
+        (topic.as_str(), author, data.as_slice()),
+        (TOPIC, b.peer_id(), &b"good message"[..])
+    );
+
+    c.publish(TOPIC, b"from c".to_vec()).unwrap();
+    let (_, author, data) = next_event(&mut b_events, gossip).await;
+    assert_eq!((author, data.as_slice()), (c.peer_id(), &b"from c"[..]));
+
+    // The rejected message never arrives anywhere.
+    let quiet = tokio::time::timeout(Duration::from_millis(500), c_events.recv()).await;
+    assert!(!matches!(quiet, Ok(Some(NetEvent::Gossip { .. }))));
+
+    assert!(b.counters().gossip.messages_sent >= 2);
+    assert!(c.counters().gossip.messages_received >= 1);
+    // Too large for gossip: refused locally.
+    assert!(b.publish(TOPIC, vec![0; 2 * 1024 * 1024]).is_err());
+    for n in [a, b, c] {
+        n.shutdown().await;
+    }
+}

@@ -1,0 +1,110 @@
+mod common;
+
+use std::sync::Arc;
+
+use common::*;
+use neuroshard_net::{NetConfig, NetError};
+
+/// Honest nodes refuse any value starting with "bad".
+fn honest() -> NetConfig {
+    NetConfig {
+        record_validator: Arc::new(|_key, value, _publisher| !value.starts_with(b"bad")),
+        ..NetConfig::local()
+    }
+}
+
+#[tokio::test]
+async fn records_and_providers_across_three_nodes() {
+    let (b, b_events, b_addr) = start(21, honest()).await;
+    let boot = |cfg: NetConfig| NetConfig {
+        bootstrap: vec![b_addr.clone()],
+        ..cfg
+    };
+    // A accepts anything: it plays a peer that stores and serves invalid records.
+    let (a, a_events, _) = start(22, boot(NetConfig::local())).await;
+    let (c, c_events, _) = start(23, boot(honest())).await;
+    for e in [a_events, b_events, c_events] {
+        drain(e);
+    }
+
+    // One-node-style local behaviour first: our own invalid record is refused.
+    assert!(matches!(
+        c.put_record(b"k0".to_vec(), b"bad".to_vec()).await,
+        Err(NetError::InvalidRecord)
+    ));
+
+    bounded(a.put_record(b"k1".to_vec(), b"v1".to_vec()))
+        .await
+        .unwrap();
+    bounded(a.put_record(b"k2".to_vec(), b"bad v2".to_vec()))
+        .await
+        .unwrap();
+    let found = eventually(|| async {
+        let v = c.get_record(b"k1".to_vec()).await.unwrap();
+        (!v.is_empty()).then_some(v)
+    })
+    .await;
+    assert_eq!(found, vec![b"v1".to_vec()]);
+    // A serves the invalid record when asked; C drops it on read, B never stored it.
+    assert_eq!(
+        bounded(a.get_record(b"k2".to_vec())).await.unwrap(),
+        vec![b"bad v2".to_vec()]
+    );
+    assert!(
+        bounded(c.get_record(b"k2".to_vec()))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        bounded(b.get_record(b"k2".to_vec()))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        bounded(c.get_record(b"missing".to_vec()))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    bounded(a.start_providing(b"shard-7".to_vec()))
+        .await
+        .unwrap();
+    let providers = bounded(a.get_providers(b"shard-7".to_vec())).await.unwrap();
+    assert!(providers.contains(&a.peer_id()));
+    let providers = eventually(|| async {
+        let p = c.get_providers(b"shard-7".to_vec()).await.unwrap();
+        p.contains(&a.peer_id()).then_some(p)
+    })
+    .await;
+    assert_eq!(providers.len(), 1);
+    assert!(c.counters().kad_queries >= 4);
+    for n in [a, b, c] {
+        n.shutdown().await;
+    }
+}
+
+#[tokio::test]
+async fn single_node_records() {
+    let (a, a_events, _) = start(24, honest()).await;
+    drain(a_events);
+    bounded(a.put_record(b"k".to_vec(), b"v".to_vec()))
+        .await
+        .unwrap();
+    assert_eq!(
+        bounded(a.get_record(b"k".to_vec())).await.unwrap(),
+        vec![b"v".to_vec()]
+    );
+    bounded(a.start_providing(b"p".to_vec())).await.unwrap();
+    assert!(
+        bounded(a.get_providers(b"p".to_vec()))
+            .await
+            .unwrap()
+            .contains(&a.peer_id())
+    );
+    let too_big = vec![0u8; neuroshard_net::MAX_RECORD_VALUE + 1];
+    assert!(a.put_record(b"big".to_vec(), too_big).await.is_err());
+    a.shutdown().await;
+}
