@@ -1,0 +1,193 @@
+//! The network end to end: real `neuroshard node` processes on 127.0.0.1 started by
+//! `neuroshard swarm`, training one model as pipeline stages with replicas.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn neuroshard(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_neuroshard"))
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("the neuroshard binary runs")
+}
+
+fn ok(args: &[&str]) -> String {
+    let out = neuroshard(args);
+    assert!(
+        out.status.success(),
+        "neuroshard {args:?} failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().expect("temp paths are UTF-8")
+}
+
+fn genesis(dir: &Path) -> String {
+    let data = dir.join("g");
+    ok(&[
+        "genesis",
+        "build",
+        "--synthetic",
+        "--synthetic-tokens",
+        "60000",
+        "--out",
+        s(&data),
+    ]);
+    s(&data).to_string()
+}
+
+const TINY: [&str; 10] = [
+    "--layers",
+    "3",
+    "--d-model",
+    "64",
+    "--heads",
+    "4",
+    "--seq",
+    "32",
+    "--batch",
+    "4",
+];
+
+fn summary(path: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).expect("summary written"))
+        .expect("summary is JSON")
+}
+
+#[test]
+fn four_nodes_train_and_survive_a_killed_replica() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = genesis(dir.path());
+    let out = dir.path().join("model");
+    let sum = dir.path().join("summary.json");
+    let mut args = vec![
+        "swarm",
+        "--nodes",
+        "4",
+        "--stages",
+        "2",
+        "--steps",
+        "40",
+        "--data",
+        &data,
+        "--out",
+        s(&out),
+        "--summary-json",
+        s(&sum),
+        "--timeout-s",
+        "240",
+        "--kill",
+        "1@15",
+    ];
+    args.extend(TINY);
+    let stdout = ok(&args);
+    let sum = summary(&sum);
+    assert_eq!(sum["timed_out"], false, "{stdout}");
+    // Both drivers ran every step although a replica of stage 1 died at step 15.
+    assert_eq!(sum["driver_steps"], 80, "{sum:#}");
+    let (first, last) = (
+        sum["initial_val_loss"].as_f64().expect("initial loss"),
+        sum["final_val_loss"].as_f64().expect("final loss"),
+    );
+    assert!(last < first - 0.3, "validation loss {first} → {last}");
+    assert_eq!(sum["failover"]["killed_node"], 1);
+    assert!(sum["bytes_sent_per_driver_step"].as_f64().unwrap_or(0.0) > 0.0);
+    // The assembled model is an ordinary checkpoint.
+    let text = ok(&[
+        "generate",
+        "--checkpoint",
+        s(&out),
+        "--prompt",
+        "The",
+        "--max-tokens",
+        "5",
+    ]);
+    assert!(text.starts_with("The"), "{text}");
+}
+
+#[test]
+fn three_stage_pipeline_matches_one_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = genesis(dir.path());
+    let common = [
+        "--steps",
+        "20",
+        "--micro-batches",
+        "2",
+        "--clip-norm",
+        "0",
+        "--data",
+        &data,
+    ];
+    let sum = dir.path().join("summary.json");
+    let out = dir.path().join("swarm");
+    let mut args = vec![
+        "swarm",
+        "--nodes",
+        "3",
+        "--stages",
+        "3",
+        "--global-order",
+        "--out",
+        s(&out),
+        "--summary-json",
+        s(&sum),
+        "--timeout-s",
+        "240",
+        "--gen-tokens",
+        "0",
+    ];
+    args.extend(common);
+    args.extend(TINY);
+    ok(&args);
+    let sum = summary(&sum);
+    let losses = sum["losses"].as_object().expect("losses per driver");
+    assert_eq!(losses.len(), 1, "one driver");
+    let pipeline: Vec<f64> = losses
+        .values()
+        .next()
+        .and_then(Value::as_array)
+        .expect("loss list")
+        .iter()
+        .filter_map(Value::as_f64)
+        .collect();
+
+    let log = dir.path().join("train.jsonl");
+    let single = dir.path().join("single");
+    let mut args = vec![
+        "train",
+        "--out",
+        s(&single),
+        "--json-log",
+        s(&log),
+        "--eval-every",
+        "0",
+    ];
+    args.extend(common);
+    args.extend(TINY);
+    ok(&args);
+    let reference: Vec<f64> = std::fs::read_to_string(&log)
+        .expect("train log")
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).expect("json line")["loss"]
+                .as_f64()
+                .expect("loss")
+        })
+        .collect();
+    assert_eq!(pipeline.len(), 20);
+    assert_eq!(reference.len(), 20);
+    for (step, (p, r)) in pipeline.iter().zip(&reference).enumerate() {
+        assert!(
+            (p - r).abs() <= 1e-4,
+            "step {step}: 3 processes {p} vs one process {r}"
+        );
+    }
+}
