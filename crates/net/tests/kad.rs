@@ -108,3 +108,41 @@ async fn single_node_records() {
     assert!(a.put_record(b"big".to_vec(), too_big).await.is_err());
     a.shutdown().await;
 }
+
+#[tokio::test]
+async fn records_live_while_republished_and_expire_after_the_author_leaves() {
+    use std::time::Duration;
+    let short = || NetConfig {
+        record_ttl: Duration::from_secs(3),
+        republish_interval: Duration::from_secs(1),
+        ..NetConfig::local()
+    };
+    let (b, b_events, b_addr) = start(25, short()).await;
+    let (a, a_events, _) = start(
+        26,
+        NetConfig {
+            bootstrap: vec![b_addr],
+            ..short()
+        },
+    )
+    .await;
+    drain(a_events);
+    drain(b_events);
+    bounded(a.put_record(b"alive".to_vec(), b"yes".to_vec()))
+        .await
+        .unwrap();
+    // Longer than the TTL: only republication keeps B's copy.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    a.shutdown().await;
+    let got = bounded(b.get_record(b"alive".to_vec())).await.unwrap();
+    assert_eq!(got, vec![b"yes".to_vec()]);
+    // Without its author the record is gone within one TTL.
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    assert!(
+        bounded(b.get_record(b"alive".to_vec()))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    b.shutdown().await;
+}
