@@ -79,6 +79,9 @@ pub struct NodeArgs {
     /// Listen this long before choosing a stage.
     #[arg(long, default_value_t = 2_500)]
     settle_ms: u64,
+    /// Speculative checkpoint every this many seconds (0: only at shutdown).
+    #[arg(long, default_value_t = 120)]
+    checkpoint_secs: u64,
     /// A driver starts training once it has heard this many live peers.
     #[arg(long, default_value_t = 1)]
     wait_peers: usize,
@@ -122,6 +125,7 @@ impl NodeArgs {
             queue_capacity: self.queue,
             grad_timeout_ms: self.grad_timeout_ms,
             settle_ms: self.settle_ms,
+            checkpoint_secs: self.checkpoint_secs,
             wait_peers: self.wait_peers,
             max_frame: self.max_frame_mb << 20,
         })

@@ -62,6 +62,13 @@ pub struct SwarmArgs {
     /// Chaos: SIGKILL node NODE once the drivers reach STEP, e.g. `--kill 3@20`.
     #[arg(long)]
     kill: Option<String>,
+    /// With --kill: start the killed node again after this many milliseconds; it resumes from
+    /// its latest speculative checkpoint and rejoins.
+    #[arg(long)]
+    restart_after_ms: Option<u64>,
+    /// Speculative checkpoint period of every node, in seconds.
+    #[arg(long, default_value_t = 120)]
+    checkpoint_secs: u64,
     /// Write the run's figures as JSON.
     #[arg(long)]
     summary_json: Option<PathBuf>,
@@ -257,6 +264,27 @@ pub fn run(args: SwarmArgs) -> Result<()> {
                 m.stage
             ));
         }
+        if let (Some(after), Some(victim), Some(killed_at)) =
+            (args.restart_after_ms, report.killed, report.kill_time_ms)
+            && report.restart_time_ms.is_none()
+            && now_ms() >= killed_at + after
+        {
+            let m = &mut members[victim];
+            m.child = spawn_node(
+                &exe,
+                &args,
+                &genesis,
+                &m.dir,
+                bootstrap.as_deref(),
+                victim,
+                tx.clone(),
+            )?;
+            m.alive = true;
+            report.restart_time_ms = Some(now_ms());
+            bar.println(format!(
+                "chaos: restarted node {victim} from its checkpoint"
+            ));
+        }
         bar.set_position(report.min_driver_step(&members));
         bar.set_message(report.progress_line(&members, args.stages));
         let drivers: Vec<&Member> = members
@@ -367,6 +395,7 @@ fn spawn_node(
         .args(["--threads", &args.threads.to_string()])
         .args(["--settle-ms", if index == 0 { "200" } else { "2500" }])
         .args(["--wait-peers", &(args.nodes - 1).to_string()])
+        .args(["--checkpoint-secs", &args.checkpoint_secs.to_string()])
         .args([
             "--data-order",
             if args.global_order {

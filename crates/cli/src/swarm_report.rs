@@ -37,6 +37,10 @@ pub struct Report {
     /// (wall clock ms, failover ms, reason)
     failovers: Vec<(u64, f64, String)>,
     pub kill_time_ms: Option<u64>,
+    pub restart_time_ms: Option<u64>,
+    /// The restarted node: (its ready event, its first step) in wall clock ms.
+    recovered: (Option<u64>, Option<u64>),
+    resumed_step: Option<u64>,
     pub killed: Option<usize>,
     latest_net: HashMap<usize, Value>,
     stage_steps: HashMap<usize, u64>,
@@ -56,6 +60,17 @@ impl Report {
     }
 
     pub fn on_event(&mut self, i: usize, members: &[Member], ev: &Value) {
+        if self.restart_time_ms.is_some() && Some(i) == self.killed {
+            let t = ev["time_ms"].as_u64();
+            match ev["event"].as_str() {
+                Some("ready") if self.recovered.0.is_none() => {
+                    self.recovered.0 = t;
+                    self.resumed_step = ev["resumed_step"].as_u64();
+                }
+                Some("step") if self.recovered.1.is_none() => self.recovered.1 = t,
+                _ => {}
+            }
+        }
         match ev["event"].as_str() {
             Some("step") => {
                 let step = ev["step"].as_u64().unwrap_or(0);
@@ -203,6 +218,11 @@ impl Report {
             "reroute_ms": after.iter().map(|f| f.1).collect::<Vec<_>>(),
             "reasons": after.iter().map(|f| f.2.clone()).collect::<Vec<_>>(),
             "step_gap_across_kill_ms": stall,
+            "restart": self.restart_time_ms.map(|r| json!({
+                "resumed_step": self.resumed_step,
+                "ready_after_restart_ms": self.recovered.0.map(|t| t.saturating_sub(r)),
+                "first_step_after_restart_ms": self.recovered.1.map(|t| t.saturating_sub(r)),
+            })),
             "median_step_gap_ms": gaps.get(gaps.len() / 2),
         })
     }

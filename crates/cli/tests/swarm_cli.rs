@@ -74,7 +74,7 @@ fn four_nodes_train_and_survive_a_killed_replica() {
         "--stages",
         "2",
         "--steps",
-        "40",
+        "80",
         "--data",
         &data,
         "--out",
@@ -84,20 +84,28 @@ fn four_nodes_train_and_survive_a_killed_replica() {
         "--timeout-s",
         "240",
         "--kill",
-        "1@15",
+        "1@20",
+        "--restart-after-ms",
+        "300",
+        "--checkpoint-secs",
+        "1",
     ];
     args.extend(TINY);
     let stdout = ok(&args);
     let sum = summary(&sum);
     assert_eq!(sum["timed_out"], false, "{stdout}");
-    // Both drivers ran every step although a replica of stage 1 died at step 15.
-    assert_eq!(sum["driver_steps"], 80, "{sum:#}");
+    // Both drivers ran every step although a replica of stage 1 died at step 20.
+    assert_eq!(sum["driver_steps"], 160, "{sum:#}");
     let (first, last) = (
         sum["initial_val_loss"].as_f64().expect("initial loss"),
         sum["final_val_loss"].as_f64().expect("final loss"),
     );
     assert!(last < first - 0.3, "validation loss {first} → {last}");
     assert_eq!(sum["failover"]["killed_node"], 1);
+    // The killed replica came back from its speculative checkpoint and trained again.
+    let restart = &sum["failover"]["restart"];
+    assert!(restart["ready_after_restart_ms"].is_u64(), "{sum:#}");
+    assert!(restart["first_step_after_restart_ms"].is_u64(), "{sum:#}");
     assert!(sum["bytes_sent_per_driver_step"].as_f64().unwrap_or(0.0) > 0.0);
     // The assembled model is an ordinary checkpoint.
     let text = ok(&[

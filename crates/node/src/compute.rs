@@ -1,7 +1,7 @@
 //! The compute engine of a replica: its stage, AdamW state and gradient accumulator, on a
 //! thread of its own so the network stays responsive while a job runs.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 
 use neuroshard_model::{AdamW, Stage, StageInput, checkpoint};
@@ -115,16 +115,43 @@ impl Engine {
         }
     }
 
-    fn save(
-        &self,
-        dir: &std::path::Path,
-        step: u64,
-        extra: serde_json::Value,
-    ) -> Result<String, String> {
-        checkpoint::save(dir, &self.stage, Some(&self.optimizer), step, extra)
-            .map(|m| m.model_hash)
-            .map_err(|e| e.to_string())
+    /// Writes the checkpoint as a whole: into `<dir>.new`, then swapped in by two renames, so
+    /// a crash at any moment leaves either the previous or the new checkpoint complete.
+    fn save(&self, dir: &Path, step: u64, extra: serde_json::Value) -> Result<String, String> {
+        let fresh = sibling(dir, "new");
+        let old = sibling(dir, "old");
+        let _ = std::fs::remove_dir_all(&fresh);
+        let meta = checkpoint::save(&fresh, &self.stage, Some(&self.optimizer), step, extra)
+            .map_err(|e| e.to_string())?;
+        let swap = || -> std::io::Result<()> {
+            let _ = std::fs::remove_dir_all(&old);
+            if dir.exists() {
+                std::fs::rename(dir, &old)?;
+            }
+            std::fs::rename(&fresh, dir)?;
+            let _ = std::fs::remove_dir_all(&old);
+            Ok(())
+        };
+        swap().map_err(|e| format!("installing {}: {e}", dir.display()))?;
+        Ok(meta.model_hash)
     }
+}
+
+/// `<dir>.<suffix>`.
+pub fn sibling(dir: &Path, suffix: &str) -> PathBuf {
+    let mut name = dir
+        .file_name()
+        .map(|n| n.to_os_string())
+        .unwrap_or_default();
+    name.push(format!(".{suffix}"));
+    dir.with_file_name(name)
+}
+
+/// The latest complete checkpoint: `dir`, or `<dir>.old` when a crash hit between the renames.
+pub fn latest_checkpoint(dir: &Path) -> Option<PathBuf> {
+    [dir.to_path_buf(), sibling(dir, "old")]
+        .into_iter()
+        .find(|d| checkpoint::read_meta(d).is_ok())
 }
 
 /// Starts the engine thread; finished jobs arrive on `done`.

@@ -97,7 +97,18 @@ pub async fn run(settings: NodeSettings) -> Result<(), NodeError> {
     check_network_record(&net, &identity, network, &genesis, &settings).await?;
 
     // Listen before choosing: heartbeats and DHT providers tell which stages are served.
-    let settle_until = Instant::now() + Duration::from_millis(settings.settle_ms);
+    let ckpt_dir = settings.data_dir.join(CHECKPOINT_DIR);
+    let latest = compute::latest_checkpoint(&ckpt_dir);
+    let saved = latest
+        .as_deref()
+        .and_then(|d| checkpoint::read_meta(d).ok());
+    // A node restarting from its checkpoint already knows its stage: it rejoins at once.
+    let settle = if saved.is_some() && settings.stage.is_none() {
+        Duration::ZERO
+    } else {
+        Duration::from_millis(settings.settle_ms)
+    };
+    let settle_until = Instant::now() + settle;
     let mut pending_events = Vec::new();
     let mut table = crate::peers::PeerTable::default();
     for (s, _) in specs.iter().enumerate() {
@@ -123,7 +134,6 @@ pub async fn run(settings: NodeSettings) -> Result<(), NodeError> {
         }
     }
 
-    let saved = checkpoint::read_meta(&settings.data_dir.join(CHECKPOINT_DIR)).ok();
     let resume = saved.filter(|m| m.model == settings.model);
     let resume_stage = resume
         .as_ref()
@@ -158,14 +168,18 @@ pub async fn run(settings: NodeSettings) -> Result<(), NodeError> {
         ..Default::default()
     };
     let (stage, optimizer, steps_done) = match resume.filter(|m| m.stage == specs[stage_index]) {
-        Some(meta) => {
-            let ck = checkpoint::load(&settings.data_dir.join(CHECKPOINT_DIR))?;
+        Some(meta) if let Some(Ok(ck)) = latest.as_deref().map(checkpoint::load) => {
             let opt = ck
                 .optimizer
                 .unwrap_or_else(|| AdamW::new(optim.clone(), ck.stage.params()));
             (ck.stage, opt, meta.step)
         }
-        None => {
+        _ => {
+            if let Some(d) = &latest {
+                emit(
+                    json!({"event": "warning", "message": format!("checkpoint {} not usable for stage {stage_index}; starting fresh", d.display())}),
+                );
+            }
             let stage = Stage::init(settings.model.clone(), specs[stage_index], settings.seed)?;
             let opt = AdamW::new(optim, stage.params());
             (stage, opt, 0)
@@ -227,6 +241,8 @@ pub async fn run(settings: NodeSettings) -> Result<(), NodeError> {
     let mut tick = tokio::time::interval(TICK);
     let mut beat = tokio::time::interval(HEARTBEAT_EVERY);
     let mut republish = tokio::time::interval(REPUBLISH_EVERY);
+    let every = Duration::from_secs(settings.checkpoint_secs.max(1));
+    let mut speculative = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
     let mut term = signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut int = signal(tokio::signal::unix::SignalKind::interrupt())?;
     loop {
@@ -244,6 +260,7 @@ pub async fn run(settings: NodeSettings) -> Result<(), NodeError> {
             _ = tick.tick() => queue.extend(node.pipeline.on_tick(Instant::now())),
             _ = beat.tick() => node.heartbeat(false),
             _ = republish.tick() => publish_record(&node.net, &node.identity, network, stage_index, &addrs).await,
+            _ = speculative.tick(), if settings.checkpoint_secs > 0 => node.speculative_checkpoint(),
             _ = term.recv() => break,
             _ = int.recv() => break,
         }
@@ -498,15 +515,46 @@ impl Node {
         }));
     }
 
+    fn checkpoint_extra(&self) -> serde_json::Value {
+        json!({
+            "node": self.identity.node_id().to_string(),
+            "stage_index": self.stage,
+            "dataset": { "root": hex::encode(self.genesis.root()) },
+        })
+    }
+
+    /// Checkpoints in the engine between jobs; the result is reported as an event.
+    fn speculative_checkpoint(&self) {
+        let (reply, rx) = tokio::sync::oneshot::channel();
+        let started = Instant::now();
+        let step = self.pipeline.steps_done();
+        let request = EngineRequest::Save {
+            dir: self.settings.data_dir.join(CHECKPOINT_DIR),
+            step,
+            extra: self.checkpoint_extra(),
+            reply,
+        };
+        if self.engine.send(request).is_err() {
+            return;
+        }
+        tokio::spawn(async move {
+            let result = rx.await.unwrap_or_else(|_| Err("engine stopped".into()));
+            emit(json!({
+                "event": "checkpoint",
+                "step": step,
+                "ms": started.elapsed().as_secs_f64() * 1e3,
+                "model_hash": result.as_ref().ok(),
+                "error": result.as_ref().err(),
+                "time_ms": now_ms(),
+            }));
+        });
+    }
+
     async fn shutdown(self) -> Result<(), NodeError> {
         self.heartbeat(true);
         let (reply, rx) = tokio::sync::oneshot::channel();
         let dir = self.settings.data_dir.join(CHECKPOINT_DIR);
-        let extra = json!({
-            "node": self.identity.node_id().to_string(),
-            "stage_index": self.stage,
-            "dataset": { "root": hex::encode(self.genesis.root()) },
-        });
+        let extra = self.checkpoint_extra();
         let saved = if self
             .engine
             .send(EngineRequest::Save {

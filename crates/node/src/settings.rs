@@ -48,6 +48,8 @@ pub struct NodeSettings {
     pub grad_timeout_ms: u64,
     /// How long a new node listens to the network before choosing its stage.
     pub settle_ms: u64,
+    /// Speculative checkpoint period in seconds (0: only at shutdown).
+    pub checkpoint_secs: u64,
     /// A driver starts feeding data once it has heard this many live peers.
     pub wait_peers: usize,
     /// Maximum request/response frame.
