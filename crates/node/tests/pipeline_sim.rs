@@ -308,3 +308,61 @@ fn forged_gradient_is_rejected_without_state_change() {
     assert!(actions.iter().any(|a| matches!(a, Action::Penalize { .. })));
     assert_eq!(driver.queue_depth(), 0);
 }
+
+#[test]
+fn a_full_queue_answers_busy() {
+    let pcfg = PipelineConfig {
+        stage: 1,
+        stages: 2,
+        model: config(),
+        micro_batches: 1,
+        queue_capacity: 1,
+        candidates: 3,
+        grad_timeout: Duration::from_secs(30),
+        retry_after: Duration::from_millis(1),
+        steps: 0,
+    };
+    let mut validator = Pipeline::new(pcfg, [1; 32], 0);
+    let driver = PeerId::random();
+    let forward = |index: u32| Msg::Forward {
+        mb: neuroshard_node::wire::MicroBatchId {
+            origin: [2; 32],
+            step: 0,
+            index,
+        },
+        input: neuroshard_node::wire::Payload::Hidden(neuroshard_model::Activations {
+            batch: 1,
+            seq: 4,
+            dim: 32,
+            data: vec![0.1; 128],
+        }),
+        targets: vec![1, 2, 3, 4],
+    };
+    use neuroshard_node::wire::Ack;
+    // The first goes straight to the idle engine, the second waits in the queue, the third
+    // finds the queue full.
+    let (a, actions) = validator.on_message(driver, forward(0), Instant::now());
+    assert_eq!(a, Ack::Accepted);
+    assert!(matches!(actions.as_slice(), [Action::Compute(_)]));
+    assert_eq!(
+        validator.on_message(driver, forward(1), Instant::now()).0,
+        Ack::Accepted
+    );
+    assert_eq!(
+        validator.on_message(driver, forward(2), Instant::now()).0,
+        Ack::Busy
+    );
+    assert_eq!(validator.queue_depth(), 2);
+    // NaN activations are refused and penalised.
+    let mut bad = forward(3);
+    if let Msg::Forward {
+        input: neuroshard_node::wire::Payload::Hidden(a),
+        ..
+    } = &mut bad
+    {
+        a.data[5] = f32::NAN;
+    }
+    let (ack, actions) = validator.on_message(driver, bad, Instant::now());
+    assert!(matches!(ack, Ack::Rejected(_)), "{ack:?}");
+    assert!(actions.iter().any(|a| matches!(a, Action::Penalize { .. })));
+}
