@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Issue 4 acceptance experiments at small settings (2-layer, d_model 64 model on the built-in
 # synthetic corpus). Usage: bench/diloco_experiments.sh [BIN] [H] [OUTER]
+# The compression figures in notes/issue4-session2.md used H = 10, OUTER = 40.
 # Writes runs/diloco/*.json and prints one line per run with its final validation loss.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -18,8 +19,14 @@ run() {
 # 1. DiLoCo vs DDP at equal tokens, 4 replicas.
 run ddp4 --replicas 4 --baseline ddp
 run diloco4 --replicas 4
-# 2. top-k 1% + 2-bit + error feedback.
-run diloco4-topk1-int2 --replicas 4 --compress topk:0.01:int2
+# 2. Compression with error feedback kept in the replicas' parameters (the default), against
+#    dense DiLoCo at the same outer momentum; then the old placement of the residual.
+run diloco4-m08 --replicas 4 --outer-momentum 0.8
+run diloco4-randk25-sign-m08 --replicas 4 --compress randk:0.25:sign --outer-momentum 0.8
+run diloco4-randk25-sign --replicas 4 --compress randk:0.25:sign
+run diloco4-topk3-int2-m08 --replicas 4 --compress topk:0.03:int2 --outer-momentum 0.8
+run diloco4-topk1-int2-m08 --replicas 4 --compress topk:0.01:int2 --outer-momentum 0.8
+run diloco4-topk1-int2-accumulate --replicas 4 --compress topk:0.01:int2 --error-feedback accumulate
 # 3. 2 of 8 replicas attacking.
 run clean8-mean --replicas 8
 for attack in sign-flip alie ipm:0.1 gaussian:1.0; do

@@ -26,6 +26,17 @@ pub enum Baseline {
     Ddp,
 }
 
+/// Where a compressing replica keeps what it could not send.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ErrorFeedback {
+    /// In its own parameters: the replica restarts from θ₀ − residual, so its next Δ already
+    /// contains the unsent part and the residual is not added again.
+    Params,
+    /// In a separate residual added to every next Δ while the replica restarts from θ₀. The
+    /// replica then re-learns the unsent progress and it is counted twice (kept for comparison).
+    Accumulate,
+}
+
 #[derive(Args)]
 pub struct DilocoArgs {
     /// Genesis dataset directory (default: the built-in synthetic corpus, built on first use).
@@ -52,6 +63,9 @@ pub struct DilocoArgs {
     /// Pseudo-gradient compression with error feedback, e.g. topk:0.01:int2 (default: dense fp32).
     #[arg(long, default_value = "none")]
     compress: String,
+    /// Where a compressing replica keeps its unsent residual.
+    #[arg(long, value_enum, default_value_t = ErrorFeedback::Params)]
+    error_feedback: ErrorFeedback,
     #[arg(long, default_value_t = 0)]
     seed: u64,
     /// Write the run (settings and per-outer-step figures) as JSON.
@@ -97,6 +111,18 @@ struct OuterReport {
     bytes_sent_per_replica: u64,
     bytes_dense_per_replica: u64,
     wall_s: f64,
+    /// ‖mean Δᵢ‖ over the honest replicas' raw pseudo-gradients (DiLoCo only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    delta_norm: Option<f64>,
+    /// ‖mean Δ̂ᵢ − mean Δᵢ‖ / ‖mean Δᵢ‖: what compression changed in this round's average.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    compress_rel_error: Option<f64>,
+    /// Mean over honest replicas of ‖error-feedback residual‖ / ‖Δᵢ‖ after this round.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    residual_ratio: Option<f64>,
+    /// ‖θ₀ after − θ₀ before‖, the outer step actually applied.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    update_norm: Option<f64>,
 }
 
 #[derive(Serialize)]
@@ -109,6 +135,9 @@ struct RunReport {
     aggregator: String,
     attack: String,
     compress: String,
+    error_feedback: &'static str,
+    outer_lr: f32,
+    outer_momentum: f32,
     seed: u64,
     params: usize,
     entropy_floor: Option<f64>,
@@ -245,6 +274,13 @@ fn print_step(r: &OuterReport, outer_steps: u64) {
         r.bytes_dense_per_replica as f64 / r.bytes_sent_per_replica.max(1) as f64,
         r.wall_s
     );
+    if let (Some(d), Some(u)) = (r.delta_norm, r.update_norm) {
+        print!("          |mean delta| {d:.4}  |outer update| {u:.4}");
+        if let (Some(e), Some(q)) = (r.compress_rel_error, r.residual_ratio) {
+            print!("  compression rel. error {e:.3}  |residual|/|delta| {q:.3}");
+        }
+        println!();
+    }
 }
 
 fn run_diloco(
@@ -279,8 +315,11 @@ fn run_diloco(
         aggregator,
     );
     let mut compressors: Vec<Option<Compressor>> = (0..honest)
-        .map(|_| compress.map(|s| Compressor::new(s, len)))
+        .map(|_| compress.map(|s| Compressor::with_seed(s, len, args.seed)))
         .collect();
+    // With `--error-feedback params`, what replica r left unsent stays in its own parameters:
+    // it restarts from θ₀ − kept[r] rather than from θ₀.
+    let mut kept: Vec<Vec<f32>> = vec![Vec::new(); honest];
     let mut rng = ChaCha8Rng::seed_from_u64(args.seed ^ 0xA77AC);
     let mut eval = Evaluator::new(genesis, args, config.clone())?;
     let floor = genesis.entropy_floor();
@@ -290,18 +329,34 @@ fn run_diloco(
     for outer in 0..args.outer_steps {
         let mut loss_sum = 0.0f64;
         let mut deltas = Vec::with_capacity(args.replicas);
+        let mut raw_mean = vec![0.0f64; len];
+        let mut residual_ratio = 0.0f64;
         let mut sent = 0u64;
         for (r, (trainer, compressor)) in replicas.iter_mut().zip(&mut compressors).enumerate() {
-            trainer.stage.params_mut().set_flat(round.theta())?;
+            if kept[r].is_empty() {
+                trainer.stage.params_mut().set_flat(round.theta())?;
+            } else {
+                trainer
+                    .stage
+                    .params_mut()
+                    .set_flat(&round.restart_point(&kept[r])?)?;
+            }
             for h in 0..args.inner_steps {
                 let batch = replica_batch(genesis, args, r, outer * args.inner_steps + h)?;
                 loss_sum += f64::from(trainer.step(&batch)?.loss);
             }
             let delta = round.pseudo_gradient(&trainer.stage.params().flatten())?;
+            for (m, &d) in raw_mean.iter_mut().zip(&delta) {
+                *m += f64::from(d) / honest as f64;
+            }
             match compressor {
                 Some(c) => {
                     let bytes = c.compress(&delta)?;
                     sent += bytes.len() as u64;
+                    residual_ratio += norm(c.residual()) / norm(&delta).max(1e-30) / honest as f64;
+                    if args.error_feedback == ErrorFeedback::Params {
+                        kept[r] = c.take_residual();
+                    }
                     deltas.push(decode(&bytes, len)?);
                 }
                 None => {
@@ -310,11 +365,29 @@ fn run_diloco(
                 }
             }
         }
+        let delta_norm = raw_mean.iter().map(|d| d * d).sum::<f64>().sqrt();
+        let compress_rel_error = compress.map(|_| {
+            let err = (0..len)
+                .map(|i| {
+                    let avg = deltas.iter().map(|d| f64::from(d[i])).sum::<f64>() / honest as f64;
+                    (avg - raw_mean[i]).powi(2)
+                })
+                .sum::<f64>()
+                .sqrt();
+            err / delta_norm.max(1e-30)
+        });
         let forged = attack.forge(&deltas, args.byzantine, &mut rng);
         deltas.extend(forged);
+        let before = round.theta().to_vec();
         round
             .apply(&deltas)
             .with_context(|| format!("outer step {}", outer + 1))?;
+        let update_norm = before
+            .iter()
+            .zip(round.theta())
+            .map(|(a, b)| f64::from(a - b).powi(2))
+            .sum::<f64>()
+            .sqrt();
         let report = OuterReport {
             outer_step: outer + 1,
             tokens: (outer + 1) * args.inner_steps * (honest * args.batch * args.seq) as u64,
@@ -323,6 +396,10 @@ fn run_diloco(
             bytes_sent_per_replica: sent / honest as u64,
             bytes_dense_per_replica: 4 * len as u64,
             wall_s: started.elapsed().as_secs_f64(),
+            delta_norm: Some(delta_norm),
+            compress_rel_error,
+            residual_ratio: compress.map(|_| residual_ratio),
+            update_norm: Some(update_norm),
         };
         print_step(&report, args.outer_steps);
         steps.push(report);
@@ -367,11 +444,19 @@ fn ddp(
             bytes_sent_per_replica: args.inner_steps * 4 * len as u64,
             bytes_dense_per_replica: args.inner_steps * 4 * len as u64,
             wall_s: started.elapsed().as_secs_f64(),
+            delta_norm: None,
+            compress_rel_error: None,
+            residual_ratio: None,
+            update_norm: None,
         };
         print_step(&report, args.outer_steps);
         steps.push(report);
     }
     Ok(finish("ddp", args, len, floor, steps))
+}
+
+fn norm(v: &[f32]) -> f64 {
+    v.iter().map(|&x| f64::from(x).powi(2)).sum::<f64>().sqrt()
 }
 
 fn concat(parts: &[Batch], seq: usize) -> Batch {
@@ -405,6 +490,12 @@ fn finish(
         aggregator: args.aggregator.clone(),
         attack: args.attack.clone(),
         compress: args.compress.clone(),
+        error_feedback: match args.error_feedback {
+            ErrorFeedback::Params => "params",
+            ErrorFeedback::Accumulate => "accumulate",
+        },
+        outer_lr: args.outer_lr,
+        outer_momentum: args.outer_momentum,
         seed: args.seed,
         params,
         entropy_floor: floor,
