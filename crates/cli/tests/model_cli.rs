@@ -1,37 +1,8 @@
 //! The model commands end to end on a tiny synthetic dataset: genesis → train → eval →
 //! generate → export, and their errors on bad input.
 
-use std::path::Path;
-use std::process::{Command, Output};
-
-fn neuroshard(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_neuroshard"))
-        .args(args)
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("the neuroshard binary runs")
-}
-
-fn ok(args: &[&str]) -> String {
-    let out = neuroshard(args);
-    assert!(
-        out.status.success(),
-        "neuroshard {args:?} failed:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn fails(args: &[&str]) -> String {
-    let out = neuroshard(args);
-    assert!(!out.status.success(), "neuroshard {args:?} should fail");
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().expect("temp paths are UTF-8")
-}
+mod common;
+use common::*;
 
 #[test]
 fn train_eval_generate_export() {

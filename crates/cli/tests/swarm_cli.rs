@@ -2,32 +2,11 @@
 //! `neuroshard swarm`, training one model as pipeline stages with replicas.
 
 use std::path::Path;
-use std::process::{Command, Output};
+
+mod common;
+use common::*;
 
 use serde_json::Value;
-
-fn neuroshard(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_neuroshard"))
-        .args(args)
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("the neuroshard binary runs")
-}
-
-fn ok(args: &[&str]) -> String {
-    let out = neuroshard(args);
-    assert!(
-        out.status.success(),
-        "neuroshard {args:?} failed:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().expect("temp paths are UTF-8")
-}
 
 fn genesis(dir: &Path) -> String {
     let data = dir.join("g");

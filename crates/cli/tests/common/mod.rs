@@ -1,0 +1,36 @@
+//! Running the `neuroshard` binary from the integration tests.
+#![allow(dead_code)] // each test binary uses its own subset
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+pub fn neuroshard(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_neuroshard"))
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("the neuroshard binary runs")
+}
+
+/// Runs a command that must succeed; returns its stdout.
+pub fn ok(args: &[&str]) -> String {
+    let out = neuroshard(args);
+    assert!(
+        out.status.success(),
+        "neuroshard {args:?} failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Runs a command that must fail; returns its stderr.
+pub fn fails(args: &[&str]) -> String {
+    let out = neuroshard(args);
+    assert!(!out.status.success(), "neuroshard {args:?} should fail");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+pub fn s(p: &Path) -> &str {
+    p.to_str().expect("temp paths are UTF-8")
+}
