@@ -3,32 +3,11 @@
 //! rejected configuration.
 
 use std::path::Path;
-use std::process::{Command, Output};
+
+mod common;
+use common::*;
 
 use serde_json::Value;
-
-fn neuroshard(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_neuroshard"))
-        .args(args)
-        .env("RUST_LOG", "warn")
-        .output()
-        .expect("the neuroshard binary runs")
-}
-
-fn ok(args: &[&str]) -> String {
-    let out = neuroshard(args);
-    assert!(
-        out.status.success(),
-        "neuroshard {args:?} failed:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().expect("temp paths are UTF-8")
-}
 
 /// Runs a tiny experiment and returns its JSON report.
 fn experiment(data: &Path, json: &Path, extra: &[&str]) -> Value {
