@@ -6,7 +6,7 @@ use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 use neuroshard_node::{DataOrder, NodeSettings};
 
-use crate::train::{ModelArgs, open_or_build_default};
+use crate::train::{ModelArgs, StepArgs, open_or_build_default};
 
 #[derive(Clone, Copy, ValueEnum)]
 pub enum Order {
@@ -46,25 +46,11 @@ pub struct NodeArgs {
     memory_mb: u64,
     #[command(flatten)]
     model: ModelArgs,
-    #[arg(long, default_value_t = 128)]
-    seq: usize,
-    /// Rows per driver step.
-    #[arg(long, default_value_t = 8)]
-    batch: usize,
-    #[arg(long, default_value_t = 2)]
-    micro_batches: usize,
+    #[command(flatten)]
+    step: StepArgs,
     /// Driver steps before it stops feeding data (0: until stopped); also the LR schedule.
     #[arg(long, default_value_t = 0)]
     steps: u64,
-    #[arg(long, default_value_t = 2e-3)]
-    lr: f64,
-    #[arg(long, default_value_t = 20)]
-    warmup: u64,
-    /// Gradient-norm clip per stage (0: off).
-    #[arg(long, default_value_t = 1.0)]
-    clip_norm: f64,
-    #[arg(long, default_value_t = 0)]
-    seed: u64,
     #[arg(long, value_enum, default_value_t = Order::Assigned)]
     data_order: Order,
     /// Engine threads.
@@ -99,7 +85,7 @@ impl NodeArgs {
                 .with_context(|| format!("parsing node settings {}", path.display()));
         }
         let genesis = open_or_build_default(self.data.as_deref(), &self.data_dir)?;
-        let model = self.model.config(genesis.vocab_size(), self.seq)?;
+        let model = self.model.config(genesis.vocab_size(), self.step.seq)?;
         Ok(NodeSettings {
             data_dir: self.data_dir.clone(),
             genesis: genesis.dir().to_path_buf(),
@@ -109,14 +95,14 @@ impl NodeArgs {
             stages: self.stages,
             stage: self.stage,
             memory_budget: self.memory_mb << 20,
-            micro_batches: self.micro_batches,
-            batch: self.batch,
-            seq: self.seq,
+            micro_batches: self.step.micro_batches,
+            batch: self.step.batch,
+            seq: self.step.seq,
             steps: self.steps,
-            lr: self.lr,
-            warmup: self.warmup,
-            clip_norm: self.clip_norm,
-            seed: self.seed,
+            lr: self.step.lr,
+            warmup: self.step.warmup,
+            clip_norm: self.step.clip_norm,
+            seed: self.step.seed,
             data_order: match self.data_order {
                 Order::Assigned => DataOrder::Assigned,
                 Order::Global => DataOrder::Global,

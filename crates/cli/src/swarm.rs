@@ -19,7 +19,7 @@ use neuroshard_model::{ParamSet, Stage, StageSpec, checkpoint};
 use serde_json::Value;
 
 use crate::swarm_report::{Assembly, Report, assemble, now_ms};
-use crate::train::{ModelArgs, open_or_build_default};
+use crate::train::{ModelArgs, StepArgs, open_or_build_default};
 
 #[derive(Args)]
 pub struct SwarmArgs {
@@ -38,21 +38,8 @@ pub struct SwarmArgs {
     out: PathBuf,
     #[command(flatten)]
     model: ModelArgs,
-    #[arg(long, default_value_t = 128)]
-    seq: usize,
-    #[arg(long, default_value_t = 8)]
-    batch: usize,
-    #[arg(long, default_value_t = 2)]
-    micro_batches: usize,
-    #[arg(long, default_value_t = 2e-3)]
-    lr: f64,
-    #[arg(long, default_value_t = 20)]
-    warmup: u64,
-    /// Gradient-norm clip per stage (0: off).
-    #[arg(long, default_value_t = 1.0)]
-    clip_norm: f64,
-    #[arg(long, default_value_t = 0)]
-    seed: u64,
+    #[command(flatten)]
+    step: StepArgs,
     /// Engine threads per node.
     #[arg(long, default_value_t = 1)]
     threads: usize,
@@ -124,7 +111,7 @@ pub fn run(args: SwarmArgs) -> Result<()> {
         .map(|k| parse_kill(k, args.nodes))
         .transpose()?;
     let genesis = open_or_build_default(args.data.as_deref(), &args.out)?;
-    let config = args.model.config(genesis.vocab_size(), args.seq)?;
+    let config = args.model.config(genesis.vocab_size(), args.step.seq)?;
     StageSpec::split(&config, args.stages)?;
     // SAFETY: installing a handler that only stores to an atomic is async-signal-safe.
     unsafe {
@@ -145,8 +132,8 @@ pub fn run(args: SwarmArgs) -> Result<()> {
         args.nodes,
         args.stages,
         args.steps,
-        args.batch,
-        args.seq,
+        args.step.batch,
+        args.step.seq,
         config.num_params()
     );
     for i in 0..args.nodes {
@@ -202,7 +189,7 @@ pub fn run(args: SwarmArgs) -> Result<()> {
                     break;
                 }
                 // Earlier nodes may already train while later ones start.
-                Ok((j, ev)) => report.on_event(j, &members, &ev),
+                Ok((j, ev)) => report.on_event(j, &ev),
                 Err(mpsc::RecvTimeoutError::Timeout) => {
                     if let Ok(Some(status)) = members[i].child.try_wait() {
                         stop_all(&mut members, &rx);
@@ -235,7 +222,7 @@ pub fn run(args: SwarmArgs) -> Result<()> {
             break;
         }
         match rx.recv_timeout(Duration::from_millis(200)) {
-            Ok((i, ev)) => report.on_event(i, &members, &ev),
+            Ok((i, ev)) => report.on_event(i, &ev),
             Err(mpsc::RecvTimeoutError::Timeout) => {}
             Err(mpsc::RecvTimeoutError::Disconnected) => break,
         }
@@ -317,12 +304,12 @@ fn finish(
     assembly: &Assembly,
     report: &mut Report,
 ) -> Result<()> {
-    let val = crate::eval::val_batches(genesis, args.batch, args.seq, 4)?;
+    let val = crate::eval::val_batches(genesis, args.step.batch, args.step.seq, 4)?;
     let full = StageSpec::full(config);
     let initial = Stage::from_params(
         config.clone(),
         full,
-        ParamSet::init(full.param_specs(config), args.seed),
+        ParamSet::init(full.param_specs(config), args.step.seed),
     )?;
     if !val.is_empty() {
         report.initial_val = Some(crate::eval::evaluate(&initial, genesis.tokenizer(), &val)?.loss);
@@ -337,7 +324,7 @@ fn finish(
             temperature: 0.8,
             top_k: Some(40),
             top_p: Some(0.95),
-            seed: args.seed,
+            seed: args.step.seed,
             stop_token: Some(tok.eos_id()),
         };
         let out = generator.generate(&prompt, args.gen_tokens, &sampling)?;
@@ -381,17 +368,9 @@ fn spawn_node(
         .arg(genesis.dir())
         .args(["--listen", "/ip4/127.0.0.1/tcp/0"])
         .args(["--stages", &args.stages.to_string()])
-        .args(["--layers", &args.model.layers.to_string()])
-        .args(["--d-model", &args.model.d_model.to_string()])
-        .args(["--heads", &args.model.heads.to_string()])
-        .args(["--seq", &args.seq.to_string()])
-        .args(["--batch", &args.batch.to_string()])
-        .args(["--micro-batches", &args.micro_batches.to_string()])
+        .args(args.model.to_args())
+        .args(args.step.to_args())
         .args(["--steps", &args.steps.to_string()])
-        .args(["--lr", &args.lr.to_string()])
-        .args(["--warmup", &args.warmup.to_string()])
-        .args(["--clip-norm", &args.clip_norm.to_string()])
-        .args(["--seed", &args.seed.to_string()])
         .args(["--threads", &args.threads.to_string()])
         .args(["--settle-ms", if index == 0 { "200" } else { "2500" }])
         .args(["--wait-peers", &(args.nodes - 1).to_string()])
@@ -404,15 +383,6 @@ fn spawn_node(
                 "assigned"
             },
         ]);
-    if let Some(kv) = args.model.kv_heads {
-        cmd.args(["--kv-heads", &kv.to_string()]);
-    }
-    if let Some(ffn) = args.model.ffn {
-        cmd.args(["--ffn", &ffn.to_string()]);
-    }
-    if args.model.tie_embeddings {
-        cmd.arg("--tie-embeddings");
-    }
     if let Some(b) = bootstrap {
         cmd.args(["--bootstrap", b]);
     }

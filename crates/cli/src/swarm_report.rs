@@ -59,7 +59,7 @@ impl Report {
         }
     }
 
-    pub fn on_event(&mut self, i: usize, members: &[Member], ev: &Value) {
+    pub fn on_event(&mut self, i: usize, ev: &Value) {
         if self.restart_time_ms.is_some() && Some(i) == self.killed {
             let t = ev["time_ms"].as_u64();
             match ev["event"].as_str() {
@@ -99,7 +99,6 @@ impl Report {
             }
             _ => {}
         }
-        let _ = members;
     }
 
     pub fn on_stopped(&mut self, i: usize, ev: &Value) {

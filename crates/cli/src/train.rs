@@ -30,26 +30,11 @@ pub struct TrainArgs {
     json_log: Option<PathBuf>,
     #[command(flatten)]
     model: ModelArgs,
-    #[arg(long, default_value_t = 128)]
-    seq: usize,
-    #[arg(long, default_value_t = 8)]
-    batch: usize,
-    #[arg(long, default_value_t = 2e-3)]
-    lr: f64,
-    #[arg(long, default_value_t = 20)]
-    warmup: u64,
-    /// Global gradient-norm clip (0: off).
-    #[arg(long, default_value_t = 1.0)]
-    clip_norm: f64,
-    #[arg(long, default_value_t = 0)]
-    seed: u64,
+    #[command(flatten)]
+    step: StepArgs,
     /// Engine threads (default: all cores).
     #[arg(long)]
     threads: Option<usize>,
-    /// Split each batch into this many concurrently computed micro-batches (changes the bits
-    /// of the result, never their dependence on the thread count).
-    #[arg(long, default_value_t = 2)]
-    micro_batches: usize,
     /// Validation loss every N steps (0: only at the end).
     #[arg(long, default_value_t = 50)]
     eval_every: u64,
@@ -82,6 +67,27 @@ pub struct ModelArgs {
 }
 
 impl ModelArgs {
+    /// The same flags for a child process.
+    pub fn to_args(&self) -> Vec<String> {
+        let mut out: Vec<String> = [
+            ("--layers", self.layers),
+            ("--d-model", self.d_model),
+            ("--heads", self.heads),
+        ]
+        .into_iter()
+        .flat_map(|(k, v)| [k.to_string(), v.to_string()])
+        .collect();
+        for (k, v) in [("--kv-heads", self.kv_heads), ("--ffn", self.ffn)] {
+            if let Some(v) = v {
+                out.extend([k.to_string(), v.to_string()]);
+            }
+        }
+        if self.tie_embeddings {
+            out.push("--tie-embeddings".into());
+        }
+        out
+    }
+
     pub fn config(&self, vocab: usize, max_seq: usize) -> Result<ModelConfig> {
         let config = ModelConfig {
             layers: self.layers,
@@ -97,6 +103,51 @@ impl ModelArgs {
         };
         config.validate()?;
         Ok(config)
+    }
+}
+
+/// Optimisation flags shared by `train`, `node` and `swarm`.
+#[derive(Args, Clone)]
+pub struct StepArgs {
+    #[arg(long, default_value_t = 128)]
+    pub seq: usize,
+    /// Rows per step (per driver step in a network).
+    #[arg(long, default_value_t = 8)]
+    pub batch: usize,
+    /// Split each batch into this many micro-batches (changes the bits of the result, never
+    /// their dependence on the thread count).
+    #[arg(long, default_value_t = 2)]
+    pub micro_batches: usize,
+    #[arg(long, default_value_t = 2e-3)]
+    pub lr: f64,
+    #[arg(long, default_value_t = 20)]
+    pub warmup: u64,
+    /// Gradient-norm clip (0: off); in a network each stage clips its own gradient.
+    #[arg(long, default_value_t = 1.0)]
+    pub clip_norm: f64,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+}
+
+impl StepArgs {
+    pub fn clip(&self) -> Option<f64> {
+        (self.clip_norm > 0.0).then_some(self.clip_norm)
+    }
+
+    /// The same flags for a child process.
+    pub fn to_args(&self) -> Vec<String> {
+        [
+            ("--seq", self.seq.to_string()),
+            ("--batch", self.batch.to_string()),
+            ("--micro-batches", self.micro_batches.to_string()),
+            ("--lr", self.lr.to_string()),
+            ("--warmup", self.warmup.to_string()),
+            ("--clip-norm", self.clip_norm.to_string()),
+            ("--seed", self.seed.to_string()),
+        ]
+        .into_iter()
+        .flat_map(|(k, v)| [k.to_string(), v])
+        .collect()
     }
 }
 
@@ -137,15 +188,15 @@ pub fn build_synthetic_default(dir: &Path) -> Result<()> {
 
 pub fn run(args: TrainArgs) -> Result<()> {
     let genesis = open_or_build_default(args.data.as_deref(), &args.out)?;
-    let config = args.model.config(genesis.vocab_size(), args.seq)?;
+    let config = args.model.config(genesis.vocab_size(), args.step.seq)?;
     if args.steps == 0 {
         bail!("--steps must be at least 1");
     }
     let optim = AdamWConfig {
-        lr: args.lr,
-        warmup_steps: args.warmup.min(args.steps),
+        lr: args.step.lr,
+        warmup_steps: args.step.warmup.min(args.steps),
         total_steps: args.steps,
-        clip_norm: (args.clip_norm > 0.0).then_some(args.clip_norm),
+        clip_norm: args.step.clip(),
         ..Default::default()
     };
     let threads = args
@@ -160,8 +211,8 @@ fn train(
     config: ModelConfig,
     optim: AdamWConfig,
 ) -> Result<()> {
-    let mut trainer = Trainer::new(config.clone(), optim, args.seed)?;
-    trainer.micro_batches = args.micro_batches;
+    let mut trainer = Trainer::new(config.clone(), optim, args.step.seed)?;
+    trainer.micro_batches = args.step.micro_batches;
     let mut log = match &args.json_log {
         Some(p) => Some(BufWriter::new(
             File::create(p).with_context(|| format!("creating {}", p.display()))?,
@@ -170,9 +221,9 @@ fn train(
     };
     let val = crate::eval::val_batches(
         genesis,
-        args.batch,
-        args.seq,
-        args.eval_windows.div_ceil(args.batch.max(1)),
+        args.step.batch,
+        args.step.seq,
+        args.eval_windows.div_ceil(args.step.batch.max(1)),
     )?;
     let floor = genesis.entropy_floor();
     println!(
@@ -182,8 +233,8 @@ fn train(
         config.d_model,
         config.vocab,
         args.steps,
-        args.batch,
-        args.seq,
+        args.step.batch,
+        args.step.seq,
         floor.map_or(String::new(), |f| format!("; loss floor {f:.4} nats/token"))
     );
     let bar = ProgressBar::new(args.steps);
@@ -194,12 +245,18 @@ fn train(
         .map_err(|e| anyhow::anyhow!("progress template: {e}"))?,
     );
     let started = Instant::now();
-    let tokens_per_step = (args.batch * args.seq) as f64;
+    let tokens_per_step = (args.step.batch * args.step.seq) as f64;
     let mut val_loss = None;
     for step in 0..args.steps {
         let batch = crate::eval::to_model_batch(
-            genesis.batch(Split::Train, args.seed, step, args.batch, args.seq)?,
-            args.seq,
+            genesis.batch(
+                Split::Train,
+                args.step.seed,
+                step,
+                args.step.batch,
+                args.step.seq,
+            )?,
+            args.step.seq,
         );
         let t = Instant::now();
         let result = trainer.step(&batch)?;

@@ -56,16 +56,7 @@ fn steps(report: &Value) -> &Vec<Value> {
 #[test]
 fn diloco_compressed_and_ddp_report_falling_loss() {
     let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("g");
-    ok(&[
-        "genesis",
-        "build",
-        "--synthetic",
-        "--synthetic-tokens",
-        "60000",
-        "--out",
-        s(&data),
-    ]);
+    let data = tiny_genesis(dir.path());
 
     let dense = experiment(&data, &dir.path().join("dense.json"), &[]);
     assert_eq!(dense["mode"], "diloco");

@@ -7,20 +7,9 @@ use common::*;
 #[test]
 fn train_eval_generate_export() {
     let dir = tempfile::tempdir().unwrap();
-    let (data, model, hf) = (
-        dir.path().join("g"),
-        dir.path().join("m"),
-        dir.path().join("hf"),
-    );
-    ok(&[
-        "genesis",
-        "build",
-        "--synthetic",
-        "--synthetic-tokens",
-        "60000",
-        "--out",
-        s(&data),
-    ]);
+    let data = tiny_genesis(dir.path());
+    let (model, hf) = (dir.path().join("m"), dir.path().join("hf"));
+
     let log = dir.path().join("log.jsonl");
     let tiny = [
         "--layers",
@@ -154,16 +143,8 @@ fn train_eval_generate_export() {
 #[test]
 fn impossible_model_shapes_are_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("g");
-    ok(&[
-        "genesis",
-        "build",
-        "--synthetic",
-        "--synthetic-tokens",
-        "60000",
-        "--out",
-        s(&data),
-    ]);
+    let data = tiny_genesis(dir.path());
+
     let err = fails(&[
         "train",
         "--data",

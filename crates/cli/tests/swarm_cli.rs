@@ -8,20 +8,6 @@ use common::*;
 
 use serde_json::Value;
 
-fn genesis(dir: &Path) -> String {
-    let data = dir.join("g");
-    ok(&[
-        "genesis",
-        "build",
-        "--synthetic",
-        "--synthetic-tokens",
-        "60000",
-        "--out",
-        s(&data),
-    ]);
-    s(&data).to_string()
-}
-
 const TINY: [&str; 10] = [
     "--layers",
     "3",
@@ -43,7 +29,8 @@ fn summary(path: &Path) -> Value {
 #[test]
 fn four_nodes_train_and_survive_a_killed_replica() {
     let dir = tempfile::tempdir().unwrap();
-    let data = genesis(dir.path());
+    let data = tiny_genesis(dir.path());
+    let data = s(&data);
     let out = dir.path().join("model");
     let sum = dir.path().join("summary.json");
     let mut args = vec![
@@ -55,7 +42,7 @@ fn four_nodes_train_and_survive_a_killed_replica() {
         "--steps",
         "80",
         "--data",
-        &data,
+        data,
         "--out",
         s(&out),
         "--summary-json",
@@ -102,7 +89,8 @@ fn four_nodes_train_and_survive_a_killed_replica() {
 #[test]
 fn three_stage_pipeline_matches_one_process() {
     let dir = tempfile::tempdir().unwrap();
-    let data = genesis(dir.path());
+    let data = tiny_genesis(dir.path());
+    let data = s(&data);
     let common = [
         "--steps",
         "20",
@@ -111,7 +99,7 @@ fn three_stage_pipeline_matches_one_process() {
         "--clip-norm",
         "0",
         "--data",
-        &data,
+        data,
     ];
     let sum = dir.path().join("summary.json");
     let out = dir.path().join("swarm");

@@ -201,15 +201,6 @@ impl Net {
         rx.await.unwrap_or_default()
     }
 
-    /// Peers we hold at least one connection to.
-    pub async fn connected_peers(&self) -> Vec<PeerId> {
-        let (tx, rx) = oneshot::channel();
-        if self.send(Command::ConnectedPeers(tx)).is_err() {
-            return Vec::new();
-        }
-        rx.await.unwrap_or_default()
-    }
-
     /// Connects to an address (with `/p2p/<id>` the peer's identity is checked and it joins the
     /// routing table); returns once connected. Ok at once if already connected to that peer.
     pub async fn dial(&self, addr: Multiaddr) -> Result<(), NetError> {
@@ -232,18 +223,6 @@ impl Net {
             topic: topic.to_string(),
             data,
         })
-    }
-
-    /// Joins a gossip topic (beyond `NetConfig::topics`).
-    pub async fn subscribe(&self, topic: &str) -> Result<(), NetError> {
-        let topic = topic.to_string();
-        self.call(|reply| Command::Subscribe { topic, reply }).await
-    }
-
-    pub fn unsubscribe(&self, topic: &str) {
-        let _ = self.send(Command::Unsubscribe {
-            topic: topic.to_string(),
-        });
     }
 
     /// Sends a request on `/neuroshard/msg/1` and waits for the response.

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 
-use neuroshard_model::{AdamW, Stage, StageInput, checkpoint};
+use neuroshard_model::{AdamW, Stage, checkpoint};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::pipeline::{Job, JobDone};
@@ -185,12 +185,4 @@ pub fn spawn(
             })
         })?;
     Ok(tx)
-}
-
-/// Shape of a stage input, for messages and logs.
-pub fn input_rows(input: &StageInput) -> (usize, usize) {
-    match input {
-        StageInput::Tokens(t) => (t.batch, t.seq),
-        StageInput::Hidden(a) => (a.batch, a.seq),
-    }
 }

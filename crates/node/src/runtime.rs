@@ -9,7 +9,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use neuroshard_data::{Genesis, Split};
 use neuroshard_model::{AdamW, AdamWConfig, Batch, Stage, StageSpec, checkpoint};
 use neuroshard_net::{Multiaddr, Net, NetConfig, NetEvent, PeerId};
-use neuroshard_proof::{Canonical, Identity, NodeId, Signed};
+use neuroshard_proof::{Canonical, Identity, Signed};
 use serde_json::json;
 use tokio::sync::mpsc;
 
@@ -18,8 +18,8 @@ use crate::compute::{self, Engine, EngineRequest};
 use crate::peers::{HEARTBEAT_EVERY, choose_stage};
 use crate::pipeline::{Action, JobDone, Pipeline, PipelineConfig};
 use crate::records::{
-    HEARTBEAT_TOPIC, Heartbeat, NETWORK_KEY, NetworkRecord, NodeRecord, Role, node_key, node_of,
-    open, stage_key, validate_gossip, validate_record,
+    HEARTBEAT_TOPIC, Heartbeat, NETWORK_KEY, NetworkRecord, NodeRecord, Role, node_key, open,
+    stage_key, validate_gossip, validate_record,
 };
 use crate::settings::{DataOrder, NodeSettings};
 use crate::wire::{Ack, MicroBatchId, Msg};
@@ -584,9 +584,4 @@ impl Node {
         self.net.shutdown().await;
         saved.map(|_| ()).map_err(NodeError::Checkpoint)
     }
-}
-
-/// The node id a peer id stands for (for logs and the ledger).
-pub fn peer_node(peer: &PeerId) -> Option<NodeId> {
-    node_of(peer)
 }

@@ -94,12 +94,12 @@ pub enum Ack {
     Rejected(String),
 }
 
+/// Same bytes as `w.bytes(le_bytes)`, without building the intermediate buffer.
 fn put_f32s(w: &mut Writer, v: &[f32]) {
-    let mut bytes = Vec::with_capacity(v.len() * 4);
+    w.len(v.len() * 4);
     for x in v {
-        bytes.extend_from_slice(&x.to_le_bytes());
+        w.fixed(&x.to_le_bytes());
     }
-    w.bytes(&bytes);
 }
 
 fn get_f32s(r: &mut Reader<'_>) -> Result<Vec<f32>, CodecError> {

@@ -1,7 +1,7 @@
 //! Running the `neuroshard` binary from the integration tests.
 #![allow(dead_code)] // each test binary uses its own subset
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 pub fn neuroshard(args: &[&str]) -> Output {
@@ -33,4 +33,19 @@ pub fn fails(args: &[&str]) -> String {
 
 pub fn s(p: &Path) -> &str {
     p.to_str().expect("temp paths are UTF-8")
+}
+
+/// Builds a tiny synthetic genesis dataset in `dir/g` and returns its path.
+pub fn tiny_genesis(dir: &Path) -> PathBuf {
+    let data = dir.join("g");
+    ok(&[
+        "genesis",
+        "build",
+        "--synthetic",
+        "--synthetic-tokens",
+        "60000",
+        "--out",
+        s(&data),
+    ]);
+    data
 }

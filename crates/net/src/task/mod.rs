@@ -15,7 +15,7 @@ use libp2p::swarm::{ConnectionId, DialError, SwarmEvent};
 use libp2p::{Multiaddr, PeerId, Swarm, identify, ping};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::behaviour::{self, Behaviour, BehaviourEvent, KAD_PROTOCOL};
+use crate::behaviour::{Behaviour, BehaviourEvent, KAD_PROTOCOL};
 use crate::blob::BlobStore;
 use crate::codec::CounterSet;
 use crate::net::{NetEvent, ResponseChannel};
@@ -37,17 +37,9 @@ const DECAY_EVERY: Duration = Duration::from_secs(60);
 pub(crate) enum Command {
     Dial(Multiaddr, Reply<()>),
     ListenAddrs(oneshot::Sender<Vec<Multiaddr>>),
-    ConnectedPeers(oneshot::Sender<Vec<PeerId>>),
     Publish {
         topic: String,
         data: Vec<u8>,
-    },
-    Subscribe {
-        topic: String,
-        reply: Reply<()>,
-    },
-    Unsubscribe {
-        topic: String,
     },
     Request {
         peer: PeerId,
@@ -192,18 +184,7 @@ impl Task {
                     let _ = reply.send(self.listen_addrs_with_id());
                 }
             }
-            Command::ConnectedPeers(reply) => {
-                let _ = reply.send(self.swarm.connected_peers().copied().collect());
-            }
             Command::Publish { topic, data } => self.publish(topic, data),
-            Command::Subscribe { topic, reply } => {
-                let gossip = &mut self.swarm.behaviour_mut().gossip;
-                let _ = reply.send(behaviour::subscribe(gossip, &topic));
-            }
-            Command::Unsubscribe { topic } => {
-                let gossip = &mut self.swarm.behaviour_mut().gossip;
-                gossip.unsubscribe(&IdentTopic::new(topic));
-            }
             Command::Request { peer, data, reply } => {
                 if let Some(reply) = self.refuse_peer(peer, reply) {
                     let id = self.swarm.behaviour_mut().msg.send_request(&peer, data);

@@ -25,49 +25,33 @@ impl Task {
     }
 
     pub(super) fn msg_event(&mut self, event: Event) {
-        match event {
-            Event::Message {
-                peer,
-                message:
-                    Message::Request {
-                        request, channel, ..
-                    },
-                ..
-            } => self.emit(NetEvent::Request {
+        if let Some((peer, request, channel)) = self.settle(event, false) {
+            self.emit(NetEvent::Request {
                 peer,
                 data: request,
                 channel: ResponseChannel(channel),
-            }),
-            Event::Message {
-                message:
-                    Message::Response {
-                        request_id,
-                        response,
-                    },
-                ..
-            } => {
-                if let Some(reply) = self.requests.remove(&request_id) {
-                    let _ = reply.send(Ok(response));
-                }
-            }
-            Event::OutboundFailure {
-                peer,
-                request_id,
-                error,
-                ..
-            } => {
-                let error = self.outbound_error(peer, error);
-                if let Some(reply) = self.requests.remove(&request_id) {
-                    let _ = reply.send(Err(error));
-                }
-            }
-            Event::InboundFailure { peer, error, .. } => self.inbound_failure(peer, error),
-            Event::ResponseSent { .. } => {}
+            });
         }
     }
 
     pub(super) fn blob_event(&mut self, event: Event) {
-        match event {
+        if let Some((peer, request, channel)) = self.settle(event, true) {
+            let response = self.blobs.serve(&request);
+            let blob = &mut self.swarm.behaviour_mut().blob;
+            if blob.send_response(channel, response).is_err() {
+                tracing::debug!(%peer, "blob response not sent: stream closed");
+            }
+        }
+    }
+
+    /// What both protocols do alike: answers our pending requests (responses and failures)
+    /// and logs inbound failures. Returns an inbound request for the protocol to handle.
+    fn settle(
+        &mut self,
+        event: Event,
+        blob: bool,
+    ) -> Option<(PeerId, Vec<u8>, request_response::ResponseChannel<Vec<u8>>)> {
+        let (request_id, result) = match event {
             Event::Message {
                 peer,
                 message:
@@ -75,13 +59,7 @@ impl Task {
                         request, channel, ..
                     },
                 ..
-            } => {
-                let response = self.blobs.serve(&request);
-                let blob = &mut self.swarm.behaviour_mut().blob;
-                if blob.send_response(channel, response).is_err() {
-                    tracing::debug!(%peer, "blob response not sent: stream closed");
-                }
-            }
+            } => return Some((peer, request, channel)),
             Event::Message {
                 message:
                     Message::Response {
@@ -89,25 +67,28 @@ impl Task {
                         response,
                     },
                 ..
-            } => {
-                if let Some(reply) = self.blob_requests.remove(&request_id) {
-                    let _ = reply.send(Ok(response));
-                }
-            }
+            } => (request_id, Ok(response)),
             Event::OutboundFailure {
                 peer,
                 request_id,
                 error,
                 ..
-            } => {
-                let error = self.outbound_error(peer, error);
-                if let Some(reply) = self.blob_requests.remove(&request_id) {
-                    let _ = reply.send(Err(error));
-                }
+            } => (request_id, Err(self.outbound_error(peer, error))),
+            Event::InboundFailure { peer, error, .. } => {
+                self.inbound_failure(peer, error);
+                return None;
             }
-            Event::InboundFailure { peer, error, .. } => self.inbound_failure(peer, error),
-            Event::ResponseSent { .. } => {}
+            Event::ResponseSent { .. } => return None,
+        };
+        let pending = if blob {
+            &mut self.blob_requests
+        } else {
+            &mut self.requests
+        };
+        if let Some(reply) = pending.remove(&request_id) {
+            let _ = reply.send(result);
         }
+        None
     }
 
     /// Maps a failed request to our error; a peer that answered with an oversize frame is
