@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
+use neuroshard_node::settings::SyncSettings;
 use neuroshard_node::{DataOrder, NodeSettings};
 
 use crate::train::{ModelArgs, StepArgs, open_or_build_default};
@@ -14,6 +15,66 @@ pub enum Order {
     Assigned,
     /// The global order of `neuroshard train --seed` (exactness checks).
     Global,
+}
+
+/// DiLoCo between replicas and the economy; shared by `node` and `swarm`.
+#[derive(Args, Clone)]
+pub struct SyncArgs {
+    /// Inner steps per DiLoCo round (H); 0 turns replica sync (and proofs) off.
+    #[arg(long, default_value_t = 20)]
+    pub sync_every: u64,
+    /// How long a replica waits for its co-replicas' pseudo-gradients.
+    #[arg(long, default_value_t = 5_000)]
+    pub sync_timeout_ms: u64,
+    /// Robust aggregator: mean, trimmed-mean, median, krum, multi-krum, geometric-median,
+    /// centered-clipping (parameters as name:key=value,...).
+    #[arg(long, default_value = "trimmed-mean")]
+    pub aggregator: String,
+    /// Byzantine replicas per stage the aggregator tolerates (capped by the replicas present).
+    #[arg(long, default_value_t = 1)]
+    pub byzantine: usize,
+    /// Pseudo-gradient compression, e.g. randk:0.25:sign, topk:0.01:int2, fp32.
+    #[arg(long, default_value = "randk:0.25:sign")]
+    pub compression: String,
+    #[arg(long, default_value_t = 0.7)]
+    pub outer_lr: f32,
+    #[arg(long, default_value_t = 0.9)]
+    pub outer_momentum: f32,
+    /// Least time between two proofs of this node (verifiers accept 120 per hour).
+    #[arg(long, default_value_t = 30_000)]
+    pub proof_interval_ms: u64,
+}
+
+impl SyncArgs {
+    pub fn settings(&self, attack: &str) -> SyncSettings {
+        SyncSettings {
+            every: self.sync_every,
+            timeout_ms: self.sync_timeout_ms,
+            aggregator: self.aggregator.clone(),
+            byzantine: self.byzantine,
+            compression: self.compression.clone(),
+            outer_lr: self.outer_lr,
+            outer_momentum: self.outer_momentum,
+            attack: attack.to_string(),
+            proof_interval_ms: self.proof_interval_ms,
+        }
+    }
+
+    pub fn to_args(&self) -> Vec<String> {
+        [
+            ("--sync-every", self.sync_every.to_string()),
+            ("--sync-timeout-ms", self.sync_timeout_ms.to_string()),
+            ("--aggregator", self.aggregator.clone()),
+            ("--byzantine", self.byzantine.to_string()),
+            ("--compression", self.compression.clone()),
+            ("--outer-lr", self.outer_lr.to_string()),
+            ("--outer-momentum", self.outer_momentum.to_string()),
+            ("--proof-interval-ms", self.proof_interval_ms.to_string()),
+        ]
+        .into_iter()
+        .flat_map(|(k, v)| [k.to_string(), v])
+        .collect()
+    }
 }
 
 #[derive(Args)]
@@ -48,6 +109,12 @@ pub struct NodeArgs {
     model: ModelArgs,
     #[command(flatten)]
     step: StepArgs,
+    #[command(flatten)]
+    sync: SyncArgs,
+    /// Robustness experiments only: send this attack (sign-flip, scale:K, gaussian:S, …)
+    /// instead of the honest pseudo-gradient.
+    #[arg(long, default_value = "none")]
+    attack: String,
     /// Driver steps before it stops feeding data (0: until stopped); also the LR schedule.
     #[arg(long, default_value_t = 0)]
     steps: u64,
@@ -114,6 +181,7 @@ impl NodeArgs {
             checkpoint_secs: self.checkpoint_secs,
             wait_peers: self.wait_peers,
             max_frame: self.max_frame_mb << 20,
+            sync: self.sync.settings(&self.attack),
         })
     }
 }

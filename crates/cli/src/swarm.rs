@@ -18,6 +18,7 @@ use neuroshard_data::Genesis;
 use neuroshard_model::{ParamSet, Stage, StageSpec, checkpoint};
 use serde_json::Value;
 
+use crate::node::SyncArgs;
 use crate::swarm_report::{Assembly, Report, assemble, now_ms};
 use crate::train::{ModelArgs, StepArgs, open_or_build_default};
 
@@ -40,6 +41,21 @@ pub struct SwarmArgs {
     model: ModelArgs,
     #[command(flatten)]
     step: StepArgs,
+    #[command(flatten)]
+    sync: SyncArgs,
+    /// Byzantine nodes (indices, comma-separated) that send --attack instead of their
+    /// pseudo-gradient, e.g. `--attackers 4,5`.
+    #[arg(long, value_delimiter = ',')]
+    attackers: Vec<usize>,
+    /// The attackers' pseudo-gradient: sign-flip, scale:K, gaussian:S, alie, ipm:E, zeros.
+    #[arg(long, default_value = "sign-flip")]
+    attack: String,
+    /// Start one more node once the drivers reach this step; it joins mid-run.
+    #[arg(long)]
+    join_at: Option<u64>,
+    /// After the drivers finish: wait up to this long for every ledger to agree.
+    #[arg(long, default_value_t = 30)]
+    settle_s: u64,
     /// Engine threads per node.
     #[arg(long, default_value_t = 1)]
     threads: usize,
@@ -105,6 +121,12 @@ pub fn run(args: SwarmArgs) -> Result<()> {
             args.stages
         );
     }
+    if let Some(a) = args.attackers.iter().find(|a| **a >= args.nodes) {
+        bail!(
+            "--attackers: node {a} does not exist ({} nodes)",
+            args.nodes
+        );
+    }
     let kill = args
         .kill
         .as_deref()
@@ -138,8 +160,12 @@ pub fn run(args: SwarmArgs) -> Result<()> {
     );
     for i in 0..args.nodes {
         let dir = root.join(format!("node-{i}"));
-        // A fresh run: old checkpoints would make the node resume.
+        // A fresh run: old checkpoints would make the node resume, an old ledger would hold
+        // another run's proofs. The node key stays.
         let _ = std::fs::remove_dir_all(dir.join("checkpoint"));
+        for f in ["ledger.db", "ledger.db-wal", "ledger.db-shm"] {
+            let _ = std::fs::remove_file(dir.join(f));
+        }
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let child = spawn_node(
             &exe,
@@ -211,6 +237,7 @@ pub fn run(args: SwarmArgs) -> Result<()> {
     );
     let deadline = (args.timeout_s > 0).then(|| started + Duration::from_secs(args.timeout_s));
     let mut killed = false;
+    let mut settle_since: Option<Instant> = None;
     loop {
         if INTERRUPTED.load(Ordering::SeqCst) {
             bar.println("interrupted: stopping every node");
@@ -272,6 +299,38 @@ pub fn run(args: SwarmArgs) -> Result<()> {
                 "chaos: restarted node {victim} from its checkpoint"
             ));
         }
+        if let Some(at) = args.join_at
+            && report.joiner.is_none()
+            && report.max_driver_step() >= at
+        {
+            let index = members.len();
+            let dir = root.join(format!("node-{index}"));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+            let child = spawn_node(
+                &exe,
+                &args,
+                &genesis,
+                &dir,
+                bootstrap.as_deref(),
+                index,
+                tx.clone(),
+            )?;
+            members.push(Member {
+                index,
+                child,
+                dir,
+                stage: None,
+                role: String::new(),
+                alive: true,
+                stopped: None,
+            });
+            report.joiner = Some((index, now_ms()));
+            bar.println(format!("node {index} joins at step {at}"));
+        }
+        for m in members.iter_mut().filter(|m| m.stage.is_none()) {
+            m.stage = report.stage_of(m.index);
+        }
         bar.set_position(report.min_driver_step(&members));
         bar.set_message(report.progress_line(&members, args.stages));
         let drivers: Vec<&Member> = members
@@ -283,7 +342,17 @@ pub fn run(args: SwarmArgs) -> Result<()> {
             break;
         }
         if drivers.iter().all(|m| report.finished.contains(&m.index)) {
-            break;
+            // Let the last proofs spread: stop once every ledger agrees (or time is up).
+            let since = *settle_since.get_or_insert_with(Instant::now);
+            let live: Vec<usize> = members
+                .iter()
+                .filter(|m| m.alive)
+                .map(|m| m.index)
+                .collect();
+            if report.ledgers_settled(&live) || since.elapsed() > Duration::from_secs(args.settle_s)
+            {
+                break;
+            }
         }
     }
     bar.finish();
@@ -370,6 +439,15 @@ fn spawn_node(
         .args(["--stages", &args.stages.to_string()])
         .args(args.model.to_args())
         .args(args.step.to_args())
+        .args(args.sync.to_args())
+        .args([
+            "--attack",
+            if args.attackers.contains(&index) {
+                &args.attack
+            } else {
+                "none"
+            },
+        ])
         .args(["--steps", &args.steps.to_string()])
         .args(["--threads", &args.threads.to_string()])
         .args(["--settle-ms", if index == 0 { "200" } else { "2500" }])

@@ -25,6 +25,15 @@ fn sent_bytes(net: &Value) -> u64 {
         .sum()
 }
 
+/// One round a replica aggregated itself.
+struct SyncSample {
+    sent: u64,
+    dense: u64,
+    wall_ms: f64,
+    contributors: u64,
+    expected: u64,
+}
+
 #[derive(Default)]
 pub struct Report {
     steps: u64,
@@ -49,6 +58,20 @@ pub struct Report {
     pub final_val: Option<f64>,
     pub sample: Option<String>,
     pub timed_out: bool,
+    /// The node started mid-run: (index, wall clock ms).
+    pub joiner: Option<(usize, u64)>,
+    joined: Option<Value>,
+    /// The joiner's first round after joining: (round, it contributed).
+    joiner_first_sync: Option<(u64, bool)>,
+    stages: HashMap<usize, usize>,
+    /// (stage, round) → node → the outer-state hash it ended the round with.
+    thetas: BTreeMap<(u64, u64), BTreeMap<usize, String>>,
+    syncs: Vec<SyncSample>,
+    adoptions: u64,
+    /// The restarted node's first round outcome after restarting (wall clock ms).
+    caught_up: Option<u64>,
+    /// Latest ledger summary per node, and when its state hash last changed.
+    ledgers: BTreeMap<usize, (Value, u64)>,
 }
 
 impl Report {
@@ -93,6 +116,58 @@ impl Report {
             )),
             Some("stats") => {
                 self.latest_net.insert(i, ev["net"].clone());
+                self.on_ledger(i, &ev["ledger"]);
+            }
+            Some("ready") => {
+                if let Some(s) = ev["stage"].as_u64() {
+                    self.stages.insert(i, s as usize);
+                }
+                if self.joiner.is_some_and(|(j, _)| j == i) {
+                    self.joined = Some(ev.clone());
+                }
+            }
+            Some(kind @ ("sync" | "adopted")) => {
+                let (Some(stage), Some(round), Some(theta)) = (
+                    ev["stage"].as_u64(),
+                    ev["round"].as_u64(),
+                    ev["theta"].as_str(),
+                ) else {
+                    return;
+                };
+                self.thetas
+                    .entry((stage, round))
+                    .or_default()
+                    .insert(i, theta.to_string());
+                let included = ev["included_self"].as_bool().unwrap_or(false);
+                if kind == "sync" {
+                    let n = |k: &str| ev[k].as_u64().unwrap_or(0);
+                    self.syncs.push(SyncSample {
+                        sent: n("sent_bytes"),
+                        dense: n("dense_bytes"),
+                        wall_ms: ev["wall_ms"].as_f64().unwrap_or(0.0),
+                        contributors: n("contributors"),
+                        expected: n("expected"),
+                    });
+                } else {
+                    self.adoptions += 1;
+                }
+                let joined_round = self
+                    .joined
+                    .as_ref()
+                    .and_then(|j| j["joined_round"].as_u64());
+                if self.joiner.is_some_and(|(j, _)| j == i)
+                    && self.joiner_first_sync.is_none()
+                    && kind == "sync"
+                    && joined_round.is_none_or(|r| round > r)
+                {
+                    self.joiner_first_sync = Some((round, included));
+                }
+                if Some(i) == self.killed
+                    && self.restart_time_ms.is_some()
+                    && self.caught_up.is_none()
+                {
+                    self.caught_up = ev["time_ms"].as_u64();
+                }
             }
             Some("warning") | Some("dropped") => {
                 tracing::debug!("node {i}: {ev}");
@@ -103,6 +178,102 @@ impl Report {
 
     pub fn on_stopped(&mut self, i: usize, ev: &Value) {
         self.stopped_net.insert(i, ev["net"].clone());
+        self.on_ledger(i, &ev["ledger"]);
+    }
+
+    fn on_ledger(&mut self, i: usize, ledger: &Value) {
+        if !ledger.is_object() {
+            return;
+        }
+        let changed = self
+            .ledgers
+            .get(&i)
+            .is_none_or(|(old, _)| old["state_hash"] != ledger["state_hash"]);
+        let since = if changed {
+            now_ms()
+        } else {
+            self.ledgers.get(&i).map_or(0, |(_, t)| *t)
+        };
+        self.ledgers.insert(i, (ledger.clone(), since));
+    }
+
+    pub fn stage_of(&self, i: usize) -> Option<usize> {
+        self.stages.get(&i).copied()
+    }
+
+    /// Every live node reports the same ledger, unchanged for a few seconds.
+    pub fn ledgers_settled(&self, live: &[usize]) -> bool {
+        let mut hashes = live.iter().map(|i| self.ledgers.get(i));
+        let Some(Some((first, _))) = hashes.next() else {
+            return false;
+        };
+        let quiet = live
+            .iter()
+            .filter_map(|i| self.ledgers.get(i))
+            .all(|(_, t)| now_ms().saturating_sub(*t) >= 6_000);
+        quiet && hashes.all(|h| h.is_some_and(|(l, _)| l["state_hash"] == first["state_hash"]))
+    }
+
+    /// Rounds in which every replica of the stage that finished the round holds one θ₀.
+    fn sync_figures(&self) -> Value {
+        let agreeing = self.thetas.values().filter(|m| {
+            let mut v = m.values();
+            v.next().is_none_or(|first| v.all(|t| t == first))
+        });
+        let rounds = self.thetas.len();
+        let multi: Vec<_> = self.thetas.iter().filter(|(_, m)| m.len() > 1).collect();
+        let n = self.syncs.len().max(1) as f64;
+        let mean = |f: fn(&SyncSample) -> f64| self.syncs.iter().map(f).sum::<f64>() / n;
+        let sent = mean(|s| s.sent as f64);
+        let dense = mean(|s| s.dense as f64);
+        let mut walls: Vec<f64> = self.syncs.iter().map(|s| s.wall_ms).collect();
+        walls.sort_by(f64::total_cmp);
+        json!({
+            "rounds": rounds,
+            "rounds_all_replicas_agree": agreeing.count(),
+            "rounds_with_several_replicas": multi.len(),
+            "rounds_disagreeing": multi.iter().filter(|(_, m)| { let mut v = m.values(); let f = v.next(); v.any(|t| Some(t) != f) }).map(|((s, r), m)| json!({"stage": s, "round": r, "thetas": m})).collect::<Vec<_>>(),
+            "aggregations": self.syncs.len(),
+            "adoptions": self.adoptions,
+            "mean_sent_bytes_per_replica": sent,
+            "mean_dense_bytes_per_replica": dense,
+            "compression_ratio": if sent > 0.0 { dense / sent } else { 0.0 },
+            "mean_wall_ms": mean(|s| s.wall_ms),
+            "median_wall_ms": walls.get(walls.len() / 2),
+            "max_wall_ms": walls.last(),
+            "mean_contributors": mean(|s| s.contributors as f64),
+            "mean_expected": mean(|s| s.expected as f64),
+        })
+    }
+
+    fn ledger_figures(&self) -> Value {
+        let hashes: HashSet<&Value> = self
+            .ledgers
+            .values()
+            .map(|(l, _)| &l["state_hash"])
+            .collect();
+        json!({
+            "all_equal": hashes.len() == 1,
+            "per_node": self.ledgers.iter().map(|(i, (l, _))| (i.to_string(), json!({
+                "state_hash": l["state_hash"],
+                "proofs": l["proofs"],
+                "neuro": l["balance"].as_u64().map(neuroshard_ledger::format_neuro),
+                "balance_units": l["balance"],
+            }))).collect::<BTreeMap<_, _>>(),
+        })
+    }
+
+    fn join_figures(&self) -> Value {
+        let Some((index, _)) = self.joiner else {
+            return Value::Null;
+        };
+        json!({
+            "node": index,
+            "stage": self.stages.get(&index),
+            "joined_round": self.joined.as_ref().map(|j| j["joined_round"].clone()),
+            "join_ms": self.joined.as_ref().map(|j| j["join_ms"].clone()),
+            "first_sync": self.joiner_first_sync.map(|(r, c)| json!({"round": r, "contributed": c})),
+        })
     }
 
     pub fn max_driver_step(&self) -> u64 {
@@ -221,6 +392,7 @@ impl Report {
                 "resumed_step": self.resumed_step,
                 "ready_after_restart_ms": self.recovered.0.map(|t| t.saturating_sub(r)),
                 "first_step_after_restart_ms": self.recovered.1.map(|t| t.saturating_sub(r)),
+                "caught_up_with_stage_after_restart_ms": self.caught_up.map(|t| t.saturating_sub(r)),
             })),
             "median_step_gap_ms": gaps.get(gaps.len() / 2),
         })
@@ -246,6 +418,9 @@ impl Report {
             "bytes_sent_per_driver_step": self.bytes_per_step(),
             "net_per_node": self.stopped_net,
             "failover": self.failover_figures(),
+            "sync": self.sync_figures(),
+            "ledger": self.ledger_figures(),
+            "join": self.join_figures(),
             "timed_out": self.timed_out,
             "model": {
                 "checkpoint": assembly.out.display().to_string(),
@@ -276,6 +451,24 @@ impl Report {
         }
         if self.kill_time_ms.is_some() {
             println!("failover: {}", self.failover_figures());
+        }
+        if !self.syncs.is_empty() {
+            println!("DiLoCo: {}", self.sync_figures());
+        }
+        if self.joiner.is_some() {
+            println!("join: {}", self.join_figures());
+        }
+        for (i, (l, _)) in &self.ledgers {
+            println!(
+                "node {i}: {}, {} proofs in its ledger, state {}",
+                l["balance"]
+                    .as_u64()
+                    .map_or("?".into(), neuroshard_ledger::format_neuro),
+                l["proofs"],
+                l["state_hash"]
+                    .as_str()
+                    .map_or("?", |h| &h[..h.len().min(16)])
+            );
         }
         if let Some(s) = &self.sample {
             println!("sample: {s}");
@@ -309,7 +502,15 @@ pub fn assemble(
             anyhow::bail!("{} holds another model", dir.display());
         }
         step = step.max(ck.meta.step);
-        let params = ck.stage.params();
+        let mut params = ck.stage.params().clone();
+        // With DiLoCo the stage's model is its θ₀, the point every honest replica agrees on.
+        if let Ok(bytes) = std::fs::read(dir.join(neuroshard_node::compute::DILOCO_FILE)) {
+            let (round, theta) = neuroshard_node::replica::outer_theta(&bytes, params.numel())
+                .map_err(|e| anyhow::anyhow!("{}: {e}", dir.display()))?;
+            if round > 0 {
+                params.set_flat(&theta)?;
+            }
+        }
         for (spec, v) in params.specs().iter().zip(params.values()) {
             values.insert(spec.name.clone(), v.clone());
         }

@@ -26,8 +26,11 @@ fn summary(path: &Path) -> Value {
         .expect("summary is JSON")
 }
 
+/// Four nodes (2 stages × 2 replicas) with DiLoCo every 5 steps: a replica is killed with
+/// SIGKILL and restarted, a fifth node joins mid-run; replicas agree on θ₀ after every round
+/// and every ledger ends with the same proofs.
 #[test]
-fn four_nodes_train_and_survive_a_killed_replica() {
+fn four_nodes_sync_survive_a_killed_replica_admit_a_joiner_and_agree_on_the_ledger() {
     let dir = tempfile::tempdir().unwrap();
     let data = tiny_genesis(dir.path());
     let data = s(&data);
@@ -55,13 +58,52 @@ fn four_nodes_train_and_survive_a_killed_replica() {
         "300",
         "--checkpoint-secs",
         "1",
+        "--sync-every",
+        "5",
+        "--proof-interval-ms",
+        "2000",
+        "--join-at",
+        "40",
     ];
     args.extend(TINY);
     let stdout = ok(&args);
     let sum = summary(&sum);
     assert_eq!(sum["timed_out"], false, "{stdout}");
-    // Both drivers ran every step although a replica of stage 1 died at step 20.
-    assert_eq!(sum["driver_steps"], 160, "{sum:#}");
+    // Both drivers ran every step although a replica of stage 1 died at step 20 (the joiner
+    // may add a third driver).
+    assert!(sum["driver_steps"].as_u64().unwrap_or(0) >= 160, "{sum:#}");
+    // DiLoCo: several rounds per stage, and after each one the replicas hold one θ₀.
+    let sync = &sum["sync"];
+    assert!(
+        sync["rounds_with_several_replicas"].as_u64().unwrap_or(0) >= 6,
+        "{sync:#}"
+    );
+    assert_eq!(
+        sync["rounds_disagreeing"],
+        serde_json::json!([]),
+        "{sync:#}"
+    );
+    assert!(
+        sync["compression_ratio"].as_f64().unwrap_or(0.0) > 50.0,
+        "{sync:#}"
+    );
+    // The fifth node fetched θ₀ and optimizer state, then took part in a round.
+    let join = &sum["join"];
+    assert!(join["joined_round"].as_u64().is_some(), "{join:#}");
+    assert_eq!(join["first_sync"]["contributed"], true, "{join:#}");
+    // Every node, the restarted one and the joiner included, holds the same ledger with
+    // proofs from every node.
+    let ledger = &sum["ledger"];
+    assert_eq!(ledger["all_equal"], true, "{ledger:#}");
+    let nodes = ledger["per_node"].as_object().expect("ledgers");
+    assert_eq!(nodes.len(), 5, "{ledger:#}");
+    for (i, l) in nodes {
+        assert!(l["proofs"].as_u64().unwrap_or(0) >= 5, "node {i}: {l}");
+        assert!(
+            l["balance_units"].as_u64().unwrap_or(0) > 0,
+            "node {i} earned nothing: {l}"
+        );
+    }
     let (first, last) = (
         sum["initial_val_loss"].as_f64().expect("initial loss"),
         sum["final_val_loss"].as_f64().expect("final loss"),
@@ -72,6 +114,10 @@ fn four_nodes_train_and_survive_a_killed_replica() {
     let restart = &sum["failover"]["restart"];
     assert!(restart["ready_after_restart_ms"].is_u64(), "{sum:#}");
     assert!(restart["first_step_after_restart_ms"].is_u64(), "{sum:#}");
+    assert!(
+        restart["caught_up_with_stage_after_restart_ms"].is_u64(),
+        "{sum:#}"
+    );
     assert!(sum["bytes_sent_per_driver_step"].as_f64().unwrap_or(0.0) > 0.0);
     // The assembled model is an ordinary checkpoint.
     let text = ok(&[
@@ -117,6 +163,9 @@ fn three_stage_pipeline_matches_one_process() {
         "--timeout-s",
         "240",
         "--gen-tokens",
+        "0",
+        // One replica per stage: no DiLoCo, so the pipeline must equal one process.
+        "--sync-every",
         "0",
     ];
     args.extend(common);

@@ -5,11 +5,14 @@
 //! [`Ledger::apply_batch`] commits many messages in one transaction (one fsync) — sound
 //! because every message in the batch is acknowledged together, after that commit.
 //! Integers are stored as SQLite INTEGER by reinterpreting the u64 bits as i64 (lossless).
+//! Proofs applied with [`Ledger::apply_proof_wire`] also keep their signed wire bytes, in the
+//! same transaction as their ledger changes, so the node can serve them to peers that missed
+//! them (anti-entropy) and a proof is never counted without being servable.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use neuroshard_proof::{Hash32, NodeId, VerifiedProof};
+use neuroshard_proof::{Hash32, NodeId, SignedProof, VerifiedProof};
 use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::ops::{VerifiedOp, VerifiedSlash};
@@ -37,6 +40,7 @@ CREATE TABLE IF NOT EXISTS entries (
     seq INTEGER PRIMARY KEY, account BLOB NOT NULL, kind TEXT NOT NULL, amount INTEGER NOT NULL,
     counterparty BLOB, reference BLOB NOT NULL, timestamp_ms INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS entries_by_account ON entries (account, seq);
+CREATE TABLE IF NOT EXISTS proof_wire (hash BLOB PRIMARY KEY, wire BLOB NOT NULL) WITHOUT ROWID;
 INSERT OR IGNORE INTO meta (key, value) VALUES ('schema', 1), ('minted', 0), ('burned', 0);
 ";
 
@@ -56,6 +60,8 @@ pub enum ApplyError {
     Rejected(#[from] LedgerError),
     #[error("storage: {0}")]
     Store(#[from] StoreError),
+    #[error("wire bytes are not the signed form of this proof")]
+    WireMismatch,
 }
 
 /// One message for [`Ledger::apply_batch`].
@@ -129,19 +135,48 @@ impl Ledger {
 
     pub fn apply_proof(&mut self, proof: &VerifiedProof) -> Result<Outcome, ApplyError> {
         let outcome = self.state.apply_proof(proof)?;
-        self.persist(&outcome)?;
+        self.persist(&outcome, None)?;
+        Ok(outcome)
+    }
+
+    /// [`Self::apply_proof`] that also stores `wire` (the [`SignedProof`] bytes the proof was
+    /// verified from) in the same transaction. A duplicate whose wire was never stored (applied
+    /// by [`Self::apply_proof`] or before this table existed) gets it now.
+    pub fn apply_proof_wire(
+        &mut self,
+        proof: &VerifiedProof,
+        wire: &[u8],
+    ) -> Result<Outcome, ApplyError> {
+        // Served to peers as this proof, so it must be exactly this proof's signed payload.
+        let matches = SignedProof::from_bytes(wire).is_ok_and(|s| s.payload_hash() == proof.hash());
+        if !matches {
+            return Err(ApplyError::WireMismatch);
+        }
+        let hash = proof.hash();
+        let outcome = self.state.apply_proof(proof)?;
+        match &outcome {
+            Outcome::Duplicate if self.proof_wire(&hash)?.is_none() => {
+                self.conn
+                    .execute(
+                        "INSERT OR IGNORE INTO proof_wire (hash, wire) VALUES (?1, ?2)",
+                        params![&hash[..], wire],
+                    )
+                    .map_err(StoreError::from)?;
+            }
+            _ => self.persist(&outcome, Some((&hash, wire)))?,
+        }
         Ok(outcome)
     }
 
     pub fn apply_op(&mut self, op: VerifiedOp) -> Result<Outcome, ApplyError> {
         let outcome = self.state.apply_op(op)?;
-        self.persist(&outcome)?;
+        self.persist(&outcome, None)?;
         Ok(outcome)
     }
 
     pub fn apply_slash(&mut self, slash: &VerifiedSlash) -> Result<Outcome, ApplyError> {
         let outcome = self.state.apply_slash(slash)?;
-        self.persist(&outcome)?;
+        self.persist(&outcome, None)?;
         Ok(outcome)
     }
 
@@ -164,18 +199,22 @@ impl Ledger {
             }
             verdicts.push(verdict);
         }
-        self.persist(&Outcome::Applied(all))?;
+        self.persist(&Outcome::Applied(all), None)?;
         Ok(verdicts)
     }
 
-    fn persist(&mut self, outcome: &Outcome) -> Result<(), StoreError> {
+    fn persist(
+        &mut self,
+        outcome: &Outcome,
+        wire: Option<(&Hash32, &[u8])>,
+    ) -> Result<(), StoreError> {
         let Outcome::Applied(changes) = outcome else {
             return Ok(());
         };
         if changes.is_empty() {
             return Ok(());
         }
-        if let Err(e) = write(&mut self.conn, changes) {
+        if let Err(e) = write(&mut self.conn, changes, wire) {
             // Memory ran ahead of disk; fall back to what the disk holds.
             self.state = load(&self.conn)?;
             return Err(e);
@@ -218,6 +257,44 @@ impl Ledger {
         Ok(found.is_some())
     }
 
+    /// Hashes of every applied proof, sorted (what this node tells peers it holds).
+    pub fn proof_hashes(&self) -> Result<Vec<Hash32>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT hash FROM proofs ORDER BY hash")?;
+        let rows = stmt.query_map([], |r| r.get::<_, Vec<u8>>(0))?;
+        rows.map(|row| blob32(row?)).collect()
+    }
+
+    /// The stored signed wire bytes of an applied proof, if it was applied with its wire.
+    pub fn proof_wire(&self, hash: &Hash32) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(self
+            .conn
+            .query_row(
+                "SELECT wire FROM proof_wire WHERE hash = ?1",
+                params![&hash[..]],
+                |r| r.get(0),
+            )
+            .optional()?)
+    }
+
+    /// Highest proof nonce applied for `node` (lets a restarted node keep its nonces rising).
+    pub fn last_proof_nonce(&self, node: &NodeId) -> Result<Option<u64>, StoreError> {
+        // Nonces are stored as the i64 with the same bits: values >= 2^63 are negative there
+        // and rank above every non-negative one, so look at the negatives first.
+        let max = |sql: &str| -> Result<Option<i64>, StoreError> {
+            Ok(self
+                .conn
+                .query_row(sql, params![&node.0[..]], |r| r.get(0))?)
+        };
+        let high = max("SELECT MAX(nonce) FROM proofs WHERE node = ?1 AND nonce < 0")?;
+        let top = match high {
+            Some(v) => Some(v),
+            None => max("SELECT MAX(nonce) FROM proofs WHERE node = ?1")?,
+        };
+        Ok(top.map(from_sql))
+    }
+
     /// Signed op envelopes stored for an account, in nonce order (for audit and re-gossip).
     pub fn stored_ops(&self, account: &NodeId) -> Result<Vec<Vec<u8>>, StoreError> {
         let mut stmt = self
@@ -228,9 +305,19 @@ impl Ledger {
     }
 }
 
-fn write(conn: &mut Connection, changes: &Changes) -> Result<(), StoreError> {
+fn write(
+    conn: &mut Connection,
+    changes: &Changes,
+    wire: Option<(&Hash32, &[u8])>,
+) -> Result<(), StoreError> {
     let tx = conn.transaction()?;
     {
+        if let Some((hash, bytes)) = wire {
+            tx.execute(
+                "INSERT OR REPLACE INTO proof_wire (hash, wire) VALUES (?1, ?2)",
+                params![&hash[..], bytes],
+            )?;
+        }
         let mut upsert = tx.prepare_cached(
             "INSERT INTO accounts (id, balance, stake, unlock_at_ms, next_nonce)
              VALUES (?1, ?2, ?3, ?4, ?5)

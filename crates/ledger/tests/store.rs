@@ -5,6 +5,11 @@ mod common;
 use common::{T0, op, verified};
 use neuroshard_ledger::{Action, ApplyError, Ledger, LedgerError, Message, Outcome};
 use neuroshard_proof::fixtures::{test_identity, training_proof, uptime_proof};
+use neuroshard_proof::{Identity, Proof};
+
+fn wire(proof: &Proof, prover: &Identity) -> Vec<u8> {
+    proof.sign(prover).to_bytes()
+}
 
 #[test]
 fn reopen_restores_state_hash_history_and_dedup() -> Result<(), Box<dyn std::error::Error>> {
@@ -82,5 +87,125 @@ fn batch_commits_once_with_a_verdict_per_message() -> Result<(), Box<dyn std::er
     let ledger = Ledger::open(&path)?;
     assert_eq!(ledger.state_hash(), hash);
     assert_eq!(ledger.state().account(&b.node_id()).balance, 95);
+    Ok(())
+}
+
+#[test]
+fn proof_wire_is_stored_with_the_proof_and_served_after_reopen()
+-> Result<(), Box<dyn std::error::Error>> {
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("ledger.db");
+    let (a, b, n) = (test_identity(7), test_identity(8), test_identity(9));
+    let pa = training_proof(&a, &n, 1, T0);
+    let pb = uptime_proof(&b, 1, T0);
+    let (va, vb) = (verified(&pa, &a, &n), verified(&pb, &b, &n));
+    {
+        let mut ledger = Ledger::open(&path)?;
+        assert!(matches!(
+            ledger.apply_proof_wire(&va, &wire(&pa, &a))?,
+            Outcome::Applied(_)
+        ));
+        // Applied without its wire: counted but not servable until it arrives again.
+        assert!(matches!(ledger.apply_proof(&vb)?, Outcome::Applied(_)));
+        assert_eq!(ledger.proof_wire(&vb.hash())?, None);
+    }
+    let mut ledger = Ledger::open(&path)?;
+    let mut expected = vec![va.hash(), vb.hash()];
+    expected.sort_unstable();
+    assert_eq!(ledger.proof_hashes()?, expected);
+    assert_eq!(ledger.proof_wire(&va.hash())?, Some(wire(&pa, &a)));
+    let hash = ledger.state_hash();
+    assert_eq!(
+        ledger.apply_proof_wire(&vb, &wire(&pb, &b))?,
+        Outcome::Duplicate
+    );
+    assert_eq!(ledger.proof_wire(&vb.hash())?, Some(wire(&pb, &b)));
+    assert_eq!(ledger.state_hash(), hash);
+    assert_eq!(ledger.proof_wire(&[0; 32])?, None);
+    Ok(())
+}
+
+#[test]
+fn wire_of_another_proof_or_garbage_is_refused() -> Result<(), Box<dyn std::error::Error>> {
+    let (a, n) = (test_identity(10), test_identity(11));
+    let p1 = uptime_proof(&a, 1, T0);
+    let p2 = uptime_proof(&a, 2, T0);
+    let v1 = verified(&p1, &a, &n);
+    let mut ledger = Ledger::open_in_memory()?;
+    let hash = ledger.state_hash();
+    for bad in [wire(&p2, &a), b"garbage".to_vec(), Vec::new()] {
+        assert!(matches!(
+            ledger.apply_proof_wire(&v1, &bad),
+            Err(ApplyError::WireMismatch)
+        ));
+    }
+    assert_eq!(ledger.state_hash(), hash);
+    assert!(!ledger.stored_proof(&v1.hash())?);
+    Ok(())
+}
+
+#[test]
+fn failed_wire_write_rolls_back_the_proof() -> Result<(), Box<dyn std::error::Error>> {
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("ledger.db");
+    let (a, n) = (test_identity(12), test_identity(13));
+    let p = uptime_proof(&a, 1, T0);
+    let v = verified(&p, &a, &n);
+    let hash = Ledger::open(&path)?.state_hash();
+    {
+        let conn = rusqlite::Connection::open(&path)?;
+        conn.execute_batch(
+            "CREATE TRIGGER no_wire BEFORE INSERT ON proof_wire
+             BEGIN SELECT RAISE(ABORT, 'disk full'); END;",
+        )?;
+    }
+    let mut ledger = Ledger::open(&path)?;
+    assert!(matches!(
+        ledger.apply_proof_wire(&v, &wire(&p, &a)),
+        Err(ApplyError::Store(_))
+    ));
+    // The reward and the proof record went with the wire: one transaction.
+    assert_eq!(ledger.state_hash(), hash);
+    assert!(!ledger.stored_proof(&v.hash())?);
+    drop(ledger);
+    assert_eq!(Ledger::open(&path)?.state_hash(), hash);
+    Ok(())
+}
+
+#[test]
+fn database_without_the_wire_table_is_upgraded_on_open() -> Result<(), Box<dyn std::error::Error>> {
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("ledger.db");
+    let (a, n) = (test_identity(14), test_identity(15));
+    let (p1, p2) = (uptime_proof(&a, 1, T0), uptime_proof(&a, 2, T0));
+    {
+        let mut ledger = Ledger::open(&path)?;
+        ledger.apply_proof(&verified(&p1, &a, &n))?;
+    }
+    rusqlite::Connection::open(&path)?.execute_batch("DROP TABLE proof_wire;")?;
+    let mut ledger = Ledger::open(&path)?;
+    let v2 = verified(&p2, &a, &n);
+    assert!(matches!(
+        ledger.apply_proof_wire(&v2, &wire(&p2, &a))?,
+        Outcome::Applied(_)
+    ));
+    assert_eq!(ledger.proof_wire(&v2.hash())?, Some(wire(&p2, &a)));
+    assert_eq!(ledger.proof_hashes()?.len(), 2);
+    Ok(())
+}
+
+#[test]
+fn last_proof_nonce_ranks_nonces_as_unsigned() -> Result<(), Box<dyn std::error::Error>> {
+    let (a, b, n) = (test_identity(16), test_identity(17), test_identity(18));
+    let mut ledger = Ledger::open_in_memory()?;
+    assert_eq!(ledger.last_proof_nonce(&a.node_id())?, None);
+    for nonce in [5, 1 << 40, 7] {
+        ledger.apply_proof(&verified(&uptime_proof(&a, nonce, T0), &a, &n))?;
+    }
+    assert_eq!(ledger.last_proof_nonce(&a.node_id())?, Some(1 << 40));
+    for nonce in [3, u64::MAX - 1, 1 << 63, 9] {
+        ledger.apply_proof(&verified(&uptime_proof(&b, nonce, T0), &b, &n))?;
+    }
+    assert_eq!(ledger.last_proof_nonce(&b.node_id())?, Some(u64::MAX - 1));
     Ok(())
 }

@@ -2,12 +2,42 @@
 //! thread of its own so the network stays responsive while a job runs.
 
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
+use std::sync::{Arc, mpsc};
 
 use neuroshard_model::{AdamW, Stage, checkpoint};
+use neuroshard_proof::NodeId;
 use tokio::sync::mpsc::UnboundedSender;
+use tokio::sync::oneshot;
 
 use crate::pipeline::{Job, JobDone};
+use crate::replica::{Applied, Diloco, Prepared, encode_adamw};
+
+/// File of the DiLoCo outer state inside a checkpoint directory.
+pub const DILOCO_FILE: &str = "diloco.bin";
+
+type Reply<T> = oneshot::Sender<Result<T, String>>;
+const DILOCO_OFF: &str = "DiLoCo is off";
+
+/// The DiLoCo state saved with a checkpoint, checked against the hash in its metadata, so a
+/// truncated or foreign file is refused with the reason.
+pub fn load_diloco(
+    dir: &Path,
+    meta: &checkpoint::CheckpointMeta,
+    cfg: crate::replica::DilocoConfig,
+    len: usize,
+) -> Result<Diloco, String> {
+    let path = dir.join(DILOCO_FILE);
+    let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let want = meta.extra["diloco"]["hash"].as_str().unwrap_or_default();
+    let got = hex::encode(blake3::hash(&bytes).as_bytes());
+    if want != got {
+        return Err(format!(
+            "{}: hash {got} differs from the checkpoint's {want:?}",
+            path.display()
+        ));
+    }
+    Diloco::restore(cfg, &bytes, len).map_err(|e| format!("{}: {e}", path.display()))
+}
 
 /// Requests to the engine thread.
 pub enum EngineRequest {
@@ -17,7 +47,25 @@ pub enum EngineRequest {
         dir: PathBuf,
         step: u64,
         extra: serde_json::Value,
-        reply: tokio::sync::oneshot::Sender<Result<String, String>>,
+        reply: Reply<String>,
+    },
+    /// Compute and compress this replica's pseudo-gradient of `round`.
+    SyncPrepare {
+        round: u64,
+        reply: Reply<Prepared>,
+    },
+    /// Aggregate `round` and apply the outer step; answers with the optimizer blob too.
+    SyncApply {
+        round: u64,
+        messages: Vec<(NodeId, Vec<u8>)>,
+        reply: Reply<(Applied, Arc<Vec<u8>>)>,
+    },
+    /// Take a peer's outer state of `round`.
+    SyncAdopt {
+        round: u64,
+        bytes: Vec<u8>,
+        included: bool,
+        reply: Reply<[u8; 32]>,
     },
 }
 
@@ -27,10 +75,11 @@ pub struct Engine {
     optimizer: AdamW,
     accum: Vec<Vec<f32>>,
     count: usize,
+    diloco: Option<Diloco>,
 }
 
 impl Engine {
-    pub fn new(stage: Stage, optimizer: AdamW) -> Self {
+    pub fn new(stage: Stage, optimizer: AdamW, diloco: Option<Diloco>) -> Self {
         let accum = stage
             .params()
             .values()
@@ -42,6 +91,7 @@ impl Engine {
             optimizer,
             accum,
             count: 0,
+            diloco,
         }
     }
 
@@ -51,6 +101,26 @@ impl Engine {
 
     pub fn model_hash(&self) -> [u8; 32] {
         self.stage.model_hash()
+    }
+
+    fn sync_prepare(&mut self, round: u64) -> Result<Prepared, String> {
+        let d = self.diloco.as_mut().ok_or(DILOCO_OFF)?;
+        d.prepare(round, self.stage.params())
+    }
+
+    fn sync_apply(
+        &mut self,
+        round: u64,
+        messages: Vec<(NodeId, Vec<u8>)>,
+    ) -> Result<(Applied, Arc<Vec<u8>>), String> {
+        let d = self.diloco.as_mut().ok_or(DILOCO_OFF)?;
+        let applied = d.apply(round, messages, self.stage.params_mut())?;
+        Ok((applied, Arc::new(encode_adamw(&self.optimizer))))
+    }
+
+    fn sync_adopt(&mut self, round: u64, bytes: &[u8], included: bool) -> Result<[u8; 32], String> {
+        let d = self.diloco.as_mut().ok_or(DILOCO_OFF)?;
+        d.adopt(round, bytes, included, self.stage.params_mut())
     }
 
     /// Runs one job; errors become `JobDone::Failed`, never a panic.
@@ -121,6 +191,19 @@ impl Engine {
         let fresh = sibling(dir, "new");
         let old = sibling(dir, "old");
         let _ = std::fs::remove_dir_all(&fresh);
+        let mut extra = extra;
+        if let Some(d) = &self.diloco {
+            // Written before meta.json, whose presence marks a complete checkpoint.
+            std::fs::create_dir_all(&fresh).map_err(|e| e.to_string())?;
+            checkpoint::write_atomic(&fresh.join(DILOCO_FILE), &d.outer_bytes())
+                .map_err(|e| e.to_string())?;
+            if let Some(obj) = extra.as_object_mut() {
+                obj.insert(
+                    "diloco".into(),
+                    serde_json::json!({"round": d.round(), "hash": hex::encode(d.hash())}),
+                );
+            }
+        }
         let meta = checkpoint::save(&fresh, &self.stage, Some(&self.optimizer), step, extra)
             .map_err(|e| e.to_string())?;
         let swap = || -> std::io::Result<()> {
@@ -179,6 +262,24 @@ pub fn spawn(
                             reply,
                         } => {
                             let _ = reply.send(engine.save(&dir, step, extra));
+                        }
+                        EngineRequest::SyncPrepare { round, reply } => {
+                            let _ = reply.send(engine.sync_prepare(round));
+                        }
+                        EngineRequest::SyncApply {
+                            round,
+                            messages,
+                            reply,
+                        } => {
+                            let _ = reply.send(engine.sync_apply(round, messages));
+                        }
+                        EngineRequest::SyncAdopt {
+                            round,
+                            bytes,
+                            included,
+                            reply,
+                        } => {
+                            let _ = reply.send(engine.sync_adopt(round, &bytes, included));
                         }
                     }
                 }

@@ -6,12 +6,15 @@
 //! take messages, time and results and return actions, so tests drive them without sockets.
 
 pub mod compute;
+pub mod economy;
 pub mod peers;
 pub mod pipeline;
 pub mod records;
+pub mod replica;
 pub mod router;
 pub mod runtime;
 pub mod settings;
+pub mod sync;
 pub mod wire;
 
 use std::path::{Path, PathBuf};

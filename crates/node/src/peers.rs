@@ -118,6 +118,11 @@ impl PeerTable {
         counts
     }
 
+    /// Every live peer, whatever its stage.
+    pub fn live_peers(&self) -> impl Iterator<Item = PeerId> + '_ {
+        self.peers.keys().copied()
+    }
+
     pub fn len(&self) -> usize {
         self.peers.len()
     }

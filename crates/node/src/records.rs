@@ -6,6 +6,9 @@
 use neuroshard_net::{PeerId, Validation};
 use neuroshard_proof::{Canonical, CodecError, NodeId, Reader, Signed, Writer};
 
+/// Gossip topic of signed PoNW proofs.
+pub const PROOF_TOPIC: &str = "neuroshard/proof/1";
+
 pub const HEARTBEAT_TOPIC: &str = "neuroshard/heartbeat/1";
 pub const NETWORK_KEY: &[u8] = b"neuroshard/network";
 const MAX_ADDRS: usize = 16;
@@ -185,10 +188,13 @@ pub fn stage_key(network: &[u8; 32], stage: usize) -> Vec<u8> {
 
 /// The node id the peer id's inlined key derives to.
 pub fn node_of(peer: &PeerId) -> Option<NodeId> {
+    public_key_of(peer).map(|k| k.node_id())
+}
+
+/// The secp256k1 key inlined in a peer id.
+pub fn public_key_of(peer: &PeerId) -> Option<neuroshard_proof::PublicKey> {
     let pk = neuroshard_net::public_key_of(peer)?;
-    neuroshard_proof::PublicKey::from_bytes(&pk)
-        .ok()
-        .map(|k| k.node_id())
+    neuroshard_proof::PublicKey::from_bytes(&pk).ok()
 }
 
 /// Verifies a signed value and that `author` (when known) is its signer.
@@ -210,8 +216,25 @@ pub fn open<T: Canonical>(bytes: &[u8], author: Option<&PeerId>) -> Result<T, St
 
 /// Gossip validation: heartbeats must be signed by their author and name the author's node.
 pub fn validate_gossip(topic: &str, author: &PeerId, data: &[u8]) -> Validation {
-    if topic != HEARTBEAT_TOPIC {
-        return Validation::Ignore;
+    match topic {
+        crate::sync::SYNC_TOPIC => {
+            return match open::<crate::sync::SyncMsg>(data, Some(author)) {
+                Ok(_) => Validation::Accept,
+                Err(e) => {
+                    tracing::debug!(%author, "sync message refused: {e}");
+                    Validation::Reject
+                }
+            };
+        }
+        // Only the envelope and its author here; the economy runs the full verification.
+        PROOF_TOPIC => {
+            return match neuroshard_proof::SignedProof::from_bytes(data) {
+                Ok(p) if Some(p.signer().node_id()) == node_of(author) => Validation::Accept,
+                _ => Validation::Reject,
+            };
+        }
+        HEARTBEAT_TOPIC => {}
+        _ => return Validation::Ignore,
     }
     match open::<Heartbeat>(data, Some(author)) {
         Ok(hb) if Some(hb.node) == node_of(author) => Validation::Accept,
@@ -231,6 +254,15 @@ pub fn validate_gossip(topic: &str, author: &PeerId, data: &[u8]) -> Validation 
 pub fn validate_record(key: &[u8], value: &[u8], publisher: Option<&PeerId>, now_ms: u64) -> bool {
     if key == NETWORK_KEY {
         return open::<NetworkRecord>(value, None).is_ok();
+    }
+    if key.starts_with(b"neuroshard/theta/") {
+        return match open::<crate::sync::ThetaRecord>(value, publisher) {
+            Ok(rec) => {
+                crate::sync::theta_key(&rec.network, usize::from(rec.stage)) == key
+                    && rec.expires_ms > now_ms
+            }
+            Err(_) => false,
+        };
     }
     if key.starts_with(b"neuroshard/node/") {
         return match open::<NodeRecord>(value, publisher) {

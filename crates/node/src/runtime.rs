@@ -1,28 +1,37 @@
 //! The running node: the libp2p adapter, the engine thread and the pipeline state machine,
 //! joined by one event loop. Everything here is I/O; decisions live in `pipeline`.
 
+mod node;
+mod sync_io;
+
 use std::collections::VecDeque;
 use std::io::Write;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use neuroshard_data::{Genesis, Split};
-use neuroshard_model::{AdamW, AdamWConfig, Batch, Stage, StageSpec, checkpoint};
+use neuroshard_data::Genesis;
+use neuroshard_model::{AdamW, AdamWConfig, ParamSet, Stage, StageSpec, checkpoint};
 use neuroshard_net::{Multiaddr, Net, NetConfig, NetEvent, PeerId};
-use neuroshard_proof::{Canonical, Identity, Signed};
+use neuroshard_proof::{Identity, Signed};
 use serde_json::json;
 use tokio::sync::mpsc;
 
 use crate::NodeError;
-use crate::compute::{self, Engine, EngineRequest};
+use crate::compute::{self, Engine};
+use crate::economy::Economy;
 use crate::peers::{HEARTBEAT_EVERY, choose_stage};
 use crate::pipeline::{Action, JobDone, Pipeline, PipelineConfig};
+use crate::records::PROOF_TOPIC;
 use crate::records::{
     HEARTBEAT_TOPIC, Heartbeat, NETWORK_KEY, NetworkRecord, NodeRecord, Role, node_key, open,
     stage_key, validate_gossip, validate_record,
 };
-use crate::settings::{DataOrder, NodeSettings};
-use crate::wire::{Ack, MicroBatchId, Msg};
+use crate::replica::{Diloco, DilocoConfig, decode_adamw};
+use crate::settings::NodeSettings;
+use crate::sync::{SYNC_TOPIC, SyncConfig, Syncer, theta_key};
+use crate::wire::{Ack, MicroBatchId};
+use node::Node;
+use sync_io::{SyncResult, SyncState, theta_records};
 
 const CHECKPOINT_DIR: &str = "checkpoint";
 const RECORD_TTL: Duration = Duration::from_secs(60);
@@ -85,7 +94,11 @@ pub async fn run(settings: NodeSettings) -> Result<(), NodeError> {
     net_cfg.bootstrap = parse_addrs(&settings.bootstrap)?;
     net_cfg.max_frame = settings.max_frame;
     net_cfg.request_timeout = settings.grad_timeout();
-    net_cfg.topics = vec![HEARTBEAT_TOPIC.to_string()];
+    net_cfg.topics = vec![
+        HEARTBEAT_TOPIC.to_string(),
+        SYNC_TOPIC.to_string(),
+        PROOF_TOPIC.to_string(),
+    ];
     net_cfg.record_ttl = RECORD_TTL;
     net_cfg.republish_interval = REPUBLISH_EVERY;
     net_cfg.gossip_validator = Arc::new(validate_gossip);
@@ -167,12 +180,29 @@ pub async fn run(settings: NodeSettings) -> Result<(), NodeError> {
         clip_norm: (settings.clip_norm > 0.0).then_some(settings.clip_norm),
         ..Default::default()
     };
-    let (stage, optimizer, steps_done) = match resume.filter(|m| m.stage == specs[stage_index]) {
-        Some(meta) if let Some(Ok(ck)) = latest.as_deref().map(checkpoint::load) => {
+    let dcfg = diloco_config(&settings, &identity)?;
+    let mut joined = None;
+    let (mut stage, mut optimizer, mut steps_done, diloco) = match resume
+        .filter(|m| m.stage == specs[stage_index])
+    {
+        Some(meta)
+            if let Some(dir) = latest.as_deref()
+                && let Ok(ck) = checkpoint::load(dir) =>
+        {
             let opt = ck
                 .optimizer
                 .unwrap_or_else(|| AdamW::new(optim.clone(), ck.stage.params()));
-            (ck.stage, opt, meta.step)
+            let len = ck.stage.params().numel();
+            let diloco = match compute::load_diloco(dir, &meta, dcfg.clone(), len) {
+                Ok(d) => d,
+                Err(e) => {
+                    emit(
+                        json!({"event": "warning", "message": format!("DiLoCo state not usable ({e}); taking θ₀ from the weights and catching up with the stage")}),
+                    );
+                    Diloco::new(dcfg.clone(), ck.stage.params()).map_err(NodeError::Config)?
+                }
+            };
+            (ck.stage, opt, meta.step, diloco)
         }
         _ => {
             if let Some(d) = &latest {
@@ -181,15 +211,73 @@ pub async fn run(settings: NodeSettings) -> Result<(), NodeError> {
                 );
             }
             let stage = Stage::init(settings.model.clone(), specs[stage_index], settings.seed)?;
-            let opt = AdamW::new(optim, stage.params());
-            (stage, opt, 0)
+            let opt = AdamW::new(optim.clone(), stage.params());
+            let diloco = Diloco::new(dcfg.clone(), stage.params()).map_err(NodeError::Config)?;
+            (stage, opt, 0, diloco)
         }
     };
+    let mut diloco = diloco;
+    let records = if settings.sync.every > 0 {
+        let values = net
+            .get_record(theta_key(&network, stage_index))
+            .await
+            .unwrap_or_default();
+        theta_records(&values, &network, stage_index, &identity.node_id())
+    } else {
+        Vec::new()
+    };
+    // A newcomer borrows the stage's θ₀ and a replica's AdamW moments before its first step.
+    if steps_done == 0
+        && let Some((peer, rec)) = records.first()
+        && rec.round > diloco.round()
+    {
+        let started = Instant::now();
+        match join_stage(
+            &net,
+            *peer,
+            rec,
+            &dcfg,
+            &optim,
+            stage.params(),
+            settings.max_frame,
+        )
+        .await
+        {
+            Ok((d, opt, params)) => {
+                *stage.params_mut() = params;
+                diloco = d;
+                // The borrowed step count keeps the LR schedule and the run's length in step
+                // with the stage.
+                steps_done = opt.step_count();
+                optimizer = opt;
+                joined = Some((rec.round, started.elapsed()));
+            }
+            Err(e) => emit(
+                json!({"event": "warning", "message": format!("joining from {peer}: {e}; starting from scratch and catching up at the next round")}),
+            ),
+        }
+    }
     let role = Role::of(stage_index, specs.len());
     let model_hash = hex::encode(stage.model_hash());
+    let (sync_round, sync_theta) = (diloco.round(), diloco.hash());
+    let spec = *stage.spec();
+    let sync_on = settings.sync.every > 0;
     let (done_tx, mut done_rx) = mpsc::unbounded_channel::<JobDone>();
-    let engine = compute::spawn(Engine::new(stage, optimizer), settings.threads, done_tx)
-        .map_err(|e| NodeError::io(&settings.data_dir, e))?;
+    let engine = compute::spawn(
+        Engine::new(stage, optimizer, sync_on.then_some(diloco)),
+        settings.threads,
+        done_tx,
+    )
+    .map_err(|e| NodeError::io(&settings.data_dir, e))?;
+    let economy = Economy::open(
+        &settings.data_dir.join(neuroshard_ledger::LEDGER_FILE),
+        identity.clone(),
+    )
+    .map_err(|e| NodeError::Config(format!("ledger: {e}")))?;
+    let mut economy = economy;
+    economy.min_interval_ms = settings.sync.proof_interval_ms;
+    // Our own receipts, on co-replicas' proofs, count like anyone's.
+    economy.learn_node(identity.public_key());
 
     let _ = net.start_providing(stage_key(&network, stage_index)).await;
     publish_record(&net, &identity, network, stage_index, &addrs).await;
@@ -202,6 +290,10 @@ pub async fn run(settings: NodeSettings) -> Result<(), NodeError> {
         "addrs": addrs.iter().map(|a| a.to_string()).collect::<Vec<_>>(),
         "resumed_step": steps_done,
         "model_hash": model_hash,
+        "sync_round": sync_round,
+        "theta": hex::encode(sync_theta),
+        "joined_round": joined.map(|(r, _)| r),
+        "join_ms": joined.map(|(_, t)| t.as_secs_f64() * 1e3),
         "time_ms": now_ms(),
     }));
 
@@ -216,6 +308,21 @@ pub async fn run(settings: NodeSettings) -> Result<(), NodeError> {
         retry_after: Duration::from_millis(100),
         steps: settings.steps,
     };
+    let syncer = Syncer::new(
+        SyncConfig {
+            every: settings.sync.every,
+            timeout: Duration::from_millis(settings.sync.timeout_ms),
+            retry_after: Duration::from_secs(1),
+            network,
+            stage: stage_index as u16,
+        },
+        identity.node_id(),
+        sync_round,
+        sync_theta,
+        steps_done,
+    );
+    let rows = settings.batch.div_ceil(settings.micro_batches.max(1)) as u64;
+    let tokens_per_mb = rows * settings.seq as u64;
     let mut node = Node {
         pipeline: Pipeline::new(pcfg, identity.node_id().0, steps_done),
         net: net.clone(),
@@ -226,10 +333,19 @@ pub async fn run(settings: NodeSettings) -> Result<(), NodeError> {
         network,
         stage: stage_index,
         send_tx: mpsc::unbounded_channel().0,
+        sync_tx: mpsc::unbounded_channel().0,
+        sync: SyncState::new(syncer, spec),
+        economy,
     };
     let (send_tx, mut send_rx) = mpsc::unbounded_channel::<SendResult>();
     node.send_tx = send_tx;
+    let (sync_tx, mut sync_rx) = mpsc::unbounded_channel::<SyncResult>();
+    node.sync_tx = sync_tx;
     node.pipeline.peers = table;
+    // A restarted replica behind its stage fetches the newer θ₀ at once.
+    for (peer, rec) in records.iter().take(1) {
+        node.sync.syncer.on_hint(*peer, rec.round, rec.theta);
+    }
 
     let mut queue: VecDeque<Action> = VecDeque::new();
     for ev in pending_events {
@@ -252,13 +368,20 @@ pub async fn run(settings: NodeSettings) -> Result<(), NodeError> {
                 None => break,
             },
             Some(done) = done_rx.recv() => {
+                if let JobDone::Backward { mb, loss, .. } = &done {
+                    node.sync.count_backward(mb, tokens_per_mb, *loss);
+                }
                 queue.extend(node.pipeline.on_job_done(done, Instant::now()));
             }
+            Some(r) = sync_rx.recv() => node.on_sync_result(r, Instant::now()),
             Some(r) = send_rx.recv() => {
                 queue.extend(node.pipeline.on_send_result(r.to, r.mb, r.kind, r.result, Instant::now()));
             }
             _ = tick.tick() => queue.extend(node.pipeline.on_tick(Instant::now())),
-            _ = beat.tick() => node.heartbeat(false),
+            _ = beat.tick() => {
+                node.heartbeat(false);
+                node.ledger_anti_entropy();
+            }
             _ = republish.tick() => publish_record(&node.net, &node.identity, network, stage_index, &addrs).await,
             _ = speculative.tick(), if settings.checkpoint_secs > 0 => node.speculative_checkpoint(),
             _ = term.recv() => break,
@@ -269,8 +392,67 @@ pub async fn run(settings: NodeSettings) -> Result<(), NodeError> {
             queue.extend(node.pipeline.start());
         }
         node.apply(&mut queue);
+        node.poll_sync(Instant::now());
     }
     node.shutdown().await
+}
+
+fn diloco_config(settings: &NodeSettings, identity: &Identity) -> Result<DilocoConfig, NodeError> {
+    let s = &settings.sync;
+    let bad = |what: &str, e: String| NodeError::Config(format!("{what}: {e}"));
+    let cfg = DilocoConfig {
+        me: identity.node_id(),
+        aggregator: s.aggregator.clone(),
+        byzantine: s.byzantine,
+        compression: s
+            .compression
+            .parse()
+            .map_err(|e: neuroshard_train::SpecError| bad("--compression", e.to_string()))?,
+        outer_lr: s.outer_lr,
+        outer_momentum: s.outer_momentum,
+        seed: settings.seed,
+        attack: s
+            .attack
+            .parse()
+            .map_err(|e: neuroshard_aggregate::AttackParseError| bad("--attack", e.to_string()))?,
+    };
+    // Refuse a bad aggregator spec at start rather than at the first round.
+    neuroshard_aggregate::Aggregator::parse(&s.aggregator, s.byzantine)
+        .map_err(|e| bad("--aggregator", e.to_string()))?;
+    Ok(cfg)
+}
+
+/// Fetches the stage's outer state and the publisher's AdamW moments named by its record.
+async fn join_stage(
+    net: &Net,
+    peer: PeerId,
+    rec: &crate::sync::ThetaRecord,
+    dcfg: &DilocoConfig,
+    optim: &AdamWConfig,
+    params: &ParamSet,
+    max_frame: usize,
+) -> Result<(Diloco, AdamW, ParamSet), String> {
+    let max = max_frame.max(64 << 20);
+    let outer = net
+        .fetch_blob(peer, rec.theta, max)
+        .await
+        .map_err(|e| format!("outer state: {e}"))?;
+    let diloco = Diloco::restore(dcfg.clone(), &outer, params.numel())?;
+    if diloco.hash() != rec.theta {
+        return Err("outer state does not match the announced hash".into());
+    }
+    let mut params = params.clone();
+    params.set_flat(diloco.theta()).map_err(|e| e.to_string())?;
+    let adamw = match net.fetch_blob(peer, rec.optimizer, max).await {
+        Ok(bytes) => decode_adamw(&bytes, optim.clone(), &params)?,
+        Err(e) => {
+            emit(
+                json!({"event": "warning", "message": format!("optimizer state from {peer}: {e}; starting AdamW from zero")}),
+            );
+            AdamW::new(optim.clone(), &params)
+        }
+    };
+    Ok((diloco, adamw, params))
 }
 
 fn signal(kind: tokio::signal::unix::SignalKind) -> Result<tokio::signal::unix::Signal, NodeError> {
@@ -355,233 +537,5 @@ async fn publish_record(
         .await
     {
         tracing::debug!("publishing the node record: {e}");
-    }
-}
-
-struct Node {
-    pipeline: Pipeline,
-    net: Net,
-    engine: std::sync::mpsc::Sender<EngineRequest>,
-    genesis: Genesis,
-    settings: NodeSettings,
-    identity: Identity,
-    network: [u8; 32],
-    stage: usize,
-    send_tx: mpsc::UnboundedSender<SendResult>,
-}
-
-impl Node {
-    fn on_net_event(&mut self, ev: NetEvent, queue: &mut VecDeque<Action>) {
-        let now = Instant::now();
-        match ev {
-            NetEvent::Gossip { author, data, .. } => {
-                // Already verified by the gossip validator; decode again for the contents.
-                let Ok(hb) = open::<Heartbeat>(&data, Some(&author)) else {
-                    return;
-                };
-                if hb.network != self.network {
-                    return;
-                }
-                if hb.leaving {
-                    queue.extend(self.pipeline.on_peer_down(author, "left the network", now));
-                } else {
-                    self.pipeline.peers.on_heartbeat(author, &hb, now);
-                }
-            }
-            NetEvent::Request {
-                peer,
-                data,
-                channel,
-            } => {
-                let ack = match Msg::from_canonical_bytes(&data) {
-                    Ok(msg) => {
-                        let (ack, actions) = self.pipeline.on_message(peer, msg, now);
-                        queue.extend(actions);
-                        ack
-                    }
-                    Err(e) => {
-                        let reason = format!("undecodable message: {e}");
-                        self.net.penalize(peer, &reason);
-                        emit(
-                            json!({"event": "dropped", "peer": peer.to_string(), "reason": reason}),
-                        );
-                        Ack::Rejected(reason)
-                    }
-                };
-                self.net.respond(channel, ack.to_canonical_bytes());
-            }
-            NetEvent::PeerConnected(_) => {}
-            NetEvent::PeerDisconnected(peer) => {
-                if self.pipeline.peers.get(&peer).is_some() {
-                    queue.extend(self.pipeline.on_peer_down(peer, "connection closed", now));
-                }
-            }
-        }
-    }
-
-    fn apply(&mut self, queue: &mut VecDeque<Action>) {
-        while let Some(action) = queue.pop_front() {
-            match action {
-                Action::Send { to, msg } => self.send(to, msg),
-                Action::Compute(job) => {
-                    if self.engine.send(EngineRequest::Run(job)).is_err() {
-                        tracing::error!("the engine thread stopped");
-                    }
-                }
-                Action::NeedBatch { step } => match self.load_batch(step) {
-                    Ok(batch) => queue.extend(self.pipeline.on_batch(step, batch)),
-                    Err(e) => emit(
-                        json!({"event": "warning", "message": format!("loading batch {step}: {e}")}),
-                    ),
-                },
-                Action::Penalize { peer, reason } => self.net.penalize(peer, &reason),
-                Action::Event(ev) => {
-                    let mut v = serde_json::to_value(&ev).unwrap_or_default();
-                    if let Some(obj) = v.as_object_mut() {
-                        obj.insert("time_ms".into(), json!(now_ms()));
-                    }
-                    emit(v);
-                }
-            }
-        }
-    }
-
-    fn send(&self, to: PeerId, msg: Msg) {
-        let net = self.net.clone();
-        let tx = self.send_tx.clone();
-        let (mb, kind) = (msg.mb(), msg.kind());
-        let bytes = msg.to_canonical_bytes();
-        tokio::spawn(async move {
-            let result = match net.request(to, bytes).await {
-                Ok(reply) => {
-                    Ack::from_canonical_bytes(&reply).map_err(|e| format!("bad answer: {e}"))
-                }
-                Err(e) => Err(e.to_string()),
-            };
-            let _ = tx.send(SendResult {
-                to,
-                mb,
-                kind,
-                result,
-            });
-        });
-    }
-
-    fn load_batch(&self, step: u64) -> Result<Batch, NodeError> {
-        let s = &self.settings;
-        let b = match s.data_order {
-            DataOrder::Assigned => {
-                self.genesis
-                    .train_batch(&self.identity.node_id().0, 0, step, s.batch, s.seq)?
-            }
-            DataOrder::Global => self
-                .genesis
-                .batch(Split::Train, s.seed, step, s.batch, s.seq)?,
-        };
-        Ok(Batch {
-            batch: b.rows,
-            seq: s.seq,
-            inputs: b.inputs,
-            targets: b.targets,
-        })
-    }
-
-    fn heartbeat(&self, leaving: bool) {
-        let hb = Heartbeat {
-            node: self.identity.node_id(),
-            network: self.network,
-            stage: self.stage as u16,
-            step: self.pipeline.steps_done(),
-            queue: self.pipeline.queue_depth() as u32,
-            time_ms: now_ms(),
-            leaving,
-        };
-        if let Err(e) = self.net.publish(
-            HEARTBEAT_TOPIC,
-            Signed::sign(&self.identity, &hb).to_bytes(),
-        ) {
-            tracing::debug!("heartbeat not published: {e}");
-        }
-        let counters = self.net.counters();
-        emit(json!({
-            "event": "stats",
-            "stage": self.stage,
-            "step": self.pipeline.steps_done(),
-            "queue": self.pipeline.queue_depth(),
-            "peers": self.pipeline.peers.len(),
-            "replicas": self.pipeline.peers.replica_counts(self.settings.stages),
-            "net": counters,
-            "time_ms": now_ms(),
-        }));
-    }
-
-    fn checkpoint_extra(&self) -> serde_json::Value {
-        json!({
-            "node": self.identity.node_id().to_string(),
-            "stage_index": self.stage,
-            "dataset": { "root": hex::encode(self.genesis.root()) },
-        })
-    }
-
-    /// Checkpoints in the engine between jobs; the result is reported as an event.
-    fn speculative_checkpoint(&self) {
-        let (reply, rx) = tokio::sync::oneshot::channel();
-        let started = Instant::now();
-        let step = self.pipeline.steps_done();
-        let request = EngineRequest::Save {
-            dir: self.settings.data_dir.join(CHECKPOINT_DIR),
-            step,
-            extra: self.checkpoint_extra(),
-            reply,
-        };
-        if self.engine.send(request).is_err() {
-            return;
-        }
-        tokio::spawn(async move {
-            let result = rx.await.unwrap_or_else(|_| Err("engine stopped".into()));
-            emit(json!({
-                "event": "checkpoint",
-                "step": step,
-                "ms": started.elapsed().as_secs_f64() * 1e3,
-                "model_hash": result.as_ref().ok(),
-                "error": result.as_ref().err(),
-                "time_ms": now_ms(),
-            }));
-        });
-    }
-
-    async fn shutdown(self) -> Result<(), NodeError> {
-        self.heartbeat(true);
-        let (reply, rx) = tokio::sync::oneshot::channel();
-        let dir = self.settings.data_dir.join(CHECKPOINT_DIR);
-        let extra = self.checkpoint_extra();
-        let saved = if self
-            .engine
-            .send(EngineRequest::Save {
-                dir: dir.clone(),
-                step: self.pipeline.steps_done(),
-                extra,
-                reply,
-            })
-            .is_ok()
-        {
-            rx.await.unwrap_or_else(|_| Err("engine stopped".into()))
-        } else {
-            Err("engine stopped".into())
-        };
-        // Give the deathrattle a moment on the wire before the connections close.
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        emit(json!({
-            "event": "stopped",
-            "stage": self.stage,
-            "step": self.pipeline.steps_done(),
-            "checkpoint": dir.display().to_string(),
-            "model_hash": saved.as_ref().ok(),
-            "error": saved.as_ref().err(),
-            "net": self.net.counters(),
-            "time_ms": now_ms(),
-        }));
-        self.net.shutdown().await;
-        saved.map(|_| ()).map_err(NodeError::Checkpoint)
     }
 }

@@ -54,6 +54,47 @@ pub struct NodeSettings {
     pub wait_peers: usize,
     /// Maximum request/response frame.
     pub max_frame: usize,
+    /// DiLoCo between the replicas of a stage, and the economy.
+    #[serde(default)]
+    pub sync: SyncSettings,
+}
+
+/// DiLoCo and economy settings (defaults follow the DiLoCo paper where it has one).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SyncSettings {
+    /// Inner steps per outer round (H); 0 turns DiLoCo off.
+    pub every: u64,
+    /// How long a replica waits for its co-replicas' offers.
+    pub timeout_ms: u64,
+    /// Robust aggregator spec, e.g. `trimmed-mean`, `median`, `geometric-median`.
+    pub aggregator: String,
+    /// Byzantine replicas per stage the aggregator must tolerate.
+    pub byzantine: usize,
+    /// Pseudo-gradient compression, e.g. `randk:0.25:sign`, `topk:0.01:int2`, `fp32`.
+    pub compression: String,
+    pub outer_lr: f32,
+    pub outer_momentum: f32,
+    /// Robustness experiments only: send this attack instead of the honest pseudo-gradient.
+    pub attack: String,
+    /// Least time between two of this node's proofs (the verifiers' rate limit is 120/hour).
+    pub proof_interval_ms: u64,
+}
+
+impl Default for SyncSettings {
+    fn default() -> Self {
+        Self {
+            every: 20,
+            timeout_ms: 5_000,
+            aggregator: "trimmed-mean".into(),
+            byzantine: 1,
+            compression: "randk:0.25:sign".into(),
+            outer_lr: 0.7,
+            outer_momentum: 0.9,
+            attack: "none".into(),
+            proof_interval_ms: 30_000,
+        }
+    }
 }
 
 impl NodeSettings {

@@ -93,7 +93,7 @@ impl Sim {
                     peer,
                     stage: s,
                     pipeline: Pipeline::new(pcfg, node, 0),
-                    engine: Engine::new(stage, opt),
+                    engine: Engine::new(stage, opt, None),
                     alive: true,
                 });
             }

@@ -6,6 +6,10 @@
 //! (proof hash, then (node id, nonce)) → rate (≤120 per node per sliding hour) → plausibility
 //! (hardware limits, cumulative claimed time, the node's own history) → receipts.
 //! Only a proof that passes every step changes the verifier's memory.
+//!
+//! [`ProofVerifier::check_content`] is the ledger's entry point: it runs only the steps whose
+//! verdict is a function of the proof itself (and of which receipt signers are known), so
+//! every node that holds the same proofs reaches the same ledger whatever the arrival order.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
@@ -144,6 +148,11 @@ impl ProofVerifier {
         self.known.insert(key);
     }
 
+    /// True if receipts signed by `key` count.
+    pub fn is_known(&self, key: &PublicKey) -> bool {
+        self.known.contains(key)
+    }
+
     /// Parses, verifies and (on success) records a proof from its wire bytes.
     pub fn verify_bytes(
         &mut self,
@@ -190,22 +199,8 @@ impl ProofVerifier {
         signed: &SignedProof,
         now_ms: u64,
     ) -> Result<VerifiedProof, VerifyError> {
-        // Low-S before the curve math: the malleated twin of a valid signature must fail here.
-        if signed.signature().is_high_s() {
-            return Err(VerifyError::HighS);
-        }
-        let vk = self.verifying_key(&signed.signer())?;
-        verify_with_key(&vk, signed.payload_bytes(), &signed.signature())
-            .map_err(VerifyError::Signature)?;
-        let proof = Proof::from_canonical_bytes(signed.payload_bytes()).map_err(|e| match e {
-            CodecError::Version { got, supported } => VerifyError::Version { got, supported },
-            other => VerifyError::Format(EnvelopeError::Payload(other)),
-        })?;
-        if proof.public_key != signed.signer() || proof.node_id != proof.public_key.node_id() {
-            return Err(VerifyError::KeyMismatch);
-        }
+        let (proof, hash) = self.authenticate(signed)?;
         check_timestamp(proof.timestamp_ms, now_ms)?;
-        let hash = signed.payload_hash();
         self.check_replay(&proof, &hash)?;
         let state = self.nodes.get(&proof.node_id);
         let window_start = now_ms.saturating_sub(RATE_WINDOW_MS);
@@ -226,6 +221,54 @@ impl ProofVerifier {
         }
         self.check_receipts(&proof)?;
         Ok(VerifiedProof { proof, hash })
+    }
+
+    /// The order-independent subset of [`Self::check`], for applying proofs to the ledger.
+    ///
+    /// Runs low-S → signature → key/node-id binding → timestamp at most [`MAX_CLOCK_SKEW_MS`]
+    /// in the future → static plausibility → receipts, and records nothing. Left out on
+    /// purpose, because their verdict depends on when and in which order this node saw
+    /// proofs: the staleness bound (a node catching up after a restart, or via anti-entropy,
+    /// receives proofs hours old), replay memory and the hourly rate and cumulative-time
+    /// windows (they count arrivals), and the node's rate history (it depends on which of the
+    /// node's proofs came first). The ledger dedups by proof hash and (node, nonce) instead.
+    /// The one remaining local input is which receipt signers are known; a caller that gets
+    /// [`ReceiptError::UnknownSigner`] should retry once the signer is learned.
+    pub fn check_content(
+        &mut self,
+        signed: &SignedProof,
+        now_ms: u64,
+    ) -> Result<VerifiedProof, VerifyError> {
+        let (proof, hash) = self.authenticate(signed)?;
+        if proof.timestamp_ms > now_ms.saturating_add(MAX_CLOCK_SKEW_MS) {
+            return Err(VerifyError::Future {
+                timestamp_ms: proof.timestamp_ms,
+                ahead_ms: proof.timestamp_ms - now_ms,
+            });
+        }
+        plausibility::check_static(&proof)?;
+        self.check_receipts(&proof)?;
+        Ok(VerifiedProof { proof, hash })
+    }
+
+    /// Signature (low-S first), decoding and key/node-id binding: the steps every entry point
+    /// shares.
+    fn authenticate(&mut self, signed: &SignedProof) -> Result<(Proof, Hash32), VerifyError> {
+        // Low-S before the curve math: the malleated twin of a valid signature must fail here.
+        if signed.signature().is_high_s() {
+            return Err(VerifyError::HighS);
+        }
+        let vk = self.verifying_key(&signed.signer())?;
+        verify_with_key(&vk, signed.payload_bytes(), &signed.signature())
+            .map_err(VerifyError::Signature)?;
+        let proof = Proof::from_canonical_bytes(signed.payload_bytes()).map_err(|e| match e {
+            CodecError::Version { got, supported } => VerifyError::Version { got, supported },
+            other => VerifyError::Format(EnvelopeError::Payload(other)),
+        })?;
+        if proof.public_key != signed.signer() || proof.node_id != proof.public_key.node_id() {
+            return Err(VerifyError::KeyMismatch);
+        }
+        Ok((proof, signed.payload_hash()))
     }
 
     fn check_replay(&self, proof: &Proof, hash: &Hash32) -> Result<(), VerifyError> {

@@ -8,6 +8,6 @@ mod outer;
 mod varint;
 
 pub use compress::{
-    CompressError, CompressSpec, Compressor, DecodeError, Selection, ValueCoding, decode,
+    CompressError, CompressSpec, Compressor, DecodeError, Selection, SpecError, ValueCoding, decode,
 };
 pub use outer::{DilocoError, DilocoRound, OuterOptimizer, RoundOutcome};

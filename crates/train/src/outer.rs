@@ -42,6 +42,15 @@ impl OuterOptimizer {
         &self.velocity
     }
 
+    /// Restores a saved velocity (e.g. from a checkpoint or a peer's outer state).
+    pub fn with_velocity(lr: f32, momentum: f32, velocity: Vec<f32>) -> Self {
+        Self {
+            lr,
+            momentum,
+            velocity,
+        }
+    }
+
     /// Applies one step to `theta` (same length as the optimizer, checked by the caller).
     pub fn step(&mut self, theta: &mut [f32], delta: &[f32]) {
         let (lr, mu) = (self.lr, self.momentum);
@@ -82,8 +91,55 @@ impl DilocoRound {
         }
     }
 
+    /// Rebuilds a round from saved state; every vector must have θ₀'s length.
+    pub fn from_state(
+        theta: Vec<f32>,
+        optimizer: OuterOptimizer,
+        aggregator: Aggregator,
+        previous: Option<Vec<f32>>,
+        round: u64,
+    ) -> Result<Self, DilocoError> {
+        let expected = theta.len();
+        for len in [
+            Some(optimizer.velocity.len()),
+            previous.as_ref().map(Vec::len),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            if len != expected {
+                return Err(DilocoError::Length { len, expected });
+            }
+        }
+        Ok(Self {
+            theta,
+            optimizer,
+            aggregator,
+            previous,
+            round,
+        })
+    }
+
     pub fn theta(&self) -> &[f32] {
         &self.theta
+    }
+
+    pub fn optimizer(&self) -> &OuterOptimizer {
+        &self.optimizer
+    }
+
+    /// The previous aggregate (centered clipping's centre), if a round has run.
+    pub fn previous(&self) -> Option<&[f32]> {
+        self.previous.as_deref()
+    }
+
+    pub fn aggregator(&self) -> &Aggregator {
+        &self.aggregator
+    }
+
+    /// Changes the rule for the next rounds (e.g. a Byzantine count fitted to the inputs).
+    pub fn set_aggregator(&mut self, aggregator: Aggregator) {
+        self.aggregator = aggregator;
     }
 
     pub fn round(&self) -> u64 {

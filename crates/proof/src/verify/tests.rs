@@ -345,3 +345,109 @@ fn receipt_failures_each_have_their_own_error() {
     let good = training_proof(&s.prover, &s.neighbour, 1, NOW);
     assert!(s.verifier.verify(&resign(&s, &good), NOW).is_ok());
 }
+
+#[test]
+fn check_content_accepts_old_proofs_and_remembers_nothing() {
+    let mut s = setup();
+    let day_old = NOW - 24 * 60 * 60 * 1000;
+    let signed = training_proof(&s.prover, &s.neighbour, 1, day_old).sign(&s.prover);
+    let first = s.verifier.check_content(&signed, NOW);
+    assert!(matches!(first, Ok(ref v) if v.hash() == signed.payload_hash()));
+    // No replay or rate memory: the same proof passes again (the ledger dedups it).
+    assert_eq!(s.verifier.check_content(&signed, NOW), first);
+    // The arrival-dependent pipeline refuses the same bytes as stale.
+    assert!(matches!(
+        s.verifier.verify(&signed, NOW),
+        Err(VerifyError::Stale { .. })
+    ));
+}
+
+#[test]
+fn check_content_refuses_future_timestamps_beyond_the_skew() {
+    let mut s = setup();
+    let edge = training_proof(&s.prover, &s.neighbour, 1, NOW + MAX_CLOCK_SKEW_MS);
+    assert!(s.verifier.check_content(&resign(&s, &edge), NOW).is_ok());
+    let future = training_proof(&s.prover, &s.neighbour, 2, NOW + MAX_CLOCK_SKEW_MS + 1);
+    assert_eq!(
+        s.verifier.check_content(&resign(&s, &future), NOW),
+        Err(VerifyError::Future {
+            timestamp_ms: NOW + MAX_CLOCK_SKEW_MS + 1,
+            ahead_ms: MAX_CLOCK_SKEW_MS + 1
+        })
+    );
+}
+
+#[test]
+fn check_content_refuses_bad_receipts() {
+    let mut s = setup();
+    let stranger = test_identity(78);
+    let unknown = training_proof(&s.prover, &stranger, 1, NOW);
+    assert!(matches!(
+        s.verifier.check_content(&resign(&s, &unknown), NOW),
+        Err(VerifyError::Receipt(ReceiptError::UnknownSigner { signer, .. }))
+            if signer == stranger.public_key()
+    ));
+    assert!(!s.verifier.is_known(&stranger.public_key()));
+    s.verifier.add_known_node(stranger.public_key());
+    assert!(s.verifier.is_known(&stranger.public_key()));
+    assert!(s.verifier.check_content(&resign(&s, &unknown), NOW).is_ok());
+
+    let mut wrong_hash = training_proof(&s.prover, &s.neighbour, 2, NOW);
+    wrong_hash.output_activation_hash = [0xab; 32];
+    assert!(matches!(
+        s.verifier.check_content(&resign(&s, &wrong_hash), NOW),
+        Err(VerifyError::Receipt(ReceiptError::HashMismatch { .. }))
+    ));
+    let mut missing = training_proof(&s.prover, &s.neighbour, 3, NOW);
+    missing.receipts.clear();
+    assert!(matches!(
+        s.verifier.check_content(&resign(&s, &missing), NOW),
+        Err(VerifyError::Receipt(ReceiptError::Missing { .. }))
+    ));
+    let mut other_round = training_proof(&s.prover, &s.neighbour, 4, NOW);
+    other_round.round += 1;
+    assert!(matches!(
+        s.verifier.check_content(&resign(&s, &other_round), NOW),
+        Err(VerifyError::Receipt(ReceiptError::Signature { .. }))
+    ));
+}
+
+#[test]
+fn check_content_refuses_forged_signatures_and_implausible_work() {
+    let mut s = setup();
+    let mut proof = training_proof(&s.prover, &s.neighbour, 1, NOW);
+    let signed = proof.sign(&s.prover);
+    proof.batches *= 2;
+    let forged = SignedProof::from_parts(
+        proof.to_canonical_bytes(),
+        signed.signer(),
+        signed.signature(),
+    );
+    assert_eq!(
+        s.verifier.check_content(&forged, NOW),
+        Err(VerifyError::Signature(SignatureError::Mismatch))
+    );
+    let twin = SignedProof::from_parts(
+        signed.payload_bytes().to_vec(),
+        signed.signer(),
+        signed.signature().malleate(),
+    );
+    assert_eq!(
+        s.verifier.check_content(&twin, NOW),
+        Err(VerifyError::HighS)
+    );
+    let thief = test_identity(51);
+    assert_eq!(
+        s.verifier.check_content(
+            &training_proof(&s.prover, &s.neighbour, 2, NOW).sign(&thief),
+            NOW
+        ),
+        Err(VerifyError::KeyMismatch)
+    );
+    let mut instant = training_proof(&s.prover, &s.neighbour, 3, NOW);
+    instant.claimed_duration_ms = 0;
+    assert!(matches!(
+        s.verifier.check_content(&resign(&s, &instant), NOW),
+        Err(VerifyError::Implausible(PlausibilityError::Duration { .. }))
+    ));
+}

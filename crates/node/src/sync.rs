@@ -1,0 +1,508 @@
+//! DiLoCo between the replicas of one stage, as a sans-IO state machine.
+//!
+//! A round: the first replica whose inner steps reach H prepares its compressed
+//! pseudo-gradient, offers it as a blob and gossips a signed [`SyncOffer`]; the other replicas
+//! follow as soon as they see it. Each replica collects the offers made against the same θ₀
+//! until every live replica of its stage has offered or the deadline passes (a late replica is
+//! left out, the round never waits forever), fetches the blobs (hash-checked), aggregates them
+//! with the robust rule and applies the outer step, then gossips [`SyncDone`] with the hash of
+//! its new outer state. Replicas that saw the same offers compute bit-identical states. Where
+//! two outcomes differ, the one with more contributors (then the smaller hash) wins and the
+//! others fetch it; a replica that is behind (restarted, joined, missed a round) fetches the
+//! outer state named by the offers or announcements it sees.
+//!
+//! Training never stops for a round: the engine keeps stepping, and a new θ₀ is applied as a
+//! shift of the replica's parameters, so inner progress made during the round is kept.
+
+pub mod msgs;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use neuroshard_net::PeerId;
+use neuroshard_proof::NodeId;
+use serde::Serialize;
+
+pub use msgs::{SYNC_TOPIC, SyncDone, SyncMsg, SyncOffer, ThetaRecord, theta_key};
+
+/// Round parameters.
+#[derive(Debug, Clone)]
+pub struct SyncConfig {
+    /// Inner steps per round (H); 0 turns DiLoCo off.
+    pub every: u64,
+    /// How long a replica waits for the other offers once its own is out.
+    pub timeout: Duration,
+    /// Pause before retrying a failed fetch of a peer's outer state.
+    pub retry_after: Duration,
+    /// Network id and stage our offers name.
+    pub network: [u8; 32],
+    pub stage: u16,
+}
+
+/// What the runtime must do.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SyncAction {
+    /// Compute, compress and offer the pseudo-gradient of `round` (engine).
+    Prepare {
+        round: u64,
+    },
+    /// Gossip this message (the runtime signs it).
+    Publish(SyncMsg),
+    /// Fetch these pseudo-gradients (our own is local), then aggregate and apply `round`.
+    Aggregate {
+        round: u64,
+        from: Vec<(NodeId, Option<PeerId>, [u8; 32])>,
+    },
+    /// Fetch the outer state `hash` of `round` from `peer` and adopt it. `included`: whether
+    /// our own offer of that round is part of it.
+    Adopt {
+        round: u64,
+        peer: PeerId,
+        hash: [u8; 32],
+        included: bool,
+    },
+    Event(SyncEvent),
+}
+
+/// Reported as JSON event lines.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum SyncEvent {
+    /// A round this replica aggregated itself.
+    Sync {
+        round: u64,
+        theta: String,
+        contributors: usize,
+        expected: usize,
+        included_self: bool,
+        wall_ms: f64,
+        sent_bytes: u64,
+        dense_bytes: u64,
+    },
+    /// The replica took another replica's outer state.
+    Adopted {
+        round: u64,
+        theta: String,
+        reason: String,
+    },
+    /// A peer agreed with our outcome of a round.
+    Agreed { round: u64, peer: String },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Phase {
+    Idle,
+    Preparing {
+        round: u64,
+        since: Instant,
+    },
+    Collecting {
+        round: u64,
+        since: Instant,
+        deadline: Instant,
+        mine: [u8; 32],
+        sent: u64,
+        dense: u64,
+    },
+    Aggregating {
+        round: u64,
+        since: Instant,
+        expected: usize,
+        sent: u64,
+        dense: u64,
+    },
+    Adopting {
+        round: u64,
+        theta: [u8; 32],
+    },
+}
+
+/// One replica's view of its stage's rounds.
+#[derive(Debug)]
+pub struct Syncer {
+    cfg: SyncConfig,
+    me: NodeId,
+    /// Rounds completed: the outer state is the result of round `round`.
+    round: u64,
+    theta: [u8; 32],
+    contributors: BTreeSet<NodeId>,
+    phase: Phase,
+    /// Inner steps when the current round's θ₀ was taken.
+    round_start_step: u64,
+    offers: BTreeMap<u64, BTreeMap<NodeId, (PeerId, SyncOffer)>>,
+    dones: BTreeMap<u64, BTreeMap<NodeId, (PeerId, SyncDone)>>,
+    /// Outer states heard of outside gossip (the DHT record at start-up).
+    hints: BTreeMap<u64, (PeerId, [u8; 32])>,
+    retry_at: Option<Instant>,
+    agreed: BTreeSet<(u64, NodeId)>,
+}
+
+impl Syncer {
+    pub fn new(cfg: SyncConfig, me: NodeId, round: u64, theta: [u8; 32], steps: u64) -> Self {
+        Self {
+            cfg,
+            me,
+            round,
+            theta,
+            contributors: BTreeSet::new(),
+            phase: Phase::Idle,
+            round_start_step: steps,
+            offers: BTreeMap::new(),
+            dones: BTreeMap::new(),
+            hints: BTreeMap::new(),
+            retry_at: None,
+            agreed: BTreeSet::new(),
+        }
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.cfg.every > 0
+    }
+
+    pub fn round(&self) -> u64 {
+        self.round
+    }
+
+    pub fn theta(&self) -> [u8; 32] {
+        self.theta
+    }
+
+    /// True while a round of ours is between its offer and its outcome.
+    pub fn busy(&self) -> bool {
+        self.phase != Phase::Idle
+    }
+
+    /// A signed offer from a co-replica (network and stage already checked by the caller).
+    pub fn on_offer(&mut self, peer: PeerId, node: NodeId, offer: SyncOffer) {
+        if offer.round > self.round && node != self.me {
+            self.offers
+                .entry(offer.round)
+                .or_default()
+                .insert(node, (peer, offer));
+        }
+    }
+
+    /// A signed round outcome from a co-replica.
+    pub fn on_done(&mut self, peer: PeerId, node: NodeId, done: SyncDone) -> Vec<SyncAction> {
+        if done.round < self.round || node == self.me {
+            return Vec::new();
+        }
+        let round = done.round;
+        self.dones
+            .entry(round)
+            .or_default()
+            .insert(node, (peer, done));
+        if round == self.round && self.phase == Phase::Idle {
+            return self.compare_outcomes();
+        }
+        Vec::new()
+    }
+
+    /// An outer state named outside gossip (e.g. the stage's DHT record).
+    pub fn on_hint(&mut self, peer: PeerId, round: u64, theta: [u8; 32]) {
+        if round > self.round {
+            self.hints.insert(round, (peer, theta));
+        }
+    }
+
+    /// Drives the rounds; call after every optimizer step and on a timer. `live` are the
+    /// co-replicas of our stage currently alive (ourselves excluded).
+    pub fn poll(&mut self, now: Instant, steps: u64, live: &BTreeSet<NodeId>) -> Vec<SyncAction> {
+        if !self.enabled() {
+            return Vec::new();
+        }
+        match self.phase.clone() {
+            Phase::Idle => {
+                if self.retry_at.is_some_and(|t| now < t) {
+                    return Vec::new();
+                }
+                if let Some(adopt) = self.behind(live) {
+                    return vec![adopt];
+                }
+                let next = self.round + 1;
+                let led = self
+                    .offers
+                    .get(&next)
+                    .is_some_and(|o| o.values().any(|(_, offer)| offer.base == self.theta));
+                let done = steps.saturating_sub(self.round_start_step);
+                if done >= self.cfg.every || (led && done > 0) {
+                    self.phase = Phase::Preparing {
+                        round: next,
+                        since: now,
+                    };
+                    return vec![SyncAction::Prepare { round: next }];
+                }
+                Vec::new()
+            }
+            Phase::Collecting {
+                round,
+                since,
+                deadline,
+                mine,
+                sent,
+                dense,
+            } => {
+                let offers = self.offers.get(&round);
+                let heard = |n: &NodeId| offers.is_some_and(|o| o.contains_key(n));
+                if now < deadline && !live.iter().all(heard) {
+                    return Vec::new();
+                }
+                let mut from = vec![(self.me, None, mine)];
+                if let Some(offers) = offers {
+                    from.extend(
+                        offers
+                            .iter()
+                            .filter(|(_, (_, o))| o.base == self.theta)
+                            .map(|(n, (p, o))| (*n, Some(*p), o.blob)),
+                    );
+                }
+                self.phase = Phase::Aggregating {
+                    round,
+                    since,
+                    expected: live.len() + 1,
+                    sent,
+                    dense,
+                };
+                vec![SyncAction::Aggregate { round, from }]
+            }
+            Phase::Preparing { .. } | Phase::Aggregating { .. } | Phase::Adopting { .. } => {
+                Vec::new()
+            }
+        }
+    }
+
+    /// The engine prepared our pseudo-gradient of `round`, now offered as blob `blob`.
+    pub fn on_prepared(
+        &mut self,
+        round: u64,
+        blob: [u8; 32],
+        sent: u64,
+        dense: u64,
+        now: Instant,
+    ) -> Vec<SyncAction> {
+        let Phase::Preparing { round: r, since } = self.phase else {
+            return Vec::new();
+        };
+        if r != round {
+            return Vec::new();
+        }
+        self.phase = Phase::Collecting {
+            round,
+            since,
+            deadline: now + self.cfg.timeout,
+            mine: blob,
+            sent,
+            dense,
+        };
+        vec![SyncAction::Publish(SyncMsg::Offer(SyncOffer {
+            network: self.cfg.network,
+            stage: self.cfg.stage,
+            round,
+            base: self.theta,
+            blob,
+            bytes: sent,
+            dense_bytes: dense,
+        }))]
+    }
+
+    /// Preparing or aggregating failed (the engine says why); the round is skipped locally and
+    /// the replica catches up by adopting the others' outcome.
+    pub fn on_failed(&mut self, now: Instant) {
+        self.phase = Phase::Idle;
+        self.retry_at = Some(now + self.cfg.retry_after);
+    }
+
+    /// The engine applied `round` with `contributors`; the outer state hashes to `theta`.
+    /// `receipts_for` are the contributors' offers, to countersign.
+    pub fn on_applied(
+        &mut self,
+        round: u64,
+        theta: [u8; 32],
+        contributors: Vec<NodeId>,
+        steps: u64,
+        now: Instant,
+    ) -> (Vec<SyncAction>, Vec<(NodeId, [u8; 32])>) {
+        let Phase::Aggregating {
+            round: r,
+            since,
+            expected,
+            sent,
+            dense,
+        } = self.phase
+        else {
+            return (Vec::new(), Vec::new());
+        };
+        if r != round {
+            return (Vec::new(), Vec::new());
+        }
+        let offered: Vec<(NodeId, [u8; 32])> = contributors
+            .iter()
+            .filter(|n| **n != self.me)
+            .filter_map(|n| {
+                let (_, o) = self.offers.get(&round)?.get(n)?;
+                Some((*n, o.blob))
+            })
+            .collect();
+        let included_self = contributors.contains(&self.me);
+        self.finish_round(round, theta, contributors.iter().copied().collect(), steps);
+        let mut actions = vec![SyncAction::Event(SyncEvent::Sync {
+            round,
+            theta: hex::encode(theta),
+            contributors: contributors.len(),
+            expected,
+            included_self,
+            wall_ms: now.duration_since(since).as_secs_f64() * 1e3,
+            sent_bytes: sent,
+            dense_bytes: dense,
+        })];
+        actions.extend(self.compare_outcomes());
+        (actions, offered)
+    }
+
+    /// We now hold the outer state `theta` of `round`, fetched from a peer.
+    pub fn on_adopted(
+        &mut self,
+        round: u64,
+        theta: [u8; 32],
+        steps: u64,
+        reason: &str,
+    ) -> SyncAction {
+        let contributors = self
+            .dones
+            .get(&round)
+            .and_then(|d| d.values().find(|(_, d)| d.theta == theta))
+            .map(|(_, d)| d.contributors.iter().copied().collect())
+            .unwrap_or_default();
+        self.finish_round(round, theta, contributors, steps);
+        SyncAction::Event(SyncEvent::Adopted {
+            round,
+            theta: hex::encode(theta),
+            reason: reason.to_string(),
+        })
+    }
+
+    fn finish_round(
+        &mut self,
+        round: u64,
+        theta: [u8; 32],
+        contributors: BTreeSet<NodeId>,
+        steps: u64,
+    ) {
+        // A replica that adopts mid-round keeps its step phase: its next round starts when
+        // the others' does (it follows their offers), not H steps from now.
+        if round > self.round {
+            self.round_start_step = steps;
+        }
+        self.round = round;
+        self.theta = theta;
+        self.contributors = contributors;
+        self.phase = Phase::Idle;
+        self.retry_at = None;
+        self.offers.retain(|r, _| *r >= round);
+        self.dones.retain(|r, _| *r >= round);
+        self.hints.retain(|r, _| *r > round);
+    }
+
+    /// After our own outcome of the current round: the best announced outcome wins. Only
+    /// outcomes whose every contributor made an offer we saw signed can win, so no one can
+    /// invent contributors to outrank the others.
+    fn compare_outcomes(&mut self) -> Vec<SyncAction> {
+        let round = self.round;
+        let Some(dones) = self.dones.get(&round) else {
+            return Vec::new();
+        };
+        let mut actions = Vec::new();
+        let mut best: Option<(usize, [u8; 32], PeerId, bool)> = None;
+        let known = |n: &NodeId| {
+            *n == self.me
+                || self.contributors.contains(n)
+                || self.offers.get(&round).is_some_and(|o| o.contains_key(n))
+        };
+        let mut agreed = Vec::new();
+        for (node, (peer, d)) in dones {
+            if d.theta == self.theta {
+                if !self.agreed.contains(&(round, *node)) {
+                    agreed.push(*node);
+                    actions.push(SyncAction::Event(SyncEvent::Agreed {
+                        round,
+                        peer: node.to_string(),
+                    }));
+                }
+                continue;
+            }
+            if !d.contributors.iter().all(known) {
+                continue;
+            }
+            let n = d.contributors.len();
+            let beats_mine = (n, std::cmp::Reverse(d.theta))
+                > (self.contributors.len(), std::cmp::Reverse(self.theta));
+            let beats_best = best.as_ref().is_none_or(|(bn, bt, _, _)| {
+                (n, std::cmp::Reverse(d.theta)) > (*bn, std::cmp::Reverse(*bt))
+            });
+            if beats_mine && beats_best {
+                best = Some((n, d.theta, *peer, d.contributors.contains(&self.me)));
+            }
+        }
+        for node in agreed {
+            self.agreed.insert((round, node));
+        }
+        self.agreed.retain(|(r, _)| *r + 4 > round);
+        if let Some((_, hash, peer, included)) = best {
+            self.phase = Phase::Adopting { round, theta: hash };
+            actions.push(SyncAction::Adopt {
+                round,
+                peer,
+                hash,
+                included,
+            });
+        }
+        actions
+    }
+
+    /// A later outer state we should fetch: announced outcomes of later rounds, offers made
+    /// against a later θ₀, the DHT record; the most widely announced state of the latest
+    /// round wins.
+    fn behind(&mut self, live: &BTreeSet<NodeId>) -> Option<SyncAction> {
+        let mut votes: BTreeMap<(u64, [u8; 32]), (BTreeSet<NodeId>, PeerId)> = BTreeMap::new();
+        for (round, dones) in self.dones.range(self.round + 1..) {
+            for (node, (peer, d)) in dones {
+                let e = votes
+                    .entry((*round, d.theta))
+                    .or_insert_with(|| (BTreeSet::new(), *peer));
+                e.0.insert(*node);
+            }
+        }
+        for (round, offers) in &self.offers {
+            for (node, (peer, o)) in offers {
+                let base_round = round - 1;
+                // An offer against another θ₀ of our own round means we diverged; it counts
+                // only when most live co-replicas agree on that θ₀.
+                if base_round < self.round || (base_round == self.round && o.base == self.theta) {
+                    continue;
+                }
+                let e = votes
+                    .entry((base_round, o.base))
+                    .or_insert_with(|| (BTreeSet::new(), *peer));
+                e.0.insert(*node);
+            }
+        }
+        for (round, (peer, theta)) in &self.hints {
+            votes
+                .entry((*round, *theta))
+                .or_insert_with(|| (BTreeSet::new(), *peer));
+        }
+        let ((round, theta), (_, peer)) = votes
+            .into_iter()
+            .filter(|((r, _), (voters, _))| *r > self.round || voters.len() * 2 > live.len())
+            .max_by_key(|((r, _), (voters, _))| (*r, voters.len()))?;
+        self.phase = Phase::Adopting { round, theta };
+        Some(SyncAction::Adopt {
+            round,
+            peer,
+            hash: theta,
+            included: false,
+        })
+    }
+}

@@ -1,0 +1,259 @@
+//! What replicas of a stage gossip to run a DiLoCo round, and the DHT record of a stage's
+//! latest θ₀. Every message travels in a signed envelope whose signer must be the gossip author.
+
+use neuroshard_proof::{
+    Canonical, CodecError, NodeId, PublicKey, Reader, Receipt, ReceiptKind, Signature, Writer,
+};
+
+/// Gossip topic of the DiLoCo rounds.
+pub const SYNC_TOPIC: &str = "neuroshard/sync/1";
+/// Most contributors (and receipts) one round lists.
+pub const MAX_CONTRIBUTORS: usize = 256;
+
+/// "My pseudo-gradient of `round`, computed against θ₀ `base`, is the blob `blob`."
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SyncOffer {
+    pub network: [u8; 32],
+    pub stage: u16,
+    pub round: u64,
+    /// Hash of the outer state the pseudo-gradient is relative to.
+    pub base: [u8; 32],
+    /// BLAKE3 of the compressed pseudo-gradient, served by the blob protocol.
+    pub blob: [u8; 32],
+    pub bytes: u64,
+    /// What the same pseudo-gradient costs uncompressed (f32).
+    pub dense_bytes: u64,
+}
+
+/// "I applied `round` with these contributors; my outer state now hashes to `theta`."
+/// The receipts countersign each contributor's pseudo-gradient for its proofs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SyncDone {
+    pub network: [u8; 32],
+    pub stage: u16,
+    pub round: u64,
+    pub theta: [u8; 32],
+    pub contributors: Vec<NodeId>,
+    pub receipts: Vec<(NodeId, Receipt)>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SyncMsg {
+    Offer(SyncOffer),
+    Done(SyncDone),
+}
+
+impl SyncMsg {
+    pub fn network(&self) -> &[u8; 32] {
+        match self {
+            SyncMsg::Offer(o) => &o.network,
+            SyncMsg::Done(d) => &d.network,
+        }
+    }
+
+    pub fn stage(&self) -> u16 {
+        match self {
+            SyncMsg::Offer(o) => o.stage,
+            SyncMsg::Done(d) => d.stage,
+        }
+    }
+}
+
+fn encode_receipt(w: &mut Writer, r: &Receipt) {
+    w.u8(r.kind as u8);
+    w.fixed(r.signer.as_bytes());
+    w.fixed(&r.hash);
+    w.fixed(&r.signature.0);
+}
+
+fn decode_receipt(r: &mut Reader<'_>) -> Result<Receipt, CodecError> {
+    let kind = match r.u8()? {
+        0 => ReceiptKind::Activations,
+        1 => ReceiptKind::Gradients,
+        other => {
+            return Err(CodecError::Invalid {
+                field: "receipt kind",
+                reason: format!("unknown receipt kind {other}"),
+            });
+        }
+    };
+    let signer = PublicKey::from_bytes(&r.array::<33>()?).map_err(|e| CodecError::Invalid {
+        field: "receipt signer",
+        reason: e.to_string(),
+    })?;
+    Ok(Receipt {
+        kind,
+        signer,
+        hash: r.array()?,
+        signature: Signature(r.array()?),
+    })
+}
+
+impl Canonical for SyncMsg {
+    const DOMAIN: &'static str = "neuroshard/sync/v1";
+
+    fn encode_body(&self, w: &mut Writer) {
+        match self {
+            SyncMsg::Offer(o) => {
+                w.u8(0);
+                w.fixed(&o.network);
+                w.u16(o.stage);
+                w.u64(o.round);
+                w.fixed(&o.base);
+                w.fixed(&o.blob);
+                w.u64(o.bytes);
+                w.u64(o.dense_bytes);
+            }
+            SyncMsg::Done(d) => {
+                w.u8(1);
+                w.fixed(&d.network);
+                w.u16(d.stage);
+                w.u64(d.round);
+                w.fixed(&d.theta);
+                w.len(d.contributors.len());
+                for c in &d.contributors {
+                    w.fixed(&c.0);
+                }
+                w.len(d.receipts.len());
+                for (prover, receipt) in &d.receipts {
+                    w.fixed(&prover.0);
+                    encode_receipt(w, receipt);
+                }
+            }
+        }
+    }
+
+    fn decode_body(r: &mut Reader<'_>) -> Result<Self, CodecError> {
+        match r.u8()? {
+            0 => Ok(SyncMsg::Offer(SyncOffer {
+                network: r.array()?,
+                stage: r.u16()?,
+                round: r.u64()?,
+                base: r.array()?,
+                blob: r.array()?,
+                bytes: r.u64()?,
+                dense_bytes: r.u64()?,
+            })),
+            1 => {
+                let network = r.array()?;
+                let stage = r.u16()?;
+                let round = r.u64()?;
+                let theta = r.array()?;
+                let n = r.len(MAX_CONTRIBUTORS)?;
+                let contributors = (0..n)
+                    .map(|_| r.array().map(NodeId))
+                    .collect::<Result<Vec<_>, _>>()?;
+                let n = r.len(MAX_CONTRIBUTORS)?;
+                let receipts = (0..n)
+                    .map(|_| Ok((NodeId(r.array()?), decode_receipt(r)?)))
+                    .collect::<Result<Vec<_>, CodecError>>()?;
+                Ok(SyncMsg::Done(SyncDone {
+                    network,
+                    stage,
+                    round,
+                    theta,
+                    contributors,
+                    receipts,
+                }))
+            }
+            other => Err(CodecError::Invalid {
+                field: "sync message",
+                reason: format!("unknown tag {other}"),
+            }),
+        }
+    }
+}
+
+/// DHT record `neuroshard/theta/<network>/<stage>`: where a newcomer fetches the stage's θ₀
+/// and a replica's optimizer moments. Signed by the publishing replica.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ThetaRecord {
+    pub node: NodeId,
+    pub network: [u8; 32],
+    pub stage: u16,
+    pub round: u64,
+    /// Hash of the outer-state blob.
+    pub theta: [u8; 32],
+    /// Hash of the optimizer blob (AdamW moments and step) of the publisher.
+    pub optimizer: [u8; 32],
+    pub expires_ms: u64,
+}
+
+impl Canonical for ThetaRecord {
+    const DOMAIN: &'static str = "neuroshard/theta-record/v1";
+
+    fn encode_body(&self, w: &mut Writer) {
+        w.fixed(&self.node.0);
+        w.fixed(&self.network);
+        w.u16(self.stage);
+        w.u64(self.round);
+        w.fixed(&self.theta);
+        w.fixed(&self.optimizer);
+        w.u64(self.expires_ms);
+    }
+
+    fn decode_body(r: &mut Reader<'_>) -> Result<Self, CodecError> {
+        Ok(Self {
+            node: NodeId(r.array()?),
+            network: r.array()?,
+            stage: r.u16()?,
+            round: r.u64()?,
+            theta: r.array()?,
+            optimizer: r.array()?,
+            expires_ms: r.u64()?,
+        })
+    }
+}
+
+/// The DHT key of a stage's θ₀ record.
+pub fn theta_key(network: &[u8; 32], stage: usize) -> Vec<u8> {
+    format!("neuroshard/theta/{}/{stage}", hex::encode(network)).into_bytes()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use neuroshard_proof::Identity;
+
+    #[test]
+    fn messages_round_trip_and_reject_garbage() {
+        let a = Identity::generate();
+        let receipt = Receipt::sign(&a, NodeId([7; 32]), 3, ReceiptKind::Gradients, [9; 32]);
+        let msgs = [
+            SyncMsg::Offer(SyncOffer {
+                network: [1; 32],
+                stage: 1,
+                round: 3,
+                base: [2; 32],
+                blob: [3; 32],
+                bytes: 100,
+                dense_bytes: 12_800,
+            }),
+            SyncMsg::Done(SyncDone {
+                network: [1; 32],
+                stage: 0,
+                round: 3,
+                theta: [4; 32],
+                contributors: vec![NodeId([7; 32]), a.node_id()],
+                receipts: vec![(NodeId([7; 32]), receipt)],
+            }),
+        ];
+        for m in msgs {
+            let bytes = m.to_canonical_bytes();
+            assert_eq!(SyncMsg::from_canonical_bytes(&bytes).unwrap(), m);
+            assert!(SyncMsg::from_canonical_bytes(&bytes[..bytes.len() - 1]).is_err());
+        }
+        let rec = ThetaRecord {
+            node: a.node_id(),
+            network: [1; 32],
+            stage: 2,
+            round: 5,
+            theta: [5; 32],
+            optimizer: [6; 32],
+            expires_ms: 99,
+        };
+        let bytes = rec.to_canonical_bytes();
+        assert_eq!(ThetaRecord::from_canonical_bytes(&bytes).unwrap(), rec);
+        assert!(SyncMsg::from_canonical_bytes(&[0xff; 40]).is_err());
+    }
+}

@@ -1,0 +1,298 @@
+use super::*;
+
+const NET: [u8; 32] = [1; 32];
+const BASE: [u8; 32] = [0; 32];
+
+fn cfg() -> SyncConfig {
+    SyncConfig {
+        every: 4,
+        timeout: Duration::from_secs(2),
+        retry_after: Duration::from_secs(1),
+        network: NET,
+        stage: 0,
+    }
+}
+
+struct Replica {
+    node: NodeId,
+    peer: PeerId,
+    s: Syncer,
+}
+
+fn replicas(n: u8) -> Vec<Replica> {
+    (1..=n)
+        .map(|i| Replica {
+            node: NodeId([i; 32]),
+            peer: PeerId::random(),
+            s: Syncer::new(cfg(), NodeId([i; 32]), 0, BASE, 0),
+        })
+        .collect()
+}
+
+fn live(all: &[Replica], me: usize) -> BTreeSet<NodeId> {
+    all.iter()
+        .enumerate()
+        .filter(|(i, _)| *i != me)
+        .map(|(_, r)| r.node)
+        .collect()
+}
+
+fn offer_of(actions: &[SyncAction]) -> SyncOffer {
+    match actions.iter().find_map(|a| match a {
+        SyncAction::Publish(SyncMsg::Offer(o)) => Some(o.clone()),
+        _ => None,
+    }) {
+        Some(o) => o,
+        None => panic!("no offer in {actions:?}"),
+    }
+}
+
+/// Replica `i` prepares round 1 and its offer reaches every other replica.
+fn prepare_and_offer(all: &mut [Replica], i: usize, now: Instant) {
+    let blob = [10 + i as u8; 32];
+    let acts = all[i].s.on_prepared(1, blob, 100, 12_800, now);
+    let offer = offer_of(&acts);
+    assert_eq!(offer.base, BASE);
+    let (node, peer) = (all[i].node, all[i].peer);
+    for (j, r) in all.iter_mut().enumerate() {
+        if j != i {
+            r.s.on_offer(peer, node, offer.clone());
+        }
+    }
+}
+
+fn aggregate_of(actions: &[SyncAction]) -> Vec<NodeId> {
+    match actions {
+        [SyncAction::Aggregate { from, .. }] => from.iter().map(|(n, _, _)| *n).collect(),
+        other => panic!("expected one Aggregate, got {other:?}"),
+    }
+}
+
+fn done(round: u64, theta: [u8; 32], contributors: Vec<NodeId>) -> SyncDone {
+    SyncDone {
+        network: NET,
+        stage: 0,
+        round,
+        theta,
+        contributors,
+        receipts: Vec::new(),
+    }
+}
+
+#[test]
+fn the_first_replica_at_h_leads_and_the_others_follow_into_one_round() {
+    let mut all = replicas(3);
+    let now = Instant::now();
+    let l0 = live(&all, 0);
+    assert!(
+        all[0].s.poll(now, 3, &l0).is_empty(),
+        "H = 4 not reached yet"
+    );
+    assert_eq!(
+        all[0].s.poll(now, 4, &l0),
+        vec![SyncAction::Prepare { round: 1 }]
+    );
+    prepare_and_offer(&mut all, 0, now);
+    // The others have done fewer than H steps but follow the leader's offer.
+    for i in 1..3 {
+        let l = live(&all, i);
+        assert_eq!(
+            all[i].s.poll(now, 2, &l),
+            vec![SyncAction::Prepare { round: 1 }]
+        );
+        prepare_and_offer(&mut all, i, now);
+    }
+    let theta = [42; 32];
+    for i in 0..3 {
+        let l = live(&all, i);
+        let mut got = aggregate_of(&all[i].s.poll(now, 4, &l));
+        got.sort();
+        assert_eq!(got, vec![all[0].node, all[1].node, all[2].node]);
+        let contributors = got.clone();
+        let (acts, receipts) = all[i].s.on_applied(1, theta, contributors, 4, now);
+        assert_eq!(receipts.len(), 2, "the two other offers are countersigned");
+        assert!(matches!(
+            &acts[0],
+            SyncAction::Event(SyncEvent::Sync {
+                contributors: 3,
+                expected: 3,
+                ..
+            })
+        ));
+        assert_eq!(all[i].s.round(), 1);
+    }
+    // Same outcome everywhere: a peer's Done only produces an agreement event.
+    let (peer, node) = (all[1].peer, all[1].node);
+    let everyone = vec![all[0].node, all[1].node, all[2].node];
+    let acts = all[0].s.on_done(peer, node, done(1, theta, everyone));
+    assert!(matches!(
+        acts.as_slice(),
+        [SyncAction::Event(SyncEvent::Agreed { round: 1, .. })]
+    ));
+}
+
+#[test]
+fn a_silent_replica_is_left_out_after_the_deadline() {
+    let mut all = replicas(3);
+    let now = Instant::now();
+    for i in 0..2 {
+        let l = live(&all, i);
+        assert_eq!(
+            all[i].s.poll(now, 4, &l),
+            vec![SyncAction::Prepare { round: 1 }]
+        );
+        prepare_and_offer(&mut all, i, now);
+    }
+    let l0 = live(&all, 0);
+    assert!(
+        all[0].s.poll(now, 5, &l0).is_empty(),
+        "waits for the third replica"
+    );
+    let later = now + Duration::from_secs(3);
+    let got = aggregate_of(&all[0].s.poll(later, 6, &l0));
+    assert_eq!(got, vec![all[0].node, all[1].node]);
+}
+
+#[test]
+fn the_larger_outcome_wins_and_the_smaller_one_adopts_it() {
+    let mut all = replicas(3);
+    let now = Instant::now();
+    for i in 0..3 {
+        let l = live(&all, i);
+        all[i].s.poll(now, 4, &l);
+        prepare_and_offer(&mut all, i, now);
+    }
+    let l0 = live(&all, 0);
+    aggregate_of(&all[0].s.poll(now, 4, &l0));
+    // Replica 0 ended up using only two inputs (say a fetch failed); replica 1 used three.
+    let (a, b, c) = (all[0].node, all[1].node, all[2].node);
+    all[0].s.on_applied(1, [5; 32], vec![a, b], 4, now);
+    let (peer, node) = (all[1].peer, all[1].node);
+    let acts = all[0]
+        .s
+        .on_done(peer, node, done(1, [9; 32], vec![a, b, c]));
+    assert_eq!(
+        acts,
+        vec![SyncAction::Adopt {
+            round: 1,
+            peer,
+            hash: [9; 32],
+            included: true
+        }]
+    );
+    assert!(all[0].s.busy());
+    all[0].s.on_adopted(1, [9; 32], 5, "larger outcome");
+    assert_eq!(all[0].s.theta(), [9; 32]);
+    assert!(!all[0].s.busy());
+}
+
+#[test]
+fn invented_contributors_cannot_outrank_an_outcome() {
+    let mut all = replicas(2);
+    let now = Instant::now();
+    for i in 0..2 {
+        let l = live(&all, i);
+        all[i].s.poll(now, 4, &l);
+        prepare_and_offer(&mut all, i, now);
+    }
+    let l0 = live(&all, 0);
+    aggregate_of(&all[0].s.poll(now, 4, &l0));
+    let (a, b) = (all[0].node, all[1].node);
+    all[0].s.on_applied(1, [5; 32], vec![a, b], 4, now);
+    let sybil = NodeId([99; 32]);
+    let (peer, node) = (all[1].peer, all[1].node);
+    let acts = all[0]
+        .s
+        .on_done(peer, node, done(1, [1; 32], vec![a, b, sybil]));
+    assert!(acts.is_empty(), "{acts:?}");
+    assert_eq!(all[0].s.theta(), [5; 32]);
+}
+
+#[test]
+fn a_replica_behind_fetches_the_latest_outer_state() {
+    let mut all = replicas(3);
+    let now = Instant::now();
+    let (peer, node) = (all[1].peer, all[1].node);
+    let others = vec![all[1].node, all[2].node];
+    all[0].s.on_done(peer, node, done(3, [7; 32], others));
+    let l0 = live(&all, 0);
+    let acts = all[0].s.poll(now, 0, &l0);
+    assert_eq!(
+        acts,
+        vec![SyncAction::Adopt {
+            round: 3,
+            peer,
+            hash: [7; 32],
+            included: false
+        }]
+    );
+    all[0].s.on_adopted(3, [7; 32], 0, "behind");
+    assert_eq!(all[0].s.round(), 3);
+    // An offer of round 5 means round 4 exists: its base is fetched from the offerer.
+    let (peer2, node2) = (all[2].peer, all[2].node);
+    all[0].s.on_offer(
+        peer2,
+        node2,
+        SyncOffer {
+            network: NET,
+            stage: 0,
+            round: 5,
+            base: [8; 32],
+            blob: [1; 32],
+            bytes: 1,
+            dense_bytes: 4,
+        },
+    );
+    let acts = all[0].s.poll(now, 1, &l0);
+    assert!(matches!(
+        acts.as_slice(),
+        [SyncAction::Adopt {
+            round: 4,
+            hash: [8, ..],
+            ..
+        }]
+    ));
+}
+
+#[test]
+fn one_dissenting_offer_does_not_move_a_replica_but_a_majority_does() {
+    let mut all = replicas(3);
+    let now = Instant::now();
+    let odd = |base| SyncOffer {
+        network: NET,
+        stage: 0,
+        round: 1,
+        base,
+        blob: [1; 32],
+        bytes: 1,
+        dense_bytes: 4,
+    };
+    let l0 = live(&all, 0);
+    let (p1, n1, p2, n2) = (all[1].peer, all[1].node, all[2].peer, all[2].node);
+    all[0].s.on_offer(p1, n1, odd([3; 32]));
+    // One of two co-replicas disagrees: no adoption; the replica follows the offer instead
+    // only if it shares the base, which it does not.
+    assert!(all[0].s.poll(now, 0, &l0).is_empty());
+    all[0].s.on_offer(p2, n2, odd([3; 32]));
+    let acts = all[0].s.poll(now, 0, &l0);
+    assert!(matches!(
+        acts.as_slice(),
+        [SyncAction::Adopt {
+            round: 0,
+            hash: [3, ..],
+            ..
+        }]
+    ));
+}
+
+#[test]
+fn disabled_sync_does_nothing() {
+    let mut s = Syncer::new(
+        SyncConfig { every: 0, ..cfg() },
+        NodeId([1; 32]),
+        0,
+        BASE,
+        0,
+    );
+    assert!(s.poll(Instant::now(), 1_000, &BTreeSet::new()).is_empty());
+}
