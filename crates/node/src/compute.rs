@@ -287,3 +287,76 @@ pub fn spawn(
         })?;
     Ok(tx)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::replica::DilocoConfig;
+    use neuroshard_model::{AdamWConfig, ModelConfig, StageSpec};
+
+    fn config() -> ModelConfig {
+        ModelConfig {
+            layers: 1,
+            d_model: 8,
+            heads: 2,
+            kv_heads: 2,
+            ffn: 16,
+            vocab: 32,
+            max_seq: 8,
+            tie_embeddings: false,
+            rope_theta: 10_000.0,
+            norm_eps: 1e-5,
+        }
+    }
+
+    fn dcfg() -> DilocoConfig {
+        DilocoConfig {
+            me: NodeId([1; 32]),
+            aggregator: "trimmed-mean".into(),
+            byzantine: 1,
+            compression: "randk:0.25:sign".parse().unwrap(),
+            outer_lr: 0.7,
+            outer_momentum: 0.9,
+            seed: 0,
+            attack: neuroshard_aggregate::Attack::None,
+        }
+    }
+
+    #[test]
+    fn checkpoints_carry_the_outer_state_and_refuse_a_damaged_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let ck = dir.path().join("checkpoint");
+        let stage = Stage::init(config(), StageSpec::full(&config()), 3).unwrap();
+        let opt = AdamW::new(AdamWConfig::default(), stage.params());
+        let diloco = Diloco::new(dcfg(), stage.params()).unwrap();
+        let hash = diloco.hash();
+        let engine = Engine::new(stage, opt, Some(diloco));
+        engine
+            .save(&ck, 7, serde_json::json!({"node": "test"}))
+            .unwrap();
+        let meta = checkpoint::read_meta(&ck).unwrap();
+        assert_eq!(meta.step, 7);
+        let n = engine.params().numel();
+        let back = load_diloco(&ck, &meta, dcfg(), n).unwrap();
+        assert_eq!(back.hash(), hash);
+        // Another stage size, a truncated file, a missing file: each refused with the reason.
+        assert!(
+            load_diloco(&ck, &meta, dcfg(), n + 1)
+                .err()
+                .unwrap()
+                .contains("values")
+        );
+        let file = ck.join(DILOCO_FILE);
+        let bytes = std::fs::read(&file).unwrap();
+        std::fs::write(&file, &bytes[..bytes.len() / 2]).unwrap();
+        assert!(
+            load_diloco(&ck, &meta, dcfg(), n)
+                .err()
+                .unwrap()
+                .contains("differs")
+        );
+        std::fs::remove_file(&file).unwrap();
+        assert!(load_diloco(&ck, &meta, dcfg(), n).is_err());
+        assert_eq!(latest_checkpoint(&ck), Some(ck.clone()));
+    }
+}

@@ -232,17 +232,7 @@ pub async fn run(settings: NodeSettings) -> Result<(), NodeError> {
         && rec.round > diloco.round()
     {
         let started = Instant::now();
-        match join_stage(
-            &net,
-            *peer,
-            rec,
-            &dcfg,
-            &optim,
-            stage.params(),
-            settings.max_frame,
-        )
-        .await
-        {
+        match join_stage(&net, *peer, rec, &dcfg, &optim, stage.params()).await {
             Ok((d, opt, params)) => {
                 *stage.params_mut() = params;
                 diloco = d;
@@ -261,6 +251,7 @@ pub async fn run(settings: NodeSettings) -> Result<(), NodeError> {
     let model_hash = hex::encode(stage.model_hash());
     let (sync_round, sync_theta) = (diloco.round(), diloco.hash());
     let spec = *stage.spec();
+    let numel = stage.params().numel();
     let sync_on = settings.sync.every > 0;
     let (done_tx, mut done_rx) = mpsc::unbounded_channel::<JobDone>();
     let engine = compute::spawn(
@@ -334,7 +325,7 @@ pub async fn run(settings: NodeSettings) -> Result<(), NodeError> {
         stage: stage_index,
         send_tx: mpsc::unbounded_channel().0,
         sync_tx: mpsc::unbounded_channel().0,
-        sync: SyncState::new(syncer, spec),
+        sync: SyncState::new(syncer, spec, numel),
         economy,
     };
     let (send_tx, mut send_rx) = mpsc::unbounded_channel::<SendResult>();
@@ -430,9 +421,8 @@ async fn join_stage(
     dcfg: &DilocoConfig,
     optim: &AdamWConfig,
     params: &ParamSet,
-    max_frame: usize,
 ) -> Result<(Diloco, AdamW, ParamSet), String> {
-    let max = max_frame.max(64 << 20);
+    let max = sync_io::outer_state_limit(params.numel());
     let outer = net
         .fetch_blob(peer, rec.theta, max)
         .await
@@ -443,7 +433,10 @@ async fn join_stage(
     }
     let mut params = params.clone();
     params.set_flat(diloco.theta()).map_err(|e| e.to_string())?;
-    let adamw = match net.fetch_blob(peer, rec.optimizer, max).await {
+    let adamw = match net
+        .fetch_blob(peer, rec.optimizer, params.numel() * 8 + 64)
+        .await
+    {
         Ok(bytes) => decode_adamw(&bytes, optim.clone(), &params)?,
         Err(e) => {
             emit(

@@ -2,7 +2,7 @@
 //!
 //! A round: the first replica whose inner steps reach H prepares its compressed
 //! pseudo-gradient, offers it as a blob and gossips a signed [`SyncOffer`]; the other replicas
-//! follow as soon as they see it. Each replica collects the offers made against the same θ₀
+//! follow as soon as they see it, once they have taken at least H/2 steps of their own. Each replica collects the offers made against the same θ₀
 //! until every live replica of its stage has offered or the deadline passes (a late replica is
 //! left out, the round never waits forever), fetches the blobs (hash-checked), aggregates them
 //! with the robust rule and applies the outer step, then gossips [`SyncDone`] with the hash of
@@ -226,8 +226,11 @@ impl Syncer {
                     .offers
                     .get(&next)
                     .is_some_and(|o| o.values().any(|(_, offer)| offer.base == self.theta));
+                // A follower needs half a round of its own steps: robust rules pick among the
+                // offers coordinate by coordinate, and one Δ from a replica that just started
+                // would drag the median toward zero.
                 let done = steps.saturating_sub(self.round_start_step);
-                if done >= self.cfg.every || (led && done > 0) {
+                if done >= self.cfg.every || (led && 2 * done >= self.cfg.every) {
                     self.phase = Phase::Preparing {
                         round: next,
                         since: now,

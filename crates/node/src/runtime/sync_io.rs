@@ -76,10 +76,12 @@ pub(in crate::runtime) struct SyncState {
     optimizer_blob: [u8; 32],
     work: Work,
     spec: StageSpec,
+    /// Parameters of the stage: bounds what a peer may send us.
+    numel: usize,
 }
 
 impl SyncState {
-    pub fn new(syncer: Syncer, spec: StageSpec) -> Self {
+    pub fn new(syncer: Syncer, spec: StageSpec, numel: usize) -> Self {
         Self {
             syncer,
             offered: VecDeque::new(),
@@ -87,6 +89,7 @@ impl SyncState {
             optimizer_blob: [0; 32],
             work: Work::new(),
             spec,
+            numel,
         }
     }
 
@@ -189,7 +192,8 @@ impl Node {
 
     fn aggregate(&self, round: u64, from: Vec<(NodeId, Option<PeerId>, [u8; 32])>) {
         let (net, engine, tx) = (self.net.clone(), self.engine.clone(), self.sync_tx.clone());
-        let max = self.settings.max_frame;
+        // A dense f32 message plus headers is the most a pseudo-gradient can take.
+        let max = self.sync.numel * 4 + (1 << 20);
         tokio::spawn(async move {
             let remote: Vec<(NodeId, PeerId, [u8; 32])> = from
                 .into_iter()
@@ -229,7 +233,7 @@ impl Node {
 
     fn adopt(&self, round: u64, peer: PeerId, hash: [u8; 32], included: bool) {
         let (net, engine, tx) = (self.net.clone(), self.engine.clone(), self.sync_tx.clone());
-        let max = self.settings.max_frame.max(64 << 20);
+        let max = outer_state_limit(self.sync.numel);
         let reason = format!("outer state of round {round} from {peer}");
         tokio::spawn(async move {
             let result = async {
@@ -542,4 +546,9 @@ pub(in crate::runtime) fn theta_records(
         .collect();
     out.sort_by_key(|(_, r)| std::cmp::Reverse(r.round));
     out
+}
+
+/// Largest outer state of a stage: θ₀, velocity and the previous aggregate, plus a header.
+pub(in crate::runtime) fn outer_state_limit(numel: usize) -> usize {
+    numel * 12 + 64
 }
