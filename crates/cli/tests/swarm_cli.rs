@@ -231,8 +231,9 @@ fn three_stage_pipeline_matches_one_process() {
 
 /// Six nodes (2 stages × 3 replicas), one replica per stage sending its pseudo-gradient
 /// sign-flipped. Measured over repeated runs (see the issue note) the trimmed mean stays within
-/// 5% of the clean run on average; one run pair varies by up to ±10%, so the test allows 10%
-/// and also requires the plain mean, under the same attack, to do clearly worse.
+/// about 4% of the clean run on average, but single run pairs vary from −3% to +11% with
+/// timing, so the test allows 15% and requires the plain mean, under the same attack, to do
+/// clearly worse.
 #[test]
 fn trimmed_mean_shrugs_off_a_sign_flipping_replica_per_stage() {
     let _one = serial();
@@ -299,7 +300,7 @@ fn trimmed_mean_shrugs_off_a_sign_flipping_replica_per_stage() {
     let robust = run("robust", "trimmed-mean", &attack);
     let naive = run("naive", "mean", &attack);
     assert!(
-        robust <= clean * 1.10,
+        robust <= clean * 1.15,
         "trimmed mean under attack {robust} vs clean {clean}"
     );
     assert!(
