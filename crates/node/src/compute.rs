@@ -60,6 +60,13 @@ pub enum EngineRequest {
         messages: Vec<(NodeId, Vec<u8>)>,
         reply: Reply<(Applied, Arc<Vec<u8>>)>,
     },
+    /// Recompute `round` over the contributor set `set`, with the messages in `extra` added.
+    SyncReapply {
+        round: u64,
+        extra: Vec<(NodeId, Vec<u8>)>,
+        set: Vec<NodeId>,
+        reply: Reply<(Applied, Arc<Vec<u8>>)>,
+    },
     /// Take a peer's outer state of `round`.
     SyncAdopt {
         round: u64,
@@ -115,6 +122,17 @@ impl Engine {
     ) -> Result<(Applied, Arc<Vec<u8>>), String> {
         let d = self.diloco.as_mut().ok_or(DILOCO_OFF)?;
         let applied = d.apply(round, messages, self.stage.params_mut())?;
+        Ok((applied, Arc::new(encode_adamw(&self.optimizer))))
+    }
+
+    fn sync_reapply(
+        &mut self,
+        round: u64,
+        extra: Vec<(NodeId, Vec<u8>)>,
+        set: &[NodeId],
+    ) -> Result<(Applied, Arc<Vec<u8>>), String> {
+        let d = self.diloco.as_mut().ok_or(DILOCO_OFF)?;
+        let applied = d.reapply(round, extra, set, self.stage.params_mut())?;
         Ok((applied, Arc::new(encode_adamw(&self.optimizer))))
     }
 
@@ -272,6 +290,14 @@ pub fn spawn(
                             reply,
                         } => {
                             let _ = reply.send(engine.sync_apply(round, messages));
+                        }
+                        EngineRequest::SyncReapply {
+                            round,
+                            extra,
+                            set,
+                            reply,
+                        } => {
+                            let _ = reply.send(engine.sync_reapply(round, extra, &set));
                         }
                         EngineRequest::SyncAdopt {
                             round,

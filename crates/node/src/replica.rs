@@ -60,12 +60,21 @@ struct Sent {
     applied: bool,
 }
 
+/// What the last round we aggregated started from and used, to recompute it over another
+/// contributor set.
+struct LastRound {
+    round: u64,
+    before: DilocoRound,
+    inputs: BTreeMap<NodeId, Vec<f32>>,
+}
+
 pub struct Diloco {
     cfg: DilocoConfig,
     outer: DilocoRound,
     compressor: Compressor,
     sent: Option<Sent>,
     hash: [u8; 32],
+    last: Option<LastRound>,
 }
 
 fn put_f32s(out: &mut Vec<u8>, v: &[f32]) {
@@ -250,6 +259,7 @@ impl Diloco {
             compressor,
             sent: None,
             hash,
+            last: None,
         }
     }
 
@@ -325,19 +335,69 @@ impl Diloco {
                 self.outer.round()
             ));
         }
-        let len = self.outer.theta().len();
         let mut dense: BTreeMap<NodeId, Vec<f32>> = BTreeMap::new();
         let mut rejected = Vec::new();
         if let Some(s) = self.sent.as_ref().filter(|s| s.round == round) {
-            match decode(&s.blob, len) {
-                Ok(v) => {
-                    dense.insert(self.cfg.me, v);
-                }
-                Err(e) => rejected.push((self.cfg.me, e.to_string())),
-            }
+            let own = vec![(self.cfg.me, s.blob.to_vec())];
+            self.decode_into(own, &mut dense, &mut rejected, true);
         }
+        self.decode_into(messages, &mut dense, &mut rejected, false);
+        let before = self.outer.clone();
+        let applied = self.aggregate(round, &before, &dense, rejected, params)?;
+        self.last = Some(LastRound {
+            round,
+            before,
+            inputs: dense,
+        });
+        Ok(applied)
+    }
+
+    /// Recomputes `round` over the contributor set `set`, fetching only the messages we did
+    /// not use (`extra`): how a replica checks another replica's larger outcome instead of
+    /// taking its bytes on trust. The caller compares the resulting hash with the announced one.
+    pub fn reapply(
+        &mut self,
+        round: u64,
+        extra: Vec<(NodeId, Vec<u8>)>,
+        set: &[NodeId],
+        params: &mut ParamSet,
+    ) -> Result<Applied, String> {
+        let Some(mut last) = self.last.take().filter(|l| l.round == round) else {
+            return Err(format!("round {round} is not the round we aggregated last"));
+        };
+        if self.outer.round() != round {
+            self.last = Some(last);
+            return Err(format!("we moved on from round {round}"));
+        }
+        let mut rejected = Vec::new();
+        self.decode_into(extra, &mut last.inputs, &mut rejected, false);
+        let chosen: BTreeMap<NodeId, Vec<f32>> = set
+            .iter()
+            .filter_map(|n| last.inputs.get(n).map(|v| (*n, v.clone())))
+            .collect();
+        if chosen.len() != set.len() || !rejected.is_empty() {
+            let missing = set.len() - chosen.len();
+            self.last = Some(last);
+            return Err(format!(
+                "cannot rebuild the set: {missing} messages missing, {} malformed",
+                rejected.len()
+            ));
+        }
+        let applied = self.aggregate(round, &last.before, &chosen, rejected, params);
+        self.last = Some(last);
+        applied
+    }
+
+    fn decode_into(
+        &self,
+        messages: Vec<(NodeId, Vec<u8>)>,
+        dense: &mut BTreeMap<NodeId, Vec<f32>>,
+        rejected: &mut Vec<(NodeId, String)>,
+        own: bool,
+    ) {
+        let len = self.outer.theta().len();
         for (node, bytes) in messages {
-            if node == self.cfg.me {
+            if node == self.cfg.me && !own {
                 continue;
             }
             match decode(&bytes, len) {
@@ -348,23 +408,35 @@ impl Diloco {
                 Err(e) => rejected.push((node, e.to_string())),
             }
         }
+    }
+
+    /// Applies the outer step of `round` from the state `from` over `dense` (in node-id
+    /// order) and shifts the parameters from the current θ₀ to the result.
+    fn aggregate(
+        &mut self,
+        round: u64,
+        from: &DilocoRound,
+        dense: &BTreeMap<NodeId, Vec<f32>>,
+        rejected: Vec<(NodeId, String)>,
+        params: &mut ParamSet,
+    ) -> Result<Applied, String> {
         if dense.is_empty() {
             return Err("no usable pseudo-gradient".into());
         }
-        self.outer
-            .set_aggregator(aggregator(&self.cfg, dense.len())?);
-        let before = self.outer.theta().to_vec();
+        let mut next = from.clone();
+        next.set_aggregator(aggregator(&self.cfg, dense.len())?);
         let inputs: Vec<&Vec<f32>> = dense.values().collect();
-        let outcome = self.outer.apply(&inputs).map_err(|e| e.to_string())?;
+        let outcome = next.apply(&inputs).map_err(|e| e.to_string())?;
+        let current = std::mem::replace(&mut self.outer, next);
         let included = dense.contains_key(&self.cfg.me);
-        self.shift(&before, included, params)?;
+        self.shift(current.theta(), included, params)?;
         let outer = Arc::new(encode_outer(&self.outer));
         self.hash = *blake3::hash(&outer).as_bytes();
         Ok(Applied {
             round,
             theta: self.hash,
             outer,
-            contributors: dense.into_keys().collect(),
+            contributors: dense.keys().copied().collect(),
             rejected,
             delta_norm: outcome.delta_norm,
         })

@@ -55,8 +55,18 @@ pub enum SyncAction {
         round: u64,
         from: Vec<(NodeId, Option<PeerId>, [u8; 32])>,
     },
-    /// Fetch the outer state `hash` of `round` from `peer` and adopt it. `included`: whether
-    /// our own offer of that round is part of it.
+    /// Another replica announced a better outcome of the round we just applied: fetch the
+    /// offers of its set we did not use and recompute the round over `set` ourselves, rather
+    /// than taking its bytes on trust; `theta` is what it claims the result hashes to.
+    Verify {
+        round: u64,
+        fetch: Vec<(NodeId, PeerId, [u8; 32])>,
+        set: Vec<NodeId>,
+        theta: [u8; 32],
+        announcer: PeerId,
+    },
+    /// Fetch the outer state `hash` of `round` from `peer` and adopt it (we are behind, so we
+    /// cannot recompute). `included`: whether our own offer of that round is part of it.
     Adopt {
         round: u64,
         peer: PeerId,
@@ -137,6 +147,8 @@ pub struct Syncer {
     hints: BTreeMap<u64, (PeerId, [u8; 32])>,
     retry_at: Option<Instant>,
     agreed: BTreeSet<(u64, NodeId)>,
+    /// Outcomes that our recomputation contradicted.
+    refused: BTreeSet<(u64, [u8; 32])>,
 }
 
 impl Syncer {
@@ -154,6 +166,7 @@ impl Syncer {
             hints: BTreeMap::new(),
             retry_at: None,
             agreed: BTreeSet::new(),
+            refused: BTreeSet::new(),
         }
     }
 
@@ -417,7 +430,7 @@ impl Syncer {
             return Vec::new();
         };
         let mut actions = Vec::new();
-        let mut best: Option<(usize, [u8; 32], PeerId, bool)> = None;
+        let mut best: Option<(usize, [u8; 32], PeerId, Vec<NodeId>)> = None;
         let known = |n: &NodeId| {
             *n == self.me
                 || self.contributors.contains(n)
@@ -435,32 +448,72 @@ impl Syncer {
                 }
                 continue;
             }
-            if !d.contributors.iter().all(known) {
+            if self.refused.contains(&(round, d.theta)) || !d.contributors.iter().all(known) {
                 continue;
             }
             let n = d.contributors.len();
-            let beats_mine = (n, std::cmp::Reverse(d.theta))
-                > (self.contributors.len(), std::cmp::Reverse(self.theta));
-            let beats_best = best.as_ref().is_none_or(|(bn, bt, _, _)| {
-                (n, std::cmp::Reverse(d.theta)) > (*bn, std::cmp::Reverse(*bt))
-            });
+            let key = (n, std::cmp::Reverse(d.theta));
+            let beats_mine = key > (self.contributors.len(), std::cmp::Reverse(self.theta));
+            let beats_best = best
+                .as_ref()
+                .is_none_or(|(bn, bt, _, _)| key > (*bn, std::cmp::Reverse(*bt)));
             if beats_mine && beats_best {
-                best = Some((n, d.theta, *peer, d.contributors.contains(&self.me)));
+                best = Some((n, d.theta, *peer, d.contributors.clone()));
             }
         }
         for node in agreed {
             self.agreed.insert((round, node));
         }
         self.agreed.retain(|(r, _)| *r + 4 > round);
-        if let Some((_, hash, peer, included)) = best {
-            self.phase = Phase::Adopting { round, theta: hash };
-            actions.push(SyncAction::Adopt {
+        if let Some((_, theta, announcer, set)) = best {
+            let fetch = set
+                .iter()
+                .filter(|n| **n != self.me && !self.contributors.contains(n))
+                .filter_map(|n| {
+                    let (p, o) = self.offers.get(&round)?.get(n)?;
+                    Some((*n, *p, o.blob))
+                })
+                .collect();
+            self.phase = Phase::Adopting { round, theta };
+            actions.push(SyncAction::Verify {
                 round,
-                peer,
-                hash,
-                included,
+                fetch,
+                set,
+                theta,
+                announcer,
             });
         }
+        actions
+    }
+
+    /// We recomputed `round` over a larger set after another replica announced `claimed`.
+    /// Our result stands either way (every input was a signed offer); a claim it contradicts
+    /// is never considered again.
+    pub fn on_recomputed(
+        &mut self,
+        round: u64,
+        theta: [u8; 32],
+        claimed: [u8; 32],
+        contributors: Vec<NodeId>,
+        steps: u64,
+    ) -> Vec<SyncAction> {
+        let reason = if theta == claimed {
+            "recomputed a larger outcome and reached the announced hash".to_string()
+        } else {
+            self.refused.insert((round, claimed));
+            self.refused.retain(|(r, _)| *r + 4 > round);
+            format!(
+                "recomputed a larger outcome; the announced hash {} was wrong",
+                hex::encode(claimed)
+            )
+        };
+        self.finish_round(round, theta, contributors.into_iter().collect(), steps);
+        let mut actions = vec![SyncAction::Event(SyncEvent::Adopted {
+            round,
+            theta: hex::encode(theta),
+            reason,
+        })];
+        actions.extend(self.compare_outcomes());
         actions
     }
 

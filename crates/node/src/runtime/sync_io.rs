@@ -39,6 +39,14 @@ pub(in crate::runtime) enum SyncResult {
         result: Result<(Vec<u8>, [u8; 32]), String>,
         reason: String,
     },
+    /// Our recomputation of a round another replica announced a larger outcome of.
+    Recomputed {
+        round: u64,
+        claimed: [u8; 32],
+        announcer: PeerId,
+        result: Result<(Applied, Arc<Vec<u8>>), String>,
+        fetched: Vec<(NodeId, [u8; 32])>,
+    },
     /// A peer's answer to our ledger anti-entropy request.
     Ledger(PeerId, Result<LedgerSyncResponse, String>),
 }
@@ -178,6 +186,13 @@ impl Node {
                     hash,
                     included,
                 } => self.adopt(round, peer, hash, included),
+                SyncAction::Verify {
+                    round,
+                    fetch,
+                    set,
+                    theta,
+                    announcer,
+                } => self.verify(round, fetch, set, theta, announcer),
                 SyncAction::Event(ev) => {
                     let mut v = serde_json::to_value(&ev).unwrap_or_default();
                     if let Some(obj) = v.as_object_mut() {
@@ -227,6 +242,57 @@ impl Node {
                 result,
                 failed,
                 peers,
+            });
+        });
+    }
+
+    fn verify(
+        &self,
+        round: u64,
+        fetch: Vec<(NodeId, PeerId, [u8; 32])>,
+        set: Vec<NodeId>,
+        claimed: [u8; 32],
+        announcer: PeerId,
+    ) {
+        let (net, engine, tx) = (self.net.clone(), self.engine.clone(), self.sync_tx.clone());
+        let max = self.sync.numel * 4 + (1 << 20);
+        tokio::spawn(async move {
+            let fetched_list: Vec<(NodeId, [u8; 32])> =
+                fetch.iter().map(|(n, _, h)| (*n, *h)).collect();
+            let got = futures::future::join_all(fetch.into_iter().map(|(n, p, h)| {
+                let net = net.clone();
+                async move { (n, net.fetch_blob(p, h, max).await) }
+            }))
+            .await;
+            let mut extra = Vec::new();
+            let mut result = Ok(());
+            for (n, r) in got {
+                match r {
+                    Ok(bytes) => extra.push((n, bytes)),
+                    Err(e) => result = Err(format!("fetching the offer of {n}: {e}")),
+                }
+            }
+            let result = match result {
+                Ok(()) => {
+                    let (reply, rx) = oneshot::channel();
+                    match engine.send(EngineRequest::SyncReapply {
+                        round,
+                        extra,
+                        set,
+                        reply,
+                    }) {
+                        Ok(()) => rx.await.unwrap_or_else(|_| Err("engine stopped".into())),
+                        Err(_) => Err("engine stopped".into()),
+                    }
+                }
+                Err(e) => Err(e),
+            };
+            let _ = tx.send(SyncResult::Recomputed {
+                round,
+                claimed,
+                announcer,
+                result,
+                fetched: fetched_list,
             });
         });
     }
@@ -310,6 +376,58 @@ impl Node {
                 reason,
                 ..
             } => self.sync_failed(&format!("{reason}: {e}"), now),
+            SyncResult::Recomputed {
+                round,
+                claimed,
+                announcer,
+                result: Ok((applied, optimizer)),
+                fetched,
+            } => {
+                if applied.theta != claimed {
+                    self.net.penalize(
+                        announcer,
+                        "announced a round outcome that does not recompute",
+                    );
+                }
+                self.offer(round, applied.outer.clone());
+                self.sync.optimizer_blob = self.offer(round, optimizer);
+                let steps = self.pipeline.steps_done();
+                let actions = self.sync.syncer.on_recomputed(
+                    round,
+                    applied.theta,
+                    claimed,
+                    applied.contributors.clone(),
+                    steps,
+                );
+                let receipts = fetched
+                    .iter()
+                    .map(|(node, blob)| {
+                        let r = Receipt::sign(
+                            &self.identity,
+                            *node,
+                            round,
+                            ReceiptKind::Gradients,
+                            *blob,
+                        );
+                        (*node, r)
+                    })
+                    .collect();
+                self.publish_sync(SyncMsg::Done(SyncDone {
+                    network: self.network,
+                    stage: self.stage as u16,
+                    round,
+                    theta: applied.theta,
+                    contributors: applied.contributors,
+                    receipts,
+                }));
+                self.run_sync_actions(actions);
+                self.publish_theta_record();
+            }
+            SyncResult::Recomputed {
+                round,
+                result: Err(e),
+                ..
+            } => self.sync_failed(&format!("recomputing round {round}: {e}"), now),
             SyncResult::Ledger(peer, Ok(resp)) => {
                 let summary = self.economy.on_sync_response(&resp, now_ms());
                 if summary.applied > 0 || summary.rejected > 0 {

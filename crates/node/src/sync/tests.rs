@@ -171,19 +171,63 @@ fn the_larger_outcome_wins_and_the_smaller_one_adopts_it() {
     let acts = all[0]
         .s
         .on_done(peer, node, done(1, [9; 32], vec![a, b, c]));
+    // It does not take replica 1's bytes: it fetches the one offer it lacks and recomputes.
     assert_eq!(
         acts,
-        vec![SyncAction::Adopt {
+        vec![SyncAction::Verify {
             round: 1,
-            peer,
-            hash: [9; 32],
-            included: true
+            fetch: vec![(c, all[2].peer, [12; 32])],
+            set: vec![a, b, c],
+            theta: [9; 32],
+            announcer: peer,
         }]
     );
     assert!(all[0].s.busy());
-    all[0].s.on_adopted(1, [9; 32], 5, "larger outcome");
+    let acts = all[0]
+        .s
+        .on_recomputed(1, [9; 32], [9; 32], vec![a, b, c], 5);
+    assert!(
+        matches!(
+            acts.as_slice(),
+            [
+                SyncAction::Event(SyncEvent::Adopted { round: 1, .. }),
+                SyncAction::Event(SyncEvent::Agreed { .. })
+            ]
+        ),
+        "{acts:?}"
+    );
     assert_eq!(all[0].s.theta(), [9; 32]);
     assert!(!all[0].s.busy());
+}
+
+#[test]
+fn a_false_announcement_is_caught_by_recomputing_and_never_followed_again() {
+    let mut all = replicas(3);
+    let now = Instant::now();
+    for i in 0..3 {
+        let l = live(&all, i);
+        all[i].s.poll(now, 4, &l);
+        prepare_and_offer(&mut all, i, now);
+    }
+    let l0 = live(&all, 0);
+    aggregate_of(&all[0].s.poll(now, 4, &l0));
+    let (a, b, c) = (all[0].node, all[1].node, all[2].node);
+    all[0].s.on_applied(1, [5; 32], vec![a, b], 4, now);
+    let (peer, node) = (all[1].peer, all[1].node);
+    let acts = all[0]
+        .s
+        .on_done(peer, node, done(1, [1; 32], vec![a, b, c]));
+    assert!(matches!(acts.as_slice(), [SyncAction::Verify { .. }]));
+    // Our recomputation over {a, b, c} hashes to [6; 32], not the announced [1; 32].
+    let acts = all[0]
+        .s
+        .on_recomputed(1, [6; 32], [1; 32], vec![a, b, c], 5);
+    assert_eq!(all[0].s.theta(), [6; 32]);
+    assert!(!acts.iter().any(|a| matches!(a, SyncAction::Verify { .. })));
+    let acts = all[0]
+        .s
+        .on_done(peer, node, done(1, [1; 32], vec![a, b, c]));
+    assert!(acts.is_empty(), "{acts:?}");
 }
 
 #[test]
