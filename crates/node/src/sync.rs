@@ -149,6 +149,8 @@ pub struct Syncer {
     agreed: BTreeSet<(u64, NodeId)>,
     /// Outcomes that our recomputation contradicted.
     refused: BTreeSet<(u64, [u8; 32])>,
+    /// Whether our outer state of `round` is one we aggregated (so we can recompute it).
+    aggregated: bool,
 }
 
 impl Syncer {
@@ -167,6 +169,7 @@ impl Syncer {
             retry_at: None,
             agreed: BTreeSet::new(),
             refused: BTreeSet::new(),
+            aggregated: false,
         }
     }
 
@@ -189,7 +192,9 @@ impl Syncer {
 
     /// A signed offer from a co-replica (network and stage already checked by the caller).
     pub fn on_offer(&mut self, peer: PeerId, node: NodeId, offer: SyncOffer) {
-        if offer.round > self.round && node != self.me {
+        // Offers of the round just finished still matter: they vouch for the contributors of
+        // a larger outcome someone may announce.
+        if offer.round >= self.round && node != self.me {
             self.offers
                 .entry(offer.round)
                 .or_default()
@@ -363,6 +368,7 @@ impl Syncer {
             .collect();
         let included_self = contributors.contains(&self.me);
         self.finish_round(round, theta, contributors.iter().copied().collect(), steps);
+        self.aggregated = true;
         let mut actions = vec![SyncAction::Event(SyncEvent::Sync {
             round,
             theta: hex::encode(theta),
@@ -392,6 +398,7 @@ impl Syncer {
             .map(|(_, d)| d.contributors.iter().copied().collect())
             .unwrap_or_default();
         self.finish_round(round, theta, contributors, steps);
+        self.aggregated = false;
         SyncAction::Event(SyncEvent::Adopted {
             round,
             theta: hex::encode(theta),
@@ -466,6 +473,17 @@ impl Syncer {
         }
         self.agreed.retain(|(r, _)| *r + 4 > round);
         if let Some((_, theta, announcer, set)) = best {
+            self.phase = Phase::Adopting { round, theta };
+            if !self.aggregated {
+                // We took this round's state from a peer ourselves: nothing to recompute from.
+                actions.push(SyncAction::Adopt {
+                    round,
+                    peer: announcer,
+                    hash: theta,
+                    included: set.contains(&self.me),
+                });
+                return actions;
+            }
             let fetch = set
                 .iter()
                 .filter(|n| **n != self.me && !self.contributors.contains(n))
@@ -474,7 +492,6 @@ impl Syncer {
                     Some((*n, *p, o.blob))
                 })
                 .collect();
-            self.phase = Phase::Adopting { round, theta };
             actions.push(SyncAction::Verify {
                 round,
                 fetch,
@@ -508,6 +525,7 @@ impl Syncer {
             )
         };
         self.finish_round(round, theta, contributors.into_iter().collect(), steps);
+        self.aggregated = true;
         let mut actions = vec![SyncAction::Event(SyncEvent::Adopted {
             round,
             theta: hex::encode(theta),

@@ -340,3 +340,57 @@ fn disabled_sync_does_nothing() {
     );
     assert!(s.poll(Instant::now(), 1_000, &BTreeSet::new()).is_empty());
 }
+
+#[test]
+fn a_replica_that_took_its_state_from_a_peer_fetches_a_better_outcome_instead_of_recomputing() {
+    let mut all = replicas(3);
+    let now = Instant::now();
+    let (b, c) = (all[1].node, all[2].node);
+    let (p1, n1, p2, n2) = (all[1].peer, all[1].node, all[2].peer, all[2].node);
+    // Both co-replicas offered in round 2 (against θ₀ [3; 32] of round 1) while we were away.
+    for (peer, node) in [(p1, n1), (p2, n2)] {
+        let offer = SyncOffer {
+            network: NET,
+            stage: 0,
+            round: 2,
+            base: [3; 32],
+            blob: [1; 32],
+            bytes: 1,
+            dense_bytes: 4,
+        };
+        all[0].s.on_offer(peer, node, offer);
+    }
+    all[0].s.on_done(p1, n1, done(2, [7; 32], vec![b]));
+    let l0 = live(&all, 0);
+    let acts = all[0].s.poll(now, 0, &l0);
+    assert!(
+        matches!(
+            acts.as_slice(),
+            [SyncAction::Adopt {
+                round: 2,
+                hash: [7, ..],
+                ..
+            }]
+        ),
+        "{acts:?}"
+    );
+    all[0].s.on_adopted(2, [7; 32], 0, "behind");
+    let acts: Vec<SyncAction> = all[0]
+        .s
+        .on_done(p2, n2, done(2, [8; 32], vec![b, c]))
+        .into_iter()
+        .filter(|a| !matches!(a, SyncAction::Event(_)))
+        .collect();
+    assert!(
+        matches!(
+            acts.as_slice(),
+            [SyncAction::Adopt {
+                round: 2,
+                hash: [8, ..],
+                included: false,
+                ..
+            }]
+        ),
+        "{acts:?}"
+    );
+}
