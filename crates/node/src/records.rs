@@ -351,4 +351,44 @@ mod tests {
         let other = Identity::generate();
         assert!(!validate_record(&key, &bytes, Some(&peer_of(&other)), 0));
     }
+
+    #[test]
+    fn sync_and_proof_gossip_must_come_from_their_signer() {
+        let (a, b) = (Identity::generate(), Identity::generate());
+        let msg = crate::sync::SyncMsg::Offer(crate::sync::SyncOffer {
+            network: [1; 32],
+            stage: 0,
+            round: 1,
+            base: [2; 32],
+            blob: [3; 32],
+            bytes: 10,
+            dense_bytes: 40,
+        });
+        let bytes = Signed::sign(&a, &msg).to_bytes();
+        let topic = crate::sync::SYNC_TOPIC;
+        assert_eq!(
+            validate_gossip(topic, &peer_of(&a), &bytes),
+            Validation::Accept
+        );
+        assert_eq!(
+            validate_gossip(topic, &peer_of(&b), &bytes),
+            Validation::Reject
+        );
+        let mut tampered = bytes.clone();
+        let last = tampered.len() - 70;
+        tampered[last] ^= 1;
+        assert_eq!(
+            validate_gossip(topic, &peer_of(&a), &tampered),
+            Validation::Reject
+        );
+        // A proof relayed under another author, or garbage, is refused before it spreads.
+        assert_eq!(
+            validate_gossip(PROOF_TOPIC, &peer_of(&a), b"junk"),
+            Validation::Reject
+        );
+        assert_eq!(
+            validate_gossip("other/topic", &peer_of(&a), &bytes),
+            Validation::Ignore
+        );
+    }
 }
