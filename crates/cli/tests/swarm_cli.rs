@@ -232,9 +232,8 @@ fn three_stage_pipeline_matches_one_process() {
 /// Six nodes (2 stages × 3 replicas), one replica per stage sending its pseudo-gradient
 /// sign-flipped. Measured over repeated runs (see the issue note) the trimmed mean stays within
 /// about 5% of the clean run on average (+4.9% over 14 pairs), but a single run pair varies
-/// from −6% to +18% with
-/// timing, so the test allows 25% and requires the plain mean, under the same attack, to do
-/// worse than the trimmed mean.
+/// from −6% to +18% with timing, so the test allows 25% and requires the plain mean, under the
+/// same attack, to do worse than the trimmed mean.
 #[test]
 fn trimmed_mean_shrugs_off_a_sign_flipping_replica_per_stage() {
     let _one = serial();
