@@ -158,33 +158,15 @@ pub fn run(args: SwarmArgs) -> Result<()> {
         args.step.seq,
         config.num_params()
     );
+    let launch = Launch {
+        exe: &exe,
+        args: &args,
+        genesis: &genesis,
+        root: &root,
+        tx: tx.clone(),
+    };
     for i in 0..args.nodes {
-        let dir = root.join(format!("node-{i}"));
-        // A fresh run: old checkpoints would make the node resume, an old ledger would hold
-        // another run's proofs. The node key stays.
-        let _ = std::fs::remove_dir_all(dir.join("checkpoint"));
-        for f in ["ledger.db", "ledger.db-wal", "ledger.db-shm"] {
-            let _ = std::fs::remove_file(dir.join(f));
-        }
-        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        let child = spawn_node(
-            &exe,
-            &args,
-            &genesis,
-            &dir,
-            bootstrap.as_deref(),
-            i,
-            tx.clone(),
-        )?;
-        members.push(Member {
-            index: i,
-            child,
-            dir,
-            stage: None,
-            role: String::new(),
-            alive: true,
-            stopped: None,
-        });
+        members.push(launch.member(i, bootstrap.as_deref(), true)?);
         // Wait for its ready line so the next node sees it when choosing a stage.
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
@@ -284,15 +266,7 @@ pub fn run(args: SwarmArgs) -> Result<()> {
             && now_ms() >= killed_at + after
         {
             let m = &mut members[victim];
-            m.child = spawn_node(
-                &exe,
-                &args,
-                &genesis,
-                &m.dir,
-                bootstrap.as_deref(),
-                victim,
-                tx.clone(),
-            )?;
+            m.child = launch.spawn(&m.dir, bootstrap.as_deref(), victim)?;
             m.alive = true;
             report.restart_time_ms = Some(now_ms());
             bar.println(format!(
@@ -304,27 +278,7 @@ pub fn run(args: SwarmArgs) -> Result<()> {
             && report.max_driver_step() >= at
         {
             let index = members.len();
-            let dir = root.join(format!("node-{index}"));
-            let _ = std::fs::remove_dir_all(&dir);
-            std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-            let child = spawn_node(
-                &exe,
-                &args,
-                &genesis,
-                &dir,
-                bootstrap.as_deref(),
-                index,
-                tx.clone(),
-            )?;
-            members.push(Member {
-                index,
-                child,
-                dir,
-                stage: None,
-                role: String::new(),
-                alive: true,
-                stopped: None,
-            });
+            members.push(launch.member(index, bootstrap.as_deref(), false)?);
             report.joiner = Some((index, now_ms()));
             bar.println(format!("node {index} joins at step {at}"));
         }
@@ -408,6 +362,56 @@ fn finish(
         bail!("no training step completed");
     }
     Ok(())
+}
+
+/// Starts node processes of this swarm.
+struct Launch<'a> {
+    exe: &'a Path,
+    args: &'a SwarmArgs,
+    genesis: &'a Genesis,
+    root: &'a Path,
+    tx: mpsc::Sender<(usize, Value)>,
+}
+
+impl Launch<'_> {
+    fn spawn(&self, dir: &Path, bootstrap: Option<&str>, index: usize) -> Result<Child> {
+        spawn_node(
+            self.exe,
+            self.args,
+            self.genesis,
+            dir,
+            bootstrap,
+            index,
+            self.tx.clone(),
+        )
+    }
+
+    /// Node `index` starting afresh: no checkpoint to resume and no ledger of an earlier run.
+    /// `keep_key` keeps its key (and with it its data assignment) from an earlier run; a
+    /// joiner gets a new identity.
+    fn member(&self, index: usize, bootstrap: Option<&str>, keep_key: bool) -> Result<Member> {
+        let dir = self.root.join(format!("node-{index}"));
+        if keep_key {
+            let _ = std::fs::remove_dir_all(dir.join("checkpoint"));
+            for suffix in ["", "-wal", "-shm"] {
+                let ledger = format!("{}{suffix}", neuroshard_ledger::LEDGER_FILE);
+                let _ = std::fs::remove_file(dir.join(ledger));
+            }
+        } else {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let child = self.spawn(&dir, bootstrap, index)?;
+        Ok(Member {
+            index,
+            child,
+            dir,
+            stage: None,
+            role: String::new(),
+            alive: true,
+            stopped: None,
+        })
+    }
 }
 
 /// Node data directories live beside the output.

@@ -15,7 +15,32 @@ use crate::replica::{Applied, Diloco, Prepared, encode_adamw};
 /// File of the DiLoCo outer state inside a checkpoint directory.
 pub const DILOCO_FILE: &str = "diloco.bin";
 
-type Reply<T> = oneshot::Sender<Result<T, String>>;
+/// Where the engine thread answers a request.
+pub type Reply<T> = oneshot::Sender<Result<T, String>>;
+
+/// Sends a request to the engine thread at once (so it queues behind the jobs already sent);
+/// [`Pending::answer`] waits for the reply.
+pub fn ask<T>(
+    engine: &mpsc::Sender<EngineRequest>,
+    make: impl FnOnce(Reply<T>) -> EngineRequest,
+) -> Pending<T> {
+    let (reply, rx) = oneshot::channel();
+    Pending(engine.send(make(reply)).is_ok().then_some(rx))
+}
+
+/// A request the engine thread has (or, if it stopped, never got).
+pub struct Pending<T>(Option<oneshot::Receiver<Result<T, String>>>);
+
+impl<T> Pending<T> {
+    /// The engine's answer; a stopped engine is an error like any other.
+    pub async fn answer(self) -> Result<T, String> {
+        match self.0 {
+            Some(rx) => rx.await.unwrap_or_else(|_| Err("engine stopped".into())),
+            None => Err("engine stopped".into()),
+        }
+    }
+}
+
 const DILOCO_OFF: &str = "DiLoCo is off";
 
 /// The DiLoCo state saved with a checkpoint, checked against the hash in its metadata, so a
@@ -317,42 +342,18 @@ pub fn spawn(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::replica::DilocoConfig;
-    use neuroshard_model::{AdamWConfig, ModelConfig, StageSpec};
+    use crate::replica::tests::{cfg, tiny_config};
+    use neuroshard_model::{AdamWConfig, StageSpec};
 
-    fn config() -> ModelConfig {
-        ModelConfig {
-            layers: 1,
-            d_model: 8,
-            heads: 2,
-            kv_heads: 2,
-            ffn: 16,
-            vocab: 32,
-            max_seq: 8,
-            tie_embeddings: false,
-            rope_theta: 10_000.0,
-            norm_eps: 1e-5,
-        }
-    }
-
-    fn dcfg() -> DilocoConfig {
-        DilocoConfig {
-            me: NodeId([1; 32]),
-            aggregator: "trimmed-mean".into(),
-            byzantine: 1,
-            compression: "randk:0.25:sign".parse().unwrap(),
-            outer_lr: 0.7,
-            outer_momentum: 0.9,
-            seed: 0,
-            attack: neuroshard_aggregate::Attack::None,
-        }
+    fn dcfg() -> crate::replica::DilocoConfig {
+        cfg(1, "randk:0.25:sign")
     }
 
     #[test]
     fn checkpoints_carry_the_outer_state_and_refuse_a_damaged_one() {
         let dir = tempfile::tempdir().unwrap();
         let ck = dir.path().join("checkpoint");
-        let stage = Stage::init(config(), StageSpec::full(&config()), 3).unwrap();
+        let stage = Stage::init(tiny_config(), StageSpec::full(&tiny_config()), 3).unwrap();
         let opt = AdamW::new(AdamWConfig::default(), stage.params());
         let diloco = Diloco::new(dcfg(), stage.params()).unwrap();
         let hash = diloco.hash();

@@ -309,9 +309,12 @@ impl Economy {
         // Own nonces continue above what the ledger holds, so a restart never reuses one even
         // if the clock went back.
         let last_nonce = ledger.last_proof_nonce(&identity.node_id())?;
+        // Our own receipts, on co-replicas' proofs, count like anyone's.
+        let mut verifier = ProofVerifier::new();
+        verifier.add_known_node(identity.public_key());
         Ok(Self {
             ledger,
-            verifier: ProofVerifier::new(),
+            verifier,
             identity,
             min_interval_ms: DEFAULT_MIN_INTERVAL_MS,
             hardware: HardwareClass::Cpu,

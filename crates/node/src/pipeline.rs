@@ -261,28 +261,7 @@ impl Pipeline {
                 seq: part.seq,
                 ids: part.inputs,
             });
-            let job = if self.is_last() {
-                Job::Backward {
-                    mb,
-                    input: input.clone(),
-                    upstream: Upstream::Targets(part.targets.clone()),
-                }
-            } else {
-                Job::Forward {
-                    mb,
-                    input: input.clone(),
-                }
-            };
-            self.stash.insert(
-                mb,
-                Stashed {
-                    input,
-                    targets: part.targets,
-                    upstream: None,
-                    loss: None,
-                    since: now,
-                },
-            );
+            let job = self.admit(mb, input, part.targets, None, now);
             match job {
                 Job::Backward { .. } => self.backward_jobs.push_back(job),
                 _ => self.forward_jobs.push_back(job),
@@ -357,6 +336,22 @@ impl Pipeline {
             return Ok(Ack::Busy);
         }
         let input = StageInput::Hidden(acts);
+        // A repeated micro-batch (the sender failed over) replaces the old entry.
+        let job = self.admit(mb, input, targets, Some(from), now);
+        self.forward_jobs.push_back(job);
+        Ok(Ack::Accepted)
+    }
+
+    /// Stashes a micro-batch's input (the backward pass recomputes from it) and returns its
+    /// first job: the forward pass, or forward and backward at once on the last stage.
+    fn admit(
+        &mut self,
+        mb: MicroBatchId,
+        input: StageInput,
+        targets: Vec<u32>,
+        upstream: Option<PeerId>,
+        now: Instant,
+    ) -> Job {
         let job = if self.is_last() {
             Job::Backward {
                 mb,
@@ -369,19 +364,17 @@ impl Pipeline {
                 input: input.clone(),
             }
         };
-        // A repeated micro-batch (the sender failed over) replaces the old entry.
         self.stash.insert(
             mb,
             Stashed {
                 input,
                 targets,
-                upstream: Some(from),
+                upstream,
                 loss: None,
                 since: now,
             },
         );
-        self.forward_jobs.push_back(job);
-        Ok(Ack::Accepted)
+        job
     }
 
     fn accept_backward(

@@ -156,18 +156,7 @@ pub fn decode_outer(
     aggregator: Aggregator,
 ) -> Result<DilocoRound, String> {
     let mut c = Cursor(bytes);
-    c.magic(OUTER_MAGIC)?;
-    let round = c.u64()?;
-    let n = c.u64()?;
-    if n != len as u64 {
-        return Err(format!("outer state has {n} values, this stage has {len}"));
-    }
-    let has_prev = match c.take(1)?[0] {
-        0 => false,
-        1 => true,
-        other => return Err(format!("bad flag {other}")),
-    };
-    let theta = c.f32s(len, "θ₀")?;
+    let (round, has_prev, theta) = outer_head(&mut c, len)?;
     let velocity = c.f32s(len, "velocity")?;
     let previous = if has_prev {
         Some(c.f32s(len, "previous aggregate")?)
@@ -181,15 +170,24 @@ pub fn decode_outer(
 
 /// θ₀ alone from an encoded outer state (e.g. to export the stage's consensus weights).
 pub fn outer_theta(bytes: &[u8], len: usize) -> Result<(u64, Vec<f32>), String> {
-    let mut c = Cursor(bytes);
+    let (round, _, theta) = outer_head(&mut Cursor(bytes), len)?;
+    Ok((round, theta))
+}
+
+/// Magic, round, length, the previous-aggregate flag and θ₀.
+fn outer_head(c: &mut Cursor<'_>, len: usize) -> Result<(u64, bool, Vec<f32>), String> {
     c.magic(OUTER_MAGIC)?;
     let round = c.u64()?;
     let n = c.u64()?;
     if n != len as u64 {
         return Err(format!("outer state has {n} values, this stage has {len}"));
     }
-    c.take(1)?;
-    Ok((round, c.f32s(len, "θ₀")?))
+    let has_prev = match c.take(1)?[0] {
+        0 => false,
+        1 => true,
+        other => return Err(format!("bad flag {other}")),
+    };
+    Ok((round, has_prev, c.f32s(len, "θ₀")?))
 }
 
 /// Encodes AdamW's step count and moments (what a joining replica borrows).
@@ -502,4 +500,4 @@ fn aggregator(cfg: &DilocoConfig, n: usize) -> Result<Aggregator, String> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

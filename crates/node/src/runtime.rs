@@ -182,7 +182,7 @@ pub async fn run(settings: NodeSettings) -> Result<(), NodeError> {
     };
     let dcfg = diloco_config(&settings, &identity)?;
     let mut joined = None;
-    let (mut stage, mut optimizer, mut steps_done, diloco) = match resume
+    let (mut stage, mut optimizer, mut steps_done, mut diloco) = match resume
         .filter(|m| m.stage == specs[stage_index])
     {
         Some(meta)
@@ -216,7 +216,6 @@ pub async fn run(settings: NodeSettings) -> Result<(), NodeError> {
             (stage, opt, 0, diloco)
         }
     };
-    let mut diloco = diloco;
     let records = if settings.sync.every > 0 {
         let values = net
             .get_record(theta_key(&network, stage_index))
@@ -260,15 +259,12 @@ pub async fn run(settings: NodeSettings) -> Result<(), NodeError> {
         done_tx,
     )
     .map_err(|e| NodeError::io(&settings.data_dir, e))?;
-    let economy = Economy::open(
+    let mut economy = Economy::open(
         &settings.data_dir.join(neuroshard_ledger::LEDGER_FILE),
         identity.clone(),
     )
     .map_err(|e| NodeError::Config(format!("ledger: {e}")))?;
-    let mut economy = economy;
     economy.min_interval_ms = settings.sync.proof_interval_ms;
-    // Our own receipts, on co-replicas' proofs, count like anyone's.
-    economy.learn_node(identity.public_key());
 
     let _ = net.start_providing(stage_key(&network, stage_index)).await;
     publish_record(&net, &identity, network, stage_index, &addrs).await;
@@ -353,22 +349,34 @@ pub async fn run(settings: NodeSettings) -> Result<(), NodeError> {
     let mut term = signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut int = signal(tokio::signal::unix::SignalKind::interrupt())?;
     loop {
+        // Rounds move on a finished optimizer step, a sync result or sync gossip (handled
+        // where it arrives), and deadlines on the tick; nothing else needs a poll.
+        let mut rounds_due = false;
         tokio::select! {
             ev = net_events.recv() => match ev {
                 Some(ev) => node.on_net_event(ev, &mut queue),
                 None => break,
             },
             Some(done) = done_rx.recv() => {
-                if let JobDone::Backward { mb, loss, .. } = &done {
-                    node.sync.count_backward(mb, tokens_per_mb, *loss);
+                match &done {
+                    JobDone::Backward { mb, loss, .. } => node.sync.count_backward(mb, tokens_per_mb, *loss),
+                    JobDone::Step { .. } => rounds_due = true,
+                    _ => {}
                 }
                 queue.extend(node.pipeline.on_job_done(done, Instant::now()));
             }
-            Some(r) = sync_rx.recv() => node.on_sync_result(r, Instant::now()),
+            Some(r) = sync_rx.recv() => {
+                node.on_sync_result(r, Instant::now());
+                rounds_due = true;
+            }
             Some(r) = send_rx.recv() => {
                 queue.extend(node.pipeline.on_send_result(r.to, r.mb, r.kind, r.result, Instant::now()));
             }
-            _ = tick.tick() => queue.extend(node.pipeline.on_tick(Instant::now())),
+            _ = tick.tick() => {
+                queue.extend(node.pipeline.on_tick(Instant::now()));
+                node.poll_proof();
+                rounds_due = true;
+            }
             _ = beat.tick() => {
                 node.heartbeat(false);
                 node.ledger_anti_entropy();
@@ -383,7 +391,9 @@ pub async fn run(settings: NodeSettings) -> Result<(), NodeError> {
             queue.extend(node.pipeline.start());
         }
         node.apply(&mut queue);
-        node.poll_sync(Instant::now());
+        if rounds_due {
+            node.poll_sync(Instant::now());
+        }
     }
     node.shutdown().await
 }

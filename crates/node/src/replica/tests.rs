@@ -1,8 +1,9 @@
 use super::*;
 use neuroshard_model::{ModelConfig, StageSpec};
 
-fn params(seed: u64) -> ParamSet {
-    let config = ModelConfig {
+/// A one-layer model small enough for exact checks.
+pub(crate) fn tiny_config() -> ModelConfig {
+    ModelConfig {
         layers: 1,
         d_model: 8,
         heads: 2,
@@ -13,12 +14,16 @@ fn params(seed: u64) -> ParamSet {
         tie_embeddings: false,
         rope_theta: 10_000.0,
         norm_eps: 1e-5,
-    };
+    }
+}
+
+fn params(seed: u64) -> ParamSet {
+    let config = tiny_config();
     let spec = StageSpec::full(&config);
     ParamSet::init(spec.param_specs(&config), seed)
 }
 
-fn cfg(me: u8, compression: &str) -> DilocoConfig {
+pub(crate) fn cfg(me: u8, compression: &str) -> DilocoConfig {
     DilocoConfig {
         me: NodeId([me; 32]),
         aggregator: "mean".into(),
@@ -176,6 +181,10 @@ fn a_sign_flip_attacker_sends_the_negated_message_but_keeps_honest_books() {
         "{:?}",
         &sent[..4]
     );
+    // Its own books stay honest: after a round that used its (forged) message it restarts
+    // at the new θ₀, as an honest replica would, so it keeps serving sensible activations.
+    d.apply(1, Vec::new(), &mut p).unwrap();
+    assert!(max_diff(&p.flatten(), d.theta()) < 1e-6);
 }
 
 #[test]

@@ -13,7 +13,7 @@ use tokio::sync::mpsc;
 use super::sync_io::{SyncResult, SyncState};
 use super::{CHECKPOINT_DIR, SendResult, emit, now_ms};
 use crate::NodeError;
-use crate::compute::EngineRequest;
+use crate::compute::{EngineRequest, ask};
 use crate::economy::{Economy, LedgerSyncRequest, LedgerSyncResponse};
 use crate::pipeline::{Action, Pipeline};
 use crate::records::{HEARTBEAT_TOPIC, Heartbeat, open};
@@ -228,20 +228,18 @@ impl Node {
 
     /// Checkpoints in the engine between jobs; the result is reported as an event.
     pub(super) fn speculative_checkpoint(&self) {
-        let (reply, rx) = tokio::sync::oneshot::channel();
         let started = Instant::now();
         let step = self.pipeline.steps_done();
-        let request = EngineRequest::Save {
-            dir: self.settings.data_dir.join(CHECKPOINT_DIR),
+        let dir = self.settings.data_dir.join(CHECKPOINT_DIR);
+        let extra = self.checkpoint_extra();
+        let saved = ask(&self.engine, |reply| EngineRequest::Save {
+            dir,
             step,
-            extra: self.checkpoint_extra(),
+            extra,
             reply,
-        };
-        if self.engine.send(request).is_err() {
-            return;
-        }
+        });
         tokio::spawn(async move {
-            let result = rx.await.unwrap_or_else(|_| Err("engine stopped".into()));
+            let result = saved.answer().await;
             emit(json!({
                 "event": "checkpoint",
                 "step": step,
@@ -255,23 +253,15 @@ impl Node {
 
     pub(super) async fn shutdown(self) -> Result<(), NodeError> {
         self.heartbeat(true);
-        let (reply, rx) = tokio::sync::oneshot::channel();
         let dir = self.settings.data_dir.join(CHECKPOINT_DIR);
-        let extra = self.checkpoint_extra();
-        let saved = if self
-            .engine
-            .send(EngineRequest::Save {
-                dir: dir.clone(),
-                step: self.pipeline.steps_done(),
-                extra,
-                reply,
-            })
-            .is_ok()
-        {
-            rx.await.unwrap_or_else(|_| Err("engine stopped".into()))
-        } else {
-            Err("engine stopped".into())
-        };
+        let saved = ask(&self.engine, |reply| EngineRequest::Save {
+            dir: dir.clone(),
+            step: self.pipeline.steps_done(),
+            extra: self.checkpoint_extra(),
+            reply,
+        })
+        .answer()
+        .await;
         // Give the deathrattle a moment on the wire before the connections close.
         tokio::time::sleep(Duration::from_millis(200)).await;
         emit(json!({

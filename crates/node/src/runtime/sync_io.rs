@@ -6,16 +6,13 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use neuroshard_model::StageSpec;
-use neuroshard_net::PeerId;
-use neuroshard_proof::{
-    Canonical, LayerRange, NodeId, Receipt, ReceiptKind, Roles, ShardWork, Signed,
-};
+use neuroshard_net::{Net, PeerId};
+use neuroshard_proof::{Canonical, LayerRange, NodeId, Roles, ShardWork, Signed};
 use serde_json::json;
-use tokio::sync::oneshot;
 
 use super::node::Node;
 use super::{RECORD_TTL, emit, now_ms};
-use crate::compute::EngineRequest;
+use crate::compute::{EngineRequest, ask};
 use crate::economy::{LedgerSyncResponse, ProofOutcome, WorkSummary};
 use crate::records::PROOF_TOPIC;
 use crate::records::{node_of, open};
@@ -36,7 +33,7 @@ pub(in crate::runtime) enum SyncResult {
     Adopted {
         round: u64,
         hash: [u8; 32],
-        result: Result<(Vec<u8>, [u8; 32]), String>,
+        result: Result<Vec<u8>, String>,
         reason: String,
     },
     /// Our recomputation of a round another replica announced a larger outcome of.
@@ -135,7 +132,7 @@ impl Node {
         hash
     }
 
-    /// Drives the rounds; called on every turn of the event loop.
+    /// Drives the rounds: after an optimizer step, a sync event, and on the tick.
     pub(in crate::runtime) fn poll_sync(&mut self, now: Instant) {
         let live: BTreeSet<NodeId> = self
             .pipeline
@@ -146,6 +143,10 @@ impl Node {
         let steps = self.pipeline.steps_done();
         let actions = self.sync.syncer.poll(now, steps, &live);
         self.run_sync_actions(actions);
+    }
+
+    /// Emits our next proof when one is due.
+    pub(in crate::runtime) fn poll_proof(&mut self) {
         if let Some(result) = self.economy.poll_proof(now_ms()) {
             match result {
                 Ok(wire) => {
@@ -165,18 +166,14 @@ impl Node {
         for action in actions {
             match action {
                 SyncAction::Prepare { round } => {
-                    let (reply, rx) = oneshot::channel();
-                    if self
-                        .engine
-                        .send(EngineRequest::SyncPrepare { round, reply })
-                        .is_ok()
-                    {
-                        let tx = self.sync_tx.clone();
-                        tokio::spawn(async move {
-                            let r = rx.await.unwrap_or_else(|_| Err("engine stopped".into()));
-                            let _ = tx.send(SyncResult::Prepared(round, r));
-                        });
-                    }
+                    let prepared = ask(&self.engine, |reply| EngineRequest::SyncPrepare {
+                        round,
+                        reply,
+                    });
+                    let tx = self.sync_tx.clone();
+                    tokio::spawn(async move {
+                        let _ = tx.send(SyncResult::Prepared(round, prepared.answer().await));
+                    });
                 }
                 SyncAction::Publish(msg) => self.publish_sync(msg),
                 SyncAction::Aggregate { round, from } => self.aggregate(round, from),
@@ -207,36 +204,21 @@ impl Node {
 
     fn aggregate(&self, round: u64, from: Vec<(NodeId, Option<PeerId>, [u8; 32])>) {
         let (net, engine, tx) = (self.net.clone(), self.engine.clone(), self.sync_tx.clone());
-        // A dense f32 message plus headers is the most a pseudo-gradient can take.
-        let max = self.sync.numel * 4 + (1 << 20);
+        let max = pseudo_gradient_limit(self.sync.numel);
         tokio::spawn(async move {
             let remote: Vec<(NodeId, PeerId, [u8; 32])> = from
                 .into_iter()
                 .filter_map(|(n, p, h)| p.map(|p| (n, p, h)))
                 .collect();
             let peers = remote.iter().map(|(n, p, _)| (*n, *p)).collect();
-            let fetched = futures::future::join_all(remote.into_iter().map(|(n, p, h)| {
-                let net = net.clone();
-                async move { (n, p, net.fetch_blob(p, h, max).await) }
-            }))
-            .await;
-            let mut messages = Vec::new();
-            let mut failed = Vec::new();
-            for (n, p, r) in fetched {
-                match r {
-                    Ok(bytes) => messages.push((n, bytes)),
-                    Err(e) => failed.push((n, p, format!("fetching its pseudo-gradient: {e}"))),
-                }
-            }
-            let (reply, rx) = oneshot::channel();
-            let result = match engine.send(EngineRequest::SyncApply {
+            let (messages, failed) = fetch_all(&net, remote, max).await;
+            let result = ask(&engine, |reply| EngineRequest::SyncApply {
                 round,
                 messages,
                 reply,
-            }) {
-                Ok(()) => rx.await.unwrap_or_else(|_| Err("engine stopped".into())),
-                Err(_) => Err("engine stopped".into()),
-            };
+            })
+            .answer()
+            .await;
             let _ = tx.send(SyncResult::Applied {
                 round,
                 result,
@@ -255,44 +237,29 @@ impl Node {
         announcer: PeerId,
     ) {
         let (net, engine, tx) = (self.net.clone(), self.engine.clone(), self.sync_tx.clone());
-        let max = self.sync.numel * 4 + (1 << 20);
+        let max = pseudo_gradient_limit(self.sync.numel);
         tokio::spawn(async move {
-            let fetched_list: Vec<(NodeId, [u8; 32])> =
-                fetch.iter().map(|(n, _, h)| (*n, *h)).collect();
-            let got = futures::future::join_all(fetch.into_iter().map(|(n, p, h)| {
-                let net = net.clone();
-                async move { (n, net.fetch_blob(p, h, max).await) }
-            }))
-            .await;
-            let mut extra = Vec::new();
-            let mut result = Ok(());
-            for (n, r) in got {
-                match r {
-                    Ok(bytes) => extra.push((n, bytes)),
-                    Err(e) => result = Err(format!("fetching the offer of {n}: {e}")),
-                }
-            }
-            let result = match result {
-                Ok(()) => {
-                    let (reply, rx) = oneshot::channel();
-                    match engine.send(EngineRequest::SyncReapply {
+            let fetched = fetch.iter().map(|(n, _, h)| (*n, *h)).collect();
+            let (extra, failed) = fetch_all(&net, fetch, max).await;
+            let result = match failed.first() {
+                Some((n, _, e)) => Err(format!("offer of {n}: {e}")),
+                None => {
+                    ask(&engine, |reply| EngineRequest::SyncReapply {
                         round,
                         extra,
                         set,
                         reply,
-                    }) {
-                        Ok(()) => rx.await.unwrap_or_else(|_| Err("engine stopped".into())),
-                        Err(_) => Err("engine stopped".into()),
-                    }
+                    })
+                    .answer()
+                    .await
                 }
-                Err(e) => Err(e),
             };
             let _ = tx.send(SyncResult::Recomputed {
                 round,
                 claimed,
                 announcer,
                 result,
-                fetched: fetched_list,
+                fetched,
             });
         });
     }
@@ -302,24 +269,20 @@ impl Node {
         let max = outer_state_limit(self.sync.numel);
         let reason = format!("outer state of round {round} from {peer}");
         tokio::spawn(async move {
-            let result = async {
-                let bytes = net
-                    .fetch_blob(peer, hash, max)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let (reply, rx) = oneshot::channel();
-                engine
-                    .send(EngineRequest::SyncAdopt {
+            // The transport checks the bytes against `hash`, so the state we adopt is the
+            // one announced.
+            let result = match net.fetch_blob(peer, hash, max).await {
+                Ok(bytes) => {
+                    let adopted = ask(&engine, |reply| EngineRequest::SyncAdopt {
                         round,
                         bytes: bytes.clone(),
                         included,
                         reply,
-                    })
-                    .map_err(|_| "engine stopped".to_string())?;
-                let got = rx.await.unwrap_or_else(|_| Err("engine stopped".into()))?;
-                Ok((bytes, got))
-            }
-            .await;
+                    });
+                    adopted.answer().await.map(|_| bytes)
+                }
+                Err(e) => Err(e.to_string()),
+            };
             let _ = tx.send(SyncResult::Adopted {
                 round,
                 hash,
@@ -347,19 +310,12 @@ impl Node {
             SyncResult::Adopted {
                 round,
                 hash,
-                result: Ok((bytes, got)),
+                result: Ok(bytes),
                 reason,
             } => {
-                if got != hash {
-                    self.sync_failed(
-                        &format!("{reason}: state hashes to {}", hex::encode(got)),
-                        now,
-                    );
-                    return;
-                }
                 self.offer(round, Arc::new(bytes));
                 let steps = self.pipeline.steps_done();
-                let ev = self.sync.syncer.on_adopted(round, got, steps, &reason);
+                let ev = self.sync.syncer.on_adopted(round, hash, steps, &reason);
                 self.run_sync_actions(vec![ev]);
                 self.publish_theta_record();
             }
@@ -389,39 +345,18 @@ impl Node {
                         "announced a round outcome that does not recompute",
                     );
                 }
-                self.offer(round, applied.outer.clone());
-                self.sync.optimizer_blob = self.offer(round, optimizer);
+                self.serve_outcome(round, &applied, optimizer);
                 let steps = self.pipeline.steps_done();
+                let contributors = applied.contributors.clone();
                 let actions = self.sync.syncer.on_recomputed(
                     round,
                     applied.theta,
                     claimed,
-                    applied.contributors.clone(),
+                    contributors,
                     steps,
                 );
-                let receipts = fetched
-                    .iter()
-                    .map(|(node, blob)| {
-                        let r = Receipt::sign(
-                            &self.identity,
-                            *node,
-                            round,
-                            ReceiptKind::Gradients,
-                            *blob,
-                        );
-                        (*node, r)
-                    })
-                    .collect();
-                self.publish_sync(SyncMsg::Done(SyncDone {
-                    network: self.network,
-                    stage: self.stage as u16,
-                    round,
-                    theta: applied.theta,
-                    contributors: applied.contributors,
-                    receipts,
-                }));
+                self.announce_outcome(round, &applied, &fetched);
                 self.run_sync_actions(actions);
-                self.publish_theta_record();
             }
             SyncResult::Recomputed {
                 round,
@@ -497,8 +432,7 @@ impl Node {
             );
         }
         let theta_before = self.sync.syncer.theta();
-        self.offer(round, applied.outer.clone());
-        self.sync.optimizer_blob = self.offer(round, optimizer);
+        self.serve_outcome(round, &applied, optimizer);
         let steps = self.pipeline.steps_done();
         let (actions, offered) = self.sync.syncer.on_applied(
             round,
@@ -507,25 +441,8 @@ impl Node {
             steps,
             now,
         );
-        let receipts = offered
-            .iter()
-            .map(|(node, blob)| {
-                (
-                    *node,
-                    Receipt::sign(&self.identity, *node, round, ReceiptKind::Gradients, *blob),
-                )
-            })
-            .collect();
-        self.publish_sync(SyncMsg::Done(SyncDone {
-            network: self.network,
-            stage: self.stage as u16,
-            round,
-            theta: applied.theta,
-            contributors: applied.contributors.clone(),
-            receipts,
-        }));
+        self.announce_outcome(round, &applied, &offered);
         self.run_sync_actions(actions);
-        self.publish_theta_record();
         if let Some((r, hash)) = self.sync.my_offer
             && r == round
             && applied.contributors.contains(&self.identity.node_id())
@@ -572,6 +489,30 @@ impl Node {
         }
     }
 
+    /// Serves a round's outer state and our optimizer blob to peers that fetch them.
+    fn serve_outcome(&mut self, round: u64, applied: &Applied, optimizer: Arc<Vec<u8>>) {
+        self.offer(round, applied.outer.clone());
+        self.sync.optimizer_blob = self.offer(round, optimizer);
+    }
+
+    /// Gossips our outcome of `round` with receipts for the offers in `receipted`, and points
+    /// the stage's DHT record at it.
+    fn announce_outcome(&self, round: u64, applied: &Applied, receipted: &[(NodeId, [u8; 32])]) {
+        let receipts = receipted
+            .iter()
+            .map(|(node, blob)| (*node, self.economy.receipt_for(*node, round, *blob)))
+            .collect();
+        self.publish_sync(SyncMsg::Done(SyncDone {
+            network: self.network,
+            stage: self.stage as u16,
+            round,
+            theta: applied.theta,
+            contributors: applied.contributors.clone(),
+            receipts,
+        }));
+        self.publish_theta_record();
+    }
+
     /// Announces where newcomers fetch this stage's θ₀ and optimizer state.
     fn publish_theta_record(&self) {
         let rec = ThetaRecord {
@@ -593,12 +534,7 @@ impl Node {
         });
     }
 
-    pub(in crate::runtime) fn on_sync_gossip(
-        &mut self,
-        author: PeerId,
-        data: &[u8],
-        _now: Instant,
-    ) {
+    pub(in crate::runtime) fn on_sync_gossip(&mut self, author: PeerId, data: &[u8], now: Instant) {
         let Ok(msg) = open::<SyncMsg>(data, Some(&author)) else {
             return;
         };
@@ -621,6 +557,8 @@ impl Node {
                 self.run_sync_actions(actions);
             }
         }
+        // An offer may make us follow a round; a Done may show we are behind.
+        self.poll_sync(now);
     }
 
     pub(in crate::runtime) fn on_proof_gossip(&mut self, data: &[u8]) {
@@ -669,4 +607,31 @@ pub(in crate::runtime) fn theta_records(
 /// Largest outer state of a stage: θ₀, velocity and the previous aggregate, plus a header.
 pub(in crate::runtime) fn outer_state_limit(numel: usize) -> usize {
     numel * 12 + 64
+}
+
+/// Largest pseudo-gradient message of a stage: dense f32 plus headers.
+fn pseudo_gradient_limit(numel: usize) -> usize {
+    numel * 4 + (1 << 20)
+}
+
+/// Fetches blobs concurrently: those that arrived, and the failures with their peer.
+async fn fetch_all(
+    net: &Net,
+    list: Vec<(NodeId, PeerId, [u8; 32])>,
+    max: usize,
+) -> (Vec<(NodeId, Vec<u8>)>, Vec<(NodeId, PeerId, String)>) {
+    let fetched = futures::future::join_all(
+        list.into_iter()
+            .map(|(n, p, h)| async move { (n, p, net.fetch_blob(p, h, max).await) }),
+    )
+    .await;
+    let mut ok = Vec::new();
+    let mut failed = Vec::new();
+    for (n, p, r) in fetched {
+        match r {
+            Ok(bytes) => ok.push((n, bytes)),
+            Err(e) => failed.push((n, p, format!("fetching its pseudo-gradient: {e}"))),
+        }
+    }
+    (ok, failed)
 }

@@ -37,6 +37,19 @@ fn live(all: &[Replica], me: usize) -> BTreeSet<NodeId> {
         .collect()
 }
 
+/// An offer of `round` made against θ₀ `base`.
+fn offer(round: u64, base: [u8; 32]) -> SyncOffer {
+    SyncOffer {
+        network: NET,
+        stage: 0,
+        round,
+        base,
+        blob: [1; 32],
+        bytes: 1,
+        dense_bytes: 4,
+    }
+}
+
 fn offer_of(actions: &[SyncAction]) -> SyncOffer {
     match actions.iter().find_map(|a| match a {
         SyncAction::Publish(SyncMsg::Offer(o)) => Some(o.clone()),
@@ -59,6 +72,20 @@ fn prepare_and_offer(all: &mut [Replica], i: usize, now: Instant) {
             r.s.on_offer(peer, node, offer.clone());
         }
     }
+}
+
+/// `n` replicas that all offered round 1; replica 0 has started aggregating it.
+fn replica_zero_aggregating(n: u8) -> (Vec<Replica>, Instant) {
+    let mut all = replicas(n);
+    let now = Instant::now();
+    for i in 0..usize::from(n) {
+        let l = live(&all, i);
+        all[i].s.poll(now, 4, &l);
+        prepare_and_offer(&mut all, i, now);
+    }
+    let l0 = live(&all, 0);
+    aggregate_of(&all[0].s.poll(now, 4, &l0));
+    (all, now)
 }
 
 fn aggregate_of(actions: &[SyncAction]) -> Vec<NodeId> {
@@ -154,16 +181,8 @@ fn a_silent_replica_is_left_out_after_the_deadline() {
 }
 
 #[test]
-fn the_larger_outcome_wins_and_the_smaller_one_adopts_it() {
-    let mut all = replicas(3);
-    let now = Instant::now();
-    for i in 0..3 {
-        let l = live(&all, i);
-        all[i].s.poll(now, 4, &l);
-        prepare_and_offer(&mut all, i, now);
-    }
-    let l0 = live(&all, 0);
-    aggregate_of(&all[0].s.poll(now, 4, &l0));
+fn the_larger_outcome_wins_and_the_smaller_one_recomputes_it() {
+    let (mut all, now) = replica_zero_aggregating(3);
     // Replica 0 ended up using only two inputs (say a fetch failed); replica 1 used three.
     let (a, b, c) = (all[0].node, all[1].node, all[2].node);
     all[0].s.on_applied(1, [5; 32], vec![a, b], 4, now);
@@ -202,15 +221,7 @@ fn the_larger_outcome_wins_and_the_smaller_one_adopts_it() {
 
 #[test]
 fn a_false_announcement_is_caught_by_recomputing_and_never_followed_again() {
-    let mut all = replicas(3);
-    let now = Instant::now();
-    for i in 0..3 {
-        let l = live(&all, i);
-        all[i].s.poll(now, 4, &l);
-        prepare_and_offer(&mut all, i, now);
-    }
-    let l0 = live(&all, 0);
-    aggregate_of(&all[0].s.poll(now, 4, &l0));
+    let (mut all, now) = replica_zero_aggregating(3);
     let (a, b, c) = (all[0].node, all[1].node, all[2].node);
     all[0].s.on_applied(1, [5; 32], vec![a, b], 4, now);
     let (peer, node) = (all[1].peer, all[1].node);
@@ -232,15 +243,7 @@ fn a_false_announcement_is_caught_by_recomputing_and_never_followed_again() {
 
 #[test]
 fn invented_contributors_cannot_outrank_an_outcome() {
-    let mut all = replicas(2);
-    let now = Instant::now();
-    for i in 0..2 {
-        let l = live(&all, i);
-        all[i].s.poll(now, 4, &l);
-        prepare_and_offer(&mut all, i, now);
-    }
-    let l0 = live(&all, 0);
-    aggregate_of(&all[0].s.poll(now, 4, &l0));
+    let (mut all, now) = replica_zero_aggregating(2);
     let (a, b) = (all[0].node, all[1].node);
     all[0].s.on_applied(1, [5; 32], vec![a, b], 4, now);
     let sybil = NodeId([99; 32]);
@@ -274,19 +277,7 @@ fn a_replica_behind_fetches_the_latest_outer_state() {
     assert_eq!(all[0].s.round(), 3);
     // An offer of round 5 means round 4 exists: its base is fetched from the offerer.
     let (peer2, node2) = (all[2].peer, all[2].node);
-    all[0].s.on_offer(
-        peer2,
-        node2,
-        SyncOffer {
-            network: NET,
-            stage: 0,
-            round: 5,
-            base: [8; 32],
-            blob: [1; 32],
-            bytes: 1,
-            dense_bytes: 4,
-        },
-    );
+    all[0].s.on_offer(peer2, node2, offer(5, [8; 32]));
     let acts = all[0].s.poll(now, 1, &l0);
     assert!(matches!(
         acts.as_slice(),
@@ -302,15 +293,7 @@ fn a_replica_behind_fetches_the_latest_outer_state() {
 fn one_dissenting_offer_does_not_move_a_replica_but_a_majority_does() {
     let mut all = replicas(3);
     let now = Instant::now();
-    let odd = |base| SyncOffer {
-        network: NET,
-        stage: 0,
-        round: 1,
-        base,
-        blob: [1; 32],
-        bytes: 1,
-        dense_bytes: 4,
-    };
+    let odd = |base| offer(1, base);
     let l0 = live(&all, 0);
     let (p1, n1, p2, n2) = (all[1].peer, all[1].node, all[2].peer, all[2].node);
     all[0].s.on_offer(p1, n1, odd([3; 32]));
@@ -349,16 +332,7 @@ fn a_replica_that_took_its_state_from_a_peer_fetches_a_better_outcome_instead_of
     let (p1, n1, p2, n2) = (all[1].peer, all[1].node, all[2].peer, all[2].node);
     // Both co-replicas offered in round 2 (against θ₀ [3; 32] of round 1) while we were away.
     for (peer, node) in [(p1, n1), (p2, n2)] {
-        let offer = SyncOffer {
-            network: NET,
-            stage: 0,
-            round: 2,
-            base: [3; 32],
-            blob: [1; 32],
-            bytes: 1,
-            dense_bytes: 4,
-        };
-        all[0].s.on_offer(peer, node, offer);
+        all[0].s.on_offer(peer, node, offer(2, [3; 32]));
     }
     all[0].s.on_done(p1, n1, done(2, [7; 32], vec![b]));
     let l0 = live(&all, 0);
