@@ -9,6 +9,7 @@ mod engine;
 mod error;
 mod export;
 mod generate;
+mod loss;
 mod optim;
 mod params;
 mod stage;

@@ -8,7 +8,7 @@ use burn::prelude::*;
 use crate::config::ModelConfig;
 use crate::error::ModelError;
 use crate::params::{ParamSet, StageSpec};
-use crate::transformer::{Ctx, Weights, cross_entropy, ids_tensor, token_losses};
+use crate::transformer::{Ctx, Weights, ids_tensor};
 
 /// Hidden states crossing a stage boundary, `[batch, seq, d_model]` row-major.
 #[derive(Debug, Clone, PartialEq)]
@@ -295,9 +295,12 @@ impl Stage {
         let device = crate::engine::device();
         let weights = Weights::upload(&self.config, &self.spec, &self.params, &device, false);
         let (h, _) = self.hidden(&weights, input, &device, false);
-        let logits = weights.logits(&self.config, h);
-        let losses = token_losses(logits, ids_tensor(targets, batch, seq, &device));
-        crate::engine::to_vec(losses.into_data())
+        let logits = crate::engine::to_vec(weights.logits(&self.config, h).into_data())?;
+        Ok(crate::loss::token_losses(
+            &logits,
+            targets,
+            self.config.vocab,
+        ))
     }
 
     /// Backward pass: the vector–Jacobian product of this stage at `input`.
@@ -316,9 +319,19 @@ impl Stage {
         let (objective, loss) = match (upstream, self.spec.head) {
             (Upstream::Targets(targets), true) => {
                 self.check_targets(targets, batch, seq)?;
-                let logits = weights.logits(&self.config, h);
-                let loss = cross_entropy(logits, ids_tensor(targets, batch, seq, &device));
-                (loss.clone(), Some(loss))
+                let vocab = self.config.vocab;
+                let logits = weights
+                    .logits(&self.config, h)
+                    .reshape([batch * seq, vocab]);
+                // The loss and its gradient come from plain rows (see `loss.rs`); the engine
+                // back-propagates Σ logits · ∂loss/∂logits, whose gradient is the same.
+                let values = crate::engine::to_vec(logits.clone().inner().into_data())?;
+                let (loss, dlogits) = crate::loss::cross_entropy(&values, targets, vocab);
+                let dlogits = Tensor::<2>::from_data(
+                    TensorData::new(dlogits, [batch * seq, vocab]),
+                    &device.clone().inner(),
+                );
+                (logits.mul(dlogits.autodiff()).sum(), Some(loss))
             }
             (Upstream::Grad(g), false) => {
                 g.validate(&self.config)?;
@@ -347,10 +360,6 @@ impl Stage {
             }
         };
         let grads = objective.backward();
-        let loss = match loss {
-            Some(l) => Some(crate::engine::to_vec(l.inner().into_data())?[0]),
-            None => None,
-        };
         let input_grad = match input_leaf {
             Some(x) => {
                 let g = x

@@ -5,8 +5,8 @@
 //! key/value heads and a causal mask. Only this file and `engine.rs` see burn types.
 
 use burn::prelude::*;
-use burn::tensor::activation::{log_softmax, silu, softmax};
-use burn::tensor::module::{embedding, linear};
+use burn::tensor::activation::{silu, softmax};
+use burn::tensor::module::embedding;
 
 use crate::config::ModelConfig;
 use crate::params::{ParamKind, ParamSet, StageSpec};
@@ -189,15 +189,16 @@ impl KvCache {
     }
 }
 
-fn rms_norm(x: Tensor<3>, weight: &Tensor<1>, eps: f64) -> Tensor<3> {
+/// RMSNorm over the rows of `[tokens, d]`.
+fn rms_norm(x: Tensor<2>, weight: &Tensor<1>, eps: f64) -> Tensor<2> {
     let inv_rms = x
         .clone()
         .square()
-        .mean_dim(2)
+        .mean_dim(1)
         .add_scalar(eps)
         .sqrt()
         .recip();
-    x.mul(inv_rms).mul(weight.clone().unsqueeze::<3>())
+    x.mul(inv_rms).mul(weight.clone().unsqueeze::<2>())
 }
 
 fn rotate_half(x: Tensor<4>) -> Tensor<4> {
@@ -233,52 +234,59 @@ impl Weights {
 
     /// Runs every block of the stage. With a cache, keys/values of earlier positions are
     /// reused and the new ones appended.
+    ///
+    /// Inside, the hidden states are one `[b·s, d]` matrix: every projection is then a single
+    /// matrix product whose weight is packed once, instead of one small product per sequence.
     pub(crate) fn blocks(
         &self,
         config: &ModelConfig,
-        mut x: Tensor<3>,
+        x: Tensor<3>,
         ctx: &Ctx,
         mut cache: Option<&mut KvCache>,
     ) -> Tensor<3> {
+        let [b, s, d] = x.dims();
+        let mut x = x.reshape([b * s, d]);
         for (i, block) in self.blocks.iter().enumerate() {
             let slot = cache.as_deref_mut().map(|c| &mut c.layers[i]);
             let h = rms_norm(x.clone(), &block.attn_norm, config.norm_eps);
-            x = x + attention(config, block, h, ctx, slot);
+            x = x + attention(config, block, h, [b, s], ctx, slot);
             let h = rms_norm(x.clone(), &block.mlp_norm, config.norm_eps);
-            let mlp = silu(linear(h.clone(), block.gate.clone(), None)).mul(linear(
-                h,
-                block.up.clone(),
-                None,
-            ));
-            x = x + linear(mlp, block.down.clone(), None);
+            let mlp = silu(h.clone().matmul(block.gate.clone())).mul(h.matmul(block.up.clone()));
+            x = x + mlp.matmul(block.down.clone());
         }
-        x
+        x.reshape([b, s, d])
     }
 
     /// Final norm and LM head: hidden `[b, s, d]` → logits `[b, s, vocab]`.
     pub(crate) fn logits(&self, config: &ModelConfig, x: Tensor<3>) -> Tensor<3> {
+        let [b, s, d] = x.dims();
         match (&self.norm, &self.head) {
             (Some(norm), Some(head)) => {
-                linear(rms_norm(x, norm, config.norm_eps), head.clone(), None)
+                let h = rms_norm(x.reshape([b * s, d]), norm, config.norm_eps);
+                let logits = h.matmul(head.clone());
+                let v = logits.dims()[1];
+                logits.reshape([b, s, v])
             }
             _ => unreachable!("callers check that the stage holds the head"),
         }
     }
 }
 
+/// Causal self-attention of `[b·s, d]` hidden states (`shape` = `[b, s]`).
 fn attention(
     config: &ModelConfig,
     block: &Block,
-    x: Tensor<3>,
+    x: Tensor<2>,
+    [b, s]: [usize; 2],
     ctx: &Ctx,
     cache: Option<&mut Option<(Tensor<4>, Tensor<4>)>>,
-) -> Tensor<3> {
-    let [b, s, d] = x.dims();
+) -> Tensor<2> {
+    let d = x.dims()[1];
     let (h, kvh, hd) = (config.heads, config.kv_heads, config.head_dim());
-    let heads = |t: Tensor<3>, n: usize| t.reshape([b, s, n, hd]).swap_dims(1, 2);
-    let q = rope(heads(linear(x.clone(), block.q.clone(), None), h), ctx);
-    let mut k = rope(heads(linear(x.clone(), block.k.clone(), None), kvh), ctx);
-    let mut v = heads(linear(x, block.v.clone(), None), kvh);
+    let heads = |t: Tensor<2>, n: usize| t.reshape([b, s, n, hd]).swap_dims(1, 2);
+    let q = rope(heads(x.clone().matmul(block.q.clone()), h), ctx);
+    let mut k = rope(heads(x.clone().matmul(block.k.clone()), kvh), ctx);
+    let mut v = heads(x.matmul(block.v.clone()), kvh);
     if let Some(slot) = cache {
         if let Some((pk, pv)) = slot.take() {
             k = Tensor::cat(vec![pk, k], 2);
@@ -298,28 +306,8 @@ fn attention(
     let out = softmax(scores, 3)
         .matmul(v)
         .swap_dims(1, 2)
-        .reshape([b, s, d]);
-    linear(out, block.o.clone(), None)
-}
-
-/// Mean next-token cross-entropy (nats) of logits `[b, s, v]` against targets `[b, s]`.
-pub(crate) fn cross_entropy(logits: Tensor<3>, targets: Tensor<2, Int>) -> Tensor<1> {
-    let [b, s, v] = logits.dims();
-    let log_probs = log_softmax(logits.reshape([b * s, v]), 1);
-    log_probs
-        .gather(1, targets.reshape([b * s, 1]))
-        .mean()
-        .neg()
-}
-
-/// Per-position cross-entropy (nats), for evaluation sums.
-pub(crate) fn token_losses(logits: Tensor<3>, targets: Tensor<2, Int>) -> Tensor<1> {
-    let [b, s, v] = logits.dims();
-    let log_probs = log_softmax(logits.reshape([b * s, v]), 1);
-    log_probs
-        .gather(1, targets.reshape([b * s, 1]))
-        .reshape([b * s])
-        .neg()
+        .reshape([b * s, d]);
+    out.matmul(block.o.clone())
 }
 
 /// Token ids as an engine tensor `[b, s]`.
