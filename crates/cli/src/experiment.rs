@@ -32,8 +32,10 @@ pub enum ErrorFeedback {
     /// In its own parameters: the replica restarts from θ₀ − residual, so its next Δ already
     /// contains the unsent part and the residual is not added again.
     Params,
-    /// In a separate residual added to every next Δ while the replica restarts from θ₀. The
-    /// replica then re-learns the unsent progress and it is counted twice (kept for comparison).
+    /// In a separate residual, scaled by `--ef-decay` β and added to every next Δ while the
+    /// replica restarts from θ₀. With β = 1 the replica re-learns the unsent progress and it is
+    /// counted twice (kept for comparison); with β < 1 and no outer momentum this is SparseLoCo,
+    /// where the decaying accumulator takes the place of the outer momentum.
     Accumulate,
 }
 
@@ -66,6 +68,9 @@ pub struct DilocoArgs {
     /// Where a compressing replica keeps its unsent residual.
     #[arg(long, value_enum, default_value_t = ErrorFeedback::Params)]
     error_feedback: ErrorFeedback,
+    /// Decay β of the `accumulate` residual (SparseLoCo uses about 0.95 with outer momentum 0).
+    #[arg(long, default_value_t = 1.0)]
+    ef_decay: f32,
     #[arg(long, default_value_t = 0)]
     seed: u64,
     /// Write the run (settings and per-outer-step figures) as JSON.
@@ -136,6 +141,7 @@ struct RunReport {
     attack: String,
     compress: String,
     error_feedback: &'static str,
+    ef_decay: f32,
     outer_lr: f32,
     outer_momentum: f32,
     seed: u64,
@@ -314,9 +320,16 @@ fn run_diloco(
         OuterOptimizer::with(len, args.outer_lr, args.outer_momentum),
         aggregator,
     );
+    if args.ef_decay != 1.0 && args.error_feedback != ErrorFeedback::Accumulate {
+        bail!("--ef-decay applies to --error-feedback accumulate");
+    }
     let mut compressors: Vec<Option<Compressor>> = (0..honest)
-        .map(|_| compress.map(|s| Compressor::with_seed(s, len, args.seed)))
-        .collect();
+        .map(|_| {
+            compress
+                .map(|s| Compressor::with_seed(s, len, args.seed).with_decay(args.ef_decay))
+                .transpose()
+        })
+        .collect::<Result<_, _>>()?;
     // With `--error-feedback params`, what replica r left unsent stays in its own parameters:
     // it restarts from θ₀ − kept[r] rather than from θ₀.
     let mut kept: Vec<Vec<f32>> = vec![Vec::new(); honest];
@@ -494,6 +507,7 @@ fn finish(
             ErrorFeedback::Params => "params",
             ErrorFeedback::Accumulate => "accumulate",
         },
+        ef_decay: args.ef_decay,
         outer_lr: args.outer_lr,
         outer_momentum: args.outer_momentum,
         seed: args.seed,

@@ -25,6 +25,8 @@ pub enum CompressError {
     LengthMismatch { len: usize, expected: usize },
     #[error("pseudo-gradient has a non-finite value at index {index}")]
     NonFinite { index: usize },
+    #[error("error-feedback decay must be in (0, 1], got {0}")]
+    Decay(f32),
 }
 
 #[derive(Debug, Clone, PartialEq, Error)]
@@ -390,6 +392,8 @@ pub struct Compressor {
     residual: Vec<f32>,
     seed: u64,
     round: u64,
+    /// β: the residual is scaled by β before each new Δ is added (1 keeps all of it).
+    decay: f32,
 }
 
 impl Compressor {
@@ -405,7 +409,27 @@ impl Compressor {
             residual: vec![0.0; len],
             seed,
             round: 0,
+            decay: 1.0,
         }
+    }
+
+    /// Error feedback with decay β (SparseLoCo): each round encodes `delta + β·residual`.
+    ///
+    /// For replicas that restart from the common θ₀ and so re-learn part of what they did not
+    /// send: β < 1 forgets old unsent progress geometrically instead of counting it again every
+    /// round, and the accumulator then acts as the outer momentum (use the outer step without
+    /// momentum). β outside (0, 1] is an error.
+    pub fn with_decay(mut self, decay: f32) -> Result<Self, CompressError> {
+        if !(decay > 0.0 && decay <= 1.0) {
+            return Err(CompressError::Decay(decay));
+        }
+        self.decay = decay;
+        Ok(self)
+    }
+
+    /// The error-feedback decay β (1 unless set with [`Self::with_decay`]).
+    pub fn decay(&self) -> f32 {
+        self.decay
     }
 
     pub fn spec(&self) -> &CompressSpec {
@@ -452,7 +476,7 @@ impl Compressor {
         if let Some(index) = delta.iter().position(|x| !x.is_finite()) {
             return Err(CompressError::NonFinite { index });
         }
-        let spec = self.spec;
+        let (spec, decay) = (self.spec, self.decay);
         let seed = self.mask_seed();
         let mut out = vec![VERSION, spec.values.tag(), spec.selection.tag()];
         varint::put(&mut out, delta.len() as u64);
@@ -467,7 +491,7 @@ impl Compressor {
             .enumerate()
             .map(|(index, (acc, d))| {
                 for (a, x) in acc.iter_mut().zip(d) {
-                    *a += x;
+                    *a = decay * *a + x;
                 }
                 let mut part = Vec::new();
                 encode_chunk(&spec, seed, index, acc, &mut part);

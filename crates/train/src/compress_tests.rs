@@ -338,3 +338,31 @@ fn spec_parsing() {
         assert!(bad.parse::<CompressSpec>().is_err(), "{bad}");
     }
 }
+
+#[test]
+fn decayed_error_feedback_by_hand() {
+    // Top-1 of 2 values with exact fp32: what is not sent is kept, scaled by β next round.
+    let s = spec(0.5, 2, ValueCoding::F32);
+    let mut c = Compressor::new(s, 2).with_decay(0.5).unwrap();
+    assert_eq!(
+        decode(&c.compress(&[4.0, 1.0]).unwrap(), 2).unwrap(),
+        [4.0, 0.0]
+    );
+    assert_eq!(c.residual(), [0.0, 1.0]);
+    // Round 2 encodes Δ + 0.5·residual = [1.0, 0.5 + 2.0].
+    assert_eq!(
+        decode(&c.compress(&[1.0, 2.0]).unwrap(), 2).unwrap(),
+        [0.0, 2.5]
+    );
+    assert_eq!(c.residual(), [1.0, 0.0]);
+    // β = 1 keeps everything, as before.
+    let mut plain = Compressor::new(s, 2);
+    plain.compress(&[4.0, 1.0]).unwrap();
+    assert_eq!(
+        decode(&plain.compress(&[1.0, 2.0]).unwrap(), 2).unwrap(),
+        [0.0, 3.0]
+    );
+    for bad in [0.0, -0.1, 1.5, f32::NAN] {
+        assert!(Compressor::new(s, 2).with_decay(bad).is_err(), "{bad}");
+    }
+}
