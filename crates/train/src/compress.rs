@@ -15,9 +15,12 @@ use std::str::FromStr;
 use rayon::prelude::*;
 use thiserror::Error;
 
+use crate::dct;
 use crate::varint::{self, Reader};
 
 const VERSION: u8 = 2;
+/// Set in the selection byte when values are blockwise DCT coefficients.
+const DCT_FLAG: u8 = 0x10;
 
 #[derive(Debug, Clone, PartialEq, Error)]
 pub enum CompressError {
@@ -145,6 +148,8 @@ pub struct CompressSpec {
     pub chunk: usize,
     pub values: ValueCoding,
     pub selection: Selection,
+    /// Select and code blockwise DCT coefficients instead of raw coordinates (DeMo).
+    pub dct: bool,
 }
 
 impl CompressSpec {
@@ -163,8 +168,8 @@ impl FromStr for CompressSpec {
     type Err = SpecError;
 
     /// Tokens separated by `:`: `topk` or `randk` followed by a fraction in (0, 1], a coding
-    /// (`fp32`, `int8`, `int2`, `sign`) and `chunk=N`, in any order. Defaults: all entries, fp32,
-    /// 4096.
+    /// (`fp32`, `int8`, `int2`, `sign`), `chunk=N` and `dct`, in any order. Defaults: all
+    /// entries, fp32, 4096, no transform.
     fn from_str(spec: &str) -> Result<Self, Self::Err> {
         let bad = || SpecError(spec.to_string());
         let mut out = Self {
@@ -172,6 +177,7 @@ impl FromStr for CompressSpec {
             chunk: 4096,
             values: ValueCoding::F32,
             selection: Selection::TopK,
+            dct: false,
         };
         let mut tokens = spec.split(':').map(str::trim);
         while let Some(token) = tokens.next() {
@@ -192,6 +198,7 @@ impl FromStr for CompressSpec {
                 "int8" => out.values = ValueCoding::Int8,
                 "int2" => out.values = ValueCoding::Int2,
                 "sign" | "int1" => out.values = ValueCoding::Sign,
+                "dct" => out.dct = true,
                 t => {
                     let n = t
                         .strip_prefix("chunk=")
@@ -216,10 +223,11 @@ impl fmt::Display for CompressSpec {
         };
         write!(
             out,
-            "{selection}:{}:{}:chunk={}",
+            "{selection}:{}:{}:chunk={}{}",
             self.fraction,
             self.values.name(),
-            self.chunk
+            self.chunk,
+            if self.dct { ":dct" } else { "" }
         )
     }
 }
@@ -478,7 +486,8 @@ impl Compressor {
         }
         let (spec, decay) = (self.spec, self.decay);
         let seed = self.mask_seed();
-        let mut out = vec![VERSION, spec.values.tag(), spec.selection.tag()];
+        let transform = if spec.dct { DCT_FLAG } else { 0 };
+        let mut out = vec![VERSION, spec.values.tag(), spec.selection.tag() | transform];
         varint::put(&mut out, delta.len() as u64);
         varint::put(&mut out, spec.chunk as u64);
         if spec.selection == Selection::Random {
@@ -494,7 +503,14 @@ impl Compressor {
                     *a = decay * *a + x;
                 }
                 let mut part = Vec::new();
-                encode_chunk(&spec, seed, index, acc, &mut part);
+                if spec.dct {
+                    // Select in the cosine basis; the residual goes back to coordinates.
+                    dct::transform(acc, false);
+                    encode_chunk(&spec, seed, index, acc, &mut part);
+                    dct::transform(acc, true);
+                } else {
+                    encode_chunk(&spec, seed, index, acc, &mut part);
+                }
                 part
             })
             .collect();
@@ -515,7 +531,9 @@ pub fn decode(bytes: &[u8], expected_len: usize) -> Result<Vec<f32>, DecodeError
         return Err(DecodeError::Version(version));
     }
     let coding = ValueCoding::from_tag(r.u8()?)?;
-    let selection = Selection::from_tag(r.u8()?)?;
+    let tag = r.u8()?;
+    let dct = tag & DCT_FLAG != 0;
+    let selection = Selection::from_tag(tag & !DCT_FLAG)?;
     let len = r.varint()?;
     if len != expected_len as u64 {
         return Err(DecodeError::Length {
@@ -588,6 +606,9 @@ pub fn decode(bytes: &[u8], expected_len: usize) -> Result<Vec<f32>, DecodeError
                 return Err(DecodeError::NonFinite { chunk: c });
             }
             dense[i as usize] = v;
+        }
+        if dct {
+            dct::transform(dense, true);
         }
     }
     if !r.at_end() {

@@ -7,6 +7,7 @@ fn spec(fraction: f64, chunk: usize, values: ValueCoding) -> CompressSpec {
         chunk,
         values,
         selection: Selection::TopK,
+        dct: false,
     }
 }
 
@@ -365,4 +366,35 @@ fn decayed_error_feedback_by_hand() {
     for bad in [0.0, -0.1, 1.5, f32::NAN] {
         assert!(Compressor::new(s, 2).with_decay(bad).is_err(), "{bad}");
     }
+}
+
+#[test]
+fn dct_round_trip_and_error_feedback() {
+    // A smooth pseudo-gradient: in the cosine basis a few coefficients carry it.
+    let delta: Vec<f32> = (0..4096 + 100)
+        .map(|i| ((i as f32) / 300.0).sin() + 0.5)
+        .collect();
+    let plain: CompressSpec = "topk:0.02:fp32".parse().unwrap();
+    let dct: CompressSpec = "topk:0.02:fp32:dct".parse().unwrap();
+    assert!(dct.dct && !plain.dct);
+    assert_eq!(dct.to_string().parse::<CompressSpec>().unwrap(), dct);
+    let err = |spec: CompressSpec| {
+        let mut c = Compressor::new(spec, delta.len());
+        let sent = decode(&c.compress(&delta).unwrap(), delta.len()).unwrap();
+        // What was sent plus what is kept is the input (up to the transform's rounding).
+        for ((s, r), d) in sent.iter().zip(c.residual()).zip(&delta) {
+            assert!((s + r - d).abs() < 1e-4, "{s} + {r} != {d}");
+        }
+        sq(sent.iter().zip(&delta).map(|(s, d)| s - d)) / sq(delta.iter().copied())
+    };
+    let (e_plain, e_dct) = (err(plain), err(dct));
+    assert!(e_dct < 0.1 * e_plain, "dct {e_dct} vs plain {e_plain}");
+    // A message with the flag decodes only through the transform; unknown flag bits are refused.
+    let mut bytes = Compressor::new(dct, delta.len()).compress(&delta).unwrap();
+    assert_eq!(bytes[2], 0x10);
+    bytes[2] = 0x20;
+    assert_eq!(
+        decode(&bytes, delta.len()),
+        Err(DecodeError::Selection(0x20))
+    );
 }

@@ -4,6 +4,7 @@
 //! with error feedback), and every node applies the same aggregate-then-Nesterov step.
 
 mod compress;
+mod dct;
 mod outer;
 mod varint;
 
