@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Issue 4 acceptance experiments at small settings (2-layer, d_model 64 model on the built-in
 # synthetic corpus). Usage: bench/diloco_experiments.sh [BIN] [H] [OUTER]
-# The compression figures in notes/issue4-session2.md used H = 10, OUTER = 40.
+# The session-2 compression figures used H = 10, OUTER = 40; bench/compression_long.sh runs
+# the top-k 1% line at 200 outer steps.
 # Writes runs/diloco/*.json and prints one line per run with its final validation loss.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-bin="${1:-$root/target-diloco/debug/neuroshard}"
+bin="${1:-$root/target/release/neuroshard}"
 h="${2:-50}"
 outer="${3:-6}"
 out="$root/runs/diloco"
