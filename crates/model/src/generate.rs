@@ -84,7 +84,7 @@ impl Generator {
         let x = self
             .weights
             .embed(ids_tensor(tokens, 1, tokens.len(), &self.device));
-        let h = self.weights.blocks(config, x, &ctx, None);
+        let h = self.weights.blocks(config, x, &ctx, None)?;
         crate::engine::to_vec(self.weights.logits(config, h).into_data())
     }
 
@@ -96,7 +96,7 @@ impl Generator {
         let x = self
             .weights
             .embed(ids_tensor(tokens, 1, tokens.len(), &self.device));
-        let h = self.weights.blocks(config, x, &ctx, Some(cache));
+        let h = self.weights.blocks(config, x, &ctx, Some(cache))?;
         let last = h.narrow(1, tokens.len() - 1, 1);
         crate::engine::to_vec(self.weights.logits(config, last).into_data())
     }

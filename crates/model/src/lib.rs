@@ -8,6 +8,7 @@ mod config;
 mod engine;
 mod error;
 mod export;
+mod fastmath;
 mod generate;
 mod loss;
 mod optim;

@@ -8,32 +8,7 @@
 
 use rayon::prelude::*;
 
-/// e^x for x ≤ 0 (inputs are shifted by the row maximum), in plain arithmetic the compiler
-/// vectorises: 2^n · p(r) with x = n·ln 2 + r, |r| ≤ ln2/2, and a degree-6 polynomial for e^r
-/// (relative error about 2e-7). Below −87.3 it returns 0, as f32's e^x underflows there.
-/// Every operation is a single IEEE-rounded one (Rust never fuses them), so the bits are the
-/// same at any vector width.
-#[inline(always)]
-fn exp_nonpositive(x: f32) -> f32 {
-    const LOG2E: f32 = std::f32::consts::LOG2_E;
-    const LN2_HI: f32 = 0.693_145_75;
-    const LN2_LO: f32 = 1.428_606_8e-6;
-    const LOW: f32 = -87.3;
-    // Adding 1.5·2²³ rounds to an integer (ties to even) and leaves it in the low mantissa bits.
-    const ROUND: f32 = 12_582_912.0;
-    let clamped = x.max(LOW);
-    let shifted = clamped * LOG2E + ROUND;
-    let n = shifted - ROUND;
-    let r = (clamped - n * LN2_HI) - n * LN2_LO;
-    let p = 1.0
-        + r * (1.0
-            + r * (0.5
-                + r * (1.0 / 6.0 + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r * (1.0 / 720.0))))));
-    // n ∈ [−126, 0]: 2^n is the float with exponent field n + 127.
-    let n_bits = shifted.to_bits().wrapping_sub(ROUND.to_bits());
-    let scale = f32::from_bits(n_bits.wrapping_add(127) << 23);
-    if x < LOW { 0.0 } else { p * scale }
-}
+use crate::fastmath::exp_nonpositive;
 
 /// `out[i] = e^(xs[i] − max)`, 8 lanes wide where the CPU has AVX2 (same bits either way).
 fn fill_exp(out: &mut [f32], xs: &[f32], max: f32) {
@@ -118,20 +93,6 @@ pub(crate) fn token_losses(logits: &[f32], targets: &[u32], vocab: usize) -> Vec
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn exp_matches_std_closely() {
-        let mut worst = 0.0f64;
-        for i in 0..=200_000 {
-            let x = -(i as f32) * 87.0 / 200_000.0;
-            let (ours, std) = (f64::from(exp_nonpositive(x)), f64::from(x.exp()));
-            worst = worst.max((ours - std).abs() / std);
-        }
-        assert!(worst < 1e-6, "relative error {worst}");
-        assert_eq!(exp_nonpositive(0.0), 1.0);
-        assert_eq!(exp_nonpositive(-100.0), 0.0);
-        assert_eq!(exp_nonpositive(f32::NEG_INFINITY), 0.0);
-    }
 
     #[test]
     fn vector_and_scalar_paths_agree_bitwise() {

@@ -240,7 +240,7 @@ impl Stage {
         input: &StageInput,
         device: &Device,
         track_input: bool,
-    ) -> (Tensor<3>, Option<Tensor<3>>) {
+    ) -> Result<(Tensor<3>, Option<Tensor<3>>), ModelError> {
         let (x, leaf) = match input {
             StageInput::Tokens(t) => {
                 let ids = ids_tensor(&t.ids, t.batch, t.seq, device);
@@ -257,7 +257,7 @@ impl Stage {
         };
         let seq = x.dims()[1];
         let ctx = Ctx::new(&self.config, 0, seq, device);
-        (weights.blocks(&self.config, x, &ctx, None), leaf)
+        Ok((weights.blocks(&self.config, x, &ctx, None)?, leaf))
     }
 
     /// Forward pass of a stage without the head: the activations sent downstream.
@@ -270,7 +270,7 @@ impl Stage {
         let (batch, seq) = self.check_input(input)?;
         let device = crate::engine::device();
         let weights = Weights::upload(&self.config, &self.spec, &self.params, &device, false);
-        let (out, _) = self.hidden(&weights, input, &device, false);
+        let (out, _) = self.hidden(&weights, input, &device, false)?;
         Ok(Activations {
             batch,
             seq,
@@ -294,7 +294,7 @@ impl Stage {
         self.check_targets(targets, batch, seq)?;
         let device = crate::engine::device();
         let weights = Weights::upload(&self.config, &self.spec, &self.params, &device, false);
-        let (h, _) = self.hidden(&weights, input, &device, false);
+        let (h, _) = self.hidden(&weights, input, &device, false)?;
         let logits = crate::engine::to_vec(weights.logits(&self.config, h).into_data())?;
         Ok(crate::loss::token_losses(
             &logits,
@@ -315,7 +315,7 @@ impl Stage {
         let (batch, seq) = self.check_input(input)?;
         let device = crate::engine::device().autodiff();
         let weights = Weights::upload(&self.config, &self.spec, &self.params, &device, true);
-        let (h, input_leaf) = self.hidden(&weights, input, &device, true);
+        let (h, input_leaf) = self.hidden(&weights, input, &device, true)?;
         let (objective, loss) = match (upstream, self.spec.head) {
             (Upstream::Targets(targets), true) => {
                 self.check_targets(targets, batch, seq)?;

@@ -5,10 +5,11 @@
 //! key/value heads and a causal mask. Only this file and `engine.rs` see burn types.
 
 use burn::prelude::*;
-use burn::tensor::activation::{silu, softmax};
+use burn::tensor::activation::softmax;
 use burn::tensor::module::embedding;
 
 use crate::config::ModelConfig;
+use crate::error::ModelError;
 use crate::params::{ParamKind, ParamSet, StageSpec};
 
 /// One parameter tensor as the engine holds it, kept in canonical order for gradient lookup.
@@ -47,6 +48,8 @@ pub(crate) struct Weights {
     /// `[d_model, vocab]`; the transposed embedding when tied.
     head: Option<Tensor<2>>,
     pub(crate) leaves: Vec<Leaf>,
+    /// Whether the leaves track gradients (a training pass).
+    track: bool,
 }
 
 impl Weights {
@@ -120,6 +123,7 @@ impl Weights {
             norm,
             head,
             leaves,
+            track,
         }
     }
 }
@@ -243,7 +247,7 @@ impl Weights {
         x: Tensor<3>,
         ctx: &Ctx,
         mut cache: Option<&mut KvCache>,
-    ) -> Tensor<3> {
+    ) -> Result<Tensor<3>, ModelError> {
         let [b, s, d] = x.dims();
         let mut x = x.reshape([b * s, d]);
         for (i, block) in self.blocks.iter().enumerate() {
@@ -251,10 +255,34 @@ impl Weights {
             let h = rms_norm(x.clone(), &block.attn_norm, config.norm_eps);
             x = x + attention(config, block, h, [b, s], ctx, slot);
             let h = rms_norm(x.clone(), &block.mlp_norm, config.norm_eps);
-            let mlp = silu(h.clone().matmul(block.gate.clone())).mul(h.matmul(block.up.clone()));
+            let mlp = self.swiglu(
+                h.clone().matmul(block.gate.clone()),
+                h.matmul(block.up.clone()),
+            )?;
             x = x + mlp.matmul(block.down.clone());
         }
-        x.reshape([b, s, d])
+        Ok(x.reshape([b, s, d]))
+    }
+
+    /// `silu(g) ⊙ u`, computed on plain rows (see `fastmath.rs`) instead of the engine's
+    /// scalar sigmoid, which it would also recompute in the backward pass.
+    ///
+    /// When training, the result is `u ⊙ silu(g) + (g − ḡ) ⊙ (silu'(g) ⊙ u)` with ḡ = g
+    /// detached and both factors constants: `g − ḡ` is exactly zero, so the value is
+    /// `u ⊙ silu(g)` bit for bit, while the engine's backward pass sends `silu(g)` to `u` and
+    /// `silu'(g) ⊙ u` to `g`, SwiGLU's exact gradient.
+    fn swiglu(&self, g: Tensor<2>, u: Tensor<2>) -> Result<Tensor<2>, ModelError> {
+        let dims = g.dims();
+        let device = g.device();
+        let plain = |t: &Tensor<2>| crate::engine::to_vec(t.clone().into_data());
+        let (gv, uv) = (plain(&g)?, plain(&u)?);
+        let constant = |v: Vec<f32>| Tensor::<2>::from_data(TensorData::new(v, dims), &device);
+        if !self.track {
+            return Ok(constant(crate::fastmath::swiglu(&gv, &uv)));
+        }
+        let (act, slope) = crate::fastmath::swiglu_factors(&gv, &uv);
+        let zero = g.clone() - g.detach();
+        Ok(u.mul(constant(act)) + zero.mul(constant(slope)))
     }
 
     /// Final norm and LM head: hidden `[b, s, d]` → logits `[b, s, vocab]`.

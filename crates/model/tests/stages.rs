@@ -3,7 +3,8 @@
 
 mod common;
 
-use neuroshard_model::{Stage, StageInput, StageSpec, Upstream};
+use neuroshard_model::{Batch, Stage, StageInput, StageSpec, Upstream};
+use rand::Rng;
 
 fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
@@ -112,4 +113,45 @@ fn stage_rejects_bad_input() {
         last.forward(&ok.input()).is_err(),
         "the head stage takes hidden states"
     );
+}
+
+/// Central difference of the mean loss along `dir` (one tensor of the whole model).
+fn directional_derivative(stage: &Stage, index: usize, dir: &[f32], batch: &Batch) -> f64 {
+    let eps = 1e-2f32;
+    let loss_at = |sign: f32| {
+        let mut moved = stage.clone();
+        let values = &mut moved.params_mut().values_mut()[index];
+        values.iter_mut().zip(dir).for_each(|(x, d)| *x += sign * eps * d);
+        let losses = moved.token_losses(&batch.input(), &batch.targets).unwrap();
+        losses.iter().map(|&l| f64::from(l)).sum::<f64>() / losses.len() as f64
+    };
+    (loss_at(1.0) - loss_at(-1.0)) / (2.0 * f64::from(eps))
+}
+
+#[test]
+fn gradients_match_finite_differences() {
+    // Guards the hand-written pieces of the backward pass (SwiGLU's factors, the loss rows)
+    // against the loss they claim to differentiate, tensor by tensor.
+    let config = common::small_config(97);
+    let batch = common::random_batch(&mut common::rng(5), 97, 2, 16);
+    let stage = Stage::init(config.clone(), StageSpec::full(&config), 13).unwrap();
+    let grads = stage
+        .backward(&batch.input(), &Upstream::Targets(batch.targets.clone()))
+        .unwrap();
+    let mut rng = common::rng(6);
+    for (index, spec) in stage.params().specs().iter().enumerate() {
+        let g = &grads.params[index];
+        // A random unit direction: the analytic value is g·dir.
+        let raw: Vec<f32> = (0..g.len()).map(|_| rng.random_range(-1.0..1.0)).collect();
+        let norm = raw.iter().map(|x| x * x).sum::<f32>().sqrt();
+        let dir: Vec<f32> = raw.iter().map(|x| x / norm).collect();
+        let analytic: f64 = g.iter().zip(&dir).map(|(a, b)| f64::from(a * b)).sum();
+        let numeric = directional_derivative(&stage, index, &dir, &batch);
+        let scale = g.iter().map(|x| f64::from(x * x)).sum::<f64>().sqrt();
+        assert!(
+            (analytic - numeric).abs() <= 0.02 * scale + 1e-5,
+            "{}: analytic {analytic:.6}, numeric {numeric:.6} (|g| {scale:.6})",
+            spec.name
+        );
+    }
 }
