@@ -8,6 +8,8 @@ cd "$root"
 source bench/venv.sh torch transformers safetensors numpy
 cargo build --release -q -p neuroshard
 bin="$root/target/release/neuroshard"
+# Start clean: genesis build refuses to overwrite an existing dataset.
+rm -rf "$work/genesis" "$work/model" "$work/hf"
 mkdir -p "$work"
 "$bin" genesis build --synthetic --out "$work/genesis" >/dev/null
 # A grouped-query model so the export exercises the kv-head layout too.
