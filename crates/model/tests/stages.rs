@@ -121,7 +121,10 @@ fn directional_derivative(stage: &Stage, index: usize, dir: &[f32], batch: &Batc
     let loss_at = |sign: f32| {
         let mut moved = stage.clone();
         let values = &mut moved.params_mut().values_mut()[index];
-        values.iter_mut().zip(dir).for_each(|(x, d)| *x += sign * eps * d);
+        values
+            .iter_mut()
+            .zip(dir)
+            .for_each(|(x, d)| *x += sign * eps * d);
         let losses = moved.token_losses(&batch.input(), &batch.targets).unwrap();
         losses.iter().map(|&l| f64::from(l)).sum::<f64>() / losses.len() as f64
     };
