@@ -79,6 +79,22 @@ pub struct AdamW {
 /// Elements per parallel task: fixed so the work split never depends on the thread count.
 const CHUNK: usize = 1 << 14;
 
+/// Σ x² in f64 over 4 interleaved lanes, then the lanes in order: a fixed order that does not
+/// serialise on one accumulator. NaN or ±∞ anywhere makes the sum non-finite.
+fn sum_of_squares(xs: &[f32]) -> f64 {
+    let mut acc = [0.0f64; 4];
+    let mut chunks = xs.chunks_exact(4);
+    for c in &mut chunks {
+        for (a, &x) in acc.iter_mut().zip(c) {
+            *a += f64::from(x) * f64::from(x);
+        }
+    }
+    for (a, &x) in acc.iter_mut().zip(chunks.remainder()) {
+        *a += f64::from(x) * f64::from(x);
+    }
+    acc.iter().sum()
+}
+
 impl AdamW {
     pub fn new(config: AdamWConfig, params: &ParamSet) -> Self {
         let zeros = || params.values().iter().map(|v| vec![0.0; v.len()]).collect();
@@ -152,15 +168,21 @@ impl AdamW {
                     spec.numel()
                 )));
             }
-            for (i, x) in g.iter().enumerate() {
-                if !x.is_finite() {
-                    return Err(ModelError::Input(format!(
-                        "gradient of {} is not finite at index {i} ({x})",
-                        spec.name
-                    )));
-                }
-                sum_sq += f64::from(*x) * f64::from(*x);
+            // Chunk sums in parallel, combined in chunk order: the same bits on any thread count.
+            let partial: Vec<f64> = g.par_chunks(CHUNK).map(sum_of_squares).collect();
+            let total = partial.iter().sum::<f64>();
+            if !total.is_finite() {
+                let (i, x) = g
+                    .iter()
+                    .enumerate()
+                    .find(|(_, x)| !x.is_finite())
+                    .map_or((0, f32::NAN), |(i, x)| (i, *x));
+                return Err(ModelError::Input(format!(
+                    "gradient of {} is not finite at index {i} ({x})",
+                    spec.name
+                )));
             }
+            sum_sq += total;
         }
         let grad_norm = sum_sq.sqrt();
         let scale = match self.config.clip_norm {
@@ -189,12 +211,13 @@ impl AdamW {
                 .zip(self.v[i].par_chunks_mut(CHUNK))
                 .zip(grads[i].par_chunks(CHUNK))
                 .for_each(|(((p, m), v), g)| {
-                    for j in 0..p.len() {
-                        let g = g[j] * scale;
-                        m[j] = b1 * m[j] + (1.0 - b1) * g;
-                        v[j] = b2 * v[j] + (1.0 - b2) * g * g;
-                        let denom = v[j].sqrt() / bc2_sqrt + eps;
-                        p[j] = p[j] * decay - step_size * m[j] / denom;
+                    // Zipped, not indexed: no bounds checks, so the loop vectorises.
+                    for (((p, m), v), &g) in p.iter_mut().zip(m).zip(v).zip(g) {
+                        let g = g * scale;
+                        *m = b1 * *m + (1.0 - b1) * g;
+                        *v = b2 * *v + (1.0 - b2) * g * g;
+                        let denom = v.sqrt() / bc2_sqrt + eps;
+                        *p = *p * decay - step_size * *m / denom;
                     }
                 });
         }
