@@ -20,7 +20,8 @@ pub(crate) fn exp_nonpositive(x: f32) -> f32 {
     const LOW: f32 = -87.3;
     // Adding 1.5·2²³ rounds to an integer (ties to even) and leaves it in the low mantissa bits.
     const ROUND: f32 = 12_582_912.0;
-    let clamped = x.max(LOW);
+    // Not `max`, which would turn NaN into LOW: NaN must come out as NaN.
+    let clamped = if x < LOW { LOW } else { x };
     let shifted = clamped * LOG2E + ROUND;
     let n = shifted - ROUND;
     let r = (clamped - n * LN2_HI) - n * LN2_LO;
@@ -34,12 +35,85 @@ pub(crate) fn exp_nonpositive(x: f32) -> f32 {
     if x < LOW { 0.0 } else { p * scale }
 }
 
+/// Folds `xs` with `f` in 8 interleaved lanes, then the lanes in order: a fixed order the
+/// compiler can vectorise (a single running value would serialise on `f`'s latency).
+#[inline(always)]
+pub(crate) fn lanes(xs: &[f32], init: f32, f: impl Fn(f32, f32) -> f32) -> f32 {
+    let mut acc = [init; 8];
+    let mut chunks = xs.chunks_exact(8);
+    for c in &mut chunks {
+        for (a, &x) in acc.iter_mut().zip(c) {
+            *a = f(*a, x);
+        }
+    }
+    for (a, &x) in acc.iter_mut().zip(chunks.remainder()) {
+        *a = f(*a, x);
+    }
+    acc.into_iter().fold(init, f)
+}
+
 /// σ(x) from e^(−|x|), so neither tail overflows.
 #[inline(always)]
 fn sigmoid(x: f32) -> f32 {
     let e = exp_nonpositive(-x.abs());
     let r = 1.0 / (1.0 + e);
     if x >= 0.0 { r } else { e * r }
+}
+
+/// Softmax of attention scores, `[rows, keys]` row-major, scaled by `scale`, under the causal
+/// mask: row r is query position `offset + r % queries` and sees keys up to and including it;
+/// later keys get exactly 0.
+pub(crate) fn causal_softmax(
+    scores: &[f32],
+    keys: usize,
+    queries: usize,
+    offset: usize,
+    scale: f32,
+) -> Vec<f32> {
+    let mut out = vec![0.0f32; scores.len()];
+    let rows_per_task = (CHUNK / keys.max(1)).max(1);
+    out.par_chunks_mut(rows_per_task * keys)
+        .zip(scores.par_chunks(rows_per_task * keys))
+        .enumerate()
+        .for_each(|(task, (o, x))| {
+            for (i, (o, x)) in o.chunks_mut(keys).zip(x.chunks(keys)).enumerate() {
+                let query = (task * rows_per_task + i) % queries;
+                let seen = (offset + query + 1).min(keys);
+                softmax_row(&mut o[..seen], &x[..seen], scale);
+            }
+        });
+    out
+}
+
+fn softmax_row(out: &mut [f32], xs: &[f32], scale: f32) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU supports AVX2, checked just above.
+        unsafe { softmax_row_avx2(out, xs, scale) };
+        return;
+    }
+    softmax_row_any(out, xs, scale);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn softmax_row_avx2(out: &mut [f32], xs: &[f32], scale: f32) {
+    softmax_row_any(out, xs, scale);
+}
+
+#[inline(always)]
+fn softmax_row_any(out: &mut [f32], xs: &[f32], scale: f32) {
+    for (o, &x) in out.iter_mut().zip(xs) {
+        *o = x * scale;
+    }
+    let max = lanes(out, f32::NEG_INFINITY, f32::max);
+    for o in out.iter_mut() {
+        *o = exp_nonpositive(*o - max);
+    }
+    let inv = 1.0 / lanes(out, 0.0, |a, b| a + b);
+    for o in out.iter_mut() {
+        *o *= inv;
+    }
 }
 
 /// Elements per parallel task: large enough that scheduling is noise.
@@ -131,6 +205,7 @@ mod tests {
         assert_eq!(exp_nonpositive(0.0), 1.0);
         assert_eq!(exp_nonpositive(-100.0), 0.0);
         assert_eq!(exp_nonpositive(f32::NEG_INFINITY), 0.0);
+        assert!(exp_nonpositive(f32::NAN).is_nan());
     }
 
     fn inputs(n: usize) -> (Vec<f32>, Vec<f32>) {
@@ -179,5 +254,29 @@ mod tests {
         let mut plain = vec![0.0; g.len()];
         swiglu_any(&mut plain, &g, &u);
         assert!(same(&plain, &swiglu(&g, &u)));
+    }
+
+    #[test]
+    fn causal_softmax_by_hand() {
+        // Two queries at positions 1 and 2 (offset 1) over three keys, scores scaled by 2.
+        let scores = [1.0f32, 2.0, 3.0, 0.5, 0.5, 1.0];
+        let p = causal_softmax(&scores, 3, 2, 1, 2.0);
+        let (a, b) = ((2.0f64).exp(), (4.0f64).exp());
+        let (c, d) = ((1.0f64).exp(), (2.0f64).exp());
+        let want = [
+            a / (a + b),
+            b / (a + b),
+            0.0,
+            c / (2.0 * c + d),
+            c / (2.0 * c + d),
+            d / (2.0 * c + d),
+        ];
+        for (x, w) in p.iter().zip(want) {
+            assert!((f64::from(*x) - w).abs() < 1e-6, "{p:?}");
+        }
+        // Offset 0 is the plain causal mask; a NaN score poisons only its own row.
+        let p = causal_softmax(&[0.0, f32::NAN, f32::NAN, 1.0], 2, 2, 0, 1.0);
+        assert_eq!(p[..2], [1.0, 0.0]);
+        assert!(p[2].is_nan() && p[3].is_nan());
     }
 }

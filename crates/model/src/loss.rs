@@ -8,7 +8,7 @@
 
 use rayon::prelude::*;
 
-use crate::fastmath::exp_nonpositive;
+use crate::fastmath::{exp_nonpositive, lanes};
 
 /// `out[i] = e^(xs[i] − max)`, 8 lanes wide where the CPU has AVX2 (same bits either way).
 fn fill_exp(out: &mut [f32], xs: &[f32], max: f32) {
@@ -32,23 +32,6 @@ fn fill_exp_any(out: &mut [f32], xs: &[f32], max: f32) {
     for (o, &x) in out.iter_mut().zip(xs) {
         *o = exp_nonpositive(x - max);
     }
-}
-
-/// Folds `xs` with `f` in 8 interleaved lanes, then the lanes in order: a fixed order the
-/// compiler can vectorise (a single running value would serialise on `f`'s latency).
-#[inline(always)]
-fn lanes(xs: &[f32], init: f32, f: impl Fn(f32, f32) -> f32) -> f32 {
-    let mut acc = [init; 8];
-    let mut chunks = xs.chunks_exact(8);
-    for c in &mut chunks {
-        for (a, &x) in acc.iter_mut().zip(c) {
-            *a = f(*a, x);
-        }
-    }
-    for (a, &x) in acc.iter_mut().zip(chunks.remainder()) {
-        *a = f(*a, x);
-    }
-    acc.into_iter().fold(init, f)
 }
 
 /// Per-row loss `logsumexp(row) − row[target]` and, in `grad`, the row's softmax scaled by

@@ -5,7 +5,6 @@
 //! key/value heads and a causal mask. Only this file and `engine.rs` see burn types.
 
 use burn::prelude::*;
-use burn::tensor::activation::softmax;
 use burn::tensor::module::embedding;
 
 use crate::config::ModelConfig;
@@ -128,11 +127,12 @@ impl Weights {
     }
 }
 
-/// Per-call tables: rotary cos/sin for the positions in play and the causal mask.
+/// Per-call tables: rotary cos/sin for the positions in play, and where they start (the causal
+/// mask is applied on plain rows, see `fastmath::causal_softmax`).
 pub(crate) struct Ctx {
     cos: Tensor<4>,
     sin: Tensor<4>,
-    mask: Option<Tensor<4>>,
+    offset: usize,
 }
 
 impl Ctx {
@@ -158,17 +158,7 @@ impl Ctx {
         }
         let cos = Tensor::<4>::from_data(TensorData::new(cos, [1, 1, len, hd]), device);
         let sin = Tensor::<4>::from_data(TensorData::new(sin, [1, 1, len, hd]), device);
-        let mask = (len > 1).then(|| {
-            let total = offset + len;
-            let mut m = vec![0.0f32; len * total];
-            for i in 0..len {
-                for j in offset + i + 1..total {
-                    m[i * total + j] = f32::NEG_INFINITY;
-                }
-            }
-            Tensor::<4>::from_data(TensorData::new(m, [1, 1, len, total]), device)
-        });
-        Self { cos, sin, mask }
+        Self { cos, sin, offset }
     }
 }
 
@@ -253,7 +243,7 @@ impl Weights {
         for (i, block) in self.blocks.iter().enumerate() {
             let slot = cache.as_deref_mut().map(|c| &mut c.layers[i]);
             let h = rms_norm(x.clone(), &block.attn_norm, config.norm_eps);
-            x = x + attention(config, block, h, [b, s], ctx, slot);
+            x = x + attention(config, block, h, [b, s], ctx, slot, self.track)?;
             let h = rms_norm(x.clone(), &block.mlp_norm, config.norm_eps);
             let mlp = self.swiglu(
                 h.clone().matmul(block.gate.clone()),
@@ -308,7 +298,8 @@ fn attention(
     [b, s]: [usize; 2],
     ctx: &Ctx,
     cache: Option<&mut Option<(Tensor<4>, Tensor<4>)>>,
-) -> Tensor<2> {
+    track: bool,
+) -> Result<Tensor<2>, ModelError> {
     let d = x.dims()[1];
     let (h, kvh, hd) = (config.heads, config.kv_heads, config.head_dim());
     let heads = |t: Tensor<2>, n: usize| t.reshape([b, s, n, hd]).swap_dims(1, 2);
@@ -324,18 +315,37 @@ fn attention(
     }
     let k = repeat_kv(k, h / kvh);
     let v = repeat_kv(v, h / kvh);
-    let scores = q
-        .matmul(k.swap_dims(2, 3))
-        .mul_scalar(1.0 / (hd as f64).sqrt());
-    let scores = match &ctx.mask {
-        Some(mask) => scores + mask.clone(),
-        None => scores,
-    };
-    let out = softmax(scores, 3)
+    let scores = q.matmul(k.swap_dims(2, 3));
+    let out = causal_softmax(scores, 1.0 / (hd as f32).sqrt(), ctx.offset, track)?
         .matmul(v)
         .swap_dims(1, 2)
         .reshape([b * s, d]);
-    out.matmul(block.o.clone())
+    Ok(out.matmul(block.o.clone()))
+}
+
+/// Attention weights from raw scores `[b, heads, queries, keys]`: softmax of `scale · scores`
+/// under the causal mask, computed on plain rows with a vectorised exp.
+///
+/// When training, the engine sees `P + (z − Σ_k z⊙P)⊙P` with `z = scale·(x − x̄)`, x̄ the scores
+/// detached and P constant: z is exactly zero, so the value is P bit for bit, and the backward
+/// pass yields softmax's gradient `scale·(P⊙dy − P·Σ P⊙dy)` without the engine's scalar exp,
+/// its recomputation, or a mask tensor.
+fn causal_softmax(
+    scores: Tensor<4>,
+    scale: f32,
+    offset: usize,
+    track: bool,
+) -> Result<Tensor<4>, ModelError> {
+    let dims = scores.dims();
+    let plain = crate::engine::to_vec(scores.clone().into_data())?;
+    let probs = crate::fastmath::causal_softmax(&plain, dims[3], dims[2], offset, scale);
+    let probs = Tensor::<4>::from_data(TensorData::new(probs, dims), &scores.device());
+    if !track {
+        return Ok(probs);
+    }
+    let z = (scores.clone() - scores.detach()).mul_scalar(scale);
+    let row = z.clone().mul(probs.clone()).sum_dim(3);
+    Ok(probs.clone() + (z - row).mul(probs))
 }
 
 /// Token ids as an engine tensor `[b, s]`.
