@@ -359,11 +359,11 @@ impl Stage {
                 ));
             }
         };
-        let grads = objective.backward();
+        let mut grads = objective.backward();
         let input_grad = match input_leaf {
             Some(x) => {
                 let g = x
-                    .grad(&grads)
+                    .grad_remove(&mut grads)
                     .ok_or_else(|| ModelError::Engine("no gradient for the input".into()))?;
                 Some(Activations {
                     batch,
@@ -380,7 +380,8 @@ impl Stage {
             .zip(self.params.specs())
             .map(|(leaf, spec)| {
                 // A parameter the loss does not reach (impossible in this model) gets zeros.
-                leaf.grad(&grads).unwrap_or_else(|| vec![0.0; spec.numel()])
+                leaf.grad(&mut grads)
+                    .unwrap_or_else(|| vec![0.0; spec.numel()])
             })
             .collect();
         Ok(StageGrads {

@@ -18,10 +18,12 @@ pub(crate) enum Leaf {
 }
 
 impl Leaf {
-    pub(crate) fn grad(&self, grads: &burn::tensor::Gradients) -> Option<Vec<f32>> {
+    /// Takes this leaf's gradient out of `grads`: the engine hands over its buffer instead of
+    /// copying a shared one.
+    pub(crate) fn grad(&self, grads: &mut burn::tensor::Gradients) -> Option<Vec<f32>> {
         let data = match self {
-            Leaf::One(t) => t.grad(grads)?.into_data(),
-            Leaf::Two(t) => t.grad(grads)?.into_data(),
+            Leaf::One(t) => t.grad_remove(grads)?.into_data(),
+            Leaf::Two(t) => t.grad_remove(grads)?.into_data(),
         };
         data.try_into_vec::<f32>().ok()
     }
