@@ -15,6 +15,9 @@ use crate::train::ModelArgs;
 pub enum BenchCommand {
     /// One full training step (forward, loss, backward, AdamW) on random tokens.
     Step(StepArgs),
+    /// A simulated network of N nodes (stand-in compute) running DiLoCo rounds: wall time,
+    /// messages and bytes per node per round, peak memory.
+    Sim(crate::bench_sim::SimArgs),
 }
 
 #[derive(Args)]
@@ -69,6 +72,7 @@ struct StepReport {
 pub fn run(cmd: BenchCommand) -> Result<()> {
     match cmd {
         BenchCommand::Step(args) => step(args),
+        BenchCommand::Sim(args) => crate::bench_sim::run(args),
     }
 }
 

@@ -7,39 +7,14 @@ use std::sync::{Arc, mpsc};
 use neuroshard_model::{AdamW, Stage, checkpoint};
 use neuroshard_proof::NodeId;
 use tokio::sync::mpsc::UnboundedSender;
-use tokio::sync::oneshot;
+
+use crate::core::{Compute, EngineError, EngineJob, EngineOutput, Token};
 
 use crate::pipeline::{Job, JobDone};
 use crate::replica::{Applied, Diloco, Prepared, encode_adamw};
 
 /// File of the DiLoCo outer state inside a checkpoint directory.
 pub const DILOCO_FILE: &str = "diloco.bin";
-
-/// Where the engine thread answers a request.
-pub type Reply<T> = oneshot::Sender<Result<T, String>>;
-
-/// Sends a request to the engine thread at once (so it queues behind the jobs already sent);
-/// [`Pending::answer`] waits for the reply.
-pub fn ask<T>(
-    engine: &mpsc::Sender<EngineRequest>,
-    make: impl FnOnce(Reply<T>) -> EngineRequest,
-) -> Pending<T> {
-    let (reply, rx) = oneshot::channel();
-    Pending(engine.send(make(reply)).is_ok().then_some(rx))
-}
-
-/// A request the engine thread has (or, if it stopped, never got).
-pub struct Pending<T>(Option<oneshot::Receiver<Result<T, String>>>);
-
-impl<T> Pending<T> {
-    /// The engine's answer; a stopped engine is an error like any other.
-    pub async fn answer(self) -> Result<T, String> {
-        match self.0 {
-            Some(rx) => rx.await.unwrap_or_else(|_| Err("engine stopped".into())),
-            None => Err("engine stopped".into()),
-        }
-    }
-}
 
 const DILOCO_OFF: &str = "DiLoCo is off";
 
@@ -64,43 +39,6 @@ pub fn load_diloco(
     Diloco::restore(cfg, &bytes, len).map_err(|e| format!("{}: {e}", path.display()))
 }
 
-/// Requests to the engine thread.
-pub enum EngineRequest {
-    Run(Job),
-    /// Write a checkpoint (weights, optimizer, step) and answer with its model hash.
-    Save {
-        dir: PathBuf,
-        step: u64,
-        extra: serde_json::Value,
-        reply: Reply<String>,
-    },
-    /// Compute and compress this replica's pseudo-gradient of `round`.
-    SyncPrepare {
-        round: u64,
-        reply: Reply<Prepared>,
-    },
-    /// Aggregate `round` and apply the outer step; answers with the optimizer blob too.
-    SyncApply {
-        round: u64,
-        messages: Vec<(NodeId, Vec<u8>)>,
-        reply: Reply<(Applied, Arc<Vec<u8>>)>,
-    },
-    /// Recompute `round` over the contributor set `set`, with the messages in `extra` added.
-    SyncReapply {
-        round: u64,
-        extra: Vec<(NodeId, Vec<u8>)>,
-        set: Vec<NodeId>,
-        reply: Reply<(Applied, Arc<Vec<u8>>)>,
-    },
-    /// Take a peer's outer state of `round`.
-    SyncAdopt {
-        round: u64,
-        bytes: Vec<u8>,
-        included: bool,
-        reply: Reply<[u8; 32]>,
-    },
-}
-
 /// Owns the stage between jobs.
 pub struct Engine {
     stage: Stage,
@@ -108,6 +46,8 @@ pub struct Engine {
     accum: Vec<Vec<f32>>,
     count: usize,
     diloco: Option<Diloco>,
+    /// Where checkpoint jobs write, and the dataset root they record.
+    checkpoint: Option<(PathBuf, [u8; 32])>,
 }
 
 impl Engine {
@@ -124,11 +64,22 @@ impl Engine {
             accum,
             count: 0,
             diloco,
+            checkpoint: None,
         }
+    }
+
+    /// Checkpoint jobs write into `dir` and name the dataset `root`.
+    pub fn with_checkpoint_dir(mut self, dir: PathBuf, root: [u8; 32]) -> Self {
+        self.checkpoint = Some((dir, root));
+        self
     }
 
     pub fn params(&self) -> &neuroshard_model::ParamSet {
         self.stage.params()
+    }
+
+    pub fn diloco(&self) -> Option<&Diloco> {
+        self.diloco.as_ref()
     }
 
     pub fn model_hash(&self) -> [u8; 32] {
@@ -280,58 +231,55 @@ pub fn latest_checkpoint(dir: &Path) -> Option<PathBuf> {
         .find(|d| checkpoint::read_meta(d).is_ok())
 }
 
-/// Starts the engine thread; finished jobs arrive on `done`.
-pub fn spawn(
-    mut engine: Engine,
+impl Compute for Engine {
+    fn execute(&mut self, job: EngineJob) -> EngineOutput {
+        let err = |e: String| EngineError(e);
+        match job {
+            EngineJob::Run(job) => EngineOutput::Job(self.run(job)),
+            EngineJob::SyncPrepare { round } => {
+                EngineOutput::Prepared(self.sync_prepare(round).map_err(err))
+            }
+            EngineJob::SyncApply { round, messages } => {
+                EngineOutput::Applied(self.sync_apply(round, messages).map_err(err))
+            }
+            EngineJob::SyncReapply { round, extra, set } => {
+                EngineOutput::Applied(self.sync_reapply(round, extra, &set).map_err(err))
+            }
+            EngineJob::SyncAdopt {
+                round,
+                bytes,
+                included,
+            } => EngineOutput::Adopted(self.sync_adopt(round, &bytes, included).map_err(err)),
+            EngineJob::Checkpoint { step, mut extra } => {
+                let Some((dir, root)) = self.checkpoint.clone() else {
+                    return EngineOutput::Saved(Err(err("no checkpoint directory".into())));
+                };
+                if let Some(obj) = extra.as_object_mut() {
+                    obj.insert(
+                        "dataset".into(),
+                        serde_json::json!({ "root": hex::encode(root) }),
+                    );
+                }
+                EngineOutput::Saved(self.save(&dir, step, extra).map_err(err))
+            }
+        }
+    }
+}
+
+/// Starts the engine thread: jobs in, results out, one at a time in order.
+pub fn spawn<C: Compute + Send + 'static>(
+    mut engine: C,
     threads: usize,
-    done: UnboundedSender<JobDone>,
-) -> std::io::Result<mpsc::Sender<EngineRequest>> {
-    let (tx, rx) = mpsc::channel::<EngineRequest>();
+    done: UnboundedSender<(Token, EngineOutput)>,
+) -> std::io::Result<mpsc::Sender<(Token, EngineJob)>> {
+    let (tx, rx) = mpsc::channel::<(Token, EngineJob)>();
     std::thread::Builder::new()
         .name("engine".into())
         .spawn(move || {
             neuroshard_model::with_threads(threads, move || {
-                while let Ok(req) = rx.recv() {
-                    match req {
-                        EngineRequest::Run(job) => {
-                            if done.send(engine.run(job)).is_err() {
-                                break;
-                            }
-                        }
-                        EngineRequest::Save {
-                            dir,
-                            step,
-                            extra,
-                            reply,
-                        } => {
-                            let _ = reply.send(engine.save(&dir, step, extra));
-                        }
-                        EngineRequest::SyncPrepare { round, reply } => {
-                            let _ = reply.send(engine.sync_prepare(round));
-                        }
-                        EngineRequest::SyncApply {
-                            round,
-                            messages,
-                            reply,
-                        } => {
-                            let _ = reply.send(engine.sync_apply(round, messages));
-                        }
-                        EngineRequest::SyncReapply {
-                            round,
-                            extra,
-                            set,
-                            reply,
-                        } => {
-                            let _ = reply.send(engine.sync_reapply(round, extra, &set));
-                        }
-                        EngineRequest::SyncAdopt {
-                            round,
-                            bytes,
-                            included,
-                            reply,
-                        } => {
-                            let _ = reply.send(engine.sync_adopt(round, &bytes, included));
-                        }
+                while let Ok((token, job)) = rx.recv() {
+                    if done.send((token, engine.execute(job))).is_err() {
+                        break;
                     }
                 }
             })

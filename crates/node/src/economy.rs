@@ -10,10 +10,12 @@
 //! commute. The only local input left, which receipt signers are known, is handled by parking
 //! proofs until [`Economy::learn_node`] makes their signers known.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::path::Path;
 
-use neuroshard_ledger::{ApplyError, Ledger, Outcome, Record, StoreError};
+use neuroshard_ledger::{
+    ApplyError, Ledger, LedgerError, LedgerState, Outcome, Record, StoreError,
+};
 use neuroshard_proof::plausibility::{
     MAX_CLAIMED_DURATION_MS, MAX_TOKENS_PER_BATCH, MIN_CLAIMED_DURATION_MS,
 };
@@ -81,6 +83,8 @@ pub enum EconomyError {
     Store(#[from] StoreError),
     #[error("ledger: {0}")]
     Apply(#[from] ApplyError),
+    #[error("ledger: {0}")]
+    Rules(#[from] LedgerError),
     #[error("own proof does not verify: {0}")]
     OwnProof(#[from] VerifyError),
     #[error("receipt refused: {0}")]
@@ -275,10 +279,75 @@ struct ParkedProof {
     now_ms: u64,
 }
 
+/// A change the ledger's SQLite adapter must persist: a verified proof and its wire bytes,
+/// re-applied there (the rules are deterministic, so the stored state follows this one).
+#[derive(Debug, Clone)]
+pub struct LedgerWrite {
+    pub proof: VerifiedProof,
+    pub wire: Vec<u8>,
+}
+
+/// What a node's ledger held when it started: the state and the wire bytes of its proofs.
+#[derive(Debug, Clone, Default)]
+pub struct LedgerSnapshot {
+    pub state: LedgerState,
+    pub wires: BTreeMap<Hash32, Vec<u8>>,
+    /// Highest nonce of each node's proofs (own nonces continue above it).
+    pub last_nonce: BTreeMap<NodeId, u64>,
+}
+
+impl LedgerSnapshot {
+    /// Reads a SQLite ledger.
+    pub fn load(ledger: &Ledger, me: &NodeId) -> Result<Self, EconomyError> {
+        let mut wires = BTreeMap::new();
+        for hash in ledger.proof_hashes()? {
+            if let Some(wire) = ledger.proof_wire(&hash)? {
+                wires.insert(hash, wire);
+            }
+        }
+        let mut last_nonce = BTreeMap::new();
+        if let Some(n) = ledger.last_proof_nonce(me)? {
+            last_nonce.insert(*me, n);
+        }
+        Ok(Self {
+            state: ledger.state().clone(),
+            wires,
+            last_nonce,
+        })
+    }
+}
+
+/// Persists [`LedgerWrite`]s into SQLite (the I/O half of the economy).
+#[derive(Debug)]
+pub struct LedgerStore {
+    ledger: Ledger,
+}
+
+impl LedgerStore {
+    /// Opens the database and reads what the economy starts from.
+    pub fn open(path: &Path, me: &NodeId) -> Result<(Self, LedgerSnapshot), EconomyError> {
+        let ledger = Ledger::open(path)?;
+        let snapshot = LedgerSnapshot::load(&ledger, me)?;
+        Ok((Self { ledger }, snapshot))
+    }
+
+    pub fn write(&mut self, w: &LedgerWrite) -> Result<(), EconomyError> {
+        self.ledger.apply_proof_wire(&w.proof, &w.wire)?;
+        Ok(())
+    }
+
+    pub fn state_hash(&self) -> Hash32 {
+        self.ledger.state_hash()
+    }
+}
+
 /// The node's ledger, verifier and identity, and the state of its own proof production.
+/// Holds the ledger in memory; every applied proof leaves as a [`LedgerWrite`].
 #[derive(Debug)]
 pub struct Economy {
-    ledger: Ledger,
+    ledger: LedgerState,
+    wires: BTreeMap<Hash32, Vec<u8>>,
+    writes: VecDeque<LedgerWrite>,
     verifier: ProofVerifier,
     identity: Identity,
     /// Shortest gap between two own proofs.
@@ -295,25 +364,24 @@ pub struct Economy {
 }
 
 impl Economy {
-    /// Opens (creating if needed) the ledger database at `path`.
-    pub fn open(path: &Path, identity: Identity) -> Result<Self, EconomyError> {
-        Self::with_ledger(Ledger::open(path)?, identity)
-    }
-
-    /// An economy on a private in-memory ledger (tests, dry runs).
+    /// An economy on an empty ledger (tests, simulations, a fresh node).
     pub fn in_memory(identity: Identity) -> Result<Self, EconomyError> {
-        Self::with_ledger(Ledger::open_in_memory()?, identity)
+        Ok(Self::resume(identity, LedgerSnapshot::default()))
     }
 
-    fn with_ledger(ledger: Ledger, identity: Identity) -> Result<Self, EconomyError> {
+    /// Resumes from what the node's ledger held.
+    pub fn resume(identity: Identity, snapshot: LedgerSnapshot) -> Self {
         // Own nonces continue above what the ledger holds, so a restart never reuses one even
         // if the clock went back.
-        let last_nonce = ledger.last_proof_nonce(&identity.node_id())?;
+        let last_nonce = snapshot.last_nonce.get(&identity.node_id()).copied();
+        let ledger = snapshot.state;
         // Our own receipts, on co-replicas' proofs, count like anyone's.
         let mut verifier = ProofVerifier::new();
         verifier.add_known_node(identity.public_key());
-        Ok(Self {
+        Self {
             ledger,
+            wires: snapshot.wires,
+            writes: VecDeque::new(),
             verifier,
             identity,
             min_interval_ms: DEFAULT_MIN_INTERVAL_MS,
@@ -324,7 +392,12 @@ impl Economy {
             last_proof_ms: None,
             last_nonce,
             parked: VecDeque::new(),
-        })
+        }
+    }
+
+    /// The next change to persist.
+    pub fn poll_write(&mut self) -> Option<LedgerWrite> {
+        self.writes.pop_front()
     }
 
     pub fn node_id(&self) -> NodeId {
@@ -501,7 +574,7 @@ impl Economy {
             .verifier
             .check_content(&signed, now_ms)
             .map_err(EconomyError::from)
-            .and_then(|v| Ok(self.ledger.apply_proof_wire(&v, &wire)?));
+            .and_then(|v| self.apply_verified(&v, &wire).map(|_| ()));
         if let Err(e) = applied {
             return Some(Err(e));
         }
@@ -521,7 +594,7 @@ impl Economy {
         let hash = signed.payload_hash();
         // Cheap dedup before any curve math; the hash excludes the signature, so a copy with
         // a different signature is the same proof.
-        if self.ledger.state().has_proof(&hash) {
+        if self.ledger.has_proof(&hash) {
             return ProofOutcome::Duplicate;
         }
         if self.parked.iter().any(|p| p.hash == hash) {
@@ -545,8 +618,31 @@ impl Economy {
         }
     }
 
+    /// Applies to the in-memory state and queues the write.
+    fn apply_verified(
+        &mut self,
+        verified: &VerifiedProof,
+        wire: &[u8],
+    ) -> Result<Outcome, EconomyError> {
+        // Served to peers as this proof, so it must be exactly this proof's signed payload.
+        let matches =
+            SignedProof::from_bytes(wire).is_ok_and(|s| s.payload_hash() == verified.hash());
+        if !matches {
+            return Err(EconomyError::Apply(ApplyError::WireMismatch));
+        }
+        let outcome = self.ledger.apply_proof(verified)?;
+        if matches!(outcome, Outcome::Applied(_)) {
+            self.wires.insert(verified.hash(), wire.to_vec());
+            self.writes.push_back(LedgerWrite {
+                proof: verified.clone(),
+                wire: wire.to_vec(),
+            });
+        }
+        Ok(outcome)
+    }
+
     fn apply(&mut self, verified: &VerifiedProof, wire: &[u8]) -> ProofOutcome {
-        match self.ledger.apply_proof_wire(verified, wire) {
+        match self.apply_verified(verified, wire) {
             Ok(Outcome::Applied(changes)) => {
                 let reward = changes.records.iter().find_map(|r| match r {
                     Record::Proof { reward, .. } => Some(*reward),
@@ -566,7 +662,7 @@ impl Economy {
 
     /// Hashes of every applied proof, sorted.
     pub fn proof_hashes(&self) -> Result<Vec<Hash32>, EconomyError> {
-        Ok(self.ledger.proof_hashes()?)
+        Ok(self.wires.keys().copied().collect())
     }
 
     /// Wire bytes of proofs this node holds and `theirs` lacks, in hash order, at most
@@ -579,22 +675,18 @@ impl Economy {
         let theirs: HashSet<&Hash32> = theirs.iter().collect();
         let mut out = Vec::new();
         let mut used = 0usize;
-        for hash in self.ledger.proof_hashes()? {
+        for (hash, wire) in &self.wires {
             if out.len() >= MAX_SYNC_PROOFS {
                 break;
             }
-            if theirs.contains(&hash) {
+            if theirs.contains(hash) {
                 continue;
             }
-            // Proofs applied before wires were stored cannot be served.
-            let Some(wire) = self.ledger.proof_wire(&hash)? else {
-                continue;
-            };
             used = used.saturating_add(wire.len());
             if used > max_bytes {
                 break;
             }
-            out.push(wire);
+            out.push(wire.clone());
         }
         Ok(out)
     }
@@ -633,7 +725,7 @@ impl Economy {
     }
 
     pub fn proof_count(&self) -> usize {
-        self.ledger.state().proof_count()
+        self.ledger.proof_count()
     }
 
     pub fn parked_count(&self) -> usize {
@@ -641,13 +733,12 @@ impl Economy {
     }
 
     pub fn balance(&self, node: &NodeId) -> u64 {
-        self.ledger.state().account(node).balance
+        self.ledger.account(node).balance
     }
 
     /// Every account's spendable balance, by node id.
     pub fn balances(&self) -> Vec<(NodeId, u64)> {
         self.ledger
-            .state()
             .accounts()
             .map(|(id, a)| (*id, a.balance))
             .collect()
@@ -657,8 +748,8 @@ impl Economy {
         self.balance(&self.identity.node_id())
     }
 
-    /// The ledger, for read-only queries (history, totals).
-    pub fn ledger(&self) -> &Ledger {
+    /// The ledger state, for read-only queries (totals, accounts).
+    pub fn ledger(&self) -> &LedgerState {
         &self.ledger
     }
 }

@@ -6,7 +6,9 @@
 //! take messages, time and results and return actions, so tests drive them without sockets.
 
 pub mod compute;
+pub mod core;
 pub mod economy;
+pub mod events;
 pub mod peers;
 pub mod pipeline;
 pub mod records;

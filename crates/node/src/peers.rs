@@ -1,9 +1,9 @@
 //! Who is alive and which stage they serve, from signed heartbeats and connection events.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use neuroshard_net::PeerId;
+use neuroshard_proof::NodeId;
 
 use crate::records::Heartbeat;
 
@@ -27,13 +27,13 @@ pub struct PeerInfo {
 /// The live peers of the network as this node sees them.
 #[derive(Debug, Default)]
 pub struct PeerTable {
-    peers: HashMap<PeerId, PeerInfo>,
+    peers: BTreeMap<NodeId, PeerInfo>,
 }
 
 impl PeerTable {
     /// Records a verified heartbeat; a deathrattle removes the peer. Returns true when the
     /// peer is new to the table.
-    pub fn on_heartbeat(&mut self, peer: PeerId, hb: &Heartbeat, now: Instant) -> bool {
+    pub fn on_heartbeat(&mut self, peer: NodeId, hb: &Heartbeat, now: Instant) -> bool {
         if hb.leaving {
             self.peers.remove(&peer);
             return false;
@@ -65,7 +65,7 @@ impl PeerTable {
     }
 
     /// Adds a peer known from the DHT before its first heartbeat reaches us.
-    pub fn on_discovered(&mut self, peer: PeerId, stage: usize, now: Instant) {
+    pub fn on_discovered(&mut self, peer: NodeId, stage: usize, now: Instant) {
         self.peers.entry(peer).or_insert(PeerInfo {
             stage,
             step: 0,
@@ -76,14 +76,14 @@ impl PeerTable {
         });
     }
 
-    pub fn remove(&mut self, peer: &PeerId) -> bool {
+    pub fn remove(&mut self, peer: &NodeId) -> bool {
         self.peers.remove(peer).is_some()
     }
 
     /// Drops peers silent for too long and returns them.
-    pub fn expire(&mut self, now: Instant) -> Vec<PeerId> {
+    pub fn expire(&mut self, now: Instant) -> Vec<NodeId> {
         let limit = HEARTBEAT_EVERY * MISSED_BEATS;
-        let dead: Vec<PeerId> = self
+        let dead: Vec<NodeId> = self
             .peers
             .iter()
             .filter(|(_, p)| now.saturating_duration_since(p.last_seen) > limit)
@@ -95,15 +95,21 @@ impl PeerTable {
         dead
     }
 
-    pub fn get(&self, peer: &PeerId) -> Option<&PeerInfo> {
+    /// When the first live peer expires unless it is heard from.
+    pub fn next_expiry(&self) -> Option<Instant> {
+        let limit = HEARTBEAT_EVERY * MISSED_BEATS;
+        self.peers.values().map(|p| p.last_seen + limit).min()
+    }
+
+    pub fn get(&self, peer: &NodeId) -> Option<&PeerInfo> {
         self.peers.get(peer)
     }
 
-    pub fn get_mut(&mut self, peer: &PeerId) -> Option<&mut PeerInfo> {
+    pub fn get_mut(&mut self, peer: &NodeId) -> Option<&mut PeerInfo> {
         self.peers.get_mut(peer)
     }
 
-    pub fn in_stage(&self, stage: usize) -> impl Iterator<Item = (&PeerId, &PeerInfo)> {
+    pub fn in_stage(&self, stage: usize) -> impl Iterator<Item = (&NodeId, &PeerInfo)> {
         self.peers.iter().filter(move |(_, p)| p.stage == stage)
     }
 
@@ -119,7 +125,7 @@ impl PeerTable {
     }
 
     /// Every live peer, whatever its stage.
-    pub fn live_peers(&self) -> impl Iterator<Item = PeerId> + '_ {
+    pub fn live_peers(&self) -> impl Iterator<Item = NodeId> + '_ {
         self.peers.keys().copied()
     }
 
@@ -131,7 +137,7 @@ impl PeerTable {
         self.peers.is_empty()
     }
 
-    pub fn observe_latency(&mut self, peer: &PeerId, sample: Duration) {
+    pub fn observe_latency(&mut self, peer: &NodeId, sample: Duration) {
         if let Some(p) = self.peers.get_mut(peer) {
             p.latency = Some(match p.latency {
                 // EWMA with weight 1/4 on the new sample.
@@ -174,7 +180,7 @@ mod tests {
     #[test]
     fn silent_peers_expire_after_three_beats() {
         let mut t = PeerTable::default();
-        let p = PeerId::random();
+        let p = NodeId(rand::random());
         let t0 = Instant::now();
         assert!(t.on_heartbeat(p, &hb(1, false), t0));
         assert!(t.expire(t0 + HEARTBEAT_EVERY * 3).is_empty());
@@ -188,7 +194,7 @@ mod tests {
     #[test]
     fn deathrattle_removes_at_once() {
         let mut t = PeerTable::default();
-        let p = PeerId::random();
+        let p = NodeId(rand::random());
         let now = Instant::now();
         t.on_heartbeat(p, &hb(0, false), now);
         t.on_heartbeat(p, &hb(0, true), now);

@@ -7,11 +7,11 @@
 //! work, and a stage's optimizer step right after its `micro_batches`-th backward, before
 //! anything else touches its weights.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use neuroshard_model::{Activations, Batch, ModelConfig, StageInput, Tokens, Upstream};
-use neuroshard_net::PeerId;
+use neuroshard_proof::NodeId;
 
 use crate::peers::PeerTable;
 use crate::records::Role;
@@ -81,7 +81,7 @@ pub enum JobDone {
 pub enum Action {
     /// Send a request; report the outcome with [`Pipeline::on_send_result`].
     Send {
-        to: PeerId,
+        to: NodeId,
         msg: Msg,
     },
     Compute(Job),
@@ -90,7 +90,7 @@ pub enum Action {
         step: u64,
     },
     Penalize {
-        peer: PeerId,
+        peer: NodeId,
         reason: String,
     },
     Event(Event),
@@ -136,7 +136,7 @@ struct Stashed {
     input: StageInput,
     targets: Vec<u32>,
     /// Who sent the input and gets our input gradient (None on the driver).
-    upstream: Option<PeerId>,
+    upstream: Option<NodeId>,
     /// Loss reported with the gradient, passed upstream.
     loss: Option<f32>,
     since: Instant,
@@ -155,12 +155,12 @@ enum SendState {
 #[derive(Debug, Clone)]
 struct Outstanding {
     msg: Msg,
-    to: Option<PeerId>,
+    to: Option<NodeId>,
     state: SendState,
     sent_at: Instant,
-    tried: HashSet<PeerId>,
+    tried: BTreeSet<NodeId>,
     /// Set while recovering from a failure: (previous replica, reason, noticed at).
-    failover: Option<(PeerId, String, Instant)>,
+    failover: Option<(NodeId, String, Instant)>,
     /// Whether "no live replica" was already reported for it.
     warned: bool,
 }
@@ -171,8 +171,8 @@ pub struct Pipeline {
     cfg: PipelineConfig,
     node: [u8; 32],
     pub peers: PeerTable,
-    stash: HashMap<MicroBatchId, Stashed>,
-    outstanding: HashMap<MicroBatchId, Outstanding>,
+    stash: BTreeMap<MicroBatchId, Stashed>,
+    outstanding: BTreeMap<MicroBatchId, Outstanding>,
     backward_jobs: VecDeque<Job>,
     forward_jobs: VecDeque<Job>,
     step_job: Option<Job>,
@@ -194,8 +194,8 @@ impl Pipeline {
             cfg,
             node,
             peers: PeerTable::default(),
-            stash: HashMap::new(),
-            outstanding: HashMap::new(),
+            stash: BTreeMap::new(),
+            outstanding: BTreeMap::new(),
             backward_jobs: VecDeque::new(),
             forward_jobs: VecDeque::new(),
             step_job: None,
@@ -271,7 +271,7 @@ impl Pipeline {
     }
 
     /// A request from another replica; returns the answer and what to do next.
-    pub fn on_message(&mut self, from: PeerId, msg: Msg, now: Instant) -> (Ack, Vec<Action>) {
+    pub fn on_message(&mut self, from: NodeId, msg: Msg, now: Instant) -> (Ack, Vec<Action>) {
         let result = match msg {
             Msg::Forward { mb, input, targets } => {
                 self.accept_forward(from, mb, input, targets, now)
@@ -299,7 +299,7 @@ impl Pipeline {
 
     fn accept_forward(
         &mut self,
-        from: PeerId,
+        from: NodeId,
         mb: MicroBatchId,
         input: Payload,
         targets: Vec<u32>,
@@ -349,7 +349,7 @@ impl Pipeline {
         mb: MicroBatchId,
         input: StageInput,
         targets: Vec<u32>,
-        upstream: Option<PeerId>,
+        upstream: Option<NodeId>,
         now: Instant,
     ) -> Job {
         let job = if self.is_last() {
@@ -379,7 +379,7 @@ impl Pipeline {
 
     fn accept_backward(
         &mut self,
-        from: PeerId,
+        from: NodeId,
         mb: MicroBatchId,
         grad: Activations,
         loss: f32,
@@ -472,7 +472,7 @@ impl Pipeline {
                         to: None,
                         state: SendState::Waiting(now),
                         sent_at: now,
-                        tried: HashSet::new(),
+                        tried: BTreeSet::new(),
                         failover: None,
                         warned: false,
                     };
@@ -614,7 +614,7 @@ impl Pipeline {
     /// Outcome of a request this machine asked for.
     pub fn on_send_result(
         &mut self,
-        to: PeerId,
+        to: NodeId,
         mb: MicroBatchId,
         kind: &str,
         result: Result<Ack, String>,
@@ -675,7 +675,7 @@ impl Pipeline {
         }
     }
 
-    fn release(&mut self, peer: &PeerId) {
+    fn release(&mut self, peer: &NodeId) {
         if let Some(p) = self.peers.get_mut(peer) {
             p.in_flight = p.in_flight.saturating_sub(1);
         }
@@ -684,7 +684,7 @@ impl Pipeline {
     fn fail_over(
         &mut self,
         mb: MicroBatchId,
-        from: PeerId,
+        from: NodeId,
         reason: String,
         now: Instant,
     ) -> Vec<Action> {
@@ -699,7 +699,7 @@ impl Pipeline {
 
     /// A peer died (connection lost, heartbeats missed, or deathrattle): stop routing to it
     /// and re-send everything it held for us.
-    pub fn on_peer_down(&mut self, peer: PeerId, why: &str, now: Instant) -> Vec<Action> {
+    pub fn on_peer_down(&mut self, peer: NodeId, why: &str, now: Instant) -> Vec<Action> {
         self.peers.remove(&peer);
         let lost: Vec<MicroBatchId> = self
             .outstanding
@@ -714,13 +714,24 @@ impl Pipeline {
         actions
     }
 
+    /// The next instant [`Self::on_tick`] has work: a retry, a gradient timeout or a peer's
+    /// heartbeat expiry.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        let sends = self.outstanding.values().filter_map(|o| match o.state {
+            SendState::Waiting(at) => Some(at),
+            SendState::Accepted => Some(o.sent_at + self.cfg.grad_timeout),
+            SendState::Sending => None,
+        });
+        sends.chain(self.peers.next_expiry()).min()
+    }
+
     /// Timeouts and retries.
     pub fn on_tick(&mut self, now: Instant) -> Vec<Action> {
         let mut actions = Vec::new();
         for peer in self.peers.expire(now) {
             actions.extend(self.on_peer_down(peer, "missed 3 heartbeats", now));
         }
-        let due: Vec<(MicroBatchId, Option<PeerId>)> = self
+        let due: Vec<(MicroBatchId, Option<NodeId>)> = self
             .outstanding
             .iter()
             .filter(|(_, o)| match o.state {

@@ -36,6 +36,7 @@ pub struct DilocoConfig {
 }
 
 /// Our offer of a round.
+#[derive(Debug, Clone)]
 pub struct Prepared {
     pub round: u64,
     pub blob: Arc<Vec<u8>>,
@@ -43,6 +44,7 @@ pub struct Prepared {
 }
 
 /// The result of aggregating a round.
+#[derive(Debug, Clone)]
 pub struct Applied {
     pub round: u64,
     pub theta: [u8; 32],
@@ -52,6 +54,7 @@ pub struct Applied {
     pub delta_norm: f64,
 }
 
+#[derive(Clone)]
 struct Sent {
     round: u64,
     decoded: Vec<f32>,
@@ -62,12 +65,14 @@ struct Sent {
 
 /// What the last round we aggregated started from and used, to recompute it over another
 /// contributor set.
+#[derive(Clone)]
 struct LastRound {
     round: u64,
     before: DilocoRound,
     inputs: BTreeMap<NodeId, Vec<f32>>,
 }
 
+#[derive(Clone)]
 pub struct Diloco {
     cfg: DilocoConfig,
     outer: DilocoRound,

@@ -1,9 +1,9 @@
 //! Swarm routing: rank the live replicas of the next stage by expected wait.
 
-use std::collections::HashSet;
+use std::collections::BTreeSet;
 use std::time::Duration;
 
-use neuroshard_net::PeerId;
+use neuroshard_proof::NodeId;
 
 use crate::peers::PeerTable;
 
@@ -18,10 +18,10 @@ pub fn candidates(
     table: &PeerTable,
     stage: usize,
     k: usize,
-    exclude: &HashSet<PeerId>,
+    exclude: &BTreeSet<NodeId>,
     service: Duration,
-) -> Vec<PeerId> {
-    let mut ranked: Vec<(Duration, PeerId)> = table
+) -> Vec<NodeId> {
+    let mut ranked: Vec<(Duration, NodeId)> = table
         .in_stage(stage)
         .filter(|(id, _)| !exclude.contains(id))
         .map(|(id, p)| {
@@ -41,7 +41,7 @@ mod tests {
     use neuroshard_proof::NodeId;
     use std::time::Instant;
 
-    fn beat(table: &mut PeerTable, peer: PeerId, stage: u16, queue: u32) {
+    fn beat(table: &mut PeerTable, peer: NodeId, stage: u16, queue: u32) {
         let hb = Heartbeat {
             node: NodeId([0; 32]),
             network: [0; 32],
@@ -58,10 +58,10 @@ mod tests {
     fn prefers_short_queues_and_low_latency() {
         let mut t = PeerTable::default();
         let (a, b, c, other) = (
-            PeerId::random(),
-            PeerId::random(),
-            PeerId::random(),
-            PeerId::random(),
+            NodeId(rand::random()),
+            NodeId(rand::random()),
+            NodeId(rand::random()),
+            NodeId(rand::random()),
         );
         beat(&mut t, a, 1, 4);
         beat(&mut t, b, 1, 0);
@@ -70,14 +70,14 @@ mod tests {
         t.observe_latency(&b, Duration::from_millis(50));
         t.observe_latency(&c, Duration::from_millis(2));
         let service = Duration::from_millis(20);
-        let got = candidates(&t, 1, 3, &HashSet::new(), service);
+        let got = candidates(&t, 1, 3, &BTreeSet::new(), service);
         assert_eq!(got, vec![c, b, a]);
-        let got = candidates(&t, 1, 2, &HashSet::from([c]), service);
+        let got = candidates(&t, 1, 2, &BTreeSet::from([c]), service);
         assert_eq!(got, vec![b, a]);
         // Our own unanswered requests count as queue.
         if let Some(p) = t.get_mut(&c) {
             p.in_flight = 10;
         }
-        assert_eq!(candidates(&t, 1, 1, &HashSet::new(), service), vec![b]);
+        assert_eq!(candidates(&t, 1, 1, &BTreeSet::new(), service), vec![b]);
     }
 }

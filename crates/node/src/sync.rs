@@ -21,7 +21,6 @@ mod tests;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use neuroshard_net::PeerId;
 use neuroshard_proof::NodeId;
 use serde::Serialize;
 
@@ -53,23 +52,23 @@ pub enum SyncAction {
     /// Fetch these pseudo-gradients (our own is local), then aggregate and apply `round`.
     Aggregate {
         round: u64,
-        from: Vec<(NodeId, Option<PeerId>, [u8; 32])>,
+        from: Vec<(NodeId, Option<NodeId>, [u8; 32])>,
     },
     /// Another replica announced a better outcome of the round we just applied: fetch the
     /// offers of its set we did not use and recompute the round over `set` ourselves, rather
     /// than taking its bytes on trust; `theta` is what it claims the result hashes to.
     Verify {
         round: u64,
-        fetch: Vec<(NodeId, PeerId, [u8; 32])>,
+        fetch: Vec<(NodeId, NodeId, [u8; 32])>,
         set: Vec<NodeId>,
         theta: [u8; 32],
-        announcer: PeerId,
+        announcer: NodeId,
     },
     /// Fetch the outer state `hash` of `round` from `peer` and adopt it (we are behind, so we
     /// cannot recompute). `included`: whether our own offer of that round is part of it.
     Adopt {
         round: u64,
-        peer: PeerId,
+        peer: NodeId,
         hash: [u8; 32],
         included: bool,
     },
@@ -141,10 +140,10 @@ pub struct Syncer {
     phase: Phase,
     /// Inner steps when the current round's θ₀ was taken.
     round_start_step: u64,
-    offers: BTreeMap<u64, BTreeMap<NodeId, (PeerId, SyncOffer)>>,
-    dones: BTreeMap<u64, BTreeMap<NodeId, (PeerId, SyncDone)>>,
+    offers: BTreeMap<u64, BTreeMap<NodeId, (NodeId, SyncOffer)>>,
+    dones: BTreeMap<u64, BTreeMap<NodeId, (NodeId, SyncDone)>>,
     /// Outer states heard of outside gossip (the DHT record at start-up).
-    hints: BTreeMap<u64, (PeerId, [u8; 32])>,
+    hints: BTreeMap<u64, (NodeId, [u8; 32])>,
     retry_at: Option<Instant>,
     agreed: BTreeSet<(u64, NodeId)>,
     /// Outcomes that our recomputation contradicted.
@@ -191,7 +190,7 @@ impl Syncer {
     }
 
     /// A signed offer from a co-replica (network and stage already checked by the caller).
-    pub fn on_offer(&mut self, peer: PeerId, node: NodeId, offer: SyncOffer) {
+    pub fn on_offer(&mut self, peer: NodeId, node: NodeId, offer: SyncOffer) {
         // Offers of the round just finished still matter: they vouch for the contributors of
         // a larger outcome someone may announce.
         if offer.round >= self.round && node != self.me {
@@ -203,7 +202,7 @@ impl Syncer {
     }
 
     /// A signed round outcome from a co-replica.
-    pub fn on_done(&mut self, peer: PeerId, node: NodeId, done: SyncDone) -> Vec<SyncAction> {
+    pub fn on_done(&mut self, peer: NodeId, node: NodeId, done: SyncDone) -> Vec<SyncAction> {
         if done.round < self.round || node == self.me {
             return Vec::new();
         }
@@ -219,9 +218,19 @@ impl Syncer {
     }
 
     /// An outer state named outside gossip (e.g. the stage's DHT record).
-    pub fn on_hint(&mut self, peer: PeerId, round: u64, theta: [u8; 32]) {
+    pub fn on_hint(&mut self, peer: NodeId, round: u64, theta: [u8; 32]) {
         if round > self.round {
             self.hints.insert(round, (peer, theta));
+        }
+    }
+
+    /// When [`Self::poll`] must run next even if nothing arrives: the offer deadline or the
+    /// retry after a failure.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        match &self.phase {
+            Phase::Collecting { deadline, .. } => Some(*deadline),
+            Phase::Idle => self.retry_at,
+            _ => None,
         }
     }
 
@@ -437,7 +446,7 @@ impl Syncer {
             return Vec::new();
         };
         let mut actions = Vec::new();
-        let mut best: Option<(usize, [u8; 32], PeerId, Vec<NodeId>)> = None;
+        let mut best: Option<(usize, [u8; 32], NodeId, Vec<NodeId>)> = None;
         let known = |n: &NodeId| {
             *n == self.me
                 || self.contributors.contains(n)
@@ -539,7 +548,7 @@ impl Syncer {
     /// against a later θ₀, the DHT record; the most widely announced state of the latest
     /// round wins.
     fn behind(&mut self, live: &BTreeSet<NodeId>) -> Option<SyncAction> {
-        let mut votes: BTreeMap<(u64, [u8; 32]), (BTreeSet<NodeId>, PeerId)> = BTreeMap::new();
+        let mut votes: BTreeMap<(u64, [u8; 32]), (BTreeSet<NodeId>, NodeId)> = BTreeMap::new();
         for (round, dones) in self.dones.range(self.round + 1..) {
             for (node, (peer, d)) in dones {
                 let e = votes

@@ -5,7 +5,6 @@ use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use neuroshard_model::{AdamW, AdamWConfig, Batch, ModelConfig, Stage, StageSpec, Trainer};
-use neuroshard_net::PeerId;
 use neuroshard_node::compute::Engine;
 use neuroshard_node::records::Heartbeat;
 use neuroshard_node::wire::Msg;
@@ -49,7 +48,7 @@ fn batch(step: u64) -> Batch {
 }
 
 struct Replica {
-    peer: PeerId,
+    peer: NodeId,
     stage: usize,
     pipeline: Pipeline,
     engine: Engine,
@@ -59,7 +58,7 @@ struct Replica {
 struct Sim {
     replicas: Vec<Replica>,
     /// (to, from, message) in flight.
-    bus: VecDeque<(PeerId, PeerId, Msg)>,
+    bus: VecDeque<(NodeId, NodeId, Msg)>,
     losses: Vec<f32>,
     failovers: usize,
     steps_per_stage: HashMap<usize, u64>,
@@ -72,7 +71,7 @@ impl Sim {
         let mut replicas = Vec::new();
         for (s, &n) in layout.iter().enumerate() {
             for r in 0..n {
-                let peer = PeerId::random();
+                let peer = NodeId(rand::random());
                 let stage = Stage::init(cfg.clone(), specs[s], 7).expect("stage");
                 let opt = AdamW::new(optim(), stage.params());
                 let pcfg = PipelineConfig {
@@ -99,7 +98,7 @@ impl Sim {
             }
         }
         // Everyone hears everyone's heartbeat.
-        let beats: Vec<(PeerId, usize)> = replicas.iter().map(|r| (r.peer, r.stage)).collect();
+        let beats: Vec<(NodeId, usize)> = replicas.iter().map(|r| (r.peer, r.stage)).collect();
         for r in &mut replicas {
             for &(p, s) in &beats {
                 if p != r.peer {
@@ -125,7 +124,7 @@ impl Sim {
         }
     }
 
-    fn idx(&self, peer: PeerId) -> Option<usize> {
+    fn idx(&self, peer: NodeId) -> Option<usize> {
         self.replicas.iter().position(|r| r.peer == peer)
     }
 
@@ -282,7 +281,7 @@ fn training_survives_a_dead_replica() {
 #[test]
 fn forged_gradient_is_rejected_without_state_change() {
     let mut sim = Sim::new(&[1, 1], 1, 1);
-    let stranger = PeerId::random();
+    let stranger = NodeId(rand::random());
     let driver = &mut sim.replicas[0].pipeline;
     let grad = neuroshard_model::Activations {
         batch: 1,
@@ -323,7 +322,7 @@ fn a_full_queue_answers_busy() {
         steps: 0,
     };
     let mut validator = Pipeline::new(pcfg, [1; 32], 0);
-    let driver = PeerId::random();
+    let driver = NodeId(rand::random());
     let forward = |index: u32| Msg::Forward {
         mb: neuroshard_node::wire::MicroBatchId {
             origin: [2; 32],

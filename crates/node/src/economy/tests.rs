@@ -398,12 +398,20 @@ fn nonces_keep_rising_across_a_reopen_even_if_the_clock_goes_back()
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("ledger.db");
     let b = economy(33);
+    let open = || -> Result<(LedgerStore, Economy), EconomyError> {
+        let (store, snapshot) = LedgerStore::open(&path, &test_identity(32).node_id())?;
+        Ok((store, Economy::resume(test_identity(32), snapshot)))
+    };
     let (first, hash) = {
-        let mut a = Economy::open(&path, test_identity(32))?;
+        let (mut store, mut a) = open()?;
         let wire = prove(&mut a, &b, 1, T);
+        while let Some(w) = a.poll_write() {
+            store.write(&w)?;
+        }
+        assert_eq!(store.state_hash(), a.state_hash());
         (decode(&wire).nonce, a.state_hash())
     };
-    let mut a = Economy::open(&path, test_identity(32))?;
+    let (_store, mut a) = open()?;
     assert_eq!(a.state_hash(), hash);
     let second = decode(&prove(&mut a, &b, 2, T - 60_000)).nonce;
     assert!(second > first, "{second} <= {first}");

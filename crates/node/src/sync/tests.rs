@@ -15,7 +15,7 @@ fn cfg() -> SyncConfig {
 
 struct Replica {
     node: NodeId,
-    peer: PeerId,
+    peer: NodeId,
     s: Syncer,
 }
 
@@ -23,7 +23,7 @@ fn replicas(n: u8) -> Vec<Replica> {
     (1..=n)
         .map(|i| Replica {
             node: NodeId([i; 32]),
-            peer: PeerId::random(),
+            peer: NodeId(rand::random()),
             s: Syncer::new(cfg(), NodeId([i; 32]), 0, BASE, 0),
         })
         .collect()

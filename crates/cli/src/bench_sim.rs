@@ -1,0 +1,158 @@
+//! `neuroshard bench sim`: a simulated network of N nodes (stand-in compute) running DiLoCo
+//! rounds, with the simulator's cost figures.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, bail};
+use clap::Args;
+use neuroshard_sim::{EngineCosts, EngineKind, Factory, LinkModel, Sim, settings, tiny_model};
+use serde::Serialize;
+
+#[derive(Args)]
+pub struct SimArgs {
+    /// Simulated nodes.
+    #[arg(long, default_value_t = 100)]
+    nodes: usize,
+    /// Pipeline stages (replicas per stage = nodes / stages).
+    #[arg(long, default_value_t = 4)]
+    stages: usize,
+    /// DiLoCo rounds every stage must complete.
+    #[arg(long, default_value_t = 20)]
+    rounds: u64,
+    /// Inner steps per round (H).
+    #[arg(long, default_value_t = 5)]
+    sync_every: u64,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Pseudo-gradient compression of the simulated replicas.
+    #[arg(long, default_value = "fp32")]
+    compression: String,
+    /// Give up after this much virtual time (seconds).
+    #[arg(long, default_value_t = 3600)]
+    max_virtual_secs: u64,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Serialize)]
+struct SimReport {
+    nodes: usize,
+    stages: usize,
+    rounds: u64,
+    wall_s: f64,
+    virtual_s: f64,
+    messages: u64,
+    bytes: u64,
+    messages_per_node_per_round: f64,
+    bytes_per_node_per_round: f64,
+    /// Messages per round against n·log2(n).
+    messages_per_round_over_n_log_n: f64,
+    messages_by_kind_per_round: std::collections::BTreeMap<String, f64>,
+    peak_rss_mib: f64,
+}
+
+pub fn run(args: SimArgs) -> Result<()> {
+    if args.nodes < 2 * args.stages || args.stages == 0 {
+        bail!(
+            "need at least 2 replicas per stage ({} nodes, {} stages)",
+            args.nodes,
+            args.stages
+        );
+    }
+    let mut s = settings(
+        tiny_model(),
+        args.stages,
+        (4 * args.stages).min(args.nodes - 1),
+    );
+    s.sync.every = args.sync_every;
+    s.sync.compression = args.compression.clone();
+    s.checkpoint_secs = 0;
+    s.sync.proof_interval_ms = 30_000;
+    let factory = Factory {
+        settings: s.clone(),
+        kind: EngineKind::StandIn,
+    };
+    let mut sim = Sim::new(
+        args.seed,
+        s,
+        LinkModel::lan(),
+        EngineCosts::default(),
+        Box::new(factory),
+    );
+    for i in 0..args.nodes {
+        sim.add_node(i % args.stages, Duration::from_millis(i as u64 % 1000));
+    }
+    let started = Instant::now();
+    let mut t = 0;
+    let done = |sim: &Sim| {
+        (0..args.stages).all(|stage| {
+            (0..sim.len())
+                .filter_map(|i| sim.core(i))
+                .filter(|c| c.stage() == stage)
+                .map(|c| c.sync_round())
+                .min()
+                .is_some_and(|r| r >= args.rounds)
+        })
+    };
+    while !done(&sim) {
+        if t >= args.max_virtual_secs {
+            bail!("{} rounds not reached in {t} virtual seconds", args.rounds);
+        }
+        t += 1;
+        sim.run_until(Duration::from_secs(t));
+    }
+    let wall = started.elapsed().as_secs_f64();
+    let traffic = sim.traffic();
+    let per_round = |x: u64| x as f64 / args.rounds as f64;
+    let n = args.nodes as f64;
+    let report = SimReport {
+        nodes: args.nodes,
+        stages: args.stages,
+        rounds: args.rounds,
+        wall_s: wall,
+        virtual_s: sim.elapsed().as_secs_f64(),
+        messages: traffic.messages,
+        bytes: traffic.bytes,
+        messages_per_node_per_round: per_round(traffic.messages) / n,
+        bytes_per_node_per_round: per_round(traffic.bytes) / n,
+        messages_per_round_over_n_log_n: per_round(traffic.messages) / (n * n.log2()),
+        messages_by_kind_per_round: traffic
+            .by_kind
+            .iter()
+            .map(|(k, v)| (k.clone(), per_round(*v)))
+            .collect(),
+        peak_rss_mib: peak_rss_mib(),
+    };
+    if args.json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        println!(
+            "{} nodes, {} stages, {} rounds: {:.1} s wall ({:.0} s virtual); per node per round {:.0} messages, {:.0} bytes; messages/round = {:.2} × n·log2 n; peak RSS {:.0} MiB",
+            report.nodes,
+            report.stages,
+            report.rounds,
+            report.wall_s,
+            report.virtual_s,
+            report.messages_per_node_per_round,
+            report.bytes_per_node_per_round,
+            report.messages_per_round_over_n_log_n,
+            report.peak_rss_mib
+        );
+        for (k, v) in &report.messages_by_kind_per_round {
+            println!("  {k}: {v:.0} per round");
+        }
+    }
+    Ok(())
+}
+
+/// Peak resident memory of this process (Linux), 0 where unknown.
+fn peak_rss_mib() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        })
+        .map_or(0.0, |kib| kib / 1024.0)
+}

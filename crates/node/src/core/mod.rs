@@ -1,0 +1,821 @@
+//! The whole node as one sans-IO state machine: the pipeline, the DiLoCo rounds, the peer
+//! table, the router and the economy, composed the way quinn-proto composes a connection.
+//!
+//! Inputs: [`NodeCore::handle_message`], [`NodeCore::handle_engine_done`] and
+//! [`NodeCore::handle_timeout`]. Outputs: [`NodeCore::poll_transmit`],
+//! [`NodeCore::poll_engine_job`], [`NodeCore::poll_ledger_write`], [`NodeCore::poll_event`]
+//! and [`NodeCore::poll_timeout`]. The core never reads a clock, draws unseeded randomness,
+//! opens a socket or a file, or starts a thread; the genesis data it trains on is a pure
+//! function it is handed ([`BatchSource`]). A runtime over libp2p and the simulator drive
+//! the same code.
+
+mod io;
+mod rounds;
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use neuroshard_model::{Batch, StageSpec};
+use neuroshard_proof::{Canonical, Hash32, Identity, NodeId, PublicKey, Signed};
+use rand::SeedableRng;
+use rand::seq::IteratorRandom;
+use rand_chacha::ChaCha8Rng;
+
+pub use io::{
+    Compute, EngineError, EngineJob, EngineOutput, Inbound, Token, TransferError, Transmit,
+};
+use rounds::RoundState;
+pub use rounds::{outer_state_limit, pseudo_gradient_limit};
+
+use crate::economy::{Economy, LedgerSyncRequest, LedgerSyncResponse, LedgerWrite, ProofOutcome};
+use crate::events::{LedgerSummary, NodeEvent};
+use crate::peers::{HEARTBEAT_EVERY, PeerTable};
+use crate::pipeline::{Action, Event, JobDone, Pipeline, PipelineConfig};
+use crate::records::{HEARTBEAT_TOPIC, Heartbeat, NodeRecord, PROOF_TOPIC, node_key};
+use crate::settings::NodeSettings;
+use crate::sync::{SYNC_TOPIC, SyncConfig, SyncMsg, Syncer};
+use crate::wire::{Ack, MicroBatchId, Msg};
+
+/// How long a DHT record lives, and how often the node re-publishes its own.
+pub const RECORD_TTL: Duration = Duration::from_secs(60);
+pub const REPUBLISH_EVERY: Duration = Duration::from_secs(20);
+/// Anti-entropy: one ledger exchange with a random peer per period.
+pub const ANTI_ENTROPY_EVERY: Duration = HEARTBEAT_EVERY;
+/// How often a due proof is looked for.
+pub const PROOF_POLL_EVERY: Duration = Duration::from_millis(500);
+
+/// Why a batch could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct BatchError(pub String);
+
+/// The batches a driver trains on: a pure function of the genesis dataset.
+pub trait BatchSource: Send {
+    /// The batch the driver `origin` trains on at `step`.
+    fn batch(&self, origin: &[u8; 32], step: u64) -> Result<neuroshard_data::Batch, BatchError>;
+}
+
+/// Everything the core starts from; the runtime (or simulator) prepares it.
+pub struct CoreConfig {
+    pub settings: NodeSettings,
+    pub identity: Identity,
+    pub network: Hash32,
+    pub stage: usize,
+    pub spec: StageSpec,
+    /// Parameters of the stage (bounds what peers may send).
+    pub numel: usize,
+    /// Optimizer steps already taken (resumed or borrowed by a joiner).
+    pub steps_done: u64,
+    pub sync_round: u64,
+    pub sync_theta: Hash32,
+    /// Seed of the core's own randomness (anti-entropy peer choice).
+    pub seed: u64,
+    /// The instant the core starts at and the Unix time in ms it corresponds to.
+    pub start: Instant,
+    pub start_unix_ms: u64,
+    /// Addresses the node announces in its DHT record.
+    pub addrs: Vec<String>,
+    /// Peers heard of before the core started (heartbeats, DHT providers).
+    pub peers: PeerTable,
+}
+
+/// What an outstanding request of ours was for.
+#[derive(Debug, Clone)]
+enum Pending {
+    Pipeline {
+        to: NodeId,
+        mb: MicroBatchId,
+        kind: &'static str,
+    },
+    Ledger {
+        peer: NodeId,
+    },
+}
+
+/// One node.
+pub struct NodeCore {
+    identity: Identity,
+    me: NodeId,
+    network: Hash32,
+    stage: usize,
+    stages: usize,
+    settings: NodeSettings,
+    pipeline: Pipeline,
+    rounds: RoundState,
+    economy: Economy,
+    data: Box<dyn BatchSource>,
+    rng: ChaCha8Rng,
+    start: Instant,
+    start_unix_ms: u64,
+    addrs: Vec<String>,
+    tokens_per_mb: u64,
+    started: bool,
+    next_token: Token,
+    requests: HashMap<Token, Pending>,
+    transmits: VecDeque<Transmit>,
+    jobs: VecDeque<(Token, EngineJob)>,
+    events: VecDeque<NodeEvent>,
+    next_beat: Instant,
+    next_anti_entropy: Instant,
+    next_republish: Instant,
+    next_checkpoint: Option<Instant>,
+    next_proof: Instant,
+    checkpoint_started: HashMap<Token, (u64, Instant)>,
+    /// The latest checkpoint's model hash, or why it failed.
+    last_saved: Option<Result<String, EngineError>>,
+    /// The latest `now` handled: deadlines before it are due at once, never in a loop.
+    last_now: Instant,
+}
+
+impl NodeCore {
+    pub fn new(cfg: CoreConfig, economy: Economy, data: Box<dyn BatchSource>) -> Self {
+        let s = &cfg.settings;
+        let me = cfg.identity.node_id();
+        let pcfg = PipelineConfig {
+            stage: cfg.stage,
+            stages: s.stages,
+            model: s.model.clone(),
+            micro_batches: s.micro_batches.max(1),
+            queue_capacity: s.queue_capacity.max(1),
+            candidates: 3,
+            grad_timeout: s.grad_timeout(),
+            retry_after: Duration::from_millis(100),
+            steps: s.steps,
+        };
+        let syncer = Syncer::new(
+            SyncConfig {
+                every: s.sync.every,
+                timeout: Duration::from_millis(s.sync.timeout_ms),
+                retry_after: Duration::from_secs(1),
+                network: cfg.network,
+                stage: cfg.stage as u16,
+            },
+            me,
+            cfg.sync_round,
+            cfg.sync_theta,
+            cfg.steps_done,
+        );
+        let rows = s.batch.div_ceil(s.micro_batches.max(1)) as u64;
+        let checkpoint_every = Duration::from_secs(s.checkpoint_secs.max(1));
+        let start = cfg.start;
+        let mut pipeline = Pipeline::new(pcfg, me.0, cfg.steps_done);
+        pipeline.peers = cfg.peers;
+        Self {
+            pipeline,
+            rounds: RoundState::new(syncer, cfg.spec, cfg.numel, start),
+            economy,
+            data,
+            rng: ChaCha8Rng::seed_from_u64(cfg.seed),
+            identity: cfg.identity.clone(),
+            me,
+            network: cfg.network,
+            stage: cfg.stage,
+            stages: s.stages,
+            tokens_per_mb: rows * s.seq as u64,
+            settings: cfg.settings.clone(),
+            start,
+            start_unix_ms: cfg.start_unix_ms,
+            addrs: cfg.addrs,
+            started: false,
+            next_token: 1,
+            requests: HashMap::new(),
+            transmits: VecDeque::new(),
+            jobs: VecDeque::new(),
+            events: VecDeque::new(),
+            next_beat: start,
+            next_anti_entropy: start + ANTI_ENTROPY_EVERY,
+            next_republish: start,
+            next_checkpoint: (cfg.settings.checkpoint_secs > 0).then(|| start + checkpoint_every),
+            next_proof: start + PROOF_POLL_EVERY,
+            checkpoint_started: HashMap::new(),
+            last_saved: None,
+            last_now: start,
+        }
+    }
+
+    /// A peer holds a newer θ₀ of our stage (from its DHT record): catch up at once.
+    pub fn hint_theta(&mut self, peer: NodeId, round: u64, theta: Hash32) {
+        self.rounds.syncer.on_hint(peer, round, theta);
+    }
+
+    /// The latest checkpoint's model hash, or why it failed.
+    pub fn last_saved(&self) -> Option<&Result<String, EngineError>> {
+        self.last_saved.as_ref()
+    }
+
+    pub fn node_id(&self) -> NodeId {
+        self.me
+    }
+
+    pub fn stage(&self) -> usize {
+        self.stage
+    }
+
+    pub fn steps_done(&self) -> u64 {
+        self.pipeline.steps_done()
+    }
+
+    /// Whether the driver ran its configured steps (always false on other stages).
+    pub fn finished(&self) -> bool {
+        self.pipeline.finished()
+    }
+
+    pub fn sync_round(&self) -> u64 {
+        self.rounds.syncer.round()
+    }
+
+    pub fn theta(&self) -> Hash32 {
+        self.rounds.syncer.theta()
+    }
+
+    pub fn economy(&self) -> &Economy {
+        &self.economy
+    }
+
+    pub fn ledger_summary(&self) -> LedgerSummary {
+        LedgerSummary {
+            state_hash: hex::encode(self.economy.state_hash()),
+            proofs: self.economy.proof_count(),
+            balance: self.economy.own_balance(),
+        }
+    }
+
+    /// Unix time in ms at `now`.
+    pub fn unix_ms(&self, now: Instant) -> u64 {
+        let since = now.saturating_duration_since(self.start).as_millis();
+        self.start_unix_ms
+            .saturating_add(u64::try_from(since).unwrap_or(u64::MAX))
+    }
+
+    /// Live peers as the heartbeats tell (for the caller's start condition and reports).
+    pub fn peer_count(&self) -> usize {
+        self.pipeline.peers.len()
+    }
+
+    // ---- inputs -------------------------------------------------------------------------
+
+    /// A peer's message or a transport event about it.
+    pub fn handle_message(&mut self, from: NodeId, msg: Inbound, now: Instant) {
+        self.last_now = self.last_now.max(now);
+        match msg {
+            Inbound::Gossip { topic, data } => match topic.as_str() {
+                SYNC_TOPIC => self.on_sync_gossip(from, &data, now),
+                PROOF_TOPIC => self.on_proof_gossip(from, &data, now),
+                HEARTBEAT_TOPIC => self.on_heartbeat(from, &data, now),
+                _ => {}
+            },
+            Inbound::Request { token, data } => self.on_request(from, token, &data, now),
+            Inbound::Response { token, result } => self.on_response(from, token, result, now),
+            Inbound::Blob { token, result } => self.rounds_on_blob(token, result, now),
+            Inbound::Connected => {}
+            Inbound::Disconnected => {
+                if self.pipeline.peers.get(&from).is_some() {
+                    let actions = self.pipeline.on_peer_down(from, "connection closed", now);
+                    self.run_actions(actions, now);
+                }
+            }
+        }
+        self.maybe_start(now);
+    }
+
+    /// An engine job finished.
+    pub fn handle_engine_done(&mut self, token: Token, output: EngineOutput, now: Instant) {
+        self.last_now = self.last_now.max(now);
+        match output {
+            EngineOutput::Job(done) => {
+                let stepped = matches!(done, JobDone::Step { .. });
+                if let JobDone::Backward { mb, loss, .. } = &done {
+                    self.rounds
+                        .count_backward(mb, self.tokens_per_mb, *loss, now);
+                }
+                let actions = self.pipeline.on_job_done(done, now);
+                self.run_actions(actions, now);
+                if stepped {
+                    self.poll_rounds(now);
+                }
+            }
+            EngineOutput::Saved(result) => {
+                let (step, since) = self.checkpoint_started.remove(&token).unwrap_or((0, now));
+                let ms = now.saturating_duration_since(since).as_secs_f64() * 1e3;
+                let (model_hash, error) = match &result {
+                    Ok(h) => (Some(h.clone()), None),
+                    Err(e) => (None, Some(e.0.clone())),
+                };
+                self.last_saved = Some(result);
+                let time_ms = self.unix_ms(now);
+                self.events.push_back(NodeEvent::Checkpoint {
+                    step,
+                    ms,
+                    model_hash,
+                    error,
+                    time_ms,
+                });
+            }
+            other => {
+                self.rounds_on_engine(token, other, now);
+                self.poll_rounds(now);
+            }
+        }
+    }
+
+    /// Timers: heartbeats, re-publication, anti-entropy, checkpoints, proofs, pipeline and
+    /// round deadlines. Call at (or after) [`Self::poll_timeout`].
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.last_now = self.last_now.max(now);
+        if now >= self.next_beat {
+            self.next_beat = now + HEARTBEAT_EVERY;
+            self.heartbeat(false, now);
+        }
+        if now >= self.next_anti_entropy {
+            self.next_anti_entropy = now + ANTI_ENTROPY_EVERY;
+            self.ledger_anti_entropy();
+        }
+        if now >= self.next_republish {
+            self.next_republish = now + REPUBLISH_EVERY;
+            self.publish_node_record(now);
+        }
+        if let Some(at) = self.next_checkpoint
+            && now >= at
+        {
+            self.next_checkpoint =
+                Some(now + Duration::from_secs(self.settings.checkpoint_secs.max(1)));
+            let _ = self.checkpoint(now);
+        }
+        if now >= self.next_proof {
+            self.next_proof = now + PROOF_POLL_EVERY;
+            self.poll_proof(now);
+        }
+        let actions = self.pipeline.on_tick(now);
+        self.run_actions(actions, now);
+        self.poll_rounds(now);
+        self.maybe_start(now);
+    }
+
+    /// A clean shutdown: the deathrattle, then a final checkpoint job, whose token this
+    /// returns (its result comes back through [`Self::handle_engine_done`] as usual).
+    pub fn shutdown(&mut self, now: Instant) -> Token {
+        self.heartbeat(true, now);
+        self.checkpoint(now)
+    }
+
+    // ---- outputs ------------------------------------------------------------------------
+
+    pub fn poll_transmit(&mut self) -> Option<Transmit> {
+        self.transmits.pop_front()
+    }
+
+    pub fn poll_engine_job(&mut self) -> Option<(Token, EngineJob)> {
+        self.jobs.pop_front()
+    }
+
+    pub fn poll_ledger_write(&mut self) -> Option<LedgerWrite> {
+        self.economy.poll_write()
+    }
+
+    pub fn poll_event(&mut self) -> Option<NodeEvent> {
+        self.events.pop_front()
+    }
+
+    /// The next instant [`Self::handle_timeout`] has something to do.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        // Deadlines are strict (`>`) inside the machines: wake just after them.
+        let after = |t: Instant| t + Duration::from_millis(1);
+        [
+            Some(self.next_beat),
+            Some(self.next_anti_entropy),
+            Some(self.next_republish),
+            self.next_checkpoint,
+            Some(self.next_proof),
+            self.pipeline.next_deadline().map(after),
+            self.rounds.syncer.next_deadline().map(after),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+        .map(|t| t.max(after(self.last_now)))
+    }
+
+    // ---- helpers ------------------------------------------------------------------------
+
+    fn token(&mut self) -> Token {
+        let t = self.next_token;
+        self.next_token += 1;
+        t
+    }
+
+    fn engine(&mut self, job: EngineJob) -> Token {
+        let t = self.token();
+        self.jobs.push_back((t, job));
+        t
+    }
+
+    fn warn(&mut self, message: String, now: Instant) {
+        let time_ms = self.unix_ms(now);
+        self.events.push_back(NodeEvent::Warning {
+            stage: Some(self.stage),
+            message,
+            time_ms,
+        });
+    }
+
+    fn penalize(&mut self, peer: NodeId, reason: impl Into<String>) {
+        self.transmits.push_back(Transmit::Penalize {
+            peer,
+            reason: reason.into(),
+        });
+    }
+
+    fn publish<T: Canonical>(&mut self, topic: &'static str, value: &T) {
+        let data = Signed::sign(&self.identity, value).to_bytes();
+        self.transmits.push_back(Transmit::Publish { topic, data });
+    }
+
+    fn maybe_start(&mut self, now: Instant) {
+        if !self.started && self.pipeline.peers.len() >= self.settings.wait_peers {
+            self.started = true;
+            let actions = self.pipeline.start();
+            self.run_actions(actions, now);
+        }
+    }
+
+    /// Carries out the pipeline's actions.
+    fn run_actions(&mut self, actions: Vec<Action>, now: Instant) {
+        let mut queue: VecDeque<Action> = actions.into();
+        while let Some(action) = queue.pop_front() {
+            match action {
+                Action::Send { to, msg } => {
+                    let token = self.token();
+                    let (mb, kind) = (msg.mb(), msg.kind());
+                    self.requests
+                        .insert(token, Pending::Pipeline { to, mb, kind });
+                    self.transmits.push_back(Transmit::Request {
+                        to,
+                        token,
+                        data: msg.to_canonical_bytes(),
+                    });
+                }
+                Action::Compute(job) => {
+                    self.engine(EngineJob::Run(job));
+                }
+                Action::NeedBatch { step } => match self.data.batch(&self.me.0, step) {
+                    Ok(b) => queue.extend(self.pipeline.on_batch(
+                        step,
+                        Batch {
+                            batch: b.rows,
+                            seq: self.settings.seq,
+                            inputs: b.inputs,
+                            targets: b.targets,
+                        },
+                    )),
+                    Err(e) => self.warn(format!("loading batch {step}: {e}"), now),
+                },
+                Action::Penalize { peer, reason } => self.penalize(peer, reason),
+                Action::Event(ev) => {
+                    let ev = self.pipeline_event(ev, now);
+                    self.events.push_back(ev);
+                }
+            }
+        }
+    }
+
+    fn pipeline_event(&self, ev: Event, now: Instant) -> NodeEvent {
+        let time_ms = self.unix_ms(now);
+        match ev {
+            Event::Step {
+                stage,
+                step,
+                loss,
+                tokens,
+                lr,
+                grad_norm,
+                model_hash,
+            } => NodeEvent::Step {
+                stage,
+                step,
+                loss,
+                tokens,
+                lr,
+                grad_norm,
+                model_hash,
+                time_ms,
+            },
+            Event::Failover {
+                mb,
+                from,
+                to,
+                reason,
+                ms,
+            } => NodeEvent::Failover {
+                mb,
+                from,
+                to,
+                reason,
+                ms,
+                time_ms,
+            },
+            Event::Finished { steps } => NodeEvent::Finished { steps, time_ms },
+            Event::Dropped { peer, reason } => NodeEvent::Dropped {
+                what: None,
+                peer: Some(peer),
+                stage: Some(self.stage),
+                round: None,
+                reason,
+                time_ms,
+            },
+            Event::Warning { message } => NodeEvent::Warning {
+                stage: Some(self.stage),
+                message,
+                time_ms,
+            },
+        }
+    }
+
+    fn on_heartbeat(&mut self, from: NodeId, data: &[u8], now: Instant) {
+        let Ok((hb, key)) = open_from::<Heartbeat>(data, &from) else {
+            self.penalize(from, "heartbeat not signed by its sender");
+            return;
+        };
+        if hb.node != from || hb.network != self.network {
+            return;
+        }
+        let summary = self.economy.learn_node(key);
+        if summary.applied > 0 {
+            self.ledger_applied_event(now);
+        }
+        if hb.leaving {
+            let actions = self.pipeline.on_peer_down(from, "left the network", now);
+            self.run_actions(actions, now);
+        } else {
+            self.pipeline.peers.on_heartbeat(from, &hb, now);
+        }
+    }
+
+    fn on_request(&mut self, from: NodeId, token: Token, data: &[u8], now: Instant) {
+        if let Ok(req) = LedgerSyncRequest::from_canonical_bytes(data) {
+            let max = self.settings.max_frame / 2;
+            let resp = self
+                .economy
+                .answer_sync(&req, max)
+                .unwrap_or(LedgerSyncResponse { proofs: Vec::new() });
+            self.transmits.push_back(Transmit::Respond {
+                token,
+                data: resp.to_canonical_bytes(),
+            });
+            return;
+        }
+        let ack = match Msg::from_canonical_bytes(data) {
+            Ok(msg) => {
+                let (ack, actions) = self.pipeline.on_message(from, msg, now);
+                self.run_actions(actions, now);
+                ack
+            }
+            Err(e) => {
+                let reason = format!("undecodable message: {e}");
+                self.penalize(from, reason.clone());
+                let time_ms = self.unix_ms(now);
+                self.events.push_back(NodeEvent::Dropped {
+                    what: Some("message".into()),
+                    peer: Some(from.to_string()),
+                    stage: Some(self.stage),
+                    round: None,
+                    reason: reason.clone(),
+                    time_ms,
+                });
+                Ack::Rejected(reason)
+            }
+        };
+        self.transmits.push_back(Transmit::Respond {
+            token,
+            data: ack.to_canonical_bytes(),
+        });
+    }
+
+    fn on_response(
+        &mut self,
+        from: NodeId,
+        token: Token,
+        result: Result<Vec<u8>, TransferError>,
+        now: Instant,
+    ) {
+        match self.requests.remove(&token) {
+            Some(Pending::Pipeline { to, mb, kind }) => {
+                // The transport answers for the peer it sent to; `from` only double-checks.
+                debug_assert!(to == from || from == self.me);
+                let result = result.map_err(|e| e.0).and_then(|bytes| {
+                    Ack::from_canonical_bytes(&bytes).map_err(|e| format!("bad answer: {e}"))
+                });
+                let actions = self.pipeline.on_send_result(to, mb, kind, result, now);
+                self.run_actions(actions, now);
+            }
+            Some(Pending::Ledger { peer }) => {
+                let resp = result.map_err(|e| e.0).and_then(|bytes| {
+                    LedgerSyncResponse::from_canonical_bytes(&bytes).map_err(|e| e.to_string())
+                });
+                let Ok(resp) = resp else {
+                    return;
+                };
+                let summary = self.economy.on_sync_response(&resp, self.unix_ms(now));
+                if summary.applied > 0 || summary.rejected > 0 {
+                    let time_ms = self.unix_ms(now);
+                    self.events.push_back(NodeEvent::LedgerSync {
+                        peer: peer.to_string(),
+                        applied: summary.applied,
+                        rejected: summary.rejected,
+                        parked: summary.parked,
+                        state_hash: hex::encode(self.economy.state_hash()),
+                        time_ms,
+                    });
+                }
+            }
+            // A late answer to something we gave up on.
+            None => {}
+        }
+    }
+
+    fn heartbeat(&mut self, leaving: bool, now: Instant) {
+        let hb = Heartbeat {
+            node: self.me,
+            network: self.network,
+            stage: self.stage as u16,
+            step: self.pipeline.steps_done(),
+            queue: self.pipeline.queue_depth() as u32,
+            time_ms: self.unix_ms(now),
+            leaving,
+        };
+        self.publish(HEARTBEAT_TOPIC, &hb);
+        if !leaving {
+            self.events.push_back(NodeEvent::Stats {
+                stage: self.stage,
+                step: self.pipeline.steps_done(),
+                queue: self.pipeline.queue_depth(),
+                peers: self.pipeline.peers.len(),
+                replicas: self.pipeline.peers.replica_counts(self.stages),
+                net: None,
+                sync_round: self.rounds.syncer.round(),
+                theta: hex::encode(self.rounds.syncer.theta()),
+                ledger: self.ledger_summary(),
+                time_ms: hb.time_ms,
+            });
+        }
+    }
+
+    fn publish_node_record(&mut self, now: Instant) {
+        let rec = NodeRecord {
+            node: self.me,
+            network: self.network,
+            stage: self.stage as u16,
+            expires_ms: self.unix_ms(now) + RECORD_TTL.as_millis() as u64,
+            addrs: self.addrs.clone(),
+        };
+        let value = Signed::sign(&self.identity, &rec).to_bytes();
+        self.transmits.push_back(Transmit::PutRecord {
+            key: node_key(&self.me),
+            value,
+        });
+    }
+
+    fn checkpoint(&mut self, now: Instant) -> Token {
+        let step = self.pipeline.steps_done();
+        let extra = serde_json::json!({
+            "node": self.me.to_string(),
+            "stage_index": self.stage,
+        });
+        let token = self.engine(EngineJob::Checkpoint { step, extra });
+        self.checkpoint_started.insert(token, (step, now));
+        token
+    }
+
+    /// Anti-entropy: asks one random live peer for the proofs this ledger lacks, so a node
+    /// that was down or joined late ends with the same ledger as the others.
+    fn ledger_anti_entropy(&mut self) {
+        let Some(peer) = self.pipeline.peers.live_peers().choose(&mut self.rng) else {
+            return;
+        };
+        let Ok(request) = self.economy.sync_request() else {
+            return;
+        };
+        let token = self.token();
+        self.requests.insert(token, Pending::Ledger { peer });
+        self.transmits.push_back(Transmit::Request {
+            to: peer,
+            token,
+            data: request.to_canonical_bytes(),
+        });
+    }
+
+    /// Emits our next proof when one is due.
+    fn poll_proof(&mut self, now: Instant) {
+        let Some(result) = self.economy.poll_proof(self.unix_ms(now)) else {
+            return;
+        };
+        match result {
+            Ok(wire) => {
+                let time_ms = self.unix_ms(now);
+                self.events.push_back(NodeEvent::Proof {
+                    bytes: wire.len(),
+                    balance: self.economy.own_balance(),
+                    time_ms,
+                });
+                self.transmits.push_back(Transmit::Publish {
+                    topic: PROOF_TOPIC,
+                    data: wire,
+                });
+            }
+            Err(e) => self.warn(format!("proof: {e}"), now),
+        }
+    }
+
+    fn on_proof_gossip(&mut self, from: NodeId, data: &[u8], now: Instant) {
+        // Proofs travel by gossip: the author need not be the prover, but the prover's
+        // signature is checked inside the economy.
+        let _ = from;
+        let time_ms = self.unix_ms(now);
+        match self.economy.on_proof(data, time_ms) {
+            ProofOutcome::Applied { node, reward } => self.events.push_back(NodeEvent::Ledger {
+                applied: node.to_string(),
+                reward,
+                state_hash: hex::encode(self.economy.state_hash()),
+                time_ms,
+            }),
+            ProofOutcome::Rejected(reason) => self.events.push_back(NodeEvent::Dropped {
+                what: Some("proof".into()),
+                peer: Some(from.to_string()),
+                stage: None,
+                round: None,
+                reason,
+                time_ms,
+            }),
+            ProofOutcome::Parked(reason) => self.events.push_back(NodeEvent::Parked {
+                what: "proof".into(),
+                reason,
+                time_ms,
+            }),
+            ProofOutcome::Duplicate => {}
+        }
+    }
+
+    fn ledger_applied_event(&mut self, now: Instant) {
+        let time_ms = self.unix_ms(now);
+        self.events.push_back(NodeEvent::Ledger {
+            applied: "parked proofs".into(),
+            reward: 0,
+            state_hash: hex::encode(self.economy.state_hash()),
+            time_ms,
+        });
+    }
+
+    fn on_sync_gossip(&mut self, from: NodeId, data: &[u8], now: Instant) {
+        let Ok((msg, _)) = open_from::<SyncMsg>(data, &from) else {
+            self.penalize(from, "sync message not signed by its sender");
+            return;
+        };
+        if *msg.network() != self.network || usize::from(msg.stage()) != self.stage {
+            return;
+        }
+        match msg {
+            SyncMsg::Offer(offer) => self.rounds.syncer.on_offer(from, from, offer),
+            SyncMsg::Done(done) => {
+                for (_, receipt) in done.receipts.iter().filter(|(p, _)| *p == self.me) {
+                    // A refused receipt changes nothing; the proof waits for a good one.
+                    let _ = self.economy.on_receipt(done.round, *receipt);
+                }
+                let actions = self.rounds.syncer.on_done(from, from, done);
+                self.run_sync_actions(actions, now);
+            }
+        }
+        // An offer may make us follow a round; a Done may show we are behind.
+        self.poll_rounds(now);
+    }
+}
+
+/// Why a signed message from a peer was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error("{0}")]
+    Envelope(#[from] neuroshard_proof::EnvelopeError),
+    #[error("signed by {signer}, sent by {from}")]
+    NotTheSender { signer: NodeId, from: NodeId },
+}
+
+/// Opens a signed value and checks that `from` signed it; returns the signer's key too.
+pub fn open_from<T: Canonical>(bytes: &[u8], from: &NodeId) -> Result<(T, PublicKey), OpenError> {
+    let signed = Signed::<T>::from_bytes(bytes)?;
+    let value = signed.verify()?;
+    let key = signed.signer();
+    if key.node_id() != *from {
+        return Err(OpenError::NotTheSender {
+            signer: key.node_id(),
+            from: *from,
+        });
+    }
+    Ok((value, key))
+}
+
+/// The blob's content address, as the transport computes it.
+pub fn blob_hash(data: &[u8]) -> Hash32 {
+    *blake3::hash(data).as_bytes()
+}
+
+/// Shared by the rounds module.
+pub(crate) type SharedBlob = Arc<Vec<u8>>;

@@ -1,0 +1,226 @@
+//! What a node reports: one typed enum, written as one JSON object per line by the runtime and
+//! read back by `neuroshard swarm` and the simulator. The field names are the wire format
+//! (version [`EVENTS_VERSION`]); add fields as `Option` so older readers keep working.
+
+use serde::{Deserialize, Serialize};
+
+/// Version of the event format, reported in `ready`.
+pub const EVENTS_VERSION: u32 = 1;
+
+/// The ledger as a node sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct LedgerSummary {
+    pub state_hash: String,
+    pub proofs: usize,
+    pub balance: u64,
+}
+
+/// One event of a node. `time_ms` is the node's Unix time (virtual in the simulator).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum NodeEvent {
+    /// The node runs: its identity, stage and where it starts from.
+    Ready {
+        version: u32,
+        node: String,
+        /// Transport address book entry (libp2p peer id in real processes).
+        peer: Option<String>,
+        stage: usize,
+        role: String,
+        addrs: Vec<String>,
+        resumed_step: u64,
+        model_hash: String,
+        sync_round: u64,
+        theta: String,
+        joined_round: Option<u64>,
+        join_ms: Option<f64>,
+        time_ms: u64,
+    },
+    /// This replica applied an optimizer step. `loss` and `tokens` are set on drivers.
+    Step {
+        stage: usize,
+        step: u64,
+        loss: Option<f32>,
+        tokens: u64,
+        lr: f64,
+        grad_norm: f64,
+        model_hash: String,
+        time_ms: u64,
+    },
+    /// A micro-batch went to another replica after `from` failed or timed out.
+    Failover {
+        mb: String,
+        from: String,
+        to: String,
+        reason: String,
+        /// From noticing the failure to the other replica accepting the work.
+        ms: f64,
+        time_ms: u64,
+    },
+    /// The driver ran its configured number of steps.
+    Finished { steps: u64, time_ms: u64 },
+    /// Something from a peer was refused, with the reason.
+    Dropped {
+        what: Option<String>,
+        peer: Option<String>,
+        stage: Option<usize>,
+        round: Option<u64>,
+        reason: String,
+        time_ms: u64,
+    },
+    Warning {
+        stage: Option<usize>,
+        message: String,
+        time_ms: u64,
+    },
+    /// Periodic state, beside every heartbeat.
+    Stats {
+        stage: usize,
+        step: u64,
+        queue: usize,
+        peers: usize,
+        replicas: Vec<usize>,
+        /// Transport counters (real processes only).
+        net: Option<serde_json::Value>,
+        sync_round: u64,
+        theta: String,
+        ledger: LedgerSummary,
+        time_ms: u64,
+    },
+    /// A clean shutdown checkpointed the stage.
+    Stopped {
+        stage: usize,
+        step: u64,
+        checkpoint: String,
+        model_hash: Option<String>,
+        error: Option<String>,
+        net: Option<serde_json::Value>,
+        sync_round: u64,
+        theta: String,
+        ledger: LedgerSummary,
+        time_ms: u64,
+    },
+    /// A DiLoCo round this replica aggregated itself.
+    Sync {
+        stage: usize,
+        round: u64,
+        theta: String,
+        contributors: usize,
+        expected: usize,
+        included_self: bool,
+        wall_ms: f64,
+        sent_bytes: u64,
+        dense_bytes: u64,
+        time_ms: u64,
+    },
+    /// The replica took another replica's outer state.
+    Adopted {
+        stage: usize,
+        round: u64,
+        theta: String,
+        reason: String,
+        time_ms: u64,
+    },
+    /// A co-replica agreed with our outcome of a round.
+    Agreed {
+        stage: usize,
+        round: u64,
+        peer: String,
+        time_ms: u64,
+    },
+    /// This node signed and gossiped a proof.
+    Proof {
+        bytes: usize,
+        balance: u64,
+        time_ms: u64,
+    },
+    /// A peer's proof was applied to the ledger.
+    Ledger {
+        applied: String,
+        reward: u64,
+        state_hash: String,
+        time_ms: u64,
+    },
+    /// Anti-entropy brought proofs this ledger lacked.
+    LedgerSync {
+        peer: String,
+        applied: usize,
+        rejected: usize,
+        parked: usize,
+        state_hash: String,
+        time_ms: u64,
+    },
+    /// A proof waits for a receipt signer this node does not know yet.
+    Parked {
+        what: String,
+        reason: String,
+        time_ms: u64,
+    },
+    /// A speculative checkpoint was written (or failed).
+    Checkpoint {
+        step: u64,
+        ms: f64,
+        model_hash: Option<String>,
+        error: Option<String>,
+        time_ms: u64,
+    },
+}
+
+impl NodeEvent {
+    /// The event's name (its `event` field).
+    pub fn name(&self) -> &'static str {
+        match self {
+            NodeEvent::Ready { .. } => "ready",
+            NodeEvent::Step { .. } => "step",
+            NodeEvent::Failover { .. } => "failover",
+            NodeEvent::Finished { .. } => "finished",
+            NodeEvent::Dropped { .. } => "dropped",
+            NodeEvent::Warning { .. } => "warning",
+            NodeEvent::Stats { .. } => "stats",
+            NodeEvent::Stopped { .. } => "stopped",
+            NodeEvent::Sync { .. } => "sync",
+            NodeEvent::Adopted { .. } => "adopted",
+            NodeEvent::Agreed { .. } => "agreed",
+            NodeEvent::Proof { .. } => "proof",
+            NodeEvent::Ledger { .. } => "ledger",
+            NodeEvent::LedgerSync { .. } => "ledger_sync",
+            NodeEvent::Parked { .. } => "parked",
+            NodeEvent::Checkpoint { .. } => "checkpoint",
+        }
+    }
+
+    /// One JSON line (no newline).
+    pub fn to_json_line(&self) -> String {
+        serde_json::to_string(self).unwrap_or_else(|e| {
+            format!("{{\"event\":\"warning\",\"message\":\"unencodable event: {e}\"}}")
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_round_trip_through_json() {
+        let ev = NodeEvent::Sync {
+            stage: 1,
+            round: 3,
+            theta: "ab".into(),
+            contributors: 2,
+            expected: 3,
+            included_self: true,
+            wall_ms: 1.5,
+            sent_bytes: 10,
+            dense_bytes: 40,
+            time_ms: 7,
+        };
+        let line = ev.to_json_line();
+        assert!(line.contains("\"event\":\"sync\""), "{line}");
+        let back: NodeEvent = serde_json::from_str(&line).unwrap();
+        assert_eq!(back, ev);
+        assert_eq!(back.name(), "sync");
+        // An unknown event is an error, not a silent default.
+        assert!(serde_json::from_str::<NodeEvent>("{\"event\":\"nope\"}").is_err());
+    }
+}

@@ -1,0 +1,143 @@
+//! Engines inside the simulator: the stand-in for scale, the real engine on a tiny model, and
+//! the virtual time each job costs.
+
+use std::time::Duration;
+
+use neuroshard_model::{AdamW, AdamWConfig, ModelConfig, Stage, StageSpec};
+use neuroshard_node::compute::Engine;
+use neuroshard_node::core::{Compute, EngineJob, EngineOutput};
+use neuroshard_node::pipeline::Job;
+use neuroshard_node::replica::DilocoConfig;
+use neuroshard_proof::Hash32;
+
+use crate::sim::FactoryError;
+use crate::standin::StandIn;
+
+/// An engine the simulator can run, snapshot at checkpoints and restore after a crash.
+pub trait SimEngine: Compute {
+    /// The engine as its last checkpoint left it, if it ever wrote one.
+    fn restore_saved(&self) -> Option<Box<dyn SimEngine>>;
+    /// (round, θ₀ hash) of its DiLoCo state.
+    fn sync_state(&self) -> (u64, Hash32);
+    fn numel(&self) -> usize;
+    fn spec(&self) -> StageSpec;
+    /// A scalar summary of the parameters' distance from where training leads (stand-in:
+    /// distance to the target; real engine: none).
+    fn distance(&self) -> Option<f32> {
+        None
+    }
+}
+
+impl SimEngine for StandIn {
+    fn restore_saved(&self) -> Option<Box<dyn SimEngine>> {
+        self.saved.as_ref().map(|s| s.clone() as Box<dyn SimEngine>)
+    }
+
+    fn sync_state(&self) -> (u64, Hash32) {
+        self.diloco()
+            .map_or((0, [0; 32]), |d| (d.round(), d.hash()))
+    }
+
+    fn numel(&self) -> usize {
+        StandIn::numel(self)
+    }
+
+    fn spec(&self) -> StageSpec {
+        StandIn::spec(self)
+    }
+
+    fn distance(&self) -> Option<f32> {
+        Some(StandIn::distance(self))
+    }
+}
+
+/// The real engine over a tiny model (no crash recovery in the simulator: its checkpoints go
+/// to disk).
+pub struct RealEngine {
+    engine: Engine,
+    spec: StageSpec,
+    numel: usize,
+}
+
+impl RealEngine {
+    pub fn new(
+        model: ModelConfig,
+        spec: StageSpec,
+        seed: u64,
+        optim: AdamWConfig,
+        diloco: Option<DilocoConfig>,
+    ) -> Result<Self, FactoryError> {
+        let stage = Stage::init(model, spec, seed).map_err(|e| FactoryError(e.to_string()))?;
+        let numel = stage.params().numel();
+        let opt = AdamW::new(optim, stage.params());
+        let diloco = match diloco {
+            Some(cfg) => Some(
+                neuroshard_node::replica::Diloco::new(cfg, stage.params()).map_err(FactoryError)?,
+            ),
+            None => None,
+        };
+        Ok(Self {
+            engine: Engine::new(stage, opt, diloco),
+            spec,
+            numel,
+        })
+    }
+}
+
+impl Compute for RealEngine {
+    fn execute(&mut self, job: EngineJob) -> EngineOutput {
+        self.engine.execute(job)
+    }
+}
+
+impl SimEngine for RealEngine {
+    fn restore_saved(&self) -> Option<Box<dyn SimEngine>> {
+        None
+    }
+
+    fn sync_state(&self) -> (u64, Hash32) {
+        self.engine
+            .diloco()
+            .map_or((0, [0; 32]), |d| (d.round(), d.hash()))
+    }
+
+    fn numel(&self) -> usize {
+        self.numel
+    }
+
+    fn spec(&self) -> StageSpec {
+        self.spec
+    }
+}
+
+/// Virtual time of each kind of engine job.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct EngineCosts {
+    pub forward: Duration,
+    pub backward: Duration,
+    pub step: Duration,
+    pub sync: Duration,
+}
+
+impl Default for EngineCosts {
+    fn default() -> Self {
+        Self {
+            forward: Duration::from_millis(20),
+            backward: Duration::from_millis(40),
+            step: Duration::from_millis(5),
+            sync: Duration::from_millis(20),
+        }
+    }
+}
+
+impl EngineCosts {
+    pub fn of(&self, job: &EngineJob) -> Duration {
+        match job {
+            EngineJob::Run(Job::Forward { .. }) => self.forward,
+            EngineJob::Run(Job::Backward { .. }) => self.backward,
+            EngineJob::Run(Job::Step { .. }) => self.step,
+            EngineJob::Checkpoint { .. } => self.step,
+            _ => self.sync,
+        }
+    }
+}

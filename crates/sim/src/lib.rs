@@ -1,0 +1,161 @@
+//! A deterministic in-process network of NeuroShard nodes.
+//!
+//! Every node is the real [`neuroshard_node::core::NodeCore`]; the simulator carries its
+//! transmits over a seeded link model ([`LinkModel`]: latency, bandwidth, loss, partitions),
+//! runs its engine jobs with a virtual cost (the real engine on a tiny model, or the cheap
+//! [`StandIn`] for scale), persists its ledger writes and checkpoints so a crashed node can
+//! restart, and lets a test rewrite what a node sends (an adversary). One seed gives one
+//! event trace, bit for bit ([`Sim::trace_hash`]).
+
+mod data;
+mod engine;
+mod link;
+mod sim;
+mod standin;
+
+pub use data::PatternBatches;
+pub use engine::{EngineCosts, RealEngine, SimEngine};
+pub use link::{LinkModel, Partitions};
+pub use sim::{Built, FactoryError, NodeFactory, Sim, Tamper, Traffic, UNIX_START_MS};
+pub use standin::StandIn;
+
+use neuroshard_model::{AdamWConfig, ModelConfig, StageSpec};
+use neuroshard_node::core::BatchSource;
+use neuroshard_node::replica::DilocoConfig;
+use neuroshard_node::{DataOrder, NodeSettings};
+use neuroshard_proof::NodeId;
+
+/// A tiny model: 2 layers of width 16, vocabulary 32, sequences of 8.
+pub fn tiny_model() -> ModelConfig {
+    ModelConfig {
+        layers: 3,
+        d_model: 16,
+        heads: 2,
+        kv_heads: 2,
+        ffn: 32,
+        max_seq: 8,
+        ..ModelConfig::tiny(32)
+    }
+}
+
+/// Node settings for a simulated network of `stages` stages on `model`.
+pub fn settings(model: ModelConfig, stages: usize, wait_peers: usize) -> NodeSettings {
+    NodeSettings {
+        data_dir: "sim".into(),
+        genesis: "sim".into(),
+        listen: Vec::new(),
+        bootstrap: Vec::new(),
+        seq: model.max_seq,
+        model,
+        stages,
+        stage: None,
+        memory_budget: u64::MAX,
+        micro_batches: 2,
+        batch: 4,
+        steps: 0,
+        lr: 3e-3,
+        warmup: 5,
+        clip_norm: 0.0,
+        seed: 7,
+        data_order: DataOrder::Assigned,
+        threads: 1,
+        queue_capacity: 8,
+        grad_timeout_ms: 5_000,
+        settle_ms: 0,
+        checkpoint_secs: 10,
+        wait_peers,
+        max_frame: 32 << 20,
+        // Dense pseudo-gradients: with the stand-in's quadratic, random-k masks under outer
+        // Nesterov momentum 0.9 diverge (see the crate README), which would hide the protocol
+        // behaviour the simulator is for.
+        sync: neuroshard_node::settings::SyncSettings {
+            compression: "fp32".into(),
+            every: 10,
+            timeout_ms: 3_000,
+            proof_interval_ms: 5_000,
+            ..Default::default()
+        },
+    }
+}
+
+/// DiLoCo settings of a node, from its settings.
+pub fn diloco_config(settings: &NodeSettings, me: NodeId) -> Result<DilocoConfig, FactoryError> {
+    let s = &settings.sync;
+    let bad = FactoryError;
+    Ok(DilocoConfig {
+        me,
+        aggregator: s.aggregator.clone(),
+        byzantine: s.byzantine,
+        compression: s
+            .compression
+            .parse()
+            .map_err(|e: neuroshard_train::SpecError| bad(e.to_string()))?,
+        outer_lr: s.outer_lr,
+        outer_momentum: s.outer_momentum,
+        seed: settings.seed,
+        attack: s
+            .attack
+            .parse()
+            .map_err(|e: neuroshard_aggregate::AttackParseError| bad(e.to_string()))?,
+    })
+}
+
+/// Which engine simulated nodes run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EngineKind {
+    StandIn,
+    Real,
+}
+
+/// Builds engines and data for simulated nodes from their settings.
+pub struct Factory {
+    pub settings: NodeSettings,
+    pub kind: EngineKind,
+}
+
+impl Factory {
+    fn patterns(&self) -> PatternBatches {
+        let s = &self.settings;
+        PatternBatches {
+            vocab: s.model.vocab,
+            rows: s.batch,
+            seq: s.seq,
+            shards: 8,
+        }
+    }
+}
+
+impl NodeFactory for Factory {
+    fn engine(&mut self, node: NodeId, stage: usize) -> Result<Built, FactoryError> {
+        let s = &self.settings;
+        let specs =
+            StageSpec::split(&s.model, s.stages).map_err(|e| FactoryError(e.to_string()))?;
+        let spec = *specs
+            .get(stage)
+            .ok_or_else(|| FactoryError(format!("no stage {stage}")))?;
+        let dcfg = (s.sync.every > 0)
+            .then(|| diloco_config(s, node))
+            .transpose()?;
+        let engine: Box<dyn SimEngine> = match self.kind {
+            EngineKind::StandIn => Box::new(
+                StandIn::new(s.model.clone(), spec, s.seed, dcfg)
+                    .map_err(|e| FactoryError(e.to_string()))?,
+            ),
+            EngineKind::Real => {
+                let optim = AdamWConfig {
+                    lr: s.lr,
+                    warmup_steps: s.warmup,
+                    total_steps: s.steps.max(1),
+                    clip_norm: None,
+                    ..Default::default()
+                };
+                Box::new(RealEngine::new(s.model.clone(), spec, s.seed, optim, dcfg)?)
+            }
+        };
+        Ok((engine, Box::new(self.patterns())))
+    }
+
+    fn data(&mut self, _node: NodeId, _stage: usize) -> Box<dyn BatchSource> {
+        Box::new(self.patterns())
+    }
+}

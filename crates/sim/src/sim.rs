@@ -1,0 +1,685 @@
+//! The simulator: many [`NodeCore`]s under one virtual clock, messages carried by a seeded
+//! link model, engines run in place with a virtual cost per job. Nothing reads the wall
+//! clock or an unseeded RNG, so one seed gives one event trace, bit for bit.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use neuroshard_node::NodeSettings;
+use neuroshard_node::core::{
+    BatchSource, CoreConfig, EngineJob, Inbound, NodeCore, Token, TransferError, Transmit,
+};
+use neuroshard_node::economy::{Economy, LedgerSnapshot, LedgerWrite};
+use neuroshard_node::events::NodeEvent;
+use neuroshard_node::peers::PeerTable;
+use neuroshard_proof::{Hash32, Identity, NodeId};
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+use crate::engine::{EngineCosts, SimEngine};
+use crate::link::{LinkModel, Partitions};
+
+/// Unix time the virtual clock starts at (any fixed value: it only has to be the same).
+pub const UNIX_START_MS: u64 = 1_800_000_000_000;
+
+/// Why the simulator could not build a node.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct FactoryError(pub String);
+
+/// A node's engine and the data its driver reads.
+pub type Built = (Box<dyn SimEngine>, Box<dyn BatchSource>);
+
+/// Makes a node's engine and batch source; the simulator calls it at start and restart.
+pub trait NodeFactory {
+    /// A fresh engine for `stage`, and its data source.
+    fn engine(&mut self, node: NodeId, stage: usize) -> Result<Built, FactoryError>;
+    /// The data source of a restarted node (its engine comes from its checkpoint).
+    fn data(&mut self, node: NodeId, stage: usize) -> Box<dyn BatchSource>;
+}
+
+/// Rewrites or drops what a node sends: how adversaries are written.
+pub type Tamper = Box<dyn FnMut(Transmit) -> Option<Transmit>>;
+
+/// Traffic counters.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Traffic {
+    pub messages: u64,
+    pub bytes: u64,
+    /// Messages by kind: gossip topic, "request", "response", "blob".
+    pub by_kind: BTreeMap<String, u64>,
+}
+
+#[derive(Debug, Clone)]
+enum Ev {
+    Deliver {
+        to: usize,
+        epoch: u64,
+        from: NodeId,
+        inbound: Inbound,
+    },
+    EngineDone {
+        node: usize,
+        epoch: u64,
+        token: Token,
+        output: neuroshard_node::core::EngineOutput,
+    },
+    Timer {
+        node: usize,
+        epoch: u64,
+    },
+    Start {
+        node: usize,
+    },
+    Crash {
+        node: usize,
+    },
+}
+
+struct SimNode {
+    identity: Identity,
+    stage: usize,
+    core: Option<NodeCore>,
+    engine: Option<Box<dyn SimEngine>>,
+    engine_busy: bool,
+    engine_queue: VecDeque<(Token, EngineJob)>,
+    /// Bumped at every crash: events for an older incarnation are dropped.
+    epoch: u64,
+    timer: Option<Instant>,
+    blobs: HashMap<Hash32, Arc<Vec<u8>>>,
+    /// What survives a crash: the ledger writes and the last checkpoint's step.
+    disk: LedgerSnapshot,
+    saved_step: u64,
+    pending_step: BTreeMap<Token, u64>,
+    events: Vec<NodeEvent>,
+    tamper: Option<Tamper>,
+}
+
+/// A simulated network.
+pub struct Sim {
+    base: Instant,
+    now: Instant,
+    seq: u64,
+    queue: BinaryHeap<Reverse<(Instant, u64)>>,
+    pending: HashMap<u64, Ev>,
+    rng: ChaCha8Rng,
+    link: LinkModel,
+    costs: EngineCosts,
+    pub partitions: Partitions,
+    settings: NodeSettings,
+    network: Hash32,
+    nodes: Vec<SimNode>,
+    index: HashMap<NodeId, usize>,
+    factory: Box<dyn NodeFactory>,
+    /// Inbound request token at the server → (client, client's token).
+    requests: HashMap<(usize, Token), (usize, u64, Token)>,
+    next_inbound: Token,
+    traffic: Traffic,
+    trace: blake3::Hasher,
+    dht: BTreeMap<Vec<u8>, BTreeMap<Vec<u8>, Vec<u8>>>,
+}
+
+impl Sim {
+    pub fn new(
+        seed: u64,
+        settings: NodeSettings,
+        link: LinkModel,
+        costs: EngineCosts,
+        factory: Box<dyn NodeFactory>,
+    ) -> Self {
+        let base = Instant::now();
+        let network = *blake3::hash(format!("neuroshard/sim/{seed}").as_bytes()).as_bytes();
+        Self {
+            base,
+            now: base,
+            seq: 0,
+            queue: BinaryHeap::new(),
+            pending: HashMap::new(),
+            rng: ChaCha8Rng::seed_from_u64(seed),
+            link,
+            costs,
+            partitions: Partitions::default(),
+            settings,
+            network,
+            nodes: Vec::new(),
+            index: HashMap::new(),
+            factory,
+            requests: HashMap::new(),
+            next_inbound: 1,
+            traffic: Traffic::default(),
+            trace: blake3::Hasher::new(),
+            dht: BTreeMap::new(),
+        }
+    }
+
+    /// Virtual time since the start.
+    pub fn elapsed(&self) -> Duration {
+        self.now - self.base
+    }
+
+    pub fn traffic(&self) -> &Traffic {
+        &self.traffic
+    }
+
+    /// BLAKE3 of everything that happened: deliveries and every node's events, in order.
+    pub fn trace_hash(&self) -> Hash32 {
+        *self.trace.finalize().as_bytes()
+    }
+
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// Adds a node serving `stage` that starts after `at` of virtual time. Its key comes
+    /// from the simulator's seed.
+    pub fn add_node(&mut self, stage: usize, at: Duration) -> usize {
+        let identity = Identity::generate_with(&mut self.rng);
+        let i = self.nodes.len();
+        self.index.insert(identity.node_id(), i);
+        self.nodes.push(SimNode {
+            identity,
+            stage,
+            core: None,
+            engine: None,
+            engine_busy: false,
+            engine_queue: VecDeque::new(),
+            epoch: 0,
+            timer: None,
+            blobs: HashMap::new(),
+            disk: LedgerSnapshot::default(),
+            saved_step: 0,
+            pending_step: BTreeMap::new(),
+            events: Vec::new(),
+            tamper: None,
+        });
+        self.push(self.base + at, Ev::Start { node: i });
+        i
+    }
+
+    /// Makes node `i` an adversary: everything it sends passes through `tamper`.
+    pub fn set_tamper(&mut self, i: usize, tamper: Tamper) {
+        self.nodes[i].tamper = Some(tamper);
+    }
+
+    pub fn node_id(&self, i: usize) -> NodeId {
+        self.nodes[i].identity.node_id()
+    }
+
+    pub fn core(&self, i: usize) -> Option<&NodeCore> {
+        self.nodes[i].core.as_ref()
+    }
+
+    pub fn engine(&self, i: usize) -> Option<&dyn SimEngine> {
+        self.nodes[i].engine.as_deref()
+    }
+
+    pub fn events(&self, i: usize) -> &[NodeEvent] {
+        &self.nodes[i].events
+    }
+
+    pub fn is_up(&self, i: usize) -> bool {
+        self.nodes[i].core.is_some()
+    }
+
+    /// Kills node `i` at `at` (no deathrattle, no checkpoint: what its disk holds survives).
+    pub fn crash_at(&mut self, i: usize, at: Duration) {
+        self.push(self.base + at, Ev::Crash { node: i });
+    }
+
+    /// Restarts node `i` at `at` from its last checkpoint and its ledger.
+    pub fn restart_at(&mut self, i: usize, at: Duration) {
+        self.push(self.base + at, Ev::Start { node: i });
+    }
+
+    /// Runs until virtual time `until` (since the start) or until nothing is left to do.
+    pub fn run_until(&mut self, until: Duration) {
+        let end = self.base + until;
+        while let Some(Reverse((t, seq))) = self.queue.peek().copied() {
+            if t > end {
+                break;
+            }
+            self.queue.pop();
+            self.now = t;
+            if let Some(ev) = self.pending.remove(&seq) {
+                self.step(ev);
+            }
+        }
+        self.now = self.now.max(end);
+    }
+
+    fn push(&mut self, at: Instant, ev: Ev) {
+        self.seq += 1;
+        self.pending.insert(self.seq, ev);
+        self.queue.push(Reverse((at, self.seq)));
+    }
+
+    fn step(&mut self, ev: Ev) {
+        match ev {
+            Ev::Start { node } => self.start(node),
+            Ev::Crash { node } => self.crash(node),
+            Ev::Timer { node, epoch } => {
+                let n = &mut self.nodes[node];
+                if n.epoch != epoch || n.timer.is_none_or(|t| t > self.now) {
+                    return;
+                }
+                n.timer = None;
+                if let Some(core) = n.core.as_mut() {
+                    core.handle_timeout(self.now);
+                }
+                self.after(node);
+            }
+            Ev::Deliver {
+                to,
+                epoch,
+                from,
+                inbound,
+            } => {
+                if self.nodes[to].epoch != epoch || self.nodes[to].core.is_none() {
+                    // A request to a dead node fails at the caller like a timeout would.
+                    if let Inbound::Request { token, .. } = inbound {
+                        self.fail_request(to, token, "peer is down");
+                    }
+                    return;
+                }
+                self.record_delivery(to, &from, &inbound);
+                if let Some(core) = self.nodes[to].core.as_mut() {
+                    core.handle_message(from, inbound, self.now);
+                }
+                self.after(to);
+            }
+            Ev::EngineDone {
+                node,
+                epoch,
+                token,
+                output,
+            } => {
+                let n = &mut self.nodes[node];
+                if n.epoch != epoch {
+                    return;
+                }
+                n.engine_busy = false;
+                if let Some(step) = n.pending_step.remove(&token)
+                    && matches!(output, neuroshard_node::core::EngineOutput::Saved(Ok(_)))
+                {
+                    n.saved_step = step;
+                }
+                if let Some(core) = n.core.as_mut() {
+                    core.handle_engine_done(token, output, self.now);
+                }
+                self.after(node);
+            }
+        }
+    }
+
+    fn start(&mut self, i: usize) {
+        if self.nodes[i].core.is_some() {
+            return;
+        }
+        let (node, stage) = (self.nodes[i].identity.node_id(), self.nodes[i].stage);
+        let restored = self.nodes[i].engine.take().and_then(|e| e.restore_saved());
+        let (engine, data, steps) = match restored {
+            Some(engine) => (
+                engine,
+                self.factory.data(node, stage),
+                self.nodes[i].saved_step,
+            ),
+            None => match self.factory.engine(node, stage) {
+                Ok((e, d)) => (e, d, 0),
+                Err(message) => {
+                    self.nodes[i].events.push(NodeEvent::Warning {
+                        stage: Some(stage),
+                        message: format!("cannot start: {message}"),
+                        time_ms: UNIX_START_MS + (self.now - self.base).as_millis() as u64,
+                    });
+                    return;
+                }
+            },
+        };
+        let (round, theta) = engine.sync_state();
+        let mut economy =
+            Economy::resume(self.nodes[i].identity.clone(), self.nodes[i].disk.clone());
+        economy.min_interval_ms = self.settings.sync.proof_interval_ms;
+        let mut settings = self.settings.clone();
+        settings.data_dir = format!("sim/{i}").into();
+        let core = NodeCore::new(
+            CoreConfig {
+                settings,
+                identity: self.nodes[i].identity.clone(),
+                network: self.network,
+                stage,
+                spec: engine.spec(),
+                numel: engine.numel(),
+                steps_done: steps,
+                sync_round: round,
+                sync_theta: theta,
+                seed: self.seq ^ i as u64,
+                start: self.now,
+                start_unix_ms: UNIX_START_MS + (self.now - self.base).as_millis() as u64,
+                addrs: vec![format!("sim/{i}")],
+                peers: PeerTable::default(),
+            },
+            economy,
+            data,
+        );
+        let n = &mut self.nodes[i];
+        n.core = Some(core);
+        n.engine = Some(engine);
+        n.engine_busy = false;
+        n.engine_queue.clear();
+        n.timer = None;
+        // A restarted node learns of its stage's newer θ₀ from the DHT record.
+        let key = neuroshard_node::sync::theta_key(&self.network, stage);
+        let hint = self.dht.get(&key).and_then(|recs| {
+            recs.values()
+                .filter_map(|v| {
+                    neuroshard_proof::Signed::<neuroshard_node::sync::ThetaRecord>::from_bytes(v)
+                        .ok()?
+                        .verify()
+                        .ok()
+                })
+                .filter(|r| r.node != node)
+                .max_by_key(|r| r.round)
+        });
+        if let (Some(rec), Some(core)) = (hint, self.nodes[i].core.as_mut())
+            && rec.round > round
+        {
+            core.hint_theta(rec.node, rec.round, rec.theta);
+        }
+        self.after(i);
+    }
+
+    fn crash(&mut self, i: usize) {
+        let n = &mut self.nodes[i];
+        if n.core.take().is_none() {
+            return;
+        }
+        n.epoch += 1;
+        n.engine_busy = false;
+        n.engine_queue.clear();
+        n.pending_step.clear();
+        n.timer = None;
+        n.blobs.clear();
+        // Everyone connected notices the closed connection.
+        let from = n.identity.node_id();
+        for j in 0..self.nodes.len() {
+            if j != i && self.nodes[j].core.is_some() && self.partitions.reachable(i, j) {
+                let d = self.link.delay(0, &mut self.rng);
+                let epoch = self.nodes[j].epoch;
+                self.push(
+                    self.now + d,
+                    Ev::Deliver {
+                        to: j,
+                        epoch,
+                        from,
+                        inbound: Inbound::Disconnected,
+                    },
+                );
+            }
+        }
+    }
+
+    /// Drains node `i`'s outputs and re-arms its timer.
+    fn after(&mut self, i: usize) {
+        loop {
+            let Some(core) = self.nodes[i].core.as_mut() else {
+                return;
+            };
+            let mut progressed = false;
+            let mut transmits = Vec::new();
+            while let Some(t) = core.poll_transmit() {
+                transmits.push(t);
+            }
+            let mut jobs = Vec::new();
+            while let Some(j) = core.poll_engine_job() {
+                jobs.push(j);
+            }
+            let mut writes: Vec<LedgerWrite> = Vec::new();
+            while let Some(w) = core.poll_ledger_write() {
+                writes.push(w);
+            }
+            let mut events = Vec::new();
+            while let Some(ev) = core.poll_event() {
+                events.push(ev);
+            }
+            let timeout = core.poll_timeout();
+            for ev in events {
+                self.trace.update(&(i as u64).to_le_bytes());
+                self.trace.update(ev.to_json_line().as_bytes());
+                self.nodes[i].events.push(ev);
+            }
+            for w in writes {
+                persist(&mut self.nodes[i].disk, w);
+            }
+            for t in transmits {
+                let t = match self.nodes[i].tamper.as_mut() {
+                    Some(f) => f(t),
+                    None => Some(t),
+                };
+                if let Some(t) = t {
+                    self.transmit(i, t);
+                }
+            }
+            for (token, job) in jobs {
+                if let EngineJob::Checkpoint { step, .. } = &job {
+                    self.nodes[i].pending_step.insert(token, *step);
+                }
+                self.nodes[i].engine_queue.push_back((token, job));
+            }
+            progressed |= self.run_engine(i);
+            if let Some(t) = timeout {
+                let n = &mut self.nodes[i];
+                if n.timer.is_none_or(|old| t < old) || n.timer.is_some_and(|old| old < self.now) {
+                    n.timer = Some(t);
+                    let epoch = n.epoch;
+                    self.push(t.max(self.now), Ev::Timer { node: i, epoch });
+                }
+            }
+            if !progressed {
+                return;
+            }
+        }
+    }
+
+    /// Starts the next engine job if the engine is idle; its result arrives after its cost.
+    fn run_engine(&mut self, i: usize) -> bool {
+        let n = &mut self.nodes[i];
+        if n.engine_busy {
+            return false;
+        }
+        let Some((token, job)) = n.engine_queue.pop_front() else {
+            return false;
+        };
+        let Some(engine) = n.engine.as_mut() else {
+            return false;
+        };
+        let cost = self.costs.of(&job);
+        let output = engine.execute(job);
+        n.engine_busy = true;
+        let epoch = n.epoch;
+        self.push(
+            self.now + cost,
+            Ev::EngineDone {
+                node: i,
+                epoch,
+                token,
+                output,
+            },
+        );
+        false
+    }
+
+    fn record_delivery(&mut self, to: usize, from: &NodeId, inbound: &Inbound) {
+        self.trace.update(&(to as u64).to_le_bytes());
+        self.trace.update(&from.0);
+        let (kind, bytes): (&str, &[u8]) = match inbound {
+            Inbound::Gossip { topic, data } => (topic.as_str(), data),
+            Inbound::Request { data, .. } => ("request", data),
+            Inbound::Response { result, .. } => ("response", result.as_deref().unwrap_or(&[])),
+            Inbound::Blob { result, .. } => ("blob", result.as_deref().unwrap_or(&[])),
+            Inbound::Connected => ("connected", &[]),
+            Inbound::Disconnected => ("disconnected", &[]),
+        };
+        self.trace.update(kind.as_bytes());
+        self.trace.update(blake3::hash(bytes).as_bytes());
+        self.traffic.messages += 1;
+        self.traffic.bytes += bytes.len() as u64;
+        *self.traffic.by_kind.entry(kind.to_string()).or_default() += 1;
+    }
+
+    fn deliver(&mut self, from: usize, to: usize, bytes: usize, inbound: Inbound) {
+        if !self.partitions.reachable(from, to) {
+            if let Inbound::Request { token, .. } = inbound {
+                self.fail_request(to, token, "unreachable");
+            }
+            return;
+        }
+        let d = self.link.delay(bytes, &mut self.rng);
+        let epoch = self.nodes[to].epoch;
+        let from = self.nodes[from].identity.node_id();
+        self.push(
+            self.now + d,
+            Ev::Deliver {
+                to,
+                epoch,
+                from,
+                inbound,
+            },
+        );
+    }
+
+    /// The request with inbound token `token` at `server` never gets an answer: its client
+    /// sees the transport's timeout.
+    fn fail_request(&mut self, server: usize, token: Token, why: &str) {
+        if let Some((client, epoch, ctoken)) = self.requests.remove(&(server, token)) {
+            let from = self.nodes[server].identity.node_id();
+            let timeout = self.settings.grad_timeout();
+            self.push(
+                self.now + timeout,
+                Ev::Deliver {
+                    to: client,
+                    epoch,
+                    from,
+                    inbound: Inbound::Response {
+                        token: ctoken,
+                        result: Err(TransferError(format!("request failed: {why}"))),
+                    },
+                },
+            );
+        }
+    }
+
+    fn transmit(&mut self, i: usize, t: Transmit) {
+        match t {
+            Transmit::Publish { topic, data } => {
+                for j in 0..self.nodes.len() {
+                    if j != i && self.nodes[j].core.is_some() {
+                        let inbound = Inbound::Gossip {
+                            topic: topic.to_string(),
+                            data: data.clone(),
+                        };
+                        self.deliver(i, j, data.len(), inbound);
+                    }
+                }
+            }
+            Transmit::Request { to, token, data } => {
+                let Some(&j) = self.index.get(&to) else {
+                    return;
+                };
+                let inbound = self.next_inbound;
+                self.next_inbound += 1;
+                let epoch = self.nodes[i].epoch;
+                self.requests.insert((j, inbound), (i, epoch, token));
+                let len = data.len();
+                self.deliver(
+                    i,
+                    j,
+                    len,
+                    Inbound::Request {
+                        token: inbound,
+                        data,
+                    },
+                );
+            }
+            Transmit::Respond { token, data } => {
+                if let Some((client, epoch, ctoken)) = self.requests.remove(&(i, token))
+                    && self.nodes[client].epoch == epoch
+                {
+                    let len = data.len();
+                    let inbound = Inbound::Response {
+                        token: ctoken,
+                        result: Ok(data),
+                    };
+                    self.deliver(i, client, len, inbound);
+                }
+            }
+            Transmit::FetchBlob {
+                from,
+                token,
+                hash,
+                max,
+            } => {
+                let Some(&j) = self.index.get(&from) else {
+                    return;
+                };
+                let found = self.nodes[j].blobs.get(&hash).cloned();
+                let result = match found {
+                    _ if self.nodes[j].core.is_none() => Err(TransferError("peer is down".into())),
+                    Some(b) if b.len() <= max => Ok(b.to_vec()),
+                    Some(b) => Err(TransferError(format!(
+                        "blob of {} bytes over {max}",
+                        b.len()
+                    ))),
+                    None => Err(TransferError("blob not offered".into())),
+                };
+                let len = result.as_ref().map_or(0, |b| b.len());
+                // The bytes travel from the holder to the fetcher.
+                if self.partitions.reachable(i, j) {
+                    self.deliver(j, i, len, Inbound::Blob { token, result });
+                } else {
+                    let epoch = self.nodes[i].epoch;
+                    self.push(
+                        self.now + self.settings.grad_timeout(),
+                        Ev::Deliver {
+                            to: i,
+                            epoch,
+                            from,
+                            inbound: Inbound::Blob {
+                                token,
+                                result: Err(TransferError("unreachable".into())),
+                            },
+                        },
+                    );
+                }
+            }
+            Transmit::OfferBlob { hash, data } => {
+                self.nodes[i].blobs.insert(hash, data);
+            }
+            Transmit::WithdrawBlob { hash } => {
+                self.nodes[i].blobs.remove(&hash);
+            }
+            Transmit::PutRecord { key, value } => {
+                let author = self.nodes[i].identity.node_id().0.to_vec();
+                self.dht.entry(key).or_default().insert(author, value);
+            }
+            Transmit::Penalize { .. } => {
+                *self.traffic.by_kind.entry("penalty".into()).or_default() += 1;
+            }
+        }
+    }
+}
+
+/// Applies a ledger write to a node's simulated disk, as the SQLite adapter would.
+fn persist(disk: &mut LedgerSnapshot, w: LedgerWrite) {
+    if disk.state.apply_proof(&w.proof).is_ok() {
+        let p = w.proof.proof();
+        let nonce = disk.last_nonce.entry(p.node_id).or_insert(p.nonce);
+        *nonce = (*nonce).max(p.nonce);
+        disk.wires.insert(w.proof.hash(), w.wire);
+    }
+}
