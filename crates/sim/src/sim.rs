@@ -426,77 +426,72 @@ impl Sim {
 
     /// Drains node `i`'s outputs and re-arms its timer.
     fn after(&mut self, i: usize) {
-        loop {
-            let Some(core) = self.nodes[i].core.as_mut() else {
-                return;
+        let Some(core) = self.nodes[i].core.as_mut() else {
+            return;
+        };
+        let mut transmits = Vec::new();
+        while let Some(t) = core.poll_transmit() {
+            transmits.push(t);
+        }
+        let mut jobs = Vec::new();
+        while let Some(j) = core.poll_engine_job() {
+            jobs.push(j);
+        }
+        let mut writes: Vec<LedgerWrite> = Vec::new();
+        while let Some(w) = core.poll_ledger_write() {
+            writes.push(w);
+        }
+        let mut events = Vec::new();
+        while let Some(ev) = core.poll_event() {
+            events.push(ev);
+        }
+        let timeout = core.poll_timeout();
+        for ev in events {
+            self.trace.update(&(i as u64).to_le_bytes());
+            self.trace.update(ev.to_json_line().as_bytes());
+            self.nodes[i].events.push(ev);
+        }
+        for w in writes {
+            persist(&mut self.nodes[i].disk, w);
+        }
+        for t in transmits {
+            let t = match self.nodes[i].tamper.as_mut() {
+                Some(f) => f(t),
+                None => Some(t),
             };
-            let mut progressed = false;
-            let mut transmits = Vec::new();
-            while let Some(t) = core.poll_transmit() {
-                transmits.push(t);
+            if let Some(t) = t {
+                self.transmit(i, t);
             }
-            let mut jobs = Vec::new();
-            while let Some(j) = core.poll_engine_job() {
-                jobs.push(j);
+        }
+        for (token, job) in jobs {
+            if let EngineJob::Checkpoint { step, .. } = &job {
+                self.nodes[i].pending_step.insert(token, *step);
             }
-            let mut writes: Vec<LedgerWrite> = Vec::new();
-            while let Some(w) = core.poll_ledger_write() {
-                writes.push(w);
-            }
-            let mut events = Vec::new();
-            while let Some(ev) = core.poll_event() {
-                events.push(ev);
-            }
-            let timeout = core.poll_timeout();
-            for ev in events {
-                self.trace.update(&(i as u64).to_le_bytes());
-                self.trace.update(ev.to_json_line().as_bytes());
-                self.nodes[i].events.push(ev);
-            }
-            for w in writes {
-                persist(&mut self.nodes[i].disk, w);
-            }
-            for t in transmits {
-                let t = match self.nodes[i].tamper.as_mut() {
-                    Some(f) => f(t),
-                    None => Some(t),
-                };
-                if let Some(t) = t {
-                    self.transmit(i, t);
-                }
-            }
-            for (token, job) in jobs {
-                if let EngineJob::Checkpoint { step, .. } = &job {
-                    self.nodes[i].pending_step.insert(token, *step);
-                }
-                self.nodes[i].engine_queue.push_back((token, job));
-            }
-            progressed |= self.run_engine(i);
-            if let Some(t) = timeout {
-                let n = &mut self.nodes[i];
-                if n.timer.is_none_or(|old| t < old) || n.timer.is_some_and(|old| old < self.now) {
-                    n.timer = Some(t);
-                    let epoch = n.epoch;
-                    self.push(t.max(self.now), Ev::Timer { node: i, epoch });
-                }
-            }
-            if !progressed {
-                return;
+            self.nodes[i].engine_queue.push_back((token, job));
+        }
+        self.run_engine(i);
+        if let Some(t) = timeout {
+            let n = &mut self.nodes[i];
+            // One timer event per earlier deadline; later ones are re-armed when it fires.
+            if n.timer.is_none_or(|old| t < old || old < self.now) {
+                n.timer = Some(t);
+                let epoch = n.epoch;
+                self.push(t.max(self.now), Ev::Timer { node: i, epoch });
             }
         }
     }
 
     /// Starts the next engine job if the engine is idle; its result arrives after its cost.
-    fn run_engine(&mut self, i: usize) -> bool {
+    fn run_engine(&mut self, i: usize) {
         let n = &mut self.nodes[i];
         if n.engine_busy {
-            return false;
+            return;
         }
         let Some((token, job)) = n.engine_queue.pop_front() else {
-            return false;
+            return;
         };
         let Some(engine) = n.engine.as_mut() else {
-            return false;
+            return;
         };
         let cost = self.costs.of(&job);
         let output = engine.execute(job);
@@ -511,7 +506,6 @@ impl Sim {
                 output,
             },
         );
-        false
     }
 
     fn record_delivery(&mut self, to: usize, from: &NodeId, inbound: &Inbound) {

@@ -1,0 +1,179 @@
+//! Gossip and periodic duties of the core: heartbeats, the node's DHT record, proofs and
+//! ledger anti-entropy, and the sync gossip that drives the rounds.
+
+use std::time::Instant;
+
+use neuroshard_proof::{Canonical, NodeId, Signed};
+use rand::seq::IteratorRandom;
+
+use super::{NodeCore, Pending, RECORD_TTL, Transmit, open_from};
+use crate::economy::ProofOutcome;
+use crate::events::NodeEvent;
+use crate::records::{HEARTBEAT_TOPIC, Heartbeat, NodeRecord, PROOF_TOPIC, node_key};
+use crate::sync::SyncMsg;
+
+impl NodeCore {
+    pub(super) fn on_heartbeat(&mut self, from: NodeId, data: &[u8], now: Instant) {
+        let Ok((hb, key)) = open_from::<Heartbeat>(data, &from) else {
+            self.penalize(from, "heartbeat not signed by its sender");
+            return;
+        };
+        if hb.node != from || hb.network != self.network {
+            return;
+        }
+        let summary = self.economy.learn_node(key);
+        if summary.applied > 0 {
+            self.ledger_applied_event(now);
+        }
+        if hb.leaving {
+            let actions = self.pipeline.on_peer_down(from, "left the network", now);
+            self.run_actions(actions, now);
+        } else {
+            self.pipeline.peers.on_heartbeat(from, &hb, now);
+        }
+    }
+
+    pub(super) fn heartbeat(&mut self, leaving: bool, now: Instant) {
+        let hb = Heartbeat {
+            node: self.me,
+            network: self.network,
+            stage: self.stage as u16,
+            step: self.pipeline.steps_done(),
+            queue: self.pipeline.queue_depth() as u32,
+            time_ms: self.unix_ms(now),
+            leaving,
+        };
+        self.publish(HEARTBEAT_TOPIC, &hb);
+        if !leaving {
+            self.events.push_back(NodeEvent::Stats {
+                stage: self.stage,
+                step: self.pipeline.steps_done(),
+                queue: self.pipeline.queue_depth(),
+                peers: self.pipeline.peers.len(),
+                replicas: self.pipeline.peers.replica_counts(self.stages),
+                net: None,
+                sync_round: self.rounds.syncer.round(),
+                theta: hex::encode(self.rounds.syncer.theta()),
+                ledger: self.ledger_summary(),
+                time_ms: hb.time_ms,
+            });
+        }
+    }
+
+    pub(super) fn publish_node_record(&mut self, now: Instant) {
+        let rec = NodeRecord {
+            node: self.me,
+            network: self.network,
+            stage: self.stage as u16,
+            expires_ms: self.unix_ms(now) + RECORD_TTL.as_millis() as u64,
+            addrs: self.addrs.clone(),
+        };
+        let value = Signed::sign(&self.identity, &rec).to_bytes();
+        self.transmits.push_back(Transmit::PutRecord {
+            key: node_key(&self.me),
+            value,
+        });
+    }
+
+    /// Anti-entropy: asks one random live peer for the proofs this ledger lacks, so a node
+    /// that was down or joined late ends with the same ledger as the others.
+    pub(super) fn ledger_anti_entropy(&mut self) {
+        let Some(peer) = self.pipeline.peers.live_peers().choose(&mut self.rng) else {
+            return;
+        };
+        let Ok(request) = self.economy.sync_request() else {
+            return;
+        };
+        let token = self.token();
+        self.requests.insert(token, Pending::Ledger { peer });
+        self.transmits.push_back(Transmit::Request {
+            to: peer,
+            token,
+            data: request.to_canonical_bytes(),
+        });
+    }
+
+    /// Emits our next proof when one is due.
+    pub(super) fn poll_proof(&mut self, now: Instant) {
+        let Some(result) = self.economy.poll_proof(self.unix_ms(now)) else {
+            return;
+        };
+        match result {
+            Ok(wire) => {
+                let time_ms = self.unix_ms(now);
+                self.events.push_back(NodeEvent::Proof {
+                    bytes: wire.len(),
+                    balance: self.economy.own_balance(),
+                    time_ms,
+                });
+                self.transmits.push_back(Transmit::Publish {
+                    topic: PROOF_TOPIC,
+                    data: wire,
+                });
+            }
+            Err(e) => self.warn(format!("proof: {e}"), now),
+        }
+    }
+
+    pub(super) fn on_proof_gossip(&mut self, from: NodeId, data: &[u8], now: Instant) {
+        // Proofs travel by gossip: the author need not be the prover, but the prover's
+        // signature is checked inside the economy.
+        let _ = from;
+        let time_ms = self.unix_ms(now);
+        match self.economy.on_proof(data, time_ms) {
+            ProofOutcome::Applied { node, reward } => self.events.push_back(NodeEvent::Ledger {
+                applied: node.to_string(),
+                reward,
+                state_hash: hex::encode(self.economy.state_hash()),
+                time_ms,
+            }),
+            ProofOutcome::Rejected(reason) => self.events.push_back(NodeEvent::Dropped {
+                what: Some("proof".into()),
+                peer: Some(from.to_string()),
+                stage: None,
+                round: None,
+                reason,
+                time_ms,
+            }),
+            ProofOutcome::Parked(reason) => self.events.push_back(NodeEvent::Parked {
+                what: "proof".into(),
+                reason,
+                time_ms,
+            }),
+            ProofOutcome::Duplicate => {}
+        }
+    }
+
+    pub(super) fn ledger_applied_event(&mut self, now: Instant) {
+        let time_ms = self.unix_ms(now);
+        self.events.push_back(NodeEvent::Ledger {
+            applied: "parked proofs".into(),
+            reward: 0,
+            state_hash: hex::encode(self.economy.state_hash()),
+            time_ms,
+        });
+    }
+
+    pub(super) fn on_sync_gossip(&mut self, from: NodeId, data: &[u8], now: Instant) {
+        let Ok((msg, _)) = open_from::<SyncMsg>(data, &from) else {
+            self.penalize(from, "sync message not signed by its sender");
+            return;
+        };
+        if *msg.network() != self.network || usize::from(msg.stage()) != self.stage {
+            return;
+        }
+        match msg {
+            SyncMsg::Offer(offer) => self.rounds.syncer.on_offer(from, from, offer),
+            SyncMsg::Done(done) => {
+                for (_, receipt) in done.receipts.iter().filter(|(p, _)| *p == self.me) {
+                    // A refused receipt changes nothing; the proof waits for a good one.
+                    let _ = self.economy.on_receipt(done.round, *receipt);
+                }
+                let actions = self.rounds.syncer.on_done(from, from, done);
+                self.run_sync_actions(actions, now);
+            }
+        }
+        // An offer may make us follow a round; a Done may show we are behind.
+        self.poll_rounds(now);
+    }
+}
