@@ -1,0 +1,217 @@
+//! The core alone: what it does with forged, replayed and malformed input, and its timers.
+
+use std::time::{Duration, Instant};
+
+use neuroshard_model::StageSpec;
+use neuroshard_proof::fixtures::test_identity;
+use neuroshard_proof::{Canonical, Identity, Signed};
+
+use super::*;
+use crate::economy::{Economy, LedgerSyncRequest, LedgerSyncResponse};
+use crate::records::{HEARTBEAT_TOPIC, Heartbeat};
+use crate::replica::tests::tiny_config;
+use crate::settings::{DataOrder, SyncSettings};
+
+struct NoData;
+
+impl BatchSource for NoData {
+    fn batch(&self, _: &[u8; 32], _: u64) -> Result<neuroshard_data::Batch, BatchError> {
+        Err(BatchError("no data in this test".into()))
+    }
+}
+
+fn settings() -> NodeSettings {
+    NodeSettings {
+        data_dir: "t".into(),
+        genesis: "t".into(),
+        listen: Vec::new(),
+        bootstrap: Vec::new(),
+        model: neuroshard_model::ModelConfig {
+            layers: 2,
+            ..tiny_config()
+        },
+        stages: 2,
+        stage: None,
+        memory_budget: u64::MAX,
+        micro_batches: 2,
+        batch: 2,
+        seq: 8,
+        steps: 0,
+        lr: 1e-3,
+        warmup: 1,
+        clip_norm: 0.0,
+        seed: 1,
+        data_order: DataOrder::Assigned,
+        threads: 1,
+        queue_capacity: 4,
+        grad_timeout_ms: 1_000,
+        settle_ms: 0,
+        checkpoint_secs: 0,
+        wait_peers: 5,
+        max_frame: 1 << 20,
+        sync: SyncSettings::default(),
+    }
+}
+
+const NETWORK: [u8; 32] = [9; 32];
+
+fn core(identity: &Identity, start: Instant) -> NodeCore {
+    let s = settings();
+    let spec = StageSpec::split(&s.model, 2).unwrap()[1];
+    NodeCore::new(
+        CoreConfig {
+            settings: s,
+            identity: identity.clone(),
+            network: NETWORK,
+            stage: 1,
+            spec,
+            numel: 1000,
+            steps_done: 0,
+            sync_round: 0,
+            sync_theta: [0; 32],
+            seed: 3,
+            start,
+            start_unix_ms: 1_800_000_000_000,
+            addrs: Vec::new(),
+            peers: PeerTable::default(),
+        },
+        Economy::in_memory(identity.clone()).unwrap(),
+        Box::new(NoData),
+    )
+}
+
+fn heartbeat(from: &Identity, stage: u16) -> Vec<u8> {
+    let hb = Heartbeat {
+        node: from.node_id(),
+        network: NETWORK,
+        stage,
+        step: 0,
+        queue: 0,
+        time_ms: 1_800_000_000_000,
+        leaving: false,
+    };
+    Signed::sign(from, &hb).to_bytes()
+}
+
+fn drain(core: &mut NodeCore) -> Vec<Transmit> {
+    std::iter::from_fn(|| core.poll_transmit()).collect()
+}
+
+#[test]
+fn a_heartbeat_relayed_by_another_node_or_forged_is_refused_and_penalised() {
+    let now = Instant::now();
+    let (me, alice, mallory) = (test_identity(1), test_identity(2), test_identity(3));
+    let mut c = core(&me, now);
+    drain(&mut c);
+    let gossip = |data| Inbound::Gossip {
+        topic: HEARTBEAT_TOPIC.into(),
+        data,
+    };
+    // Alice's heartbeat delivered as if Mallory authored it: not Mallory's to send.
+    c.handle_message(mallory.node_id(), gossip(heartbeat(&alice, 0)), now);
+    assert_eq!(c.peer_count(), 0);
+    // A signature from another key over Alice's heartbeat.
+    let hb = Signed::<Heartbeat>::from_bytes(&heartbeat(&alice, 0)).unwrap();
+    let forged = Signed::<Heartbeat>::from_parts(
+        hb.payload_bytes().to_vec(),
+        alice.public_key(),
+        mallory.sign(hb.payload_bytes()),
+    )
+    .to_bytes();
+    c.handle_message(alice.node_id(), gossip(forged), now);
+    assert_eq!(c.peer_count(), 0);
+    let penalties = drain(&mut c)
+        .into_iter()
+        .filter(|t| matches!(t, Transmit::Penalize { .. }))
+        .count();
+    assert_eq!(penalties, 2);
+    // The genuine one counts, and again after it was seen once (the verified-envelope cache
+    // must not let the forged copy through later either).
+    c.handle_message(alice.node_id(), gossip(heartbeat(&alice, 0)), now);
+    assert_eq!(c.peer_count(), 1);
+    let forged_again = Signed::<Heartbeat>::from_parts(
+        hb.payload_bytes().to_vec(),
+        alice.public_key(),
+        mallory.sign(hb.payload_bytes()),
+    )
+    .to_bytes();
+    assert!(open_from::<Heartbeat>(&forged_again, &alice.node_id()).is_err());
+}
+
+#[test]
+fn malformed_requests_are_answered_rejected_and_ledger_requests_answered() {
+    let now = Instant::now();
+    let me = test_identity(4);
+    let peer = test_identity(5).node_id();
+    let mut c = core(&me, now);
+    drain(&mut c);
+    c.handle_message(
+        peer,
+        Inbound::Request {
+            token: 7,
+            data: vec![0xff; 40],
+        },
+        now,
+    );
+    let out = drain(&mut c);
+    assert!(
+        out.iter()
+            .any(|t| matches!(t, Transmit::Respond { token: 7, .. }))
+    );
+    assert!(out.iter().any(|t| matches!(t, Transmit::Penalize { .. })));
+    let req = LedgerSyncRequest { have: Vec::new() };
+    c.handle_message(
+        peer,
+        Inbound::Request {
+            token: 8,
+            data: req.to_canonical_bytes(),
+        },
+        now,
+    );
+    let answer = drain(&mut c).into_iter().find_map(|t| match t {
+        Transmit::Respond { token: 8, data } => Some(data),
+        _ => None,
+    });
+    let resp = LedgerSyncResponse::from_canonical_bytes(&answer.unwrap()).unwrap();
+    assert!(resp.proofs.is_empty());
+    // An answer to a request we never made changes nothing.
+    c.handle_message(
+        peer,
+        Inbound::Response {
+            token: 999,
+            result: Ok(vec![1, 2, 3]),
+        },
+        now,
+    );
+    assert!(drain(&mut c).is_empty());
+}
+
+#[test]
+fn timers_advance_and_never_ask_for_the_past() {
+    let start = Instant::now();
+    let me = test_identity(6);
+    let mut c = core(&me, start);
+    let mut now = start;
+    let mut beats = 0;
+    for _ in 0..200 {
+        let next = c.poll_timeout().expect("a core always has a next deadline");
+        assert!(
+            next > now || now == start,
+            "deadline {next:?} not after {now:?}"
+        );
+        now = next;
+        c.handle_timeout(now);
+        beats += drain(&mut c)
+            .iter()
+            .filter(|t| matches!(t, Transmit::Publish { topic, .. } if *topic == HEARTBEAT_TOPIC))
+            .count();
+    }
+    let elapsed = now - start;
+    assert!(elapsed > Duration::from_secs(10), "{elapsed:?}");
+    // One heartbeat per period, give or take the first.
+    let expected = (elapsed.as_secs_f64() / HEARTBEAT_EVERY.as_secs_f64()) as usize;
+    assert!(
+        beats.abs_diff(expected) <= 1,
+        "{beats} heartbeats in {elapsed:?}"
+    );
+}
