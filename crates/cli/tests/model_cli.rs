@@ -87,6 +87,20 @@ fn train_eval_generate_export() {
     ]))
     .unwrap();
     assert!(report["tokens"].as_u64().unwrap() > 0);
+    // Every token but the first is scored once, so the bytes are the file's less the first
+    // token's, and the end-of-text target is left out of bits per byte.
+    let tokenizer = neuroshard_data::GenesisTokenizer::load(&model.join("tokenizer.json")).unwrap();
+    let unseen = std::fs::read_to_string(&text).unwrap();
+    let ids = tokenizer.encode(&unseen).unwrap();
+    let first = tokenizer.token_byte_lengths()[ids[0] as usize] as usize;
+    assert_eq!(
+        report["bytes"].as_u64().unwrap() as usize,
+        unseen.len() - first
+    );
+    assert_eq!(report["tokens"].as_u64().unwrap() as usize, ids.len());
+    assert_eq!(report["special_tokens"].as_u64(), Some(1));
+    let bpb = report["bits_per_byte"].as_f64().unwrap();
+    assert!(bpb.is_finite() && bpb > 0.0, "{report}");
 
     let out = ok(&[
         "generate",
