@@ -174,3 +174,54 @@ fn impossible_model_shapes_are_refused() {
     ]);
     assert!(err.contains("not divisible by heads"), "{err}");
 }
+
+#[test]
+fn constant_schedule_holds_the_peak_after_the_warmup() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = tiny_genesis(dir.path());
+    let log = dir.path().join("log.jsonl");
+    ok(&[
+        "train",
+        "--data",
+        s(&data),
+        "--steps",
+        "5",
+        "--out",
+        s(&dir.path().join("m")),
+        "--json-log",
+        s(&log),
+        "--schedule",
+        "constant",
+        "--lr",
+        "4e-3",
+        "--warmup",
+        "2",
+        "--layers",
+        "1",
+        "--d-model",
+        "16",
+        "--heads",
+        "2",
+        "--seq",
+        "16",
+        "--batch",
+        "2",
+        "--eval-windows",
+        "2",
+    ]);
+    let lrs: Vec<f64> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["lr"]
+                .as_f64()
+                .unwrap()
+        })
+        .collect();
+    let want = [2e-3, 4e-3, 4e-3, 4e-3, 4e-3];
+    assert_eq!(lrs.len(), want.len());
+    assert!(
+        lrs.iter().zip(want).all(|(a, b)| (a - b).abs() < 1e-12),
+        "{lrs:?}"
+    );
+}
