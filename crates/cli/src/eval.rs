@@ -34,34 +34,67 @@ pub struct EvalArgs {
 
 #[derive(Serialize)]
 pub struct EvalReport {
+    /// Targets scored.
     pub tokens: u64,
+    /// UTF-8 bytes of text the scored targets stand for.
     pub bytes: u64,
     pub windows: u64,
-    /// Mean cross-entropy per token, in nats.
+    /// Mean cross-entropy per token, in nats, over every scored target.
     pub loss: f64,
+    /// Cross-entropy of the targets that stand for text, in bits, per byte of that text.
+    /// End-of-text targets stand for no byte and are left out, so the figure depends on the
+    /// text alone and compares across tokenizers.
     pub bits_per_byte: f64,
     pub perplexity: f64,
+    /// Scored targets that stand for no text (end-of-text between files or documents).
+    pub special_tokens: u64,
 }
 
 /// Accumulates per-token losses and the bytes their targets stand for.
 struct Tally {
     byte_len: Vec<u32>,
     nats: f64,
+    /// Nats of targets with at least one byte: the numerator of bits per byte.
+    text_nats: f64,
     tokens: u64,
+    special_tokens: u64,
     bytes: u64,
     windows: u64,
 }
 
 impl Tally {
-    fn add(&mut self, stage: &Stage, batch: &Batch) -> Result<()> {
+    fn new(tokenizer: &GenesisTokenizer) -> Self {
+        Tally {
+            byte_len: tokenizer.token_byte_lengths(),
+            nats: 0.0,
+            text_nats: 0.0,
+            tokens: 0,
+            special_tokens: 0,
+            bytes: 0,
+            windows: 0,
+        }
+    }
+
+    /// Scores `batch`, leaving out the first `skip[row]` targets of each row (already scored
+    /// by an overlapping window); a missing entry skips nothing.
+    fn add(&mut self, stage: &Stage, batch: &Batch, skip: &[usize]) -> Result<()> {
         let losses = stage.token_losses(&batch.input(), &batch.targets)?;
-        self.nats += losses.iter().map(|&l| f64::from(l)).sum::<f64>();
-        self.tokens += losses.len() as u64;
-        self.bytes += batch
-            .targets
-            .iter()
-            .map(|&t| u64::from(self.byte_len.get(t as usize).copied().unwrap_or(0)))
-            .sum::<u64>();
+        for (i, (&loss, &target)) in losses.iter().zip(&batch.targets).enumerate() {
+            let (row, pos) = (i / batch.seq, i % batch.seq);
+            if pos < skip.get(row).copied().unwrap_or(0) {
+                continue;
+            }
+            let nats = f64::from(loss);
+            let bytes = self.byte_len.get(target as usize).copied().unwrap_or(0);
+            self.nats += nats;
+            self.tokens += 1;
+            if bytes == 0 {
+                self.special_tokens += 1;
+            } else {
+                self.text_nats += nats;
+                self.bytes += u64::from(bytes);
+            }
+        }
         self.windows += batch.batch as u64;
         Ok(())
     }
@@ -77,11 +110,12 @@ impl Tally {
             windows: self.windows,
             loss,
             bits_per_byte: if self.bytes > 0 {
-                self.nats / std::f64::consts::LN_2 / self.bytes as f64
+                self.text_nats / std::f64::consts::LN_2 / self.bytes as f64
             } else {
                 f64::NAN
             },
             perplexity: loss.exp(),
+            special_tokens: self.special_tokens,
         })
     }
 }
@@ -92,17 +126,60 @@ pub fn evaluate(
     tokenizer: &GenesisTokenizer,
     batches: &[Batch],
 ) -> Result<EvalReport> {
-    let mut tally = Tally {
-        byte_len: tokenizer.token_byte_lengths(),
-        nats: 0.0,
-        tokens: 0,
-        bytes: 0,
-        windows: 0,
-    };
+    let mut tally = Tally::new(tokenizer);
     for batch in batches {
-        tally.add(stage, batch)?;
+        tally.add(stage, batch, &[])?;
     }
     tally.report()
+}
+
+/// Windows of `seq + 1` tokens over a stream of `len` tokens that score every token but the
+/// first exactly once, as `(start, skip)`: starts `0, seq, 2·seq, …` (a window's first token
+/// is the previous one's last target), then, if targets are left, one window ending at the
+/// stream's end whose first `skip` targets the previous windows already scored.
+/// Needs `len ≥ seq + 1` (else nothing).
+fn text_windows(len: usize, seq: usize) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    if seq == 0 || len < seq + 1 {
+        return out;
+    }
+    let mut start = 0;
+    while start + seq < len {
+        out.push((start, 0));
+        start += seq;
+    }
+    // Targets 1..=start are scored; a tail window from len - seq - 1 < start covers the rest.
+    if start + 1 < len {
+        let tail = len - seq - 1;
+        out.push((tail, start - tail));
+    }
+    out
+}
+
+/// `text_windows` of `stream` in batches of `rows`, with the skip of each row; at most `max`
+/// windows. Streams shorter than `seq + 1` tokens are scored in one shorter window.
+fn text_batches(
+    stream: &[u32],
+    seq: usize,
+    rows: usize,
+    max: usize,
+) -> Result<Vec<(Batch, Vec<usize>)>> {
+    let seq = seq.min(stream.len().saturating_sub(1));
+    let windows: Vec<(Vec<u32>, usize)> = text_windows(stream.len(), seq)
+        .into_iter()
+        .take(max)
+        .map(|(start, skip)| (stream[start..start + seq + 1].to_vec(), skip))
+        .collect();
+    windows
+        .chunks(rows.max(1))
+        .map(|c| {
+            let rows: Vec<Vec<u32>> = c.iter().map(|(w, _)| w.clone()).collect();
+            Ok((
+                Batch::from_windows(&rows, seq)?,
+                c.iter().map(|&(_, skip)| skip).collect(),
+            ))
+        })
+        .collect()
 }
 
 pub fn run(args: EvalArgs) -> Result<()> {
@@ -123,6 +200,7 @@ pub fn run(args: EvalArgs) -> Result<()> {
         let genesis =
             Genesis::open(dir).with_context(|| format!("opening genesis {}", dir.display()))?;
         let batches = val_batches(&genesis, rows, seq, max.div_ceil(rows))?;
+        let batches = batches.into_iter().map(|b| (b, Vec::new())).collect();
         (genesis.tokenizer().clone(), batches)
     } else {
         let tokenizer = crate::generate::checkpoint_tokenizer(&args.checkpoint)?;
@@ -140,16 +218,7 @@ pub fn run(args: EvalArgs) -> Result<()> {
             stream.extend(tokenizer.encode(&text)?);
             stream.push(tokenizer.eos_id());
         }
-        let windows: Vec<Vec<u32>> = stream
-            .windows(seq + 1)
-            .step_by(seq)
-            .take(max)
-            .map(<[u32]>::to_vec)
-            .collect();
-        let batches = windows
-            .chunks(rows)
-            .map(|c| Batch::from_windows(c, seq))
-            .collect::<Result<Vec<_>, _>>()?;
+        let batches = text_batches(&stream, seq, rows, max)?;
         (tokenizer, batches)
     };
     if tokenizer.vocab_size() != stage.config().vocab {
@@ -159,7 +228,11 @@ pub fn run(args: EvalArgs) -> Result<()> {
             stage.config().vocab
         );
     }
-    let report = evaluate(&stage, &tokenizer, &batches)?;
+    let mut tally = Tally::new(&tokenizer);
+    for (batch, skip) in &batches {
+        tally.add(&stage, batch, skip)?;
+    }
+    let report = tally.report()?;
     if args.json {
         println!("{}", serde_json::to_string(&report)?);
     } else {
@@ -192,5 +265,91 @@ pub fn to_model_batch(b: neuroshard_data::Batch, seq: usize) -> Batch {
         seq,
         inputs: b.inputs,
         targets: b.targets,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use neuroshard_model::{ModelConfig, StageSpec};
+
+    #[test]
+    fn text_windows_score_every_token_but_the_first_once() {
+        for len in 0..40 {
+            for seq in 1..9 {
+                let mut scored = vec![0u32; len];
+                for (start, skip) in text_windows(len, seq) {
+                    assert!(start + seq < len && skip < seq, "len {len} seq {seq}");
+                    for n in &mut scored[start + 1 + skip..=start + seq] {
+                        *n += 1;
+                    }
+                }
+                if len > seq {
+                    assert_eq!(scored[0], 0);
+                    assert!(
+                        scored[1..].iter().all(|&n| n == 1),
+                        "len {len} seq {seq}: {scored:?}"
+                    );
+                } else {
+                    assert!(scored.iter().all(|&n| n == 0));
+                }
+            }
+        }
+    }
+
+    /// On a tiny model: the bytes counted are the text's bytes less the first token's (the
+    /// only one never predicted), and bits/byte · bytes · ln 2 equals the nats of the text
+    /// targets recomputed one window at a time.
+    #[test]
+    fn bits_per_byte_covers_exactly_the_scored_text() {
+        let text = "To be, or not to be, that is the question: whether 'tis nobler in the mind \
+                    to suffer the slings and arrows of outrageous fortune. Café ☃ 🎭\n";
+        let tokenizer = GenesisTokenizer::train(300, [text].into_iter()).unwrap();
+        let vocab = tokenizer.vocab_size();
+        let config = ModelConfig {
+            layers: 1,
+            d_model: 16,
+            heads: 2,
+            kv_heads: 2,
+            ffn: 32,
+            max_seq: 128,
+            ..ModelConfig::tiny(vocab)
+        };
+        let stage = Stage::init(config.clone(), StageSpec::full(&config), 4).unwrap();
+        let lens = tokenizer.token_byte_lengths();
+        let mut stream = tokenizer.encode(text).unwrap();
+        stream.push(tokenizer.eos_id());
+        for (seq, rows) in [(7, 3), (16, 2), (500, 1)] {
+            let batches = text_batches(&stream, seq, rows, usize::MAX).unwrap();
+            let mut tally = Tally::new(&tokenizer);
+            for (batch, skip) in &batches {
+                tally.add(&stage, batch, skip).unwrap();
+            }
+            let report = tally.report().unwrap();
+            assert_eq!(
+                report.bytes as usize,
+                text.len() - lens[stream[0] as usize] as usize,
+                "seq {seq}"
+            );
+            assert_eq!(report.tokens as usize, stream.len() - 1);
+            assert_eq!(report.special_tokens, 1);
+            let seq = seq.min(stream.len() - 1);
+            let mut nats = 0.0;
+            for (start, skip) in text_windows(stream.len(), seq) {
+                let one =
+                    Batch::from_windows(&[stream[start..=start + seq].to_vec()], seq).unwrap();
+                let losses = stage.token_losses(&one.input(), &one.targets).unwrap();
+                for (&l, &t) in losses.iter().zip(&one.targets).skip(skip) {
+                    if lens[t as usize] > 0 {
+                        nats += f64::from(l);
+                    }
+                }
+            }
+            let back = report.bits_per_byte * report.bytes as f64 * std::f64::consts::LN_2;
+            assert!(
+                (back - nats).abs() <= 1e-4 * nats,
+                "seq {seq}: {back} vs {nats}"
+            );
+        }
     }
 }

@@ -9,7 +9,7 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use neuroshard_data::{BuildOptions, Genesis, NoProgress, Split, SyntheticConfig};
-use neuroshard_model::{AdamWConfig, ModelConfig, SpecialTokens, Trainer, checkpoint};
+use neuroshard_model::{AdamWConfig, LrSchedule, ModelConfig, SpecialTokens, Trainer, checkpoint};
 use neuroshard_proof::Identity;
 use serde_json::json;
 
@@ -44,6 +44,24 @@ pub struct TrainArgs {
     /// Checkpoint every N steps (0: only at the end).
     #[arg(long, default_value_t = 0)]
     save_every: u64,
+    /// Learning rate after the warmup: cosine to 10% at --steps, or constant.
+    #[arg(long, value_enum, default_value_t = Schedule::Cosine)]
+    schedule: Schedule,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Schedule {
+    Cosine,
+    Constant,
+}
+
+impl From<Schedule> for LrSchedule {
+    fn from(s: Schedule) -> Self {
+        match s {
+            Schedule::Cosine => LrSchedule::Cosine,
+            Schedule::Constant => LrSchedule::Constant,
+        }
+    }
 }
 
 /// Model shape flags shared by the commands that create a model.
@@ -197,6 +215,7 @@ pub fn run(args: TrainArgs) -> Result<()> {
         warmup_steps: args.step.warmup.min(args.steps),
         total_steps: args.steps,
         clip_norm: args.step.clip(),
+        schedule: args.schedule.into(),
         ..Default::default()
     };
     let threads = args

@@ -87,6 +87,20 @@ fn train_eval_generate_export() {
     ]))
     .unwrap();
     assert!(report["tokens"].as_u64().unwrap() > 0);
+    // Every token but the first is scored once, so the bytes are the file's less the first
+    // token's, and the end-of-text target is left out of bits per byte.
+    let tokenizer = neuroshard_data::GenesisTokenizer::load(&model.join("tokenizer.json")).unwrap();
+    let unseen = std::fs::read_to_string(&text).unwrap();
+    let ids = tokenizer.encode(&unseen).unwrap();
+    let first = tokenizer.token_byte_lengths()[ids[0] as usize] as usize;
+    assert_eq!(
+        report["bytes"].as_u64().unwrap() as usize,
+        unseen.len() - first
+    );
+    assert_eq!(report["tokens"].as_u64().unwrap() as usize, ids.len());
+    assert_eq!(report["special_tokens"].as_u64(), Some(1));
+    let bpb = report["bits_per_byte"].as_f64().unwrap();
+    assert!(bpb.is_finite() && bpb > 0.0, "{report}");
 
     let out = ok(&[
         "generate",
@@ -159,4 +173,55 @@ fn impossible_model_shapes_are_refused() {
         "4",
     ]);
     assert!(err.contains("not divisible by heads"), "{err}");
+}
+
+#[test]
+fn constant_schedule_holds_the_peak_after_the_warmup() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = tiny_genesis(dir.path());
+    let log = dir.path().join("log.jsonl");
+    ok(&[
+        "train",
+        "--data",
+        s(&data),
+        "--steps",
+        "5",
+        "--out",
+        s(&dir.path().join("m")),
+        "--json-log",
+        s(&log),
+        "--schedule",
+        "constant",
+        "--lr",
+        "4e-3",
+        "--warmup",
+        "2",
+        "--layers",
+        "1",
+        "--d-model",
+        "16",
+        "--heads",
+        "2",
+        "--seq",
+        "16",
+        "--batch",
+        "2",
+        "--eval-windows",
+        "2",
+    ]);
+    let lrs: Vec<f64> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["lr"]
+                .as_f64()
+                .unwrap()
+        })
+        .collect();
+    let want = [2e-3, 4e-3, 4e-3, 4e-3, 4e-3];
+    assert_eq!(lrs.len(), want.len());
+    assert!(
+        lrs.iter().zip(want).all(|(a, b)| (a - b).abs() < 1e-12),
+        "{lrs:?}"
+    );
 }

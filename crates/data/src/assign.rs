@@ -14,6 +14,9 @@ use serde::{Deserialize, Serialize};
 /// Domain-separation prefix of the assignment hash.
 pub const ASSIGN_DOMAIN: &[u8] = b"neuroshard/genesis/assign/v1";
 
+/// Domain-separation prefix of the driver order in [`rotate`].
+pub const ROTATE_DOMAIN: &[u8] = b"neuroshard/genesis/rotate/v1";
+
 /// A node's training position for one round: shard index within the train split and a
 /// window index within that shard.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -68,6 +71,95 @@ pub fn assign(
     None
 }
 
+/// A driver's place in one round of [`rotate`]: a train shard and one of `laps` disjoint
+/// sections of its windows (`laps > 1` only when drivers outnumber shards).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Rotation {
+    pub shard: usize,
+    pub lap: u64,
+    pub laps: u64,
+}
+
+/// Where `me` trains in `round`, given the round's `drivers` (order and repeats ignored).
+///
+/// The `D` distinct drivers are ordered by `BLAKE3(ROTATE_DOMAIN ‖ root ‖ id)` (then by id), so
+/// no one picks a position by choosing an id's bytes; the `S` train shards that have windows
+/// are taken in index order. Driver `i` gets shard `(i + round) mod S` and lap `⌊i / S⌋` of
+/// `⌈D / S⌉`. Hence within a round drivers never share a shard when `D ≤ S`, and when `D > S`
+/// drivers on one shard hold different laps (disjoint window sections, see
+/// [`rotation_window`]); over any `S` consecutive rounds each driver visits every shard once.
+/// All of this holds only for peers that agree on `drivers`.
+///
+/// `None` when `me` is not among `drivers` or no shard has a window.
+pub fn rotate(
+    root: &[u8; 32],
+    drivers: &[[u8; 32]],
+    me: &[u8; 32],
+    round: u64,
+    windows_per_shard: &[u64],
+) -> Option<Rotation> {
+    let shards: Vec<usize> = (0..windows_per_shard.len())
+        .filter(|&s| windows_per_shard[s] > 0)
+        .collect();
+    let s = shards.len() as u64;
+    if s == 0 {
+        return None;
+    }
+    let key = |id: &[u8; 32]| {
+        let mut h = blake3::Hasher::new();
+        h.update(ROTATE_DOMAIN);
+        h.update(root);
+        h.update(id);
+        (*h.finalize().as_bytes(), *id)
+    };
+    let mut order: Vec<([u8; 32], [u8; 32])> = drivers.iter().map(key).collect();
+    order.sort_unstable();
+    order.dedup();
+    let i = order.binary_search(&key(me)).ok()? as u64;
+    let d = order.len() as u64;
+    let slot = (i % s + round % s) % s;
+    Some(Rotation {
+        shard: shards[slot as usize],
+        lap: i / s,
+        laps: d.div_ceil(s),
+    })
+}
+
+/// Window of batch row `row` (of `rows`) at `step` for a driver placed by `rot` on a shard of
+/// `windows` windows. The driver's section is windows `[⌊lap·W/laps⌋, ⌊(lap+1)·W/laps⌋)`;
+/// rows start `⌊len/rows⌋` apart inside it and every step moves each row on by one window, so
+/// the section is read in order across steps. When a shard has fewer windows than laps the
+/// sections cannot be disjoint: lap `l` then gets the single window `l mod W`. `None` when
+/// `windows` is 0.
+pub fn rotation_window(
+    rot: &Rotation,
+    windows: u64,
+    step: u64,
+    row: u64,
+    rows: u64,
+) -> Option<u64> {
+    if windows == 0 {
+        return None;
+    }
+    let laps = u128::from(rot.laps.max(1));
+    let lap = u128::from(rot.lap) % laps;
+    let w = u128::from(windows);
+    let (start, len) = {
+        // Products in u128: lap · W cannot overflow there.
+        let start = (lap * w / laps) as u64;
+        let end = ((lap + 1) * w / laps) as u64;
+        if end > start {
+            (start, end - start)
+        } else {
+            (rot.lap % windows, 1)
+        }
+    };
+    let stride = (len / rows.max(1)).max(1);
+    let len = u128::from(len);
+    let offset = (u128::from(step) + u128::from(row) * u128::from(stride)) % len;
+    Some(start + offset as u64)
+}
+
 /// `floor(x * m / 2^128)` without overflow.
 fn mul_shift(x: u128, m: u64) -> u64 {
     let m = u128::from(m);
@@ -113,6 +205,134 @@ mod tests {
         assert_ne!(draws(1, 2), draws(1, 9));
         assert!(assign(&[1; 32], &[2; 32], 3, &[0, 0]).is_none());
         assert!(assign(&[1; 32], &[2; 32], 3, &[]).is_none());
+    }
+
+    fn ids(n: usize, salt: u8) -> Vec<[u8; 32]> {
+        (0..n)
+            .map(|i| {
+                let mut id = [salt; 32];
+                id[..8].copy_from_slice(&(i as u64).to_le_bytes());
+                id
+            })
+            .collect()
+    }
+
+    #[test]
+    fn rotation_refuses_strangers_and_empty_layouts() {
+        let drivers = ids(3, 1);
+        assert!(rotate(&[0; 32], &drivers, &[9; 32], 0, &[5, 5]).is_none());
+        assert!(rotate(&[0; 32], &drivers, &drivers[0], 0, &[0, 0]).is_none());
+        assert!(rotate(&[0; 32], &drivers, &drivers[0], 0, &[]).is_none());
+        assert!(rotate(&[0; 32], &[], &drivers[0], 0, &[5]).is_none());
+        let r = rotate(&[0; 32], &drivers, &drivers[0], u64::MAX, &[0, 7, 0]).unwrap();
+        assert_eq!((r.shard, r.laps), (1, 3));
+        assert_eq!(rotation_window(&r, 0, 0, 0, 1), None);
+    }
+
+    #[test]
+    fn rotation_windows_stay_in_their_section_and_walk_it() {
+        let rot = Rotation {
+            shard: 0,
+            lap: 1,
+            laps: 3,
+        };
+        // W = 10: sections [0,3), [3,6), [6,10).
+        let seen: Vec<u64> = (0..4)
+            .map(|t| rotation_window(&rot, 10, t, 0, 1).unwrap())
+            .collect();
+        assert_eq!(seen, [3, 4, 5, 3]);
+        assert_eq!(rotation_window(&rot, 10, 0, 1, 3).unwrap(), 4);
+        // Fewer windows than laps: one window each, never out of range.
+        let crowded = Rotation {
+            shard: 0,
+            lap: 4,
+            laps: 5,
+        };
+        // W = 2, 5 laps: sections [0,0), [0,0), [0,1), [1,1), [1,2); empty ones take lap mod W.
+        assert_eq!(rotation_window(&crowded, 2, 7, 3, 8), Some(1));
+        let empty = Rotation { lap: 3, ..crowded };
+        assert_eq!(rotation_window(&empty, 2, 7, 3, 8), Some(1));
+        let empty = Rotation { lap: 0, ..crowded };
+        assert_eq!(rotation_window(&empty, 2, 7, 3, 8), Some(0));
+        let huge = Rotation {
+            shard: 0,
+            lap: u64::MAX - 1,
+            laps: u64::MAX,
+        };
+        assert!(rotation_window(&huge, u64::MAX, u64::MAX, u64::MAX, 1).unwrap() < u64::MAX);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        /// Within a round: disjoint shards when drivers ≤ shards; otherwise drivers on one
+        /// shard hold distinct laps, so their window sections do not overlap.
+        #[test]
+        fn rotation_is_disjoint_within_a_round(
+            root in any::<[u8; 32]>(),
+            salt in any::<u8>(),
+            layout in proptest::collection::vec(0u64..40, 1..12),
+            drivers in 1usize..30,
+            round in any::<u64>(),
+            steps in 1u64..4,
+            rows in 1u64..4,
+        ) {
+            let shards = layout.iter().filter(|&&w| w > 0).count();
+            prop_assume!(shards > 0);
+            let ids = ids(drivers, salt);
+            let mut used = std::collections::HashSet::new();
+            let mut windows = std::collections::HashMap::new();
+            for id in &ids {
+                let r = rotate(&root, &ids, id, round, &layout).unwrap();
+                prop_assert!(layout[r.shard] > 0);
+                prop_assert_eq!(r.laps, drivers.div_ceil(shards) as u64);
+                prop_assert!(r.lap < r.laps);
+                prop_assert!(used.insert((r.shard, r.lap)), "{:?} twice", r);
+                if drivers <= shards {
+                    prop_assert_eq!(r.lap, 0);
+                }
+                // Windows one driver reads in a round never meet another driver's, as long
+                // as the shard has a window per lap.
+                let w = layout[r.shard];
+                if w >= r.laps {
+                    for t in 0..steps {
+                        for row in 0..rows {
+                            let win = rotation_window(&r, w, round.wrapping_add(t), row, rows).unwrap();
+                            prop_assert!(win < w);
+                            if let Some(other) = windows.insert((r.shard, win), *id) {
+                                prop_assert_eq!(other, *id, "window {} of shard {} shared", win, r.shard);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+
+        /// Over any `shards` consecutive rounds every driver visits every shard exactly once,
+        /// and the answer ignores the order and repeats of the driver list.
+        #[test]
+        fn rotation_covers_every_shard_in_shards_rounds(
+            root in any::<[u8; 32]>(),
+            layout in proptest::collection::vec(0u64..5, 1..10),
+            drivers in 1usize..20,
+            start in 0u64..u64::MAX / 2,
+        ) {
+            let shards: Vec<usize> = (0..layout.len()).filter(|&s| layout[s] > 0).collect();
+            prop_assume!(!shards.is_empty());
+            let ids = ids(drivers, 3);
+            let mut shuffled: Vec<[u8; 32]> = ids.iter().rev().copied().collect();
+            shuffled.push(ids[0]);
+            for id in &ids {
+                let mut seen: Vec<usize> = (0..shards.len() as u64)
+                    .map(|k| {
+                        let r = rotate(&root, &ids, id, start.wrapping_add(k), &layout).unwrap();
+                        assert_eq!(Some(r), rotate(&root, &shuffled, id, start.wrapping_add(k), &layout));
+                        r.shard
+                    })
+                    .collect();
+                seen.sort_unstable();
+                prop_assert_eq!(&seen, &shards);
+            }
+        }
     }
 
     proptest! {

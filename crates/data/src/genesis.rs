@@ -17,7 +17,7 @@ use memmap2::Mmap;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::assign::{Assignment, assign, windows_in};
+use crate::assign::{Assignment, assign, rotate, rotation_window, windows_in};
 use crate::manifest::{Manifest, ManifestError, SignedManifest, Split};
 use crate::merkle::MerkleProof;
 use crate::shard::ShardView;
@@ -61,6 +61,11 @@ pub enum DataError {
     NoWindows { split: Split, seq_len: usize },
     #[error("batch shape must be positive (rows {rows}, seq_len {seq_len})")]
     BadShape { rows: usize, seq_len: usize },
+    #[error(
+        "node {} is not among the round's {count} drivers",
+        hex::encode(node_id)
+    )]
+    NotADriver { node_id: [u8; 32], count: usize },
 }
 
 /// Where a batch row came from.
@@ -355,6 +360,52 @@ impl Genesis {
                 window: (a.window % w + step % w + (r * stride) % w) % w,
             })
             .collect();
+        self.rows(seq_len, &refs)
+    }
+
+    /// The batch driver `node_id` trains on at `step` of `round` when drivers rotate over the
+    /// shards (see [`rotate`]): `drivers` is the round's driver set, which every peer that
+    /// recomputes the batch must know too. Row `r` reads [`rotation_window`]`(rot, W, step, r,
+    /// rows)` of the rotated shard, so with a step counter shared by all drivers each shard is
+    /// read onwards from where the previous round's driver left it.
+    pub fn rotated_train_batch(
+        &self,
+        drivers: &[[u8; 32]],
+        node_id: &[u8; 32],
+        round: u64,
+        step: u64,
+        rows: usize,
+        seq_len: usize,
+    ) -> Result<Batch, DataError> {
+        Self::check_shape(rows, seq_len)?;
+        let layout = self.windows_per_shard(Split::Train, seq_len);
+        if layout.iter().all(|&w| w == 0) {
+            return Err(DataError::NoWindows {
+                split: Split::Train,
+                seq_len,
+            });
+        }
+        let rot = rotate(&self.root(), drivers, node_id, round, &layout).ok_or(
+            DataError::NotADriver {
+                node_id: *node_id,
+                count: drivers.len(),
+            },
+        )?;
+        let w = layout[rot.shard];
+        let refs = (0..rows as u64)
+            .map(|r| {
+                let window =
+                    rotation_window(&rot, w, step, r, rows as u64).ok_or(DataError::NoWindows {
+                        split: Split::Train,
+                        seq_len,
+                    })?;
+                Ok(WindowRef {
+                    split: Split::Train,
+                    shard: rot.shard,
+                    window,
+                })
+            })
+            .collect::<Result<Vec<_>, DataError>>()?;
         self.rows(seq_len, &refs)
     }
 

@@ -15,7 +15,10 @@
 //!   [`Genesis::val_batches`]`(rows, seq_len, max) -> Vec<Batch>`; a [`Batch`] carries
 //!   `inputs`/`targets` (`rows × seq_len`, row-major) and `token_hash` ([`batch_token_hash`]).
 //! - Assignment: [`assign`]`(root, node_id, round_seed, windows_per_shard) -> Option<Assignment>`
-//!   and [`Genesis::assign`]`(node_id, round, seq_len)`.
+//!   and [`Genesis::assign`]`(node_id, round, seq_len)`; rotation over shards for a known driver
+//!   set: [`rotate`]`(root, drivers, me, round, windows_per_shard) -> Option<Rotation>`,
+//!   [`rotation_window`] and [`Genesis::rotated_train_batch`]`(drivers, node_id, round, step,
+//!   rows, seq_len)`.
 //! - Tokenizer: [`GenesisTokenizer`] with `encode`, `decode`, `token_byte_lengths`, `eos_id`,
 //!   `bos_id`, `pad_id`, `path`.
 //! - Integrity: [`SignedManifest`], [`MerkleProof`], [`verify_shard_inclusion`] for a peer
@@ -33,7 +36,9 @@ mod synthetic;
 mod tokenizer;
 mod verify;
 
-pub use assign::{ASSIGN_DOMAIN, Assignment, assign, windows_in};
+pub use assign::{
+    ASSIGN_DOMAIN, Assignment, ROTATE_DOMAIN, Rotation, assign, rotate, rotation_window, windows_in,
+};
 pub use build::{BuildError, BuildOptions, BuildReport, NoProgress, Progress, build};
 pub use genesis::{BATCH_HASH_DOMAIN, Batch, DataError, Genesis, WindowRef, batch_token_hash};
 pub use ingest::{Document, Documents, IngestError, InputFile, discover};

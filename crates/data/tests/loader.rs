@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use common::{build_ok, small_synthetic, synthetic_opts};
 use neuroshard_data::{
     DataError, Genesis, HexHash, MarkovSource, SignedManifest, Split, assign, batch_token_hash,
-    verify_shard_inclusion,
+    rotate, rotation_window, verify_shard_inclusion,
 };
 
 #[test]
@@ -241,4 +241,54 @@ fn synthetic_floor_matches_the_token_stream() {
         }
     }
     assert!((h - floor).abs() < 0.06, "plug-in {h} vs floor {floor}");
+}
+
+#[test]
+fn rotated_batches_split_the_shards_among_drivers_and_rotate() {
+    let tmp = tempfile::tempdir().unwrap();
+    let g = Genesis::open(&small_synthetic(tmp.path())).unwrap();
+    let seq = 16;
+    let layout = g.windows_per_shard(Split::Train, seq);
+    let shards = layout.iter().filter(|&&w| w > 0).count();
+    assert!(
+        shards >= 2,
+        "the fixture needs two train shards, has {layout:?}"
+    );
+    let drivers: Vec<[u8; 32]> = (0..shards as u8).map(|n| [n; 32]).collect();
+    for round in 0..shards as u64 {
+        let mut used = std::collections::HashSet::new();
+        for d in &drivers {
+            let b = g
+                .rotated_train_batch(&drivers, d, round, 7, 4, seq)
+                .unwrap();
+            assert_eq!(
+                b,
+                g.rotated_train_batch(&drivers, d, round, 7, 4, seq)
+                    .unwrap()
+            );
+            let rot = rotate(&g.root(), &drivers, d, round, &layout).unwrap();
+            assert!(b.windows.iter().all(|w| w.shard == rot.shard));
+            assert!(
+                used.insert(rot.shard),
+                "round {round}: shard {} twice",
+                rot.shard
+            );
+            for (r, w) in b.windows.iter().enumerate() {
+                let want = rotation_window(&rot, layout[rot.shard], 7, r as u64, 4).unwrap();
+                assert_eq!(w.window, want);
+                assert_eq!(
+                    &b.inputs[r * seq..(r + 1) * seq],
+                    &g.window(Split::Train, w.shard, w.window, seq).unwrap()[..seq]
+                );
+            }
+        }
+    }
+    assert!(matches!(
+        g.rotated_train_batch(&drivers, &[200; 32], 0, 0, 4, seq),
+        Err(DataError::NotADriver { count, .. }) if count == shards
+    ));
+    assert!(matches!(
+        g.rotated_train_batch(&drivers, &drivers[0], 0, 0, 0, seq),
+        Err(DataError::BadShape { .. })
+    ));
 }

@@ -23,7 +23,7 @@ pub use engine::{engine_name, with_threads};
 pub use error::ModelError;
 pub use export::{ExportReport, SpecialTokens, export_hf};
 pub use generate::{Generator, Sampling, sample};
-pub use optim::{AdamW, AdamWConfig, StepStats};
+pub use optim::{AdamW, AdamWConfig, LrSchedule, StepStats};
 pub use params::{ParamKind, ParamSet, ParamSpec, StageSpec};
 pub use stage::{Activations, Stage, StageGrads, StageInput, Tokens, Upstream};
 pub use trainer::{Batch, TrainStep, Trainer};

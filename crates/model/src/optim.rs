@@ -1,4 +1,5 @@
-//! AdamW with linear warmup, cosine decay and global-norm clipping, on plain `f32` buffers.
+//! AdamW with linear warmup, a learning-rate schedule (cosine, constant or warmup–stable–decay)
+//! and global-norm clipping, on plain `f32` buffers.
 //!
 //! Done outside the engine on purpose: the update is elementwise (so bitwise identical for any
 //! thread count), the state is plain vectors that checkpoints and DiLoCo can carry, and weight
@@ -22,11 +23,64 @@ pub struct AdamWConfig {
     pub weight_decay: f64,
     /// Linear warmup length in steps.
     pub warmup_steps: u64,
-    /// Step at which the cosine reaches `min_lr_ratio · lr`; constant after it.
+    /// Step at which the cosine reaches `min_lr_ratio · lr`; constant after it. Read only by
+    /// [`LrSchedule::Cosine`].
     pub total_steps: u64,
+    /// Floor of every decay, as a fraction of `lr`.
     pub min_lr_ratio: f64,
     /// Clip the global gradient norm to this value (None: no clipping).
     pub clip_norm: Option<f64>,
+    /// Shape after the warmup. Absent in configs written before it existed, which were cosine.
+    #[serde(default)]
+    pub schedule: LrSchedule,
+}
+
+/// What the learning rate does after the linear warmup.
+///
+/// Serialised as `{"kind": "cosine"}`, `{"kind": "constant"}` or
+/// `{"kind": "wsd", "decay_start": 5000, "decay_steps": 1000}`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum LrSchedule {
+    /// Cosine from `lr` to `min_lr_ratio · lr` at `total_steps`: needs the run's length.
+    #[default]
+    Cosine,
+    /// `lr` forever: for runs that do not know their end.
+    Constant,
+    /// Warmup–stable–decay: `lr` until `decay_start`, then linear to `min_lr_ratio · lr` over
+    /// `decay_steps`, constant after. `decay_start: None` is the stable phase of a run whose end
+    /// is not decided yet; set it (e.g. with [`LrSchedule::start_decay`]) once it is.
+    Wsd {
+        #[serde(default)]
+        decay_start: Option<u64>,
+        decay_steps: u64,
+    },
+}
+
+impl LrSchedule {
+    /// Schedules the decay of a run that did not know its end: a constant schedule or a WSD
+    /// still in its stable phase becomes `Wsd { decay_start: Some(step), decay_steps }`.
+    /// Returns false and changes nothing for a cosine, whose end is already set, or a WSD whose
+    /// decay is already scheduled (so a repeated trigger cannot restart the decay).
+    pub fn start_decay(&mut self, step: u64, decay_steps: u64) -> bool {
+        match self {
+            LrSchedule::Constant
+            | LrSchedule::Wsd {
+                decay_start: None, ..
+            } => {
+                *self = LrSchedule::Wsd {
+                    decay_start: Some(step),
+                    decay_steps,
+                };
+                true
+            }
+            LrSchedule::Cosine
+            | LrSchedule::Wsd {
+                decay_start: Some(_),
+                ..
+            } => false,
+        }
+    }
 }
 
 impl Default for AdamWConfig {
@@ -41,20 +95,46 @@ impl Default for AdamWConfig {
             total_steps: 1000,
             min_lr_ratio: 0.1,
             clip_norm: Some(1.0),
+            schedule: LrSchedule::Cosine,
         }
     }
 }
 
 impl AdamWConfig {
-    /// Learning rate for the (0-based) step: linear warmup then cosine decay.
+    /// Learning rate for the (0-based) step: linear warmup, then the [`LrSchedule`].
     pub fn lr_at(&self, step: u64) -> f64 {
         if step < self.warmup_steps {
             return self.lr * (step + 1) as f64 / self.warmup_steps as f64;
         }
-        let span = self.total_steps.saturating_sub(self.warmup_steps).max(1);
-        let progress = ((step - self.warmup_steps) as f64 / span as f64).min(1.0);
-        let cosine = 0.5 * (1.0 + (std::f64::consts::PI * progress).cos());
-        self.lr * (self.min_lr_ratio + (1.0 - self.min_lr_ratio) * cosine)
+        match self.schedule {
+            LrSchedule::Cosine => {
+                let span = self.total_steps.saturating_sub(self.warmup_steps).max(1);
+                let progress = ((step - self.warmup_steps) as f64 / span as f64).min(1.0);
+                let cosine = 0.5 * (1.0 + (std::f64::consts::PI * progress).cos());
+                self.lr * (self.min_lr_ratio + (1.0 - self.min_lr_ratio) * cosine)
+            }
+            LrSchedule::Constant
+            | LrSchedule::Wsd {
+                decay_start: None, ..
+            } => self.lr,
+            LrSchedule::Wsd {
+                decay_start: Some(start),
+                decay_steps,
+            } => {
+                // A decay set to start inside the warmup begins where the warmup ends, so the
+                // rate never jumps above the warmup line.
+                let start = start.max(self.warmup_steps);
+                if step < start {
+                    return self.lr;
+                }
+                let progress = if decay_steps == 0 {
+                    1.0
+                } else {
+                    ((step - start) as f64 / decay_steps as f64).min(1.0)
+                };
+                self.lr * (1.0 - (1.0 - self.min_lr_ratio) * progress)
+            }
+        }
     }
 }
 
@@ -249,6 +329,155 @@ mod tests {
         assert!((c.lr_at(60) - 0.55).abs() < 1e-12);
         assert!((c.lr_at(110) - 0.1).abs() < 1e-12);
         assert!((c.lr_at(500) - 0.1).abs() < 1e-12);
+    }
+
+    fn assert_monotone_warmup(c: &AdamWConfig) {
+        let mut last = 0.0;
+        for step in 0..c.warmup_steps {
+            let lr = c.lr_at(step);
+            assert!(lr > last && lr <= c.lr, "step {step}: {lr} after {last}");
+            last = lr;
+        }
+        assert_eq!(c.lr_at(c.warmup_steps.saturating_sub(1)), c.lr);
+    }
+
+    #[test]
+    fn cosine_with_zero_or_tiny_totals_stays_finite() {
+        for (warmup, total) in [(0, 0), (0, 1), (5, 0), (5, 3), (5, 5)] {
+            let c = AdamWConfig {
+                lr: 1.0,
+                warmup_steps: warmup,
+                total_steps: total,
+                ..Default::default()
+            };
+            for step in 0..20 {
+                let lr = c.lr_at(step);
+                assert!(
+                    lr.is_finite() && lr > 0.0 && lr <= 1.0,
+                    "{warmup}/{total}@{step}: {lr}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn constant_schedule_warms_up_then_holds_the_peak_forever() {
+        let c = AdamWConfig {
+            lr: 2e-3,
+            warmup_steps: 10,
+            total_steps: 0,
+            schedule: LrSchedule::Constant,
+            ..Default::default()
+        };
+        assert_monotone_warmup(&c);
+        assert!((c.lr_at(0) - 2e-4).abs() < 1e-15);
+        for step in [10, 11, 1_000, 1 << 40, u64::MAX] {
+            assert_eq!(c.lr_at(step), 2e-3, "step {step}");
+        }
+        let no_warmup = AdamWConfig {
+            warmup_steps: 0,
+            ..c
+        };
+        assert_eq!(no_warmup.lr_at(0), 2e-3);
+    }
+
+    #[test]
+    fn wsd_is_stable_until_its_decay_is_scheduled_then_decays_linearly() {
+        let mut c = AdamWConfig {
+            lr: 1.0,
+            warmup_steps: 10,
+            total_steps: 0,
+            min_lr_ratio: 0.1,
+            schedule: LrSchedule::Wsd {
+                decay_start: None,
+                decay_steps: 100,
+            },
+            ..Default::default()
+        };
+        assert_monotone_warmup(&c);
+        assert_eq!(c.lr_at(5_000), 1.0);
+        assert!(c.schedule.start_decay(1_000, 100));
+        // A second trigger must not move a decay already under way.
+        assert!(!c.schedule.start_decay(2_000, 5));
+        assert_eq!(c.lr_at(999), 1.0);
+        assert_eq!(c.lr_at(1_000), 1.0);
+        assert!((c.lr_at(1_050) - 0.55).abs() < 1e-12);
+        assert!((c.lr_at(1_100) - 0.1).abs() < 1e-12);
+        assert!((c.lr_at(u64::MAX) - 0.1).abs() < 1e-12);
+        let mut last = f64::INFINITY;
+        for step in 1_000..1_200 {
+            let lr = c.lr_at(step);
+            assert!(lr <= last && lr >= 0.1 - 1e-12, "step {step}: {lr}");
+            last = lr;
+        }
+    }
+
+    #[test]
+    fn wsd_edge_cases_never_divide_by_zero_or_exceed_the_warmup() {
+        let c = AdamWConfig {
+            lr: 1.0,
+            warmup_steps: 10,
+            min_lr_ratio: 0.1,
+            schedule: LrSchedule::Wsd {
+                decay_start: Some(3),
+                decay_steps: 0,
+            },
+            ..Default::default()
+        };
+        // Decay asked for inside the warmup: the warmup runs out, then the floor at once.
+        assert_monotone_warmup(&c);
+        assert!((c.lr_at(10) - 0.1).abs() < 1e-12);
+        assert!((c.lr_at(11) - 0.1).abs() < 1e-12);
+        let mut constant = LrSchedule::Constant;
+        assert!(constant.start_decay(0, 0));
+        let c = AdamWConfig {
+            warmup_steps: 0,
+            schedule: constant,
+            ..c
+        };
+        assert!((c.lr_at(0) - 0.1).abs() < 1e-12);
+        let mut cosine = LrSchedule::Cosine;
+        assert!(!cosine.start_decay(5, 5));
+        assert_eq!(cosine, LrSchedule::Cosine);
+    }
+
+    #[test]
+    fn configs_without_a_schedule_load_as_cosine_and_schedules_round_trip() {
+        let old = r#"{"lr":0.001,"beta1":0.9,"beta2":0.95,"eps":1e-8,"weight_decay":0.1,
+            "warmup_steps":20,"total_steps":1000,"min_lr_ratio":0.1,"clip_norm":1.0}"#;
+        let c: AdamWConfig = serde_json::from_str(old).unwrap();
+        assert_eq!(c, AdamWConfig::default());
+        for schedule in [
+            LrSchedule::Cosine,
+            LrSchedule::Constant,
+            LrSchedule::Wsd {
+                decay_start: None,
+                decay_steps: 7,
+            },
+            LrSchedule::Wsd {
+                decay_start: Some(3),
+                decay_steps: 7,
+            },
+        ] {
+            let c = AdamWConfig {
+                schedule,
+                ..Default::default()
+            };
+            let json = serde_json::to_string(&c).unwrap();
+            assert_eq!(
+                serde_json::from_str::<AdamWConfig>(&json).unwrap(),
+                c,
+                "{json}"
+            );
+        }
+        let wsd: LrSchedule = serde_json::from_str(r#"{"kind":"wsd","decay_steps":4}"#).unwrap();
+        assert_eq!(
+            wsd,
+            LrSchedule::Wsd {
+                decay_start: None,
+                decay_steps: 4
+            }
+        );
     }
 
     #[test]
