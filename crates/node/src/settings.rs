@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use neuroshard_model::{ModelConfig, StageSpec};
+use neuroshard_model::{AdamWConfig, LrSchedule, ModelConfig, StageSpec};
 use serde::{Deserialize, Serialize};
 
 /// Which windows a driver trains on.
@@ -98,6 +98,25 @@ impl Default for SyncSettings {
 }
 
 impl NodeSettings {
+    /// The optimizer of every replica. A run with a known length (`--steps`) warms up then decays
+    /// by cosine to its end, as `neuroshard train` does; a node that runs until stopped warms up
+    /// and then holds the peak rate (a cosine toward "step 1" would train it at the floor rate).
+    pub fn adamw(&self) -> AdamWConfig {
+        let (warmup_steps, schedule) = if self.steps == 0 {
+            (self.warmup, LrSchedule::Constant)
+        } else {
+            (self.warmup.min(self.steps), LrSchedule::Cosine)
+        };
+        AdamWConfig {
+            lr: self.lr,
+            warmup_steps,
+            total_steps: self.steps.max(1),
+            clip_norm: (self.clip_norm > 0.0).then_some(self.clip_norm),
+            schedule,
+            ..Default::default()
+        }
+    }
+
     pub fn grad_timeout(&self) -> Duration {
         Duration::from_millis(self.grad_timeout_ms)
     }
@@ -119,5 +138,53 @@ impl NodeSettings {
                 params * 16 + acts * (self.queue_capacity as u64 + self.micro_batches as u64) * 2
             })
             .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(steps: u64) -> NodeSettings {
+        NodeSettings {
+            data_dir: "d".into(),
+            genesis: "g".into(),
+            listen: Vec::new(),
+            bootstrap: Vec::new(),
+            model: ModelConfig::tiny(64),
+            stages: 1,
+            stage: None,
+            memory_budget: 0,
+            micro_batches: 2,
+            batch: 8,
+            seq: 16,
+            steps,
+            lr: 1e-3,
+            warmup: 100,
+            clip_norm: 0.0,
+            seed: 0,
+            data_order: DataOrder::Assigned,
+            threads: 1,
+            queue_capacity: 4,
+            grad_timeout_ms: 1000,
+            settle_ms: 0,
+            checkpoint_secs: 0,
+            wait_peers: 0,
+            max_frame: 1 << 20,
+            sync: SyncSettings::default(),
+        }
+    }
+
+    #[test]
+    fn a_node_without_an_end_warms_up_then_holds_the_peak_rate() {
+        let opt = settings(0).adamw();
+        assert!(opt.lr_at(0) < 1e-4, "{}", opt.lr_at(0));
+        assert!((opt.lr_at(100) - 1e-3).abs() < 1e-12);
+        assert!((opt.lr_at(1_000_000) - 1e-3).abs() < 1e-12);
+        // With an end it decays to the floor by then, as `train` does.
+        let opt = settings(1000).adamw();
+        assert!(opt.lr_at(999) < 2e-4, "{}", opt.lr_at(999));
+        assert_eq!(opt.warmup_steps, 100);
+        assert_eq!(settings(10).adamw().warmup_steps, 10);
     }
 }

@@ -19,7 +19,7 @@ pub use link::{LinkModel, Partitions};
 pub use sim::{Built, FactoryError, NodeFactory, Sim, Tamper, Traffic, UNIX_START_MS};
 pub use standin::StandIn;
 
-use neuroshard_model::{AdamWConfig, ModelConfig, StageSpec};
+use neuroshard_model::{ModelConfig, StageSpec};
 use neuroshard_node::core::BatchSource;
 use neuroshard_node::replica::DilocoConfig;
 use neuroshard_node::{DataOrder, NodeSettings};
@@ -141,16 +141,13 @@ impl NodeFactory for Factory {
                 StandIn::new(s.model.clone(), spec, s.seed, dcfg)
                     .map_err(|e| FactoryError(e.to_string()))?,
             ),
-            EngineKind::Real => {
-                let optim = AdamWConfig {
-                    lr: s.lr,
-                    warmup_steps: s.warmup,
-                    total_steps: s.steps.max(1),
-                    clip_norm: None,
-                    ..Default::default()
-                };
-                Box::new(RealEngine::new(s.model.clone(), spec, s.seed, optim, dcfg)?)
-            }
+            EngineKind::Real => Box::new(RealEngine::new(
+                s.model.clone(),
+                spec,
+                s.seed,
+                s.adamw(),
+                dcfg,
+            )?),
         };
         Ok((engine, Box::new(self.patterns())))
     }

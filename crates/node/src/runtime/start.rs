@@ -161,7 +161,7 @@ pub async fn start(
             ))
         })?,
     };
-    let optim = adamw_config(settings);
+    let optim = settings.adamw();
     let dcfg = diloco_config(settings, identity)?;
     let (mut stage, mut optimizer, mut steps_done, mut diloco) =
         resume_or_init(settings, &specs, stage_index, resume, latest, &optim, &dcfg)?;
@@ -232,16 +232,6 @@ fn warn(message: String) {
     });
 }
 
-pub fn adamw_config(settings: &NodeSettings) -> AdamWConfig {
-    AdamWConfig {
-        lr: settings.lr,
-        warmup_steps: settings.warmup.min(settings.steps.max(1)),
-        total_steps: settings.steps.max(1),
-        clip_norm: (settings.clip_norm > 0.0).then_some(settings.clip_norm),
-        ..Default::default()
-    }
-}
-
 type Resumed = (Stage, AdamW, u64, Diloco);
 
 fn resume_or_init(
@@ -257,9 +247,12 @@ fn resume_or_init(
         && let Some(dir) = latest.as_deref()
         && let Ok(ck) = checkpoint::load(dir)
     {
-        let opt = ck
+        let mut opt = ck
             .optimizer
             .unwrap_or_else(|| AdamW::new(optim.clone(), ck.stage.params()));
+        // The schedule is this run's, not the one the checkpoint was written under (a node
+        // restarted without `--steps` must not resume an old run's cosine).
+        opt.config = optim.clone();
         let len = ck.stage.params().numel();
         let diloco = match compute::load_diloco(dir, &meta, dcfg.clone(), len) {
             Ok(d) => d,
