@@ -4,7 +4,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use libp2p::{Multiaddr, PeerId};
+use libp2p::Multiaddr;
+use neuroshard_proof::NodeId;
 
 /// What the gossip validator decided about a message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -19,11 +20,11 @@ pub enum Validation {
 
 /// Decides whether a gossip message is delivered and forwarded: `(topic, author, data)`.
 /// Runs inside the swarm task, so it must be quick and must not block.
-pub type GossipValidator = Arc<dyn Fn(&str, &PeerId, &[u8]) -> Validation + Send + Sync>;
+pub type GossipValidator = Arc<dyn Fn(&str, &NodeId, &[u8]) -> Validation + Send + Sync>;
 
 /// Decides whether a DHT record is valid: `(key, value, publisher)`. Runs on inbound stores,
 /// on our own puts, and on every record `get_record` finds (the local one included).
-pub type RecordValidator = Arc<dyn Fn(&[u8], &[u8], Option<&PeerId>) -> bool + Send + Sync>;
+pub type RecordValidator = Arc<dyn Fn(&[u8], &[u8], Option<&NodeId>) -> bool + Send + Sync>;
 
 /// Default maximum size of one request or response frame.
 pub const DEFAULT_MAX_FRAME: usize = 32 * 1024 * 1024;

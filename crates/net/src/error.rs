@@ -37,6 +37,8 @@ pub enum NetError {
     HashMismatch,
     #[error("protocol violation: {0}")]
     Protocol(String),
+    #[error("no transport address known for node {0}")]
+    UnknownPeer(neuroshard_proof::NodeId),
     #[error("the network task has shut down")]
     Shutdown,
 }

@@ -4,16 +4,47 @@
 //! A secp256k1 public key encodes to 37 protobuf bytes, short enough that libp2p inlines it in
 //! the peer id (identity multihash); [`public_key_of`] reads it back out.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
 use libp2p::PeerId;
 use libp2p::identity::{self, Keypair};
+use neuroshard_proof::{NodeId, PublicKey};
 
 use crate::NetError;
+
+/// The node id of a peer id that inlines a secp256k1 key; `None` for any other peer.
+pub(crate) fn node_of(peer: &PeerId) -> Option<NodeId> {
+    let key = public_key_of(peer)?;
+    PublicKey::from_bytes(&key).ok().map(|k| k.node_id())
+}
+
+/// Node id → libp2p peer id of every peer this node heard from. Above this crate a peer is a
+/// [`NodeId`]; the node id is a hash of the key, so the way back needs a peer seen once.
+#[derive(Clone, Default)]
+pub(crate) struct AddressBook(Arc<Mutex<HashMap<NodeId, PeerId>>>);
+
+impl AddressBook {
+    /// Records `peer` and returns its node id (`None` for peers without a secp256k1 key,
+    /// which are not NeuroShard nodes).
+    pub fn learn(&self, peer: &PeerId) -> Option<NodeId> {
+        let node = node_of(peer)?;
+        if let Ok(mut book) = self.0.lock() {
+            book.insert(node, *peer);
+        }
+        Some(node)
+    }
+
+    pub fn peer(&self, node: &NodeId) -> Option<PeerId> {
+        self.0.lock().ok()?.get(node).copied()
+    }
+}
 
 /// Multihash code of the identity "hash" (the digest is the input itself).
 const IDENTITY_MULTIHASH: u64 = 0x00;
 
 /// The libp2p keypair for a node secret (32-byte big-endian secp256k1 scalar).
-pub fn keypair_from_secret(secret: &[u8; 32]) -> Result<Keypair, NetError> {
+pub(crate) fn keypair_from_secret(secret: &[u8; 32]) -> Result<Keypair, NetError> {
     let mut bytes = *secret;
     let sk = identity::secp256k1::SecretKey::try_from_bytes(&mut bytes)
         .map_err(|_| NetError::InvalidSecret)?;
@@ -21,13 +52,14 @@ pub fn keypair_from_secret(secret: &[u8; 32]) -> Result<Keypair, NetError> {
 }
 
 /// The peer id of the node with this secret.
-pub fn peer_id_from_secret(secret: &[u8; 32]) -> Result<PeerId, NetError> {
+#[cfg(test)]
+pub(crate) fn peer_id_from_secret(secret: &[u8; 32]) -> Result<PeerId, NetError> {
     Ok(keypair_from_secret(secret)?.public().to_peer_id())
 }
 
 /// The compressed (SEC1, 33-byte) secp256k1 key inlined in a peer id; `None` for peer ids of
 /// other key types or hashed (non-inlined) keys.
-pub fn public_key_of(peer: &PeerId) -> Option<[u8; 33]> {
+pub(crate) fn public_key_of(peer: &PeerId) -> Option<[u8; 33]> {
     let mh = peer.as_ref();
     if mh.code() != IDENTITY_MULTIHASH {
         return None;
@@ -38,7 +70,7 @@ pub fn public_key_of(peer: &PeerId) -> Option<[u8; 33]> {
 }
 
 /// The peer id of a compressed secp256k1 public key.
-pub fn peer_id_of(public_key: &[u8; 33]) -> Result<PeerId, NetError> {
+pub(crate) fn peer_id_of(public_key: &[u8; 33]) -> Result<PeerId, NetError> {
     let key = identity::secp256k1::PublicKey::try_from_bytes(public_key)
         .map_err(|_| NetError::InvalidPublicKey)?;
     Ok(identity::PublicKey::from(key).to_peer_id())

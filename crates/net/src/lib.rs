@@ -17,6 +17,6 @@ pub use config::{
     DEFAULT_MAX_FRAME, DEFAULT_MAX_GOSSIP, GossipValidator, NetConfig, RecordValidator, Validation,
 };
 pub use error::NetError;
-pub use ids::{keypair_from_secret, peer_id_from_secret, peer_id_of, public_key_of};
-pub use libp2p::{Multiaddr, PeerId};
+pub use libp2p::Multiaddr;
 pub use net::{Net, NetEvent, ResponseChannel};
+pub use neuroshard_proof::NodeId;

@@ -12,9 +12,10 @@ use tokio::sync::{mpsc, oneshot};
 use crate::behaviour::{self, Behaviour};
 use crate::blob::{self, BlobStore};
 use crate::codec::{CounterSet, Counters};
-use crate::ids::keypair_from_secret;
+use crate::ids::{AddressBook, keypair_from_secret, peer_id_of};
 use crate::task::{Command, EVENT_QUEUE, Reply, Task};
 use crate::{NetConfig, NetError};
+use neuroshard_proof::NodeId;
 
 /// What the network tells the node.
 #[derive(Debug)]
@@ -22,19 +23,19 @@ pub enum NetEvent {
     /// A gossip message the validator accepted (never our own).
     Gossip {
         topic: String,
-        author: PeerId,
+        author: NodeId,
         data: Vec<u8>,
     },
     /// A peer's request; answer it with [`Net::respond`] (dropping `channel` fails the request).
     Request {
-        peer: PeerId,
+        peer: NodeId,
         data: Vec<u8>,
         channel: ResponseChannel,
     },
     /// The first connection to a peer opened.
-    PeerConnected(PeerId),
+    PeerConnected(NodeId),
     /// The last connection to a peer closed.
-    PeerDisconnected(PeerId),
+    PeerDisconnected(NodeId),
 }
 
 /// Where the response to one inbound request goes.
@@ -64,6 +65,8 @@ pub struct Net {
 
 struct Inner {
     peer_id: PeerId,
+    node_id: NodeId,
+    book: AddressBook,
     commands: mpsc::UnboundedSender<Command>,
     counters: Arc<CounterSet>,
     blobs: BlobStore,
@@ -152,8 +155,12 @@ impl Net {
         let (commands, command_rx) = mpsc::unbounded_channel();
         let (event_tx, events) = mpsc::channel(EVENT_QUEUE);
         let blobs = BlobStore::default();
+        let book = AddressBook::default();
+        let node_id = book.learn(&local).ok_or(NetError::InvalidSecret)?;
         let inner = Inner {
             peer_id: local,
+            node_id,
+            book: book.clone(),
             commands,
             counters: counters.clone(),
             blobs: blobs.clone(),
@@ -162,7 +169,7 @@ impl Net {
             penalty: config.penalty,
             request_timeout: config.request_timeout,
         };
-        let task = Task::new(swarm, command_rx, event_tx, counters, blobs, config);
+        let task = Task::new(swarm, command_rx, event_tx, counters, blobs, config, book);
         tokio::spawn(task.run());
         tracing::info!(peer = %local, "network started");
         Ok((
@@ -173,8 +180,28 @@ impl Net {
         ))
     }
 
-    pub fn peer_id(&self) -> PeerId {
-        self.inner.peer_id
+    /// Our node id (the same key's BLAKE3, as everywhere above the transport).
+    pub fn node_id(&self) -> NodeId {
+        self.inner.node_id
+    }
+
+    /// Our transport identity as text (libp2p's peer id), for logs and addresses.
+    pub fn transport_id(&self) -> String {
+        self.inner.peer_id.to_string()
+    }
+
+    /// Teaches the address book a node by its compressed secp256k1 key (e.g. the signer of a
+    /// record), so requests to that node can be sent before it was met.
+    pub fn learn_key(&self, public_key: &[u8; 33]) -> Option<NodeId> {
+        let peer = peer_id_of(public_key).ok()?;
+        self.inner.book.learn(&peer)
+    }
+
+    fn peer(&self, node: &NodeId) -> Result<PeerId, NetError> {
+        self.inner
+            .book
+            .peer(node)
+            .ok_or(NetError::UnknownPeer(*node))
     }
 
     fn send(&self, command: Command) -> Result<(), NetError> {
@@ -226,7 +253,8 @@ impl Net {
     }
 
     /// Sends a request on `/neuroshard/msg/1` and waits for the response.
-    pub async fn request(&self, peer: PeerId, data: Vec<u8>) -> Result<Vec<u8>, NetError> {
+    pub async fn request(&self, node: NodeId, data: Vec<u8>) -> Result<Vec<u8>, NetError> {
+        let peer = self.peer(&node)?;
         if data.len() > self.inner.max_frame {
             return Err(NetError::FrameTooLarge {
                 len: data.len(),
@@ -277,9 +305,14 @@ impl Net {
     }
 
     /// Providers of `key`, ourselves included if we provide it.
-    pub async fn get_providers(&self, key: Vec<u8>) -> Result<HashSet<PeerId>, NetError> {
-        self.call(|reply| Command::GetProviders { key, reply })
-            .await
+    pub async fn get_providers(&self, key: Vec<u8>) -> Result<HashSet<NodeId>, NetError> {
+        let peers = self
+            .call(|reply| Command::GetProviders { key, reply })
+            .await?;
+        Ok(peers
+            .iter()
+            .filter_map(|p| self.inner.book.learn(p))
+            .collect())
     }
 
     /// Serves `data` on `/neuroshard/blob/1` under its BLAKE3 hash, which is returned.
@@ -296,28 +329,33 @@ impl Net {
     /// hash, or malformed chunks, is penalised.
     pub async fn fetch_blob(
         &self,
-        peer: PeerId,
+        node: NodeId,
         hash: [u8; 32],
         max_len: usize,
     ) -> Result<Vec<u8>, NetError> {
+        let peer = self.peer(&node)?;
         let send = |data: Vec<u8>| {
             self.bounded(self.call(move |reply| Command::BlobRequest { peer, data, reply }))
         };
         let result = blob::fetch(send, hash, max_len).await;
         if let Err(e @ (NetError::HashMismatch | NetError::Protocol(_))) = &result {
-            self.penalize(peer, &format!("blob transfer: {e}"));
+            self.penalize(node, &format!("blob transfer: {e}"));
         }
         result
     }
 
     /// Lowers the peer's application score by `NetConfig::penalty` (gossipsub counts it in the
     /// peer score); at or below `NetConfig::ban_threshold` the peer is disconnected and blocked.
-    pub fn penalize(&self, peer: PeerId, reason: &str) {
-        self.penalize_by(peer, self.inner.penalty, reason);
+    pub fn penalize(&self, node: NodeId, reason: &str) {
+        self.penalize_by(node, self.inner.penalty, reason);
     }
 
     /// [`Net::penalize`] with an explicit amount (e.g. a large one for a forged signature).
-    pub fn penalize_by(&self, peer: PeerId, amount: f64, reason: &str) {
+    pub fn penalize_by(&self, node: NodeId, amount: f64, reason: &str) {
+        // A node we never met has no transport score to lower.
+        let Ok(peer) = self.peer(&node) else {
+            return;
+        };
         let _ = self.send(Command::Penalize {
             peer,
             amount,

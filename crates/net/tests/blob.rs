@@ -19,7 +19,7 @@ async fn blobs_are_fetched_checked_and_capped() {
     let hash = b.offer_blob(Arc::new(data.clone()));
     assert_eq!(&hash, blake3::hash(&data).as_bytes());
 
-    let got = bounded(a.fetch_blob(b.peer_id(), hash, data.len()))
+    let got = bounded(a.fetch_blob(b.node_id(), hash, data.len()))
         .await
         .unwrap();
     assert!(got == data);
@@ -29,17 +29,17 @@ async fn blobs_are_fetched_checked_and_capped() {
         "{blob:?}"
     );
 
-    let err = bounded(a.fetch_blob(b.peer_id(), [9; 32], 1 << 30))
+    let err = bounded(a.fetch_blob(b.node_id(), [9; 32], 1 << 30))
         .await
         .unwrap_err();
     assert!(matches!(err, NetError::BlobNotFound), "{err}");
-    let err = bounded(a.fetch_blob(b.peer_id(), hash, data.len() - 1))
+    let err = bounded(a.fetch_blob(b.node_id(), hash, data.len() - 1))
         .await
         .unwrap_err();
     assert!(matches!(err, NetError::BlobTooLarge { .. }), "{err}");
 
     b.withdraw_blob(hash);
-    let err = bounded(a.fetch_blob(b.peer_id(), hash, data.len()))
+    let err = bounded(a.fetch_blob(b.node_id(), hash, data.len()))
         .await
         .unwrap_err();
     assert!(matches!(err, NetError::BlobNotFound), "{err}");

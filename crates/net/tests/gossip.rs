@@ -24,7 +24,7 @@ fn config() -> NetConfig {
     }
 }
 
-fn gossip(e: NetEvent) -> Option<(String, neuroshard_net::PeerId, Vec<u8>)> {
+fn gossip(e: NetEvent) -> Option<(String, neuroshard_net::NodeId, Vec<u8>)> {
     match e {
         NetEvent::Gossip {
             topic,
@@ -52,12 +52,12 @@ async fn accepted_messages_reach_all_rejected_ones_none() {
     let (topic, author, data) = next_event(&mut c_events, gossip).await;
     assert_eq!(
         (topic.as_str(), author, data.as_slice()),
-        (TOPIC, b.peer_id(), &b"good message"[..])
+        (TOPIC, b.node_id(), &b"good message"[..])
     );
 
     c.publish(TOPIC, b"from c".to_vec()).unwrap();
     let (_, author, data) = next_event(&mut b_events, gossip).await;
-    assert_eq!((author, data.as_slice()), (c.peer_id(), &b"from c"[..]));
+    assert_eq!((author, data.as_slice()), (c.node_id(), &b"from c"[..]));
 
     // The rejected message never arrives anywhere.
     let quiet = tokio::time::timeout(Duration::from_millis(500), c_events.recv()).await;

@@ -1,24 +1,32 @@
-use neuroshard_net::{peer_id_from_secret, peer_id_of, public_key_of};
+//! One identity: the transport's key is the node's key, so the node id the network reports is
+//! the ledger account of the same secret.
+
+mod common;
+
+use common::{bounded, secret, start};
+use neuroshard_net::{Net, NetConfig};
 use neuroshard_proof::Identity;
 
-#[test]
-fn peer_id_carries_the_identity_key() {
-    for i in 1..=20u8 {
-        let secret = [i; 32];
-        let identity = Identity::from_secret_bytes(&secret).unwrap();
-        let peer = peer_id_from_secret(&identity.secret_bytes()).unwrap();
-        let key = public_key_of(&peer).unwrap();
-        assert_eq!(key, identity.public_key().to_bytes());
-        assert_eq!(peer_id_of(&key).unwrap(), peer);
-        // The node id (ledger account) follows from the key inside the peer id.
-        let pk = neuroshard_proof::PublicKey::from_bytes(&key).unwrap();
-        assert_eq!(pk.node_id(), identity.node_id());
+#[tokio::test]
+async fn the_network_speaks_for_the_same_key_as_the_identity() {
+    for i in [1u8, 7, 200] {
+        let identity = Identity::from_secret_bytes(&secret(i)).unwrap();
+        let (net, _events, _) = start(i, NetConfig::local()).await;
+        assert_eq!(net.node_id(), identity.node_id());
+        // A node known only by its key (e.g. a record's signer) becomes reachable by node id.
+        let other = Identity::from_secret_bytes(&secret(i + 1)).unwrap();
+        assert_eq!(
+            net.learn_key(&other.public_key().to_bytes()),
+            Some(other.node_id())
+        );
+        assert_eq!(net.learn_key(&[0; 33]), None);
+        bounded(net.shutdown()).await;
     }
 }
 
-#[test]
-fn invalid_secrets_and_keys_are_errors() {
-    assert!(peer_id_from_secret(&[0; 32]).is_err());
-    assert!(peer_id_from_secret(&[0xff; 32]).is_err());
-    assert!(peer_id_of(&[0; 33]).is_err());
+#[tokio::test]
+async fn invalid_secrets_are_refused() {
+    for bad in [[0u8; 32], [0xff; 32]] {
+        assert!(Net::start(bad, NetConfig::local()).await.is_err());
+    }
 }

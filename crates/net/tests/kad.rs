@@ -73,10 +73,10 @@ async fn records_and_providers_across_three_nodes() {
         .await
         .unwrap();
     let providers = bounded(a.get_providers(b"shard-7".to_vec())).await.unwrap();
-    assert!(providers.contains(&a.peer_id()));
+    assert!(providers.contains(&a.node_id()));
     let providers = eventually(|| async {
         let p = c.get_providers(b"shard-7".to_vec()).await.unwrap();
-        p.contains(&a.peer_id()).then_some(p)
+        p.contains(&a.node_id()).then_some(p)
     })
     .await;
     assert_eq!(providers.len(), 1);
@@ -102,7 +102,7 @@ async fn single_node_records() {
         bounded(a.get_providers(b"p".to_vec()))
             .await
             .unwrap()
-            .contains(&a.peer_id())
+            .contains(&a.node_id())
     );
     let too_big = vec![0u8; neuroshard_net::MAX_RECORD_VALUE + 1];
     assert!(a.put_record(b"big".to_vec(), too_big).await.is_err());

@@ -33,18 +33,18 @@ async fn round_trip_oversize_and_counters() {
     drain(a_events);
     bounded(a.dial(b_addr)).await.unwrap();
 
-    let reply = bounded(a.request(b.peer_id(), b"hello".to_vec()))
+    let reply = bounded(a.request(b.node_id(), b"hello".to_vec()))
         .await
         .unwrap();
     assert_eq!(reply, b"olleh");
 
     // Above our own limit: refused before anything is sent.
     let huge = vec![0u8; NetConfig::local().max_frame + 1];
-    let err = a.request(b.peer_id(), huge).await.unwrap_err();
+    let err = a.request(b.node_id(), huge).await.unwrap_err();
     assert!(matches!(err, NetError::FrameTooLarge { .. }), "{err}");
 
     // Above the peer's (smaller) limit: the peer refuses the frame, the request fails.
-    let err = bounded(a.request(b.peer_id(), vec![1u8; 2 * 1024 * 1024]))
+    let err = bounded(a.request(b.node_id(), vec![1u8; 2 * 1024 * 1024]))
         .await
         .unwrap_err();
     assert!(
@@ -54,7 +54,7 @@ async fn round_trip_oversize_and_counters() {
 
     // Both nodes stay usable; a 1 MiB - 4 byte payload still fits B's limit.
     let big = vec![7u8; 1024 * 1024 - 4];
-    let reply = bounded(a.request(b.peer_id(), big.clone())).await.unwrap();
+    let reply = bounded(a.request(b.node_id(), big.clone())).await.unwrap();
     assert_eq!(reply, big);
 
     let c = a.counters();
@@ -82,7 +82,7 @@ async fn request_to_a_stopped_node_fails_fast() {
     let (b, b_events, b_addr) = start(4, NetConfig::local()).await;
     echo_server(b.clone(), b_events);
     bounded(a.dial(b_addr)).await.unwrap();
-    let b_id = b.peer_id();
+    let b_id = b.node_id();
     next_event(&mut a_events, |e| {
         matches!(e, NetEvent::PeerConnected(p) if p == b_id).then_some(())
     })
@@ -94,7 +94,7 @@ async fn request_to_a_stopped_node_fails_fast() {
 
     b.shutdown().await;
     assert!(matches!(
-        b.request(a.peer_id(), vec![]).await,
+        b.request(a.node_id(), vec![]).await,
         Err(NetError::Shutdown)
     ));
     next_event(&mut a_events, |e| {
@@ -112,10 +112,12 @@ async fn request_to_a_stopped_node_fails_fast() {
         "took {:?}",
         t.elapsed()
     );
-    // Unknown peer, no address: also a dial failure, not a hang.
-    let stranger = neuroshard_net::peer_id_from_secret(&secret(99)).unwrap();
+    // A node never met, with no address: refused at once, not a hang.
+    let stranger = neuroshard_proof::Identity::from_secret_bytes(&secret(99))
+        .unwrap()
+        .node_id();
     let err = bounded(a.request(stranger, vec![1])).await.unwrap_err();
-    assert!(matches!(err, NetError::DialFailure(_)), "{err}");
+    assert!(matches!(err, NetError::UnknownPeer(_)), "{err}");
     a.shutdown().await;
 }
 
@@ -132,7 +134,7 @@ async fn quic_round_trip() {
     drain(a_events);
     bounded(a.dial(b_addr)).await.unwrap();
     let data: Vec<u8> = (0..3_000_000u32).map(|i| i as u8).collect();
-    let reply = bounded(a.request(b.peer_id(), data.clone())).await.unwrap();
+    let reply = bounded(a.request(b.node_id(), data.clone())).await.unwrap();
     assert_eq!(reply.len(), data.len());
     assert_eq!(reply[0], data[data.len() - 1]);
     a.shutdown().await;
@@ -145,7 +147,7 @@ async fn penalized_peer_is_disconnected_and_blocked() {
     let (b, b_events, b_addr) = start(8, NetConfig::local()).await;
     echo_server(b.clone(), b_events);
     bounded(a.dial(b_addr.clone())).await.unwrap();
-    let b_id = b.peer_id();
+    let b_id = b.node_id();
     next_event(&mut a_events, |e| {
         matches!(e, NetEvent::PeerConnected(p) if p == b_id).then_some(())
     })

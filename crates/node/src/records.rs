@@ -1,9 +1,10 @@
 //! Signed announcements: heartbeats on gossip, node and network records in the DHT.
 //!
-//! Every one is a `Signed<T>` whose signer must be the libp2p author/publisher (one identity:
-//! the peer id inlines the same secp256k1 key), so a peer cannot speak for another.
+//! Every one is a `Signed<T>` whose signer must be the author/publisher the transport names
+//! (one identity: the node id is the hash of the key the transport authenticated), so a peer
+//! cannot speak for another.
 
-use neuroshard_net::{PeerId, Validation};
+use neuroshard_net::Validation;
 use neuroshard_proof::{Canonical, CodecError, NodeId, Reader, Signed, Writer};
 
 /// Gossip topic of signed PoNW proofs.
@@ -186,36 +187,23 @@ pub fn stage_key(network: &[u8; 32], stage: usize) -> Vec<u8> {
     format!("neuroshard/stage/{}/{stage}", hex::encode(network)).into_bytes()
 }
 
-/// The node id the peer id's inlined key derives to.
-pub fn node_of(peer: &PeerId) -> Option<NodeId> {
-    public_key_of(peer).map(|k| k.node_id())
-}
-
-/// The secp256k1 key inlined in a peer id.
-pub fn public_key_of(peer: &PeerId) -> Option<neuroshard_proof::PublicKey> {
-    let pk = neuroshard_net::public_key_of(peer)?;
-    neuroshard_proof::PublicKey::from_bytes(&pk).ok()
-}
-
 /// Verifies a signed value and that `author` (when known) is its signer.
-pub fn open<T: Canonical>(bytes: &[u8], author: Option<&PeerId>) -> Result<T, String> {
+pub fn open<T: Canonical>(bytes: &[u8], author: Option<&NodeId>) -> Result<T, String> {
     let signed = Signed::<T>::from_bytes(bytes).map_err(|e| e.to_string())?;
     let value = signed.verify().map_err(|e| e.to_string())?;
-    if let Some(author) = author {
-        let pk = neuroshard_net::public_key_of(author)
-            .ok_or_else(|| format!("peer {author} has no inlined secp256k1 key"))?;
-        if pk != *signed.signer().as_bytes() {
-            return Err(format!(
-                "signed by {} but sent by {author}",
-                signed.signer()
-            ));
-        }
+    if let Some(author) = author
+        && signed.signer().node_id() != *author
+    {
+        return Err(format!(
+            "signed by {} but sent by {author}",
+            signed.signer().node_id()
+        ));
     }
     Ok(value)
 }
 
 /// Gossip validation: heartbeats must be signed by their author and name the author's node.
-pub fn validate_gossip(topic: &str, author: &PeerId, data: &[u8]) -> Validation {
+pub fn validate_gossip(topic: &str, author: &NodeId, data: &[u8]) -> Validation {
     match topic {
         crate::sync::SYNC_TOPIC => {
             return match open::<crate::sync::SyncMsg>(data, Some(author)) {
@@ -229,7 +217,7 @@ pub fn validate_gossip(topic: &str, author: &PeerId, data: &[u8]) -> Validation 
         // Only the envelope and its author here; the economy runs the full verification.
         PROOF_TOPIC => {
             return match neuroshard_proof::SignedProof::from_bytes(data) {
-                Ok(p) if Some(p.signer().node_id()) == node_of(author) => Validation::Accept,
+                Ok(p) if p.signer().node_id() == *author => Validation::Accept,
                 _ => Validation::Reject,
             };
         }
@@ -237,7 +225,7 @@ pub fn validate_gossip(topic: &str, author: &PeerId, data: &[u8]) -> Validation 
         _ => return Validation::Ignore,
     }
     match open::<Heartbeat>(data, Some(author)) {
-        Ok(hb) if Some(hb.node) == node_of(author) => Validation::Accept,
+        Ok(hb) if hb.node == *author => Validation::Accept,
         Ok(_) => {
             tracing::debug!(%author, "heartbeat names another node");
             Validation::Reject
@@ -251,7 +239,7 @@ pub fn validate_gossip(topic: &str, author: &PeerId, data: &[u8]) -> Validation 
 
 /// DHT validation: node records under their own key, unexpired, signed by the publisher;
 /// the network record signed by anyone (its contents are compared by each reader).
-pub fn validate_record(key: &[u8], value: &[u8], publisher: Option<&PeerId>, now_ms: u64) -> bool {
+pub fn validate_record(key: &[u8], value: &[u8], publisher: Option<&NodeId>, now_ms: u64) -> bool {
     if key == NETWORK_KEY {
         return open::<NetworkRecord>(value, None).is_ok();
     }
@@ -278,8 +266,8 @@ mod tests {
     use super::*;
     use neuroshard_proof::Identity;
 
-    fn peer_of(id: &Identity) -> PeerId {
-        neuroshard_net::peer_id_from_secret(&id.secret_bytes()).expect("peer id")
+    fn peer_of(id: &Identity) -> NodeId {
+        id.node_id()
     }
 
     fn heartbeat(id: &Identity) -> Heartbeat {

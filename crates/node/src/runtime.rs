@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use neuroshard_data::Genesis;
-use neuroshard_net::{Multiaddr, Net, NetConfig, NetEvent, PeerId, ResponseChannel};
+use neuroshard_net::{Multiaddr, Net, NetConfig, NetEvent, ResponseChannel};
 use neuroshard_proof::{Identity, NodeId};
 use tokio::sync::mpsc;
 
@@ -24,9 +24,7 @@ use crate::core::{
 };
 use crate::economy::{Economy, LedgerStore};
 use crate::events::{EVENTS_VERSION, NodeEvent};
-use crate::records::{
-    HEARTBEAT_TOPIC, PROOF_TOPIC, Role, node_of, validate_gossip, validate_record,
-};
+use crate::records::{HEARTBEAT_TOPIC, PROOF_TOPIC, Role, validate_gossip, validate_record};
 use crate::settings::NodeSettings;
 use crate::sync::SYNC_TOPIC;
 
@@ -56,8 +54,6 @@ struct Driver {
     net: Net,
     engine: std::sync::mpsc::Sender<(Token, EngineJob)>,
     store: LedgerStore,
-    /// Node id → libp2p peer id of every peer heard from.
-    peers: HashMap<NodeId, PeerId>,
     /// Inbound requests waiting for the core's answer.
     channels: HashMap<Token, ResponseChannel>,
     next_inbound: Token,
@@ -110,7 +106,7 @@ pub async fn run(settings: NodeSettings) -> Result<(), NodeError> {
     emit(&NodeEvent::Ready {
         version: EVENTS_VERSION,
         node: identity.node_id().to_string(),
-        peer: Some(net.peer_id().to_string()),
+        peer: Some(net.transport_id()),
         stage: s.stage,
         role: role.name().into(),
         addrs: addrs.iter().map(|a| a.to_string()).collect(),
@@ -156,7 +152,6 @@ pub async fn run(settings: NodeSettings) -> Result<(), NodeError> {
         net: net.clone(),
         engine,
         store,
-        peers: s.known.into_iter().collect(),
         channels: HashMap::new(),
         next_inbound: 1,
         done_tx,
@@ -219,12 +214,6 @@ impl Driver {
         self.stopping = Some(core.shutdown(Instant::now()));
     }
 
-    fn node_of(&mut self, peer: &PeerId) -> Option<NodeId> {
-        let node = node_of(peer)?;
-        self.peers.insert(node, *peer);
-        Some(node)
-    }
-
     fn on_net_event(&mut self, core: &mut NodeCore, ev: NetEvent) {
         let now = Instant::now();
         match ev {
@@ -232,33 +221,20 @@ impl Driver {
                 topic,
                 author,
                 data,
-            } => {
-                if let Some(node) = self.node_of(&author) {
-                    core.handle_message(node, Inbound::Gossip { topic, data }, now);
-                }
-            }
+            } => core.handle_message(author, Inbound::Gossip { topic, data }, now),
             NetEvent::Request {
                 peer,
                 data,
                 channel,
             } => {
-                let Some(node) = self.node_of(&peer) else {
-                    return;
-                };
                 let token = self.next_inbound;
                 self.next_inbound += 1;
                 self.channels.insert(token, channel);
-                core.handle_message(node, Inbound::Request { token, data }, now);
+                core.handle_message(peer, Inbound::Request { token, data }, now);
             }
-            NetEvent::PeerConnected(peer) => {
-                if let Some(node) = self.node_of(&peer) {
-                    core.handle_message(node, Inbound::Connected, now);
-                }
-            }
+            NetEvent::PeerConnected(peer) => core.handle_message(peer, Inbound::Connected, now),
             NetEvent::PeerDisconnected(peer) => {
-                if let Some(node) = self.node_of(&peer) {
-                    core.handle_message(node, Inbound::Disconnected, now);
-                }
+                core.handle_message(peer, Inbound::Disconnected, now)
             }
         }
     }
@@ -313,7 +289,6 @@ impl Driver {
     }
 
     fn transmit(&mut self, t: Transmit) {
-        let unknown = |to: &NodeId| TransferError(format!("no transport address for node {to}"));
         match t {
             Transmit::Publish { topic, data } => {
                 if let Err(e) = self.net.publish(topic, data) {
@@ -321,19 +296,12 @@ impl Driver {
                 }
             }
             Transmit::Request { to, token, data } => {
-                let (net, tx, peer) = (
-                    self.net.clone(),
-                    self.done_tx.clone(),
-                    self.peers.get(&to).copied(),
-                );
+                let (net, tx) = (self.net.clone(), self.done_tx.clone());
                 tokio::spawn(async move {
-                    let result = match peer {
-                        Some(p) => net
-                            .request(p, data)
-                            .await
-                            .map_err(|e| TransferError(e.to_string())),
-                        None => Err(unknown(&to)),
-                    };
+                    let result = net
+                        .request(to, data)
+                        .await
+                        .map_err(|e| TransferError(e.to_string()));
                     let _ = tx.send(Done {
                         from: to,
                         inbound: Inbound::Response { token, result },
@@ -351,19 +319,12 @@ impl Driver {
                 hash,
                 max,
             } => {
-                let (net, tx, peer) = (
-                    self.net.clone(),
-                    self.done_tx.clone(),
-                    self.peers.get(&from).copied(),
-                );
+                let (net, tx) = (self.net.clone(), self.done_tx.clone());
                 tokio::spawn(async move {
-                    let result = match peer {
-                        Some(p) => net
-                            .fetch_blob(p, hash, max)
-                            .await
-                            .map_err(|e| TransferError(e.to_string())),
-                        None => Err(unknown(&from)),
-                    };
+                    let result = net
+                        .fetch_blob(from, hash, max)
+                        .await
+                        .map_err(|e| TransferError(e.to_string()));
                     let _ = tx.send(Done {
                         from,
                         inbound: Inbound::Blob { token, result },
@@ -382,11 +343,7 @@ impl Driver {
                     }
                 });
             }
-            Transmit::Penalize { peer, reason } => {
-                if let Some(p) = self.peers.get(&peer) {
-                    self.net.penalize(*p, &reason);
-                }
-            }
+            Transmit::Penalize { peer, reason } => self.net.penalize(peer, &reason),
         }
     }
 }
@@ -406,7 +363,7 @@ fn net_config(settings: &NodeSettings) -> Result<NetConfig, NodeError> {
     cfg.republish_interval = REPUBLISH_EVERY;
     cfg.gossip_validator = Arc::new(validate_gossip);
     cfg.record_validator =
-        Arc::new(|k: &[u8], v: &[u8], p: Option<&PeerId>| validate_record(k, v, p, now_ms()));
+        Arc::new(|k: &[u8], v: &[u8], p: Option<&NodeId>| validate_record(k, v, p, now_ms()));
     Ok(cfg)
 }
 

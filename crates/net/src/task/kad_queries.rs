@@ -27,8 +27,8 @@ pub(super) enum Query {
 
 impl Task {
     pub(super) fn put_record(&mut self, key: Vec<u8>, value: Vec<u8>, reply: Reply<()>) {
-        let local = self.local();
-        if !(self.config.record_validator)(&key, &value, Some(&local)) {
+        let local = self.book.learn(&self.local());
+        if !(self.config.record_validator)(&key, &value, local.as_ref()) {
             let _ = reply.send(Err(NetError::InvalidRecord));
             return;
         }
@@ -86,6 +86,7 @@ impl Task {
     /// With `StoreInserts::FilterBoth` nothing a peer sends is stored until we store it here.
     fn kad_inbound(&mut self, request: kad::InboundRequest) {
         let validator = &self.config.record_validator;
+        let book = &self.book;
         let kad = &mut self.swarm.behaviour_mut().kad;
         match request {
             kad::InboundRequest::PutRecord {
@@ -93,11 +94,8 @@ impl Task {
                 record: Some(record),
                 ..
             } => {
-                if !validator(
-                    record.key.as_ref(),
-                    &record.value,
-                    record.publisher.as_ref(),
-                ) {
+                let publisher = record.publisher.as_ref().and_then(|p| book.learn(p));
+                if !validator(record.key.as_ref(), &record.value, publisher.as_ref()) {
                     tracing::debug!(peer = %source, "inbound record refused by the validator");
                 } else if let Err(e) = kad.store_mut().put(record) {
                     tracing::debug!(peer = %source, error = %e, "inbound record not stored");
@@ -124,10 +122,11 @@ impl Task {
                 QueryResult::GetRecord(Ok(GetRecordOk::FoundRecord(r))),
             ) => {
                 let record = r.record;
+                let publisher = record.publisher.as_ref().and_then(|p| self.book.learn(p));
                 let valid = (self.config.record_validator)(
                     record.key.as_ref(),
                     &record.value,
-                    record.publisher.as_ref(),
+                    publisher.as_ref(),
                 );
                 if !valid {
                     tracing::debug!(from = ?r.peer, "record refused by the validator");

@@ -18,6 +18,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::behaviour::{Behaviour, BehaviourEvent, KAD_PROTOCOL};
 use crate::blob::BlobStore;
 use crate::codec::CounterSet;
+use crate::ids::AddressBook;
 use crate::net::{NetEvent, ResponseChannel};
 use crate::{NetConfig, NetError, Validation};
 
@@ -87,6 +88,8 @@ pub(crate) struct Task {
     counters: Arc<CounterSet>,
     blobs: BlobStore,
     config: NetConfig,
+    /// Node ids of the peers we met, for the application above.
+    book: AddressBook,
     /// Listeners still open.
     listeners: usize,
     requests: HashMap<OutboundRequestId, Reply<Vec<u8>>>,
@@ -107,6 +110,7 @@ impl Task {
         counters: Arc<CounterSet>,
         blobs: BlobStore,
         config: NetConfig,
+        book: AddressBook,
     ) -> Self {
         Task {
             swarm,
@@ -114,6 +118,7 @@ impl Task {
             events,
             counters,
             blobs,
+            book,
             listeners: config.listen.len(),
             config,
             requests: HashMap::new(),
@@ -336,7 +341,9 @@ impl Task {
                 }
                 if num_established.get() == 1 {
                     tracing::debug!(peer = %peer_id, "peer connected");
-                    self.emit(NetEvent::PeerConnected(peer_id));
+                    if let Some(node) = self.book.learn(&peer_id) {
+                        self.emit(NetEvent::PeerConnected(node));
+                    }
                 }
             }
             SwarmEvent::ConnectionClosed {
@@ -346,7 +353,9 @@ impl Task {
                 ..
             } => {
                 tracing::debug!(peer = %peer_id, ?cause, "peer disconnected");
-                self.emit(NetEvent::PeerDisconnected(peer_id));
+                if let Some(node) = self.book.learn(&peer_id) {
+                    self.emit(NetEvent::PeerDisconnected(node));
+                }
             }
             SwarmEvent::OutgoingConnectionError {
                 connection_id,
@@ -376,9 +385,11 @@ impl Task {
         };
         self.counters.gossip.received(message.data.len());
         let topic = message.topic.as_str();
-        let verdict = match &message.source {
+        // Strict validation never delivers unsigned messages; refuse one anyway, and one from
+        // a peer that is not a NeuroShard node (no secp256k1 key in its peer id).
+        let author = message.source.as_ref().and_then(|a| self.book.learn(a));
+        let verdict = match &author {
             Some(author) => (self.config.gossip_validator)(topic, author, &message.data),
-            // Strict validation never delivers unsigned messages; refuse one anyway.
             None => Validation::Reject,
         };
         let acceptance = match verdict {
@@ -393,7 +404,7 @@ impl Task {
             .behaviour_mut()
             .gossip
             .report_message_validation_result(&message_id, &propagation_source, acceptance);
-        if let (Validation::Accept, Some(author)) = (verdict, message.source) {
+        if let (Validation::Accept, Some(author)) = (verdict, author) {
             self.emit(NetEvent::Gossip {
                 topic: message.topic.into_string(),
                 author,

@@ -26,11 +26,14 @@ impl Task {
 
     pub(super) fn msg_event(&mut self, event: Event) {
         if let Some((peer, request, channel)) = self.settle(event, false) {
-            self.emit(NetEvent::Request {
-                peer,
-                data: request,
-                channel: ResponseChannel(channel),
-            });
+            // Requests from peers that are not NeuroShard nodes are dropped (they time out).
+            if let Some(peer) = self.book.learn(&peer) {
+                self.emit(NetEvent::Request {
+                    peer,
+                    data: request,
+                    channel: ResponseChannel(channel),
+                });
+            }
         }
     }
 

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use neuroshard_data::Genesis;
 use neuroshard_model::{AdamW, AdamWConfig, ParamSet, Stage, StageSpec, checkpoint};
-use neuroshard_net::{Net, NetEvent, PeerId};
+use neuroshard_net::{Net, NetEvent};
 use neuroshard_proof::{Identity, NodeId, Signed};
 use tokio::sync::mpsc;
 
@@ -16,7 +16,7 @@ use crate::compute::{self, Engine};
 use crate::core::{BatchError, BatchSource, outer_state_limit};
 use crate::events::NodeEvent;
 use crate::peers::{PeerTable, choose_stage};
-use crate::records::{Heartbeat, NETWORK_KEY, NetworkRecord, node_of, open, stage_key};
+use crate::records::{Heartbeat, NETWORK_KEY, NetworkRecord, open, stage_key};
 use crate::replica::{Diloco, DilocoConfig, decode_adamw};
 use crate::settings::{DataOrder, NodeSettings};
 use crate::sync::{ThetaRecord, theta_key};
@@ -72,8 +72,6 @@ pub struct Started {
     pub numel: usize,
     pub spec: StageSpec,
     pub peers: PeerTable,
-    /// Node id → transport id of everyone heard during start-up.
-    pub known: Vec<(NodeId, PeerId)>,
     pub pending: Vec<NetEvent>,
     /// A peer with a newer θ₀ of our stage (a restarted replica catches up at once).
     pub hint: Option<(NodeId, ThetaRecord)>,
@@ -106,14 +104,10 @@ pub async fn start(
     let settle_until = Instant::now() + settle;
     let mut pending = Vec::new();
     let mut peers = PeerTable::default();
-    let mut known = Vec::new();
     for (s, _) in specs.iter().enumerate() {
         if let Ok(providers) = net.get_providers(stage_key(&network, s)).await {
-            for p in providers.into_iter().filter(|p| *p != net.peer_id()) {
-                if let Some(node) = node_of(&p) {
-                    known.push((node, p));
-                    peers.on_discovered(node, s, Instant::now());
-                }
+            for node in providers.into_iter().filter(|p| *p != net.node_id()) {
+                peers.on_discovered(node, s, Instant::now());
             }
         }
     }
@@ -123,9 +117,8 @@ pub async fn start(
                 if let NetEvent::Gossip { author, data, .. } = &ev
                     && let Ok(hb) = open::<Heartbeat>(data, Some(author))
                     && hb.network == network
-                    && Some(hb.node) == node_of(author)
+                    && hb.node == *author
                 {
-                    known.push((hb.node, *author));
                     peers.on_heartbeat(hb.node, &hb, Instant::now());
                 }
                 pending.push(ev);
@@ -170,7 +163,7 @@ pub async fn start(
             .get_record(theta_key(&network, stage_index))
             .await
             .unwrap_or_default();
-        theta_records(&values, &network, stage_index, &identity.node_id())
+        theta_records(net, &values, &network, stage_index, &identity.node_id())
     } else {
         Vec::new()
     };
@@ -196,12 +189,7 @@ pub async fn start(
             )),
         }
     }
-    let hint = records.first().map(|(p, rec)| {
-        if let Some(node) = node_of(p) {
-            known.push((node, *p));
-        }
-        (rec.node, rec.clone())
-    });
+    let hint = records.first().map(|(_, rec)| (rec.node, rec.clone()));
     let (sync_round, sync_theta) = (diloco.round(), diloco.hash());
     let spec = *stage.spec();
     let numel = stage.params().numel();
@@ -217,7 +205,6 @@ pub async fn start(
         numel,
         spec,
         peers,
-        known,
         pending,
         hint,
         joined,
@@ -308,7 +295,7 @@ pub fn diloco_config(
 /// Fetches the stage's outer state and the publisher's AdamW moments named by its record.
 async fn join_stage(
     net: &Net,
-    peer: PeerId,
+    peer: NodeId,
     rec: &ThetaRecord,
     dcfg: &DilocoConfig,
     optim: &AdamWConfig,
@@ -340,19 +327,21 @@ async fn join_stage(
     Ok((diloco, adamw, params))
 }
 
-/// Reads the stage's θ₀ records from the DHT: the latest round first.
+/// Reads the stage's θ₀ records from the DHT: the latest round first. Each publisher becomes
+/// known to the transport by its key, so its blobs can be fetched.
 fn theta_records(
+    net: &Net,
     values: &[Vec<u8>],
     network: &[u8; 32],
     stage: usize,
     me: &NodeId,
-) -> Vec<(PeerId, ThetaRecord)> {
-    let mut out: Vec<(PeerId, ThetaRecord)> = values
+) -> Vec<(NodeId, ThetaRecord)> {
+    let mut out: Vec<(NodeId, ThetaRecord)> = values
         .iter()
         .filter_map(|v| {
             let signed = Signed::<ThetaRecord>::from_bytes(v).ok()?;
             let rec = signed.verify().ok()?;
-            let peer = neuroshard_net::peer_id_of(signed.signer().as_bytes()).ok()?;
+            let peer = net.learn_key(signed.signer().as_bytes())?;
             (rec.network == *network
                 && usize::from(rec.stage) == stage
                 && rec.node == signed.signer().node_id()
