@@ -6,10 +6,12 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand, ValueEnum};
-use neuroshard_aggregate::{Aggregator, Attack};
+use neuroshard_aggregate::Attack;
 use neuroshard_data::{Genesis, Split};
 use neuroshard_model::{AdamWConfig, Batch, ModelConfig, Trainer};
-use neuroshard_train::{CompressSpec, Compressor, DilocoRound, OuterOptimizer, decode};
+use neuroshard_node::replica::{Diloco, DilocoConfig};
+use neuroshard_proof::NodeId;
+use neuroshard_train::{CompressSpec, Compressor, decode};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
@@ -289,13 +291,22 @@ fn print_step(r: &OuterReport, outer_steps: u64) {
     }
 }
 
+/// A replica's network id in the experiment: honest replicas 1..=R, Byzantine ones after.
+fn replica_id(i: usize) -> NodeId {
+    let mut id = [0u8; 32];
+    id[..8].copy_from_slice(&(i as u64 + 1).to_le_bytes());
+    NodeId(id)
+}
+
+/// DiLoCo with the nodes' round code: every honest replica owns a `Diloco` (θ₀, outer
+/// optimizer, compressor) and runs `prepare` / `apply` exactly as a node's engine does; the
+/// experiment only adds the simulated Byzantine messages and the measurements.
 fn run_diloco(
     args: &DilocoArgs,
     genesis: &Genesis,
     config: ModelConfig,
     optim: AdamWConfig,
 ) -> Result<RunReport> {
-    let aggregator = Aggregator::parse(&args.aggregator, args.byzantine)?;
     let attack: Attack = args.attack.parse()?;
     if args.byzantine > 0 && attack == Attack::None {
         bail!("--byzantine {} needs an --attack", args.byzantine);
@@ -304,35 +315,38 @@ fn run_diloco(
         "none" => None,
         spec => Some(spec.parse()?),
     };
-    let honest = args.replicas - args.byzantine;
-    // Every replica starts from the same θ₀ (seeded init) and keeps its own AdamW state.
-    let mut replicas = (0..honest)
-        .map(|_| {
-            let mut t = Trainer::new(config.clone(), optim.clone(), args.seed)?;
-            t.micro_batches = 1;
-            Ok(t)
-        })
-        .collect::<Result<Vec<_>>>()?;
-    let theta0 = replicas[0].stage.params().flatten();
-    let len = theta0.len();
-    let mut round = DilocoRound::new(
-        theta0,
-        OuterOptimizer::with(len, args.outer_lr, args.outer_momentum),
-        aggregator,
-    );
     if args.ef_decay != 1.0 && args.error_feedback != ErrorFeedback::Accumulate {
         bail!("--ef-decay applies to --error-feedback accumulate");
     }
-    let mut compressors: Vec<Option<Compressor>> = (0..honest)
-        .map(|_| {
-            compress
-                .map(|s| Compressor::with_seed(s, len, args.seed).with_decay(args.ef_decay))
-                .transpose()
+    if !(args.ef_decay > 0.0 && args.ef_decay <= 1.0) {
+        bail!("--ef-decay must be in (0, 1], got {}", args.ef_decay);
+    }
+    // Dense messages are lossless fp32 (all coordinates, exact values).
+    let spec = compress.unwrap_or("topk:1:fp32".parse()?);
+    let honest = args.replicas - args.byzantine;
+    // Every replica starts from the same θ₀ (seeded init) and keeps its own AdamW state.
+    let mut replicas = (0..honest)
+        .map(|r| {
+            let mut t = Trainer::new(config.clone(), optim.clone(), args.seed)?;
+            t.micro_batches = 1;
+            let cfg = DilocoConfig {
+                me: replica_id(r),
+                aggregator: args.aggregator.clone(),
+                byzantine: args.byzantine,
+                compression: spec,
+                outer_lr: args.outer_lr,
+                outer_momentum: args.outer_momentum,
+                seed: args.seed,
+                attack: Attack::None,
+            };
+            let d = Diloco::new(cfg, t.stage.params()).map_err(anyhow::Error::msg)?;
+            Ok((t, d))
         })
-        .collect::<Result<_, _>>()?;
-    // With `--error-feedback params`, what replica r left unsent stays in its own parameters:
-    // it restarts from θ₀ − kept[r] rather than from θ₀.
-    let mut kept: Vec<Vec<f32>> = vec![Vec::new(); honest];
+        .collect::<Result<Vec<_>>>()?;
+    let len = replicas[0].1.theta().len();
+    // With `--error-feedback accumulate` a replica's unsent residual lives here, not in its
+    // parameters: it restarts from θ₀ and β·residual is added to its next Δ.
+    let mut residuals: Vec<Vec<f32>> = vec![vec![0.0; len]; honest];
     let mut rng = ChaCha8Rng::seed_from_u64(args.seed ^ 0xA77AC);
     let mut eval = Evaluator::new(genesis, args, config.clone())?;
     let floor = genesis.entropy_floor();
@@ -340,72 +354,108 @@ fn run_diloco(
     let started = Instant::now();
     let mut steps = Vec::new();
     for outer in 0..args.outer_steps {
+        let round = outer + 1;
         let mut loss_sum = 0.0f64;
-        let mut deltas = Vec::with_capacity(args.replicas);
+        let mut messages = Vec::with_capacity(args.replicas);
+        let mut decoded = Vec::with_capacity(args.replicas);
         let mut raw_mean = vec![0.0f64; len];
         let mut residual_ratio = 0.0f64;
         let mut sent = 0u64;
-        for (r, (trainer, compressor)) in replicas.iter_mut().zip(&mut compressors).enumerate() {
-            if kept[r].is_empty() {
-                trainer.stage.params_mut().set_flat(round.theta())?;
-            } else {
-                trainer
-                    .stage
-                    .params_mut()
-                    .set_flat(&round.restart_point(&kept[r])?)?;
-            }
+        for (r, (trainer, diloco)) in replicas.iter_mut().enumerate() {
             for h in 0..args.inner_steps {
                 let batch = replica_batch(genesis, args, r, outer * args.inner_steps + h)?;
                 loss_sum += f64::from(trainer.step(&batch)?.loss);
             }
-            let delta = round.pseudo_gradient(&trainer.stage.params().flatten())?;
+            let params = trainer.stage.params_mut();
+            let mut theta = params.flatten();
+            let delta: Vec<f32> = diloco
+                .theta()
+                .iter()
+                .zip(&theta)
+                .map(|(a, b)| a - b)
+                .collect();
             for (m, &d) in raw_mean.iter_mut().zip(&delta) {
                 *m += f64::from(d) / honest as f64;
             }
-            match compressor {
-                Some(c) => {
-                    let bytes = c.compress(&delta)?;
-                    sent += bytes.len() as u64;
-                    residual_ratio += norm(c.residual()) / norm(&delta).max(1e-30) / honest as f64;
-                    if args.error_feedback == ErrorFeedback::Params {
-                        kept[r] = c.take_residual();
-                    }
-                    deltas.push(decode(&bytes, len)?);
+            if args.error_feedback == ErrorFeedback::Accumulate {
+                // θ − β·e makes the round's Δ = θ₀ − θ + β·e.
+                for (t, e) in theta.iter_mut().zip(&residuals[r]) {
+                    *t -= args.ef_decay * e;
                 }
-                None => {
-                    sent += 4 * len as u64;
-                    deltas.push(delta);
-                }
+                params.set_flat(&theta)?;
             }
+            let offer = diloco.prepare(round, params).map_err(anyhow::Error::msg)?;
+            let mine = decode(&offer.blob, len)?;
+            // What the message left out: (θ₀ − θ) − ĉ, over the Δ actually compressed.
+            let unsent = diloco.theta().iter().zip(&theta).zip(&mine);
+            let unsent: Vec<f32> = unsent.map(|((a, b), c)| a - b - c).collect();
+            residual_ratio += norm(&unsent) / norm(&delta).max(1e-30) / honest as f64;
+            // A dense message is its fp32 payload; a compressed one its whole encoding.
+            sent += if compress.is_some() {
+                offer.blob.len() as u64
+            } else {
+                4 * len as u64
+            };
+            messages.push((replica_id(r), offer.blob.to_vec()));
+            decoded.push(mine);
         }
         let delta_norm = raw_mean.iter().map(|d| d * d).sum::<f64>().sqrt();
         let compress_rel_error = compress.map(|_| {
             let err = (0..len)
                 .map(|i| {
-                    let avg = deltas.iter().map(|d| f64::from(d[i])).sum::<f64>() / honest as f64;
+                    let avg = decoded.iter().map(|d| f64::from(d[i])).sum::<f64>() / honest as f64;
                     (avg - raw_mean[i]).powi(2)
                 })
                 .sum::<f64>()
                 .sqrt();
             err / delta_norm.max(1e-30)
         });
-        let forged = attack.forge(&deltas, args.byzantine, &mut rng);
-        deltas.extend(forged);
-        let before = round.theta().to_vec();
-        round
-            .apply(&deltas)
-            .with_context(|| format!("outer step {}", outer + 1))?;
+        // Byzantine replicas see the honest messages (the strongest attacker) and send theirs
+        // in the same encoding.
+        for (b, forged) in attack
+            .forge(&decoded, args.byzantine, &mut rng)
+            .into_iter()
+            .enumerate()
+        {
+            let mut c = Compressor::with_seed(spec, len, args.seed);
+            c.set_round(round);
+            messages.push((replica_id(honest + b), c.compress(&forged)?));
+        }
+        let before = replicas[0].1.theta().to_vec();
+        let mut outcome = None;
+        for (r, (trainer, diloco)) in replicas.iter_mut().enumerate() {
+            let params = trainer.stage.params_mut();
+            let applied = diloco
+                .apply(round, messages.clone(), params)
+                .map_err(anyhow::Error::msg)
+                .with_context(|| format!("outer step {round}"))?;
+            if *outcome.get_or_insert(applied.theta) != applied.theta {
+                bail!("outer step {round}: replica {r} ended on another θ₀");
+            }
+            if args.error_feedback == ErrorFeedback::Accumulate {
+                // Move the residual out of the parameters: restart from θ₀.
+                let theta = params.flatten();
+                residuals[r] = diloco
+                    .theta()
+                    .iter()
+                    .zip(&theta)
+                    .map(|(a, b)| a - b)
+                    .collect();
+                params.set_flat(diloco.theta())?;
+            }
+        }
+        let after = replicas[0].1.theta();
         let update_norm = before
             .iter()
-            .zip(round.theta())
+            .zip(after)
             .map(|(a, b)| f64::from(a - b).powi(2))
             .sum::<f64>()
             .sqrt();
         let report = OuterReport {
-            outer_step: outer + 1,
-            tokens: (outer + 1) * args.inner_steps * (honest * args.batch * args.seq) as u64,
+            outer_step: round,
+            tokens: round * args.inner_steps * (honest * args.batch * args.seq) as u64,
             train_loss: loss_sum / (honest as u64 * args.inner_steps) as f64,
-            val_loss: eval.loss(genesis, round.theta())?,
+            val_loss: eval.loss(genesis, after)?,
             bytes_sent_per_replica: sent / honest as u64,
             bytes_dense_per_replica: 4 * len as u64,
             wall_s: started.elapsed().as_secs_f64(),

@@ -14,7 +14,6 @@ mod genesis;
 mod ledger;
 mod node;
 mod swarm;
-mod swarm_report;
 mod train;
 mod wallet;
 

@@ -9,6 +9,12 @@ use neuroshard_node::{DataOrder, NodeSettings};
 
 use crate::train::{ModelArgs, StepArgs, open_or_build_default};
 
+// Defaults of the node-only flags; `swarm` builds its nodes' settings with the same values.
+pub const MEMORY_MB: u64 = 4096;
+pub const QUEUE: usize = 8;
+pub const GRAD_TIMEOUT_MS: u64 = 15_000;
+pub const MAX_FRAME_MB: usize = 32;
+
 #[derive(Clone, Copy, ValueEnum)]
 pub enum Order {
     /// The node's genesis assignment.
@@ -59,22 +65,6 @@ impl SyncArgs {
             proof_interval_ms: self.proof_interval_ms,
         }
     }
-
-    pub fn to_args(&self) -> Vec<String> {
-        [
-            ("--sync-every", self.sync_every.to_string()),
-            ("--sync-timeout-ms", self.sync_timeout_ms.to_string()),
-            ("--aggregator", self.aggregator.clone()),
-            ("--byzantine", self.byzantine.to_string()),
-            ("--compression", self.compression.clone()),
-            ("--outer-lr", self.outer_lr.to_string()),
-            ("--outer-momentum", self.outer_momentum.to_string()),
-            ("--proof-interval-ms", self.proof_interval_ms.to_string()),
-        ]
-        .into_iter()
-        .flat_map(|(k, v)| [k.to_string(), v])
-        .collect()
-    }
 }
 
 #[derive(Args)]
@@ -103,7 +93,7 @@ pub struct NodeArgs {
     #[arg(long)]
     stage: Option<usize>,
     /// Memory the node may use for its stage, in MiB.
-    #[arg(long, default_value_t = 4096)]
+    #[arg(long, default_value_t = MEMORY_MB)]
     memory_mb: u64,
     #[command(flatten)]
     model: ModelArgs,
@@ -124,10 +114,10 @@ pub struct NodeArgs {
     #[arg(long, default_value_t = 1)]
     threads: usize,
     /// Forward micro-batches queued before the node answers Busy.
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = QUEUE)]
     queue: usize,
     /// A micro-batch whose gradient has not returned by then is routed elsewhere.
-    #[arg(long, default_value_t = 15_000)]
+    #[arg(long, default_value_t = GRAD_TIMEOUT_MS)]
     grad_timeout_ms: u64,
     /// Listen this long before choosing a stage.
     #[arg(long, default_value_t = 2_500)]
@@ -139,7 +129,7 @@ pub struct NodeArgs {
     #[arg(long, default_value_t = 1)]
     wait_peers: usize,
     /// Largest request or response frame, in MiB.
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = MAX_FRAME_MB)]
     max_frame_mb: usize,
 }
 

@@ -1,25 +1,20 @@
-//! `neuroshard swarm`: a local network of real node processes on 127.0.0.1 training one
-//! model as pipeline stages with replicas, with live progress, an optional chaos kill, and
-//! the assembled model written as a checkpoint at the end.
+//! `neuroshard swarm`: flags and printing over `neuroshard-swarm`, which runs a local network
+//! of real node processes training one model and assembles it. The CLI also evaluates the
+//! assembled model and samples from it.
 
-use std::collections::BTreeMap;
-use std::fs::File;
-use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use neuroshard_data::Genesis;
-use neuroshard_model::{ParamSet, Stage, StageSpec, checkpoint};
-use serde_json::Value;
+use neuroshard_model::{ParamSet, Stage, StageSpec};
+use neuroshard_node::{DataOrder, NodeSettings};
+use neuroshard_swarm::{Kill, Observer, Outcome, SwarmConfig};
 
-use crate::node::SyncArgs;
-use crate::swarm_report::{Assembly, Report, assemble, now_ms};
+use crate::node::{self, SyncArgs};
 use crate::train::{ModelArgs, StepArgs, open_or_build_default};
 
 #[derive(Args)]
@@ -91,50 +86,112 @@ extern "C" fn on_interrupt(_: libc::c_int) {
     INTERRUPTED.store(true, Ordering::SeqCst);
 }
 
-pub struct Member {
-    pub index: usize,
-    pub child: Child,
-    pub dir: PathBuf,
-    pub stage: Option<usize>,
-    pub role: String,
-    pub alive: bool,
-    pub stopped: Option<Value>,
+impl SwarmArgs {
+    /// The swarm's settings; each node's file is this template with its own dir and peers.
+    fn config(&self, genesis: &Genesis) -> Result<SwarmConfig> {
+        let model = self.model.config(genesis.vocab_size(), self.step.seq)?;
+        let node = NodeSettings {
+            data_dir: PathBuf::new(),
+            genesis: genesis.dir().to_path_buf(),
+            listen: Vec::new(),
+            bootstrap: Vec::new(),
+            model,
+            stages: self.stages,
+            stage: None,
+            memory_budget: node::MEMORY_MB << 20,
+            micro_batches: self.step.micro_batches,
+            batch: self.step.batch,
+            seq: self.step.seq,
+            steps: self.steps,
+            lr: self.step.lr,
+            warmup: self.step.warmup,
+            clip_norm: self.step.clip_norm,
+            seed: self.step.seed,
+            data_order: if self.global_order {
+                DataOrder::Global
+            } else {
+                DataOrder::Assigned
+            },
+            threads: self.threads,
+            queue_capacity: node::QUEUE,
+            grad_timeout_ms: node::GRAD_TIMEOUT_MS,
+            settle_ms: 0,
+            checkpoint_secs: self.checkpoint_secs,
+            wait_peers: 0,
+            max_frame: node::MAX_FRAME_MB << 20,
+            sync: self.sync.settings("none"),
+        };
+        let kill = self
+            .kill
+            .as_deref()
+            .map(|k| Kill::parse(k, self.restart_after_ms))
+            .transpose()?;
+        let cfg = SwarmConfig {
+            nodes: self.nodes,
+            node,
+            exe: std::env::current_exe().context("locating the neuroshard binary")?,
+            out: self.out.clone(),
+            attackers: self.attackers.clone(),
+            attack: self.attack.clone(),
+            join_at: self.join_at,
+            kill,
+            settle: Duration::from_secs(self.settle_s),
+            timeout: (self.timeout_s > 0).then(|| Duration::from_secs(self.timeout_s)),
+        };
+        cfg.validate()?;
+        Ok(cfg)
+    }
 }
 
-fn parse_kill(spec: &str, nodes: usize) -> Result<(usize, u64)> {
-    let (n, s) = spec
-        .split_once('@')
-        .with_context(|| format!("--kill {spec:?}: expected NODE@STEP"))?;
-    let node: usize = n.parse().with_context(|| format!("--kill node {n:?}"))?;
-    let step: u64 = s.parse().with_context(|| format!("--kill step {s:?}"))?;
-    if node >= nodes {
-        bail!("--kill node {node} does not exist ({nodes} nodes)");
+/// Node lines before training, then a progress bar.
+#[derive(Default)]
+struct Console {
+    bar: Option<ProgressBar>,
+}
+
+impl Observer for Console {
+    fn ready(&mut self, node: usize, stage: usize, role: &str) {
+        println!("  node {node}: stage {stage} ({role})");
     }
-    Ok((node, step))
+
+    fn training(&mut self, steps: u64) {
+        let bar = ProgressBar::new(steps);
+        if let Ok(style) =
+            ProgressStyle::with_template("{bar:30} {pos}/{len} [{elapsed_precise}] {msg}")
+        {
+            bar.set_style(style);
+        }
+        self.bar = Some(bar);
+    }
+
+    fn progress(&mut self, step: u64, status: &str) {
+        if let Some(bar) = &self.bar {
+            bar.set_position(step);
+            bar.set_message(status.to_string());
+        }
+    }
+
+    fn note(&mut self, text: &str) {
+        match &self.bar {
+            Some(bar) => bar.println(text),
+            None => eprintln!("{text}"),
+        }
+    }
+
+    fn unparsed(&mut self, node: usize, line: &str, error: &str) {
+        tracing::warn!("node {node}: unreadable event line ({error}): {line}");
+    }
+
+    fn done(&mut self) {
+        if let Some(bar) = &self.bar {
+            bar.finish();
+        }
+    }
 }
 
 pub fn run(args: SwarmArgs) -> Result<()> {
-    if args.nodes < args.stages || args.stages == 0 {
-        bail!(
-            "--nodes {} cannot hold --stages {}",
-            args.nodes,
-            args.stages
-        );
-    }
-    if let Some(a) = args.attackers.iter().find(|a| **a >= args.nodes) {
-        bail!(
-            "--attackers: node {a} does not exist ({} nodes)",
-            args.nodes
-        );
-    }
-    let kill = args
-        .kill
-        .as_deref()
-        .map(|k| parse_kill(k, args.nodes))
-        .transpose()?;
     let genesis = open_or_build_default(args.data.as_deref(), &args.out)?;
-    let config = args.model.config(genesis.vocab_size(), args.step.seq)?;
-    StageSpec::split(&config, args.stages)?;
+    let cfg = args.config(&genesis)?;
     // SAFETY: installing a handler that only stores to an atomic is async-signal-safe.
     unsafe {
         libc::signal(
@@ -142,13 +199,6 @@ pub fn run(args: SwarmArgs) -> Result<()> {
             on_interrupt as *const () as libc::sighandler_t,
         );
     }
-    let root = nodes_dir(&args.out);
-    let exe = std::env::current_exe().context("locating the neuroshard binary")?;
-    let (tx, rx) = mpsc::channel::<(usize, Value)>();
-    let mut members: Vec<Member> = Vec::new();
-    let mut bootstrap: Option<String> = None;
-    let started = Instant::now();
-    let mut report = Report::new(args.steps);
     println!(
         "starting {} nodes ({} stages) for {} steps of {}×{} tokens; model {} parameters",
         args.nodes,
@@ -156,177 +206,21 @@ pub fn run(args: SwarmArgs) -> Result<()> {
         args.steps,
         args.step.batch,
         args.step.seq,
-        config.num_params()
+        cfg.node.model.num_params()
     );
-    let launch = Launch {
-        exe: &exe,
-        args: &args,
-        genesis: &genesis,
-        root: &root,
-        tx: tx.clone(),
-    };
-    for i in 0..args.nodes {
-        members.push(launch.member(i, bootstrap.as_deref(), true)?);
-        // Wait for its ready line so the next node sees it when choosing a stage.
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() || INTERRUPTED.load(Ordering::SeqCst) {
-                stop_all(&mut members, &rx);
-                bail!(
-                    "node {i} did not become ready (see {}/node.log)",
-                    members[i].dir.display()
-                );
-            }
-            match rx.recv_timeout(left.min(Duration::from_millis(200))) {
-                Ok((j, ev)) if j == i && ev["event"] == "ready" => {
-                    members[i].stage = ev["stage"].as_u64().map(|s| s as usize);
-                    members[i].role = ev["role"].as_str().unwrap_or("").to_string();
-                    if bootstrap.is_none() {
-                        bootstrap = ev["addrs"]
-                            .as_array()
-                            .and_then(|a| a.first())
-                            .and_then(|a| a.as_str())
-                            .map(str::to_string);
-                    }
-                    println!(
-                        "  node {i}: stage {} ({})",
-                        members[i].stage.map_or("?".into(), |s| s.to_string()),
-                        members[i].role
-                    );
-                    break;
-                }
-                // Earlier nodes may already train while later ones start.
-                Ok((j, ev)) => report.on_event(j, &ev),
-                Err(mpsc::RecvTimeoutError::Timeout) => {
-                    if let Ok(Some(status)) = members[i].child.try_wait() {
-                        stop_all(&mut members, &rx);
-                        bail!(
-                            "node {i} exited ({status}); see {}/node.log",
-                            members[i].dir.display()
-                        );
-                    }
-                }
-                Err(mpsc::RecvTimeoutError::Disconnected) => bail!("lost the nodes' output"),
-            }
-        }
-    }
-    report.startup = started.elapsed();
-    let bar = ProgressBar::new(args.steps);
-    bar.set_style(
-        ProgressStyle::with_template("{bar:30} {pos}/{len} [{elapsed_precise}] {msg}")
-            .map_err(|e| anyhow::anyhow!("progress template: {e}"))?,
-    );
-    let deadline = (args.timeout_s > 0).then(|| started + Duration::from_secs(args.timeout_s));
-    let mut killed = false;
-    let mut settle_since: Option<Instant> = None;
-    loop {
-        if INTERRUPTED.load(Ordering::SeqCst) {
-            bar.println("interrupted: stopping every node");
-            break;
-        }
-        if deadline.is_some_and(|d| Instant::now() > d) {
-            bar.println("time limit reached: stopping every node");
-            report.timed_out = true;
-            break;
-        }
-        match rx.recv_timeout(Duration::from_millis(200)) {
-            Ok((i, ev)) => report.on_event(i, &ev),
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
-            Err(mpsc::RecvTimeoutError::Disconnected) => break,
-        }
-        for m in members.iter_mut().filter(|m| m.alive) {
-            if let Ok(Some(status)) = m.child.try_wait() {
-                m.alive = false;
-                bar.println(format!("node {} exited unexpectedly ({status})", m.index));
-            }
-        }
-        if let Some((victim, at)) = kill
-            && !killed
-            && report.max_driver_step() >= at
-        {
-            let m = &mut members[victim];
-            // SIGKILL: no deathrattle, no checkpoint — a crash.
-            unsafe {
-                libc::kill(m.child.id() as libc::pid_t, libc::SIGKILL);
-            }
-            let _ = m.child.wait();
-            m.alive = false;
-            killed = true;
-            report.kill_time_ms = Some(now_ms());
-            report.killed = Some(victim);
-            bar.println(format!(
-                "chaos: killed node {victim} (stage {:?}) at step {at}",
-                m.stage
-            ));
-        }
-        if let (Some(after), Some(victim), Some(killed_at)) =
-            (args.restart_after_ms, report.killed, report.kill_time_ms)
-            && report.restart_time_ms.is_none()
-            && now_ms() >= killed_at + after
-        {
-            let m = &mut members[victim];
-            m.child = launch.spawn(&m.dir, bootstrap.as_deref(), victim)?;
-            m.alive = true;
-            report.restart_time_ms = Some(now_ms());
-            bar.println(format!(
-                "chaos: restarted node {victim} from its checkpoint"
-            ));
-        }
-        if let Some(at) = args.join_at
-            && report.joiner.is_none()
-            && report.max_driver_step() >= at
-        {
-            let index = members.len();
-            members.push(launch.member(index, bootstrap.as_deref(), false)?);
-            report.joiner = Some((index, now_ms()));
-            bar.println(format!("node {index} joins at step {at}"));
-        }
-        for m in members.iter_mut().filter(|m| m.stage.is_none()) {
-            m.stage = report.stage_of(m.index);
-        }
-        bar.set_position(report.min_driver_step(&members));
-        bar.set_message(report.progress_line(&members, args.stages));
-        let drivers: Vec<&Member> = members
-            .iter()
-            .filter(|m| m.alive && m.stage == Some(0))
-            .collect();
-        if drivers.is_empty() {
-            bar.println("no driver is alive: stopping");
-            break;
-        }
-        if drivers.iter().all(|m| report.finished.contains(&m.index)) {
-            // Let the last proofs spread: stop once every ledger agrees (or time is up).
-            let since = *settle_since.get_or_insert_with(Instant::now);
-            let live: Vec<usize> = members
-                .iter()
-                .filter(|m| m.alive)
-                .map(|m| m.index)
-                .collect();
-            if report.ledgers_settled(&live) || since.elapsed() > Duration::from_secs(args.settle_s)
-            {
-                break;
-            }
-        }
-    }
-    bar.finish();
-    stop_all(&mut members, &rx);
-    for m in &members {
-        if let Some(ev) = &m.stopped {
-            report.on_stopped(m.index, ev);
-        }
-    }
-    let assembly = assemble(&members, &config, &args.out, &genesis, args.stages)?;
-    finish(&args, &genesis, &config, &assembly, &mut report)
+    let mut outcome = neuroshard_swarm::run(&cfg, &genesis, &mut Console::default(), &INTERRUPTED)?;
+    finish(&args, &genesis, &cfg, &mut outcome)
 }
 
+/// Validation loss before and after, a sample, the summary and its JSON.
 fn finish(
     args: &SwarmArgs,
     genesis: &Genesis,
-    config: &neuroshard_model::ModelConfig,
-    assembly: &Assembly,
-    report: &mut Report,
+    cfg: &SwarmConfig,
+    outcome: &mut Outcome,
 ) -> Result<()> {
+    let Outcome { report, assembly } = outcome;
+    let config = &cfg.node.model;
     let val = crate::eval::val_batches(genesis, args.step.batch, args.step.seq, 4)?;
     let full = StageSpec::full(config);
     let initial = Stage::from_params(
@@ -353,7 +247,9 @@ fn finish(
         let out = generator.generate(&prompt, args.gen_tokens, &sampling)?;
         report.sample = Some(format!("{}{}", args.prompt, tok.decode(&out)?));
     }
-    report.print(&args.out);
+    for line in report.summary_lines(assembly) {
+        println!("{line}");
+    }
     if let Some(path) = &args.summary_json {
         let text = serde_json::to_string_pretty(&report.to_json(assembly))?;
         std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
@@ -362,203 +258,4 @@ fn finish(
         bail!("no training step completed");
     }
     Ok(())
-}
-
-/// Starts node processes of this swarm.
-struct Launch<'a> {
-    exe: &'a Path,
-    args: &'a SwarmArgs,
-    genesis: &'a Genesis,
-    root: &'a Path,
-    tx: mpsc::Sender<(usize, Value)>,
-}
-
-impl Launch<'_> {
-    fn spawn(&self, dir: &Path, bootstrap: Option<&str>, index: usize) -> Result<Child> {
-        spawn_node(
-            self.exe,
-            self.args,
-            self.genesis,
-            dir,
-            bootstrap,
-            index,
-            self.tx.clone(),
-        )
-    }
-
-    /// Node `index` starting afresh: no checkpoint to resume and no ledger of an earlier run.
-    /// `keep_key` keeps its key (and with it its data assignment) from an earlier run; a
-    /// joiner gets a new identity.
-    fn member(&self, index: usize, bootstrap: Option<&str>, keep_key: bool) -> Result<Member> {
-        let dir = self.root.join(format!("node-{index}"));
-        if keep_key {
-            let _ = std::fs::remove_dir_all(dir.join("checkpoint"));
-            for suffix in ["", "-wal", "-shm"] {
-                let ledger = format!("{}{suffix}", neuroshard_ledger::LEDGER_FILE);
-                let _ = std::fs::remove_file(dir.join(ledger));
-            }
-        } else {
-            let _ = std::fs::remove_dir_all(&dir);
-        }
-        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        let child = self.spawn(&dir, bootstrap, index)?;
-        Ok(Member {
-            index,
-            child,
-            dir,
-            stage: None,
-            role: String::new(),
-            alive: true,
-            stopped: None,
-        })
-    }
-}
-
-/// Node data directories live beside the output.
-fn nodes_dir(out: &Path) -> PathBuf {
-    let name = out
-        .file_name()
-        .map_or("swarm".into(), |n| n.to_string_lossy().into_owned());
-    out.with_file_name(format!("{name}-nodes"))
-}
-
-fn spawn_node(
-    exe: &Path,
-    args: &SwarmArgs,
-    genesis: &Genesis,
-    dir: &Path,
-    bootstrap: Option<&str>,
-    index: usize,
-    tx: mpsc::Sender<(usize, Value)>,
-) -> Result<Child> {
-    let log = File::create(dir.join("node.log"))
-        .with_context(|| format!("creating {}/node.log", dir.display()))?;
-    let mut cmd = Command::new(exe);
-    cmd.arg("node")
-        .arg("--data-dir")
-        .arg(dir)
-        .arg("--data")
-        .arg(genesis.dir())
-        .args(["--listen", "/ip4/127.0.0.1/tcp/0"])
-        .args(["--stages", &args.stages.to_string()])
-        .args(args.model.to_args())
-        .args(args.step.to_args())
-        .args(args.sync.to_args())
-        .args([
-            "--attack",
-            if args.attackers.contains(&index) {
-                &args.attack
-            } else {
-                "none"
-            },
-        ])
-        .args(["--steps", &args.steps.to_string()])
-        .args(["--threads", &args.threads.to_string()])
-        .args(["--settle-ms", if index == 0 { "200" } else { "2500" }])
-        .args(["--wait-peers", &(args.nodes - 1).to_string()])
-        .args(["--checkpoint-secs", &args.checkpoint_secs.to_string()])
-        .args([
-            "--data-order",
-            if args.global_order {
-                "global"
-            } else {
-                "assigned"
-            },
-        ]);
-    if let Some(b) = bootstrap {
-        cmd.args(["--bootstrap", b]);
-    }
-    cmd.env(
-        "RUST_LOG",
-        std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
-    )
-    .stdin(Stdio::null())
-    .stdout(Stdio::piped())
-    .stderr(Stdio::from(log));
-    let mut child = cmd
-        .spawn()
-        .with_context(|| format!("starting node {index}"))?;
-    let stdout = child.stdout.take().context("node stdout")?;
-    // Every event line is also kept beside the node's log.
-    let mut events = File::create(dir.join("events.jsonl"))
-        .with_context(|| format!("creating {}/events.jsonl", dir.display()))?;
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            let _ = writeln!(events, "{line}");
-            if let Ok(v) = serde_json::from_str::<Value>(&line)
-                && tx.send((index, v)).is_err()
-            {
-                break;
-            }
-        }
-    });
-    Ok(child)
-}
-
-/// SIGTERM to every live node, then wait for each to checkpoint and exit (SIGKILL after 30 s).
-fn stop_all(members: &mut [Member], rx: &mpsc::Receiver<(usize, Value)>) {
-    for m in members.iter().filter(|m| m.alive) {
-        unsafe {
-            libc::kill(m.child.id() as libc::pid_t, libc::SIGTERM);
-        }
-    }
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while members.iter().any(|m| m.alive) && Instant::now() < deadline {
-        while let Ok((i, ev)) = rx.recv_timeout(Duration::from_millis(100)) {
-            if ev["event"] == "stopped"
-                && let Some(m) = members.get_mut(i)
-            {
-                m.stopped = Some(ev);
-            }
-        }
-        for m in members.iter_mut().filter(|m| m.alive) {
-            if let Ok(Some(_)) = m.child.try_wait() {
-                m.alive = false;
-            }
-        }
-    }
-    // Late lines from nodes that already exited.
-    while let Ok((i, ev)) = rx.recv_timeout(Duration::from_millis(50)) {
-        if ev["event"] == "stopped"
-            && let Some(m) = members.get_mut(i)
-        {
-            m.stopped = Some(ev);
-        }
-    }
-    for m in members.iter_mut().filter(|m| m.alive) {
-        let _ = m.child.kill();
-        let _ = m.child.wait();
-        m.alive = false;
-    }
-}
-
-/// Checkpoints of the replica of each stage with the most steps.
-pub fn best_replicas(members: &[Member], stages: usize) -> Result<BTreeMap<usize, PathBuf>> {
-    let mut best: BTreeMap<usize, (u64, PathBuf)> = BTreeMap::new();
-    for m in members {
-        let Some(ev) = &m.stopped else { continue };
-        if ev["error"].is_string() {
-            continue;
-        }
-        let (Some(stage), Some(step), Some(dir)) = (
-            ev["stage"].as_u64(),
-            ev["step"].as_u64(),
-            ev["checkpoint"].as_str(),
-        ) else {
-            continue;
-        };
-        let entry = best.entry(stage as usize).or_insert((0, PathBuf::new()));
-        if entry.1.as_os_str().is_empty() || step > entry.0 {
-            *entry = (step, PathBuf::from(dir));
-        }
-    }
-    if best.len() != stages {
-        bail!(
-            "only stages {:?} of {stages} have a saved replica; cannot assemble the model",
-            best.keys().collect::<Vec<_>>()
-        );
-    }
-    checkpoint::read_meta(&best[&0].1).context("reading the driver's checkpoint")?;
-    Ok(best.into_iter().map(|(s, (_, p))| (s, p)).collect())
 }

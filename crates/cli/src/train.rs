@@ -85,27 +85,6 @@ pub struct ModelArgs {
 }
 
 impl ModelArgs {
-    /// The same flags for a child process.
-    pub fn to_args(&self) -> Vec<String> {
-        let mut out: Vec<String> = [
-            ("--layers", self.layers),
-            ("--d-model", self.d_model),
-            ("--heads", self.heads),
-        ]
-        .into_iter()
-        .flat_map(|(k, v)| [k.to_string(), v.to_string()])
-        .collect();
-        for (k, v) in [("--kv-heads", self.kv_heads), ("--ffn", self.ffn)] {
-            if let Some(v) = v {
-                out.extend([k.to_string(), v.to_string()]);
-            }
-        }
-        if self.tie_embeddings {
-            out.push("--tie-embeddings".into());
-        }
-        out
-    }
-
     pub fn config(&self, vocab: usize, max_seq: usize) -> Result<ModelConfig> {
         let config = ModelConfig {
             layers: self.layers,
@@ -150,22 +129,6 @@ pub struct StepArgs {
 impl StepArgs {
     pub fn clip(&self) -> Option<f64> {
         (self.clip_norm > 0.0).then_some(self.clip_norm)
-    }
-
-    /// The same flags for a child process.
-    pub fn to_args(&self) -> Vec<String> {
-        [
-            ("--seq", self.seq.to_string()),
-            ("--batch", self.batch.to_string()),
-            ("--micro-batches", self.micro_batches.to_string()),
-            ("--lr", self.lr.to_string()),
-            ("--warmup", self.warmup.to_string()),
-            ("--clip-norm", self.clip_norm.to_string()),
-            ("--seed", self.seed.to_string()),
-        ]
-        .into_iter()
-        .flat_map(|(k, v)| [k.to_string(), v])
-        .collect()
     }
 }
 

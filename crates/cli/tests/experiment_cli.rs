@@ -117,6 +117,31 @@ fn diloco_compressed_and_ddp_report_falling_loss() {
         "{st:?}"
     );
 
+    // SparseLoCo's decaying accumulator: the residual lives beside the nodes' round code.
+    let acc = experiment(
+        &data,
+        &dir.path().join("acc.json"),
+        &[
+            "--compress",
+            "topk:0.05:int8",
+            "--error-feedback",
+            "accumulate",
+            "--ef-decay",
+            "0.9",
+            "--outer-momentum",
+            "0",
+        ],
+    );
+    assert_eq!(acc["error_feedback"], "accumulate");
+    let st = steps(&acc);
+    for step in st {
+        assert!(step["residual_ratio"].as_f64().unwrap() > 0.0, "{step}");
+    }
+    assert!(
+        st[2]["val_loss"].as_f64() < st[0]["val_loss"].as_f64(),
+        "{st:?}"
+    );
+
     let ddp = experiment(&data, &dir.path().join("ddp.json"), &["--baseline", "ddp"]);
     assert_eq!(ddp["mode"], "ddp");
     let st = steps(&ddp);

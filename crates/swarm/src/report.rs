@@ -1,16 +1,13 @@
-//! What `neuroshard swarm` learns from its nodes' event lines, the assembled model, and the
-//! summary it prints and writes.
+//! What a swarm learns from its nodes' typed events, and the summary it prints and writes.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use anyhow::{Context, Result};
-use neuroshard_data::Genesis;
-use neuroshard_model::{ModelConfig, ParamSet, SpecialTokens, Stage, StageSpec, checkpoint};
+use neuroshard_node::events::{LedgerSummary, NodeEvent};
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::swarm::{Member, best_replicas};
+use crate::{Assembly, Member};
 
 pub fn now_ms() -> u64 {
     SystemTime::now()
@@ -18,11 +15,66 @@ pub fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-fn sent_bytes(net: &Value) -> u64 {
-    ["request", "gossip", "blob"]
-        .iter()
-        .map(|k| net[k]["sent_bytes"].as_u64().unwrap_or(0))
-        .sum()
+/// Bytes and messages of one protocol, as a real node reports them (`neuroshard_net::Traffic`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Traffic {
+    pub sent_bytes: u64,
+    pub received_bytes: u64,
+    pub messages_sent: u64,
+    pub messages_received: u64,
+}
+
+/// A node's transport counters (`neuroshard_net::Counters`, carried untyped by the event
+/// because the simulator has none); read here into fields so no key is looked up by name.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct NetCounters {
+    pub gossip: Traffic,
+    pub request: Traffic,
+    pub blob: Traffic,
+    pub kad_queries: u64,
+    pub gossip_no_peers: u64,
+    pub events_dropped: u64,
+}
+
+impl NetCounters {
+    /// `None` when the event carried no counters or they do not read as counters.
+    fn from_event(net: &Option<Value>) -> Option<Self> {
+        net.as_ref()
+            .and_then(|v| serde_json::from_value(v.clone()).ok())
+    }
+
+    fn sent(&self) -> u64 {
+        self.request.sent_bytes + self.gossip.sent_bytes + self.blob.sent_bytes
+    }
+
+    fn received(&self) -> u64 {
+        self.request.received_bytes + self.gossip.received_bytes + self.blob.received_bytes
+    }
+}
+
+/// The node's clock of an event.
+fn time_of(ev: &NodeEvent) -> u64 {
+    use NodeEvent::*;
+    match ev {
+        Ready { time_ms, .. }
+        | Step { time_ms, .. }
+        | Failover { time_ms, .. }
+        | Finished { time_ms, .. }
+        | Dropped { time_ms, .. }
+        | Warning { time_ms, .. }
+        | Stats { time_ms, .. }
+        | Stopped { time_ms, .. }
+        | Sync { time_ms, .. }
+        | Adopted { time_ms, .. }
+        | Agreed { time_ms, .. }
+        | Proof { time_ms, .. }
+        | Ledger { time_ms, .. }
+        | LedgerSync { time_ms, .. }
+        | Parked { time_ms, .. }
+        | Checkpoint { time_ms, .. } => *time_ms,
+    }
 }
 
 /// One round a replica aggregated itself.
@@ -34,6 +86,9 @@ struct SyncSample {
     expected: u64,
 }
 
+/// One failover: (wall clock ms, failover ms, reason).
+type FailoverSample = (u64, f64, String);
+
 #[derive(Default)]
 pub struct Report {
     steps: u64,
@@ -43,35 +98,34 @@ pub struct Report {
     /// Tokens of driver steps after each driver's first (that one has no start time).
     tokens: u64,
     pub finished: HashSet<usize>,
-    /// (wall clock ms, failover ms, reason)
-    failovers: Vec<(u64, f64, String)>,
+    failovers: Vec<FailoverSample>,
     pub kill_time_ms: Option<u64>,
     pub restart_time_ms: Option<u64>,
     /// The restarted node: (its ready event, its first step) in wall clock ms.
     recovered: (Option<u64>, Option<u64>),
     resumed_step: Option<u64>,
     pub killed: Option<usize>,
-    latest_net: HashMap<usize, Value>,
-    stage_steps: HashMap<usize, u64>,
-    stopped_net: BTreeMap<usize, Value>,
+    latest_net: HashMap<usize, NetCounters>,
+    stopped_net: BTreeMap<usize, NetCounters>,
     pub initial_val: Option<f64>,
     pub final_val: Option<f64>,
     pub sample: Option<String>,
     pub timed_out: bool,
     /// The node started mid-run: (index, wall clock ms).
     pub joiner: Option<(usize, u64)>,
-    joined: Option<Value>,
+    /// The joiner's ready event: (joined round, join ms).
+    joined: Option<(Option<u64>, Option<f64>)>,
     /// The joiner's first round after joining: (round, it contributed).
     joiner_first_sync: Option<(u64, bool)>,
     stages: HashMap<usize, usize>,
     /// (stage, round) → node → the outer-state hash it ended the round with.
-    thetas: BTreeMap<(u64, u64), BTreeMap<usize, String>>,
+    thetas: BTreeMap<(usize, u64), BTreeMap<usize, String>>,
     syncs: Vec<SyncSample>,
     adoptions: u64,
     /// The restarted node's first round outcome after restarting (wall clock ms).
     caught_up: Option<u64>,
     /// Latest ledger summary per node, and when its state hash last changed.
-    ledgers: BTreeMap<usize, (Value, u64)>,
+    ledgers: BTreeMap<usize, (LedgerSummary, u64)>,
 }
 
 impl Report {
@@ -82,117 +136,121 @@ impl Report {
         }
     }
 
-    pub fn on_event(&mut self, i: usize, ev: &Value) {
-        if self.restart_time_ms.is_some() && Some(i) == self.killed {
-            let t = ev["time_ms"].as_u64();
-            match ev["event"].as_str() {
-                Some("ready") if self.recovered.0.is_none() => {
-                    self.recovered.0 = t;
-                    self.resumed_step = ev["resumed_step"].as_u64();
+    pub fn on_event(&mut self, i: usize, ev: &NodeEvent) {
+        let restarted = self.restart_time_ms.is_some() && Some(i) == self.killed;
+        let t = time_of(ev);
+        match ev {
+            NodeEvent::Ready {
+                stage,
+                resumed_step,
+                joined_round,
+                join_ms,
+                ..
+            } => {
+                if restarted && self.recovered.0.is_none() {
+                    self.recovered.0 = Some(t);
+                    self.resumed_step = Some(*resumed_step);
                 }
-                Some("step") if self.recovered.1.is_none() => self.recovered.1 = t,
-                _ => {}
+                self.stages.insert(i, *stage);
+                if self.joiner.is_some_and(|(j, _)| j == i) {
+                    self.joined = Some((*joined_round, *join_ms));
+                }
             }
-        }
-        match ev["event"].as_str() {
-            Some("step") => {
-                let step = ev["step"].as_u64().unwrap_or(0);
-                self.stage_steps.insert(i, step);
-                if let Some(loss) = ev["loss"].as_f64() {
+            NodeEvent::Step {
+                step, loss, tokens, ..
+            } => {
+                if restarted && self.recovered.1.is_none() {
+                    self.recovered.1 = Some(t);
+                }
+                if let Some(loss) = loss {
                     let list = self.losses.entry(i).or_default();
                     if !list.is_empty() {
-                        self.tokens += ev["tokens"].as_u64().unwrap_or(0);
+                        self.tokens += tokens;
                     }
-                    list.push((step, loss as f32, ev["time_ms"].as_u64().unwrap_or(0)));
+                    list.push((*step, *loss, t));
                 }
             }
-            Some("finished") => {
+            NodeEvent::Finished { .. } => {
                 self.finished.insert(i);
             }
-            Some("failover") => self.failovers.push((
-                ev["time_ms"].as_u64().unwrap_or(0),
-                ev["ms"].as_f64().unwrap_or(f64::NAN),
-                ev["reason"].as_str().unwrap_or("").to_string(),
-            )),
-            Some("stats") => {
-                self.latest_net.insert(i, ev["net"].clone());
-                self.on_ledger(i, &ev["ledger"]);
+            NodeEvent::Failover { ms, reason, .. } => {
+                self.failovers.push((t, *ms, reason.clone()));
             }
-            Some("ready") => {
-                if let Some(s) = ev["stage"].as_u64() {
-                    self.stages.insert(i, s as usize);
+            NodeEvent::Stats { net, ledger, .. } => {
+                if let Some(n) = NetCounters::from_event(net) {
+                    self.latest_net.insert(i, n);
                 }
-                if self.joiner.is_some_and(|(j, _)| j == i) {
-                    self.joined = Some(ev.clone());
-                }
+                self.on_ledger(i, ledger);
             }
-            Some(kind @ ("sync" | "adopted")) => {
-                let (Some(stage), Some(round), Some(theta)) = (
-                    ev["stage"].as_u64(),
-                    ev["round"].as_u64(),
-                    ev["theta"].as_str(),
-                ) else {
-                    return;
-                };
-                self.thetas
-                    .entry((stage, round))
-                    .or_default()
-                    .insert(i, theta.to_string());
-                let included = ev["included_self"].as_bool().unwrap_or(false);
-                if kind == "sync" {
-                    let n = |k: &str| ev[k].as_u64().unwrap_or(0);
-                    self.syncs.push(SyncSample {
-                        sent: n("sent_bytes"),
-                        dense: n("dense_bytes"),
-                        wall_ms: ev["wall_ms"].as_f64().unwrap_or(0.0),
-                        contributors: n("contributors"),
-                        expected: n("expected"),
-                    });
-                } else {
-                    self.adoptions += 1;
-                }
-                let joined_round = self
-                    .joined
-                    .as_ref()
-                    .and_then(|j| j["joined_round"].as_u64());
+            NodeEvent::Sync {
+                stage,
+                round,
+                theta,
+                contributors,
+                expected,
+                included_self,
+                wall_ms,
+                sent_bytes,
+                dense_bytes,
+                ..
+            } => {
+                self.on_round(i, *stage, *round, theta, t);
+                self.syncs.push(SyncSample {
+                    sent: *sent_bytes,
+                    dense: *dense_bytes,
+                    wall_ms: *wall_ms,
+                    contributors: *contributors as u64,
+                    expected: *expected as u64,
+                });
+                let joined_round = self.joined.and_then(|j| j.0);
                 if self.joiner.is_some_and(|(j, _)| j == i)
                     && self.joiner_first_sync.is_none()
-                    && kind == "sync"
-                    && joined_round.is_none_or(|r| round > r)
+                    && joined_round.is_none_or(|r| *round > r)
                 {
-                    self.joiner_first_sync = Some((round, included));
-                }
-                if Some(i) == self.killed
-                    && self.restart_time_ms.is_some()
-                    && self.caught_up.is_none()
-                {
-                    self.caught_up = ev["time_ms"].as_u64();
+                    self.joiner_first_sync = Some((*round, *included_self));
                 }
             }
-            Some("warning") | Some("dropped") => {
-                tracing::debug!("node {i}: {ev}");
+            NodeEvent::Adopted {
+                stage,
+                round,
+                theta,
+                ..
+            } => {
+                self.on_round(i, *stage, *round, theta, t);
+                self.adoptions += 1;
+            }
+            NodeEvent::Warning { .. } | NodeEvent::Dropped { .. } => {
+                tracing::debug!("node {i}: {ev:?}");
             }
             _ => {}
         }
     }
 
-    pub fn on_stopped(&mut self, i: usize, ev: &Value) {
-        self.stopped_net.insert(i, ev["net"].clone());
-        self.on_ledger(i, &ev["ledger"]);
+    /// A replica ended `round` of `stage` with outer state `theta`.
+    fn on_round(&mut self, i: usize, stage: usize, round: u64, theta: &str, t: u64) {
+        self.thetas
+            .entry((stage, round))
+            .or_default()
+            .insert(i, theta.to_string());
+        if Some(i) == self.killed && self.restart_time_ms.is_some() && self.caught_up.is_none() {
+            self.caught_up = Some(t);
+        }
     }
 
-    fn on_ledger(&mut self, i: usize, ledger: &Value) {
-        if !ledger.is_object() {
-            return;
+    /// A node's `stopped` event: its final counters and ledger.
+    pub fn on_stopped(&mut self, i: usize, ev: &NodeEvent) {
+        if let NodeEvent::Stopped { net, ledger, .. } = ev {
+            if let Some(n) = NetCounters::from_event(net) {
+                self.stopped_net.insert(i, n);
+            }
+            self.on_ledger(i, ledger);
         }
-        let changed = self
-            .ledgers
-            .get(&i)
-            .is_none_or(|(old, _)| old["state_hash"] != ledger["state_hash"]);
-        let since = if changed {
-            now_ms()
-        } else {
-            self.ledgers.get(&i).map_or(0, |(_, t)| *t)
+    }
+
+    fn on_ledger(&mut self, i: usize, ledger: &LedgerSummary) {
+        let since = match self.ledgers.get(&i) {
+            Some((old, t)) if old.state_hash == ledger.state_hash => *t,
+            _ => now_ms(),
         };
         self.ledgers.insert(i, (ledger.clone(), since));
     }
@@ -211,17 +269,21 @@ impl Report {
             .iter()
             .filter_map(|i| self.ledgers.get(i))
             .all(|(_, t)| now_ms().saturating_sub(*t) >= 6_000);
-        quiet && hashes.all(|h| h.is_some_and(|(l, _)| l["state_hash"] == first["state_hash"]))
+        quiet && hashes.all(|h| h.is_some_and(|(l, _)| l.state_hash == first.state_hash))
     }
 
     /// Rounds in which every replica of the stage that finished the round holds one θ₀.
-    fn sync_figures(&self) -> Value {
-        let agreeing = self.thetas.values().filter(|m| {
+    pub(crate) fn sync_figures(&self) -> Value {
+        let agree = |m: &BTreeMap<usize, String>| {
             let mut v = m.values();
             v.next().is_none_or(|first| v.all(|t| t == first))
-        });
-        let rounds = self.thetas.len();
+        };
         let multi: Vec<_> = self.thetas.iter().filter(|(_, m)| m.len() > 1).collect();
+        let disagreeing: Vec<Value> = multi
+            .iter()
+            .filter(|(_, m)| !agree(m))
+            .map(|((s, r), m)| json!({"stage": s, "round": r, "thetas": m}))
+            .collect();
         let n = self.syncs.len().max(1) as f64;
         let mean = |f: fn(&SyncSample) -> f64| self.syncs.iter().map(f).sum::<f64>() / n;
         let sent = mean(|s| s.sent as f64);
@@ -229,10 +291,10 @@ impl Report {
         let mut walls: Vec<f64> = self.syncs.iter().map(|s| s.wall_ms).collect();
         walls.sort_by(f64::total_cmp);
         json!({
-            "rounds": rounds,
-            "rounds_all_replicas_agree": agreeing.count(),
+            "rounds": self.thetas.len(),
+            "rounds_all_replicas_agree": self.thetas.values().filter(|m| agree(m)).count(),
             "rounds_with_several_replicas": multi.len(),
-            "rounds_disagreeing": multi.iter().filter(|(_, m)| { let mut v = m.values(); let f = v.next(); v.any(|t| Some(t) != f) }).map(|((s, r), m)| json!({"stage": s, "round": r, "thetas": m})).collect::<Vec<_>>(),
+            "rounds_disagreeing": disagreeing,
             "aggregations": self.syncs.len(),
             "adoptions": self.adoptions,
             "mean_sent_bytes_per_replica": sent,
@@ -246,21 +308,26 @@ impl Report {
         })
     }
 
-    fn ledger_figures(&self) -> Value {
-        let hashes: HashSet<&Value> = self
+    pub(crate) fn ledger_figures(&self) -> Value {
+        let hashes: HashSet<&str> = self
             .ledgers
             .values()
-            .map(|(l, _)| &l["state_hash"])
+            .map(|(l, _)| l.state_hash.as_str())
             .collect();
-        json!({
-            "all_equal": hashes.len() == 1,
-            "per_node": self.ledgers.iter().map(|(i, (l, _))| (i.to_string(), json!({
-                "state_hash": l["state_hash"],
-                "proofs": l["proofs"],
-                "neuro": l["balance"].as_u64().map(neuroshard_ledger::format_neuro),
-                "balance_units": l["balance"],
-            }))).collect::<BTreeMap<_, _>>(),
-        })
+        let per_node: BTreeMap<String, Value> = self
+            .ledgers
+            .iter()
+            .map(|(i, (l, _))| {
+                let figures = json!({
+                    "state_hash": l.state_hash,
+                    "proofs": l.proofs,
+                    "neuro": neuroshard_ledger::format_neuro(l.balance),
+                    "balance_units": l.balance,
+                });
+                (i.to_string(), figures)
+            })
+            .collect();
+        json!({ "all_equal": hashes.len() == 1, "per_node": per_node })
     }
 
     fn join_figures(&self) -> Value {
@@ -270,8 +337,8 @@ impl Report {
         json!({
             "node": index,
             "stage": self.stages.get(&index),
-            "joined_round": self.joined.as_ref().map(|j| j["joined_round"].clone()),
-            "join_ms": self.joined.as_ref().map(|j| j["join_ms"].clone()),
+            "joined_round": self.joined.map(|j| j.0),
+            "join_ms": self.joined.map(|j| j.1),
             "first_sync": self.joiner_first_sync.map(|(r, c)| json!({"round": r, "contributed": c})),
         })
     }
@@ -334,13 +401,8 @@ impl Report {
                 replicas[s] += 1;
             }
         }
-        let (sent, recv): (u64, u64) = self.latest_net.values().fold((0, 0), |(s, r), n| {
-            let rx: u64 = ["request", "gossip", "blob"]
-                .iter()
-                .map(|k| n[k]["received_bytes"].as_u64().unwrap_or(0))
-                .sum();
-            (s + sent_bytes(n), r + rx)
-        });
+        let sent: u64 = self.latest_net.values().map(NetCounters::sent).sum();
+        let recv: u64 = self.latest_net.values().map(NetCounters::received).sum();
         format!(
             "loss {} | {:.0} tok/s | sent {:.1} MB recv {:.1} MB | replicas per stage {:?}",
             self.recent_loss().map_or("…".into(), |l| format!("{l:.4}")),
@@ -357,8 +419,7 @@ impl Report {
         let Some(kill) = self.kill_time_ms else {
             return json!({ "events": self.failovers.len() });
         };
-        let after: Vec<&(u64, f64, String)> =
-            self.failovers.iter().filter(|f| f.0 >= kill).collect();
+        let after: Vec<&FailoverSample> = self.failovers.iter().filter(|f| f.0 >= kill).collect();
         let first = after.first().map(|f| f.0.saturating_sub(kill));
         let mut stall = 0u64;
         for (i, v) in &self.losses {
@@ -400,11 +461,16 @@ impl Report {
 
     fn bytes_per_step(&self) -> Option<f64> {
         let steps = self.driver_steps_total();
-        let sent: u64 = self.stopped_net.values().map(sent_bytes).sum();
+        let sent: u64 = self.stopped_net.values().map(NetCounters::sent).sum();
         (steps > 0 && sent > 0).then(|| sent as f64 / steps as f64)
     }
 
     pub fn to_json(&self, assembly: &Assembly) -> Value {
+        let losses: BTreeMap<String, Vec<f32>> = self
+            .losses
+            .iter()
+            .map(|(i, v)| (i.to_string(), v.iter().map(|x| x.1).collect()))
+            .collect();
         json!({
             "target_steps": self.steps,
             "startup_s": self.startup.as_secs_f64(),
@@ -412,7 +478,7 @@ impl Report {
             "driver_steps": self.driver_steps_total(),
             "tokens": self.tokens,
             "tokens_per_s": self.tokens_per_s(),
-            "losses": self.losses.iter().map(|(i, v)| (i.to_string(), v.iter().map(|x| x.1).collect::<Vec<_>>())).collect::<BTreeMap<_, _>>(),
+            "losses": losses,
             "initial_val_loss": self.initial_val,
             "final_val_loss": self.final_val,
             "bytes_sent_per_driver_step": self.bytes_per_step(),
@@ -431,126 +497,45 @@ impl Report {
         })
     }
 
-    pub fn print(&self, out: &Path) {
-        println!(
+    /// The end-of-run summary, one line each, for the caller to print.
+    pub fn summary_lines(&self, assembly: &Assembly) -> Vec<String> {
+        let mut out = vec![format!(
             "done: {} driver steps, {} tokens in {:.1} s ({:.0} tokens/s over the network)",
             self.driver_steps_total(),
             self.tokens,
             self.train_secs(),
             self.tokens_per_s()
-        );
+        )];
         if let (Some(a), Some(b)) = (self.initial_val, self.final_val) {
-            println!("validation loss {a:.4} → {b:.4}");
+            out.push(format!("validation loss {a:.4} → {b:.4}"));
         }
         if let Some(b) = self.bytes_per_step() {
-            println!(
-                "bytes on the wire per driver step: {:.0} ({:.2} MB)",
-                b,
+            out.push(format!(
+                "bytes on the wire per driver step: {b:.0} ({:.2} MB)",
                 b / 1e6
-            );
+            ));
         }
         if self.kill_time_ms.is_some() {
-            println!("failover: {}", self.failover_figures());
+            out.push(format!("failover: {}", self.failover_figures()));
         }
         if !self.syncs.is_empty() {
-            println!("DiLoCo: {}", self.sync_figures());
+            out.push(format!("DiLoCo: {}", self.sync_figures()));
         }
         if self.joiner.is_some() {
-            println!("join: {}", self.join_figures());
+            out.push(format!("join: {}", self.join_figures()));
         }
         for (i, (l, _)) in &self.ledgers {
-            println!(
-                "node {i}: {}, {} proofs in its ledger, state {}",
-                l["balance"]
-                    .as_u64()
-                    .map_or("?".into(), neuroshard_ledger::format_neuro),
-                l["proofs"],
-                l["state_hash"]
-                    .as_str()
-                    .map_or("?", |h| &h[..h.len().min(16)])
-            );
+            let hash = &l.state_hash[..l.state_hash.len().min(16)];
+            out.push(format!(
+                "node {i}: {}, {} proofs in its ledger, state {hash}",
+                neuroshard_ledger::format_neuro(l.balance),
+                l.proofs,
+            ));
         }
         if let Some(s) = &self.sample {
-            println!("sample: {s}");
+            out.push(format!("sample: {s}"));
         }
-        println!("model written to {}", out.display());
+        out.push(format!("model written to {}", assembly.out.display()));
+        out
     }
-}
-
-/// The whole model put together from one replica per stage.
-pub struct Assembly {
-    pub stage: Stage,
-    pub out: PathBuf,
-    pub model_hash: String,
-    pub sources: BTreeMap<usize, String>,
-}
-
-/// Merges the best replica of every stage into one checkpoint in `out`, with the tokenizer.
-pub fn assemble(
-    members: &[Member],
-    config: &ModelConfig,
-    out: &Path,
-    genesis: &Genesis,
-    stages: usize,
-) -> Result<Assembly> {
-    let best = best_replicas(members, stages)?;
-    let mut values: HashMap<String, Vec<f32>> = HashMap::new();
-    let mut step = 0;
-    for dir in best.values() {
-        let ck = checkpoint::load(dir).with_context(|| format!("loading {}", dir.display()))?;
-        if ck.meta.model != *config {
-            anyhow::bail!("{} holds another model", dir.display());
-        }
-        step = step.max(ck.meta.step);
-        let mut params = ck.stage.params().clone();
-        // With DiLoCo the stage's model is its θ₀, the point every honest replica agrees on.
-        if let Ok(bytes) = std::fs::read(dir.join(neuroshard_node::compute::DILOCO_FILE)) {
-            let (round, theta) = neuroshard_node::replica::outer_theta(&bytes, params.numel())
-                .map_err(|e| anyhow::anyhow!("{}: {e}", dir.display()))?;
-            if round > 0 {
-                params.set_flat(&theta)?;
-            }
-        }
-        for (spec, v) in params.specs().iter().zip(params.values()) {
-            values.insert(spec.name.clone(), v.clone());
-        }
-    }
-    let full = StageSpec::full(config);
-    let specs = full.param_specs(config);
-    let ordered = specs
-        .iter()
-        .map(|s| {
-            values
-                .remove(&s.name)
-                .with_context(|| format!("no replica saved {}", s.name))
-        })
-        .collect::<Result<Vec<_>>>()?;
-    let stage = Stage::from_params(config.clone(), full, ParamSet::from_values(specs, ordered)?)?;
-    let tok = genesis.tokenizer();
-    let special = SpecialTokens {
-        bos: Some(tok.bos_id()),
-        eos: Some(tok.eos_id()),
-        pad: Some(tok.pad_id()),
-    };
-    let sources: BTreeMap<usize, String> = best
-        .iter()
-        .map(|(s, p)| (*s, p.display().to_string()))
-        .collect();
-    let extra = json!({
-        "tokens": special,
-        "dataset": { "root": hex::encode(genesis.root()), "name": genesis.manifest().name },
-        "assembled_from": sources,
-    });
-    let meta = checkpoint::save(out, &stage, None, step, extra)?;
-    std::fs::copy(
-        genesis.tokenizer_path(),
-        out.join(checkpoint::TOKENIZER_FILE),
-    )
-    .with_context(|| format!("copying the tokenizer into {}", out.display()))?;
-    Ok(Assembly {
-        stage,
-        out: out.to_path_buf(),
-        model_hash: meta.model_hash,
-        sources,
-    })
 }

@@ -1,0 +1,125 @@
+//! The report reads typed events; unreadable lines are kept, not dropped.
+
+use std::sync::mpsc;
+
+use neuroshard_node::events::{LedgerSummary, NodeEvent};
+
+use crate::launch::{Line, read_events};
+use crate::{Kill, Report};
+
+fn sync(stage: usize, round: u64, theta: &str) -> NodeEvent {
+    NodeEvent::Sync {
+        stage,
+        round,
+        theta: theta.into(),
+        contributors: 2,
+        expected: 2,
+        included_self: true,
+        wall_ms: 3.0,
+        sent_bytes: 100,
+        dense_bytes: 400,
+        time_ms: 1,
+    }
+}
+
+#[test]
+fn lines_become_events_or_reported_leftovers() {
+    let step = NodeEvent::Finished {
+        steps: 3,
+        time_ms: 9,
+    };
+    let text = format!(
+        "{}\nnot json\n{{\"event\":\"nope\"}}\n",
+        step.to_json_line()
+    );
+    let (tx, rx) = mpsc::channel();
+    let mut copy = Vec::new();
+    read_events(7, text.as_bytes(), &mut copy, tx);
+    assert_eq!(copy, text.as_bytes(), "every line is kept beside the log");
+    let got: Vec<(usize, Line)> = rx.iter().collect();
+    assert_eq!(got.len(), 3);
+    assert!(matches!(&got[0], (7, Line::Event(ev)) if *ev == step));
+    for (i, want) in [(1, "not json"), (2, "{\"event\":\"nope\"}")] {
+        match &got[i] {
+            (7, Line::Unparsed { line, error }) => {
+                assert_eq!(line, want);
+                assert!(!error.is_empty());
+            }
+            _ => panic!("line {i} should be reported as unreadable"),
+        }
+    }
+}
+
+#[test]
+fn report_follows_steps_rounds_traffic_and_ledgers() {
+    let mut r = Report::new(10);
+    for (step, loss) in [(1, 5.0), (2, 4.0)] {
+        r.on_event(
+            0,
+            &NodeEvent::Step {
+                stage: 0,
+                step,
+                loss: Some(loss),
+                tokens: 64,
+                lr: 1e-3,
+                grad_norm: 1.0,
+                model_hash: String::new(),
+                time_ms: 1_000 * step,
+            },
+        );
+    }
+    assert_eq!(r.max_driver_step(), 2);
+    assert_eq!(r.driver_steps_total(), 2);
+    // Two replicas agree on round 1; round 2 they disagree.
+    r.on_event(1, &sync(1, 1, "aa"));
+    r.on_event(2, &sync(1, 1, "aa"));
+    r.on_event(1, &sync(1, 2, "bb"));
+    r.on_event(2, &sync(1, 2, "cc"));
+    let figures = r.sync_figures();
+    assert_eq!(figures["rounds"], 2);
+    assert_eq!(figures["rounds_all_replicas_agree"], 1);
+    assert_eq!(figures["rounds_disagreeing"][0]["round"], 2);
+    assert_eq!(figures["compression_ratio"], 4.0);
+    // Transport counters arrive untyped and are read into fields.
+    let net = serde_json::json!({
+        "gossip": {"sent_bytes": 1_000_000, "received_bytes": 0},
+        "request": {"sent_bytes": 1_000_000, "received_bytes": 3_000_000},
+        "blob": {},
+        "kad_queries": 4
+    });
+    for (i, hash) in [(0, "h1"), (1, "h1")] {
+        r.on_event(
+            i,
+            &NodeEvent::Stats {
+                stage: 0,
+                step: 2,
+                queue: 0,
+                peers: 1,
+                replicas: vec![1],
+                net: Some(net.clone()),
+                sync_round: 1,
+                theta: "aa".into(),
+                ledger: LedgerSummary {
+                    state_hash: hash.into(),
+                    proofs: 1,
+                    balance: 5,
+                },
+                time_ms: 3_000,
+            },
+        );
+    }
+    let line = r.progress_line(&[], 2);
+    assert!(line.contains("sent 4.0 MB recv 6.0 MB"), "{line}");
+    // Equal hashes, but they only just changed: not settled yet.
+    assert!(!r.ledgers_settled(&[0, 1]));
+    assert_eq!(r.ledger_figures()["all_equal"], true);
+}
+
+#[test]
+fn kill_specs() {
+    let k = Kill::parse("3@20", Some(500)).unwrap();
+    assert_eq!((k.node, k.at_step, k.restart_after_ms), (3, 20, Some(500)));
+    for bad in ["3", "a@1", "1@b", ""] {
+        assert!(Kill::parse(bad, None).is_err(), "{bad}");
+    }
+}
