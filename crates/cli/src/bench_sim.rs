@@ -59,11 +59,10 @@ pub fn run(args: SimArgs) -> Result<()> {
             args.stages
         );
     }
-    let mut s = settings(
-        tiny_model(),
-        args.stages,
-        (4 * args.stages).min(args.nodes - 1),
-    );
+    // One layer per stage at least: the stand-in keeps the model's real parameter layout.
+    let mut model = tiny_model();
+    model.layers = model.layers.max(args.stages);
+    let mut s = settings(model, args.stages, (4 * args.stages).min(args.nodes - 1));
     s.sync.every = args.sync_every;
     s.sync.compression = args.compression.clone();
     s.checkpoint_secs = 0;
@@ -83,6 +82,15 @@ pub fn run(args: SimArgs) -> Result<()> {
         sim.add_node(i % args.stages, Duration::from_millis(i as u64 % 1000));
     }
     let started = Instant::now();
+    sim.run_until(Duration::ZERO);
+    if let Some(e) = (0..sim.len()).find_map(|i| {
+        sim.events(i).iter().find_map(|e| match e {
+            neuroshard_node::events::NodeEvent::Warning { message, .. } => Some(message.clone()),
+            _ => None,
+        })
+    }) {
+        bail!("a simulated node did not start: {e}");
+    }
     let mut t = 0;
     let done = |sim: &Sim| {
         (0..args.stages).all(|stage| {
