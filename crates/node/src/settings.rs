@@ -3,7 +3,19 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use neuroshard_aggregate::{Aggregator, AttackParseError};
 use neuroshard_model::{AdamWConfig, LrSchedule, ModelConfig, StageSpec};
+use neuroshard_proof::NodeId;
+use neuroshard_train::SpecError;
+
+use crate::replica::DilocoConfig;
+
+/// A setting that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SettingsError {
+    #[error("--{0}: {1}")]
+    Spec(&'static str, String),
+}
 use serde::{Deserialize, Serialize};
 
 /// Which windows a driver trains on.
@@ -115,6 +127,31 @@ impl NodeSettings {
             schedule,
             ..Default::default()
         }
+    }
+
+    /// The DiLoCo side of a replica; a bad compression, attack or aggregator spec is refused
+    /// here, at start, rather than at the first round.
+    pub fn diloco(&self, me: NodeId) -> Result<DilocoConfig, SettingsError> {
+        let s = &self.sync;
+        let cfg = DilocoConfig {
+            me,
+            aggregator: s.aggregator.clone(),
+            byzantine: s.byzantine,
+            compression: s
+                .compression
+                .parse()
+                .map_err(|e: SpecError| SettingsError::Spec("compression", e.to_string()))?,
+            outer_lr: s.outer_lr,
+            outer_momentum: s.outer_momentum,
+            seed: self.seed,
+            attack: s
+                .attack
+                .parse()
+                .map_err(|e: AttackParseError| SettingsError::Spec("attack", e.to_string()))?,
+        };
+        Aggregator::parse(&s.aggregator, s.byzantine)
+            .map_err(|e| SettingsError::Spec("aggregator", e.to_string()))?;
+        Ok(cfg)
     }
 
     pub fn grad_timeout(&self) -> Duration {

@@ -21,7 +21,6 @@ pub use standin::StandIn;
 
 use neuroshard_model::{ModelConfig, StageSpec};
 use neuroshard_node::core::BatchSource;
-use neuroshard_node::replica::DilocoConfig;
 use neuroshard_node::{DataOrder, NodeSettings};
 use neuroshard_proof::NodeId;
 
@@ -78,28 +77,6 @@ pub fn settings(model: ModelConfig, stages: usize, wait_peers: usize) -> NodeSet
     }
 }
 
-/// DiLoCo settings of a node, from its settings.
-pub fn diloco_config(settings: &NodeSettings, me: NodeId) -> Result<DilocoConfig, FactoryError> {
-    let s = &settings.sync;
-    let bad = FactoryError;
-    Ok(DilocoConfig {
-        me,
-        aggregator: s.aggregator.clone(),
-        byzantine: s.byzantine,
-        compression: s
-            .compression
-            .parse()
-            .map_err(|e: neuroshard_train::SpecError| bad(e.to_string()))?,
-        outer_lr: s.outer_lr,
-        outer_momentum: s.outer_momentum,
-        seed: settings.seed,
-        attack: s
-            .attack
-            .parse()
-            .map_err(|e: neuroshard_aggregate::AttackParseError| bad(e.to_string()))?,
-    })
-}
-
 /// Which engine simulated nodes run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EngineKind {
@@ -134,8 +111,9 @@ impl NodeFactory for Factory {
             .get(stage)
             .ok_or_else(|| FactoryError(format!("no stage {stage}")))?;
         let dcfg = (s.sync.every > 0)
-            .then(|| diloco_config(s, node))
-            .transpose()?;
+            .then(|| s.diloco(node))
+            .transpose()
+            .map_err(|e| FactoryError(e.to_string()))?;
         let engine: Box<dyn SimEngine> = match self.kind {
             EngineKind::StandIn => Box::new(
                 StandIn::new(s.model.clone(), spec, s.seed, dcfg)

@@ -155,7 +155,9 @@ pub async fn start(
         })?,
     };
     let optim = settings.adamw();
-    let dcfg = diloco_config(settings, identity)?;
+    let dcfg = settings
+        .diloco(identity.node_id())
+        .map_err(|e| NodeError::Config(e.to_string()))?;
     let (mut stage, mut optimizer, mut steps_done, mut diloco) =
         resume_or_init(settings, &specs, stage_index, resume, latest, &optim, &dcfg)?;
     let records = if settings.sync.every > 0 {
@@ -262,34 +264,6 @@ fn resume_or_init(
     let opt = AdamW::new(optim.clone(), stage.params());
     let diloco = Diloco::new(dcfg.clone(), stage.params()).map_err(NodeError::Config)?;
     Ok((stage, opt, 0, diloco))
-}
-
-pub fn diloco_config(
-    settings: &NodeSettings,
-    identity: &Identity,
-) -> Result<DilocoConfig, NodeError> {
-    let s = &settings.sync;
-    let bad = |what: &str, e: String| NodeError::Config(format!("{what}: {e}"));
-    let cfg = DilocoConfig {
-        me: identity.node_id(),
-        aggregator: s.aggregator.clone(),
-        byzantine: s.byzantine,
-        compression: s
-            .compression
-            .parse()
-            .map_err(|e: neuroshard_train::SpecError| bad("--compression", e.to_string()))?,
-        outer_lr: s.outer_lr,
-        outer_momentum: s.outer_momentum,
-        seed: settings.seed,
-        attack: s
-            .attack
-            .parse()
-            .map_err(|e: neuroshard_aggregate::AttackParseError| bad("--attack", e.to_string()))?,
-    };
-    // Refuse a bad aggregator spec at start rather than at the first round.
-    neuroshard_aggregate::Aggregator::parse(&s.aggregator, s.byzantine)
-        .map_err(|e| bad("--aggregator", e.to_string()))?;
-    Ok(cfg)
 }
 
 /// Fetches the stage's outer state and the publisher's AdamW moments named by its record.
