@@ -48,7 +48,8 @@ pub type Tamper = Box<dyn FnMut(Transmit) -> Option<Transmit>>;
 pub struct Traffic {
     pub messages: u64,
     pub bytes: u64,
-    /// Messages by kind: gossip topic, "request", "response", "blob".
+    /// Messages by kind: gossip topic, "request", "response", "blob"; penalties as
+    /// "penalty: <reason>".
     pub by_kind: BTreeMap<String, u64>,
 }
 
@@ -205,6 +206,11 @@ impl Sim {
     /// Makes node `i` an adversary: everything it sends passes through `tamper`.
     pub fn set_tamper(&mut self, i: usize, tamper: Tamper) {
         self.nodes[i].tamper = Some(tamper);
+    }
+
+    /// Node `i`'s key (an adversary's tamper re-signs what it rewrites with it).
+    pub fn identity(&self, i: usize) -> &Identity {
+        &self.nodes[i].identity
     }
 
     pub fn node_id(&self, i: usize) -> NodeId {
@@ -661,8 +667,12 @@ impl Sim {
                 let author = self.nodes[i].identity.node_id().0.to_vec();
                 self.dht.entry(key).or_default().insert(author, value);
             }
-            Transmit::Penalize { .. } => {
-                *self.traffic.by_kind.entry("penalty".into()).or_default() += 1;
+            Transmit::Penalize { reason, .. } => {
+                *self
+                    .traffic
+                    .by_kind
+                    .entry(format!("penalty: {reason}"))
+                    .or_default() += 1;
             }
         }
     }

@@ -195,3 +195,77 @@ fn one_seed_gives_one_trace_and_another_seed_another() {
     assert!(a.1 > 100);
     assert_ne!(a.0, run(6).0);
 }
+
+/// A replica that announces every round's outcome with a made-up θ₀ hash and the whole stage
+/// as contributors (so it outranks the honest outcomes): the honest replicas recompute the
+/// round from the signed offers, find the claim false, penalise the liar and keep their own
+/// agreed state. Without the recomputation they would fetch and adopt whatever it served.
+#[test]
+fn a_replica_announcing_false_round_outcomes_is_caught_and_ignored() {
+    use neuroshard_node::core::Transmit;
+    use neuroshard_node::sync::{SYNC_TOPIC, SyncMsg};
+    use neuroshard_proof::Signed;
+
+    let (stages, replicas) = (2, 3);
+    let mut sim = sim(3, stages, replicas, EngineKind::StandIn, 0);
+    let liar = 1; // a replica of stage 1
+    let identity = sim.identity(liar).clone();
+    let stage_members: Vec<_> = (0..sim.len())
+        .filter(|i| i % stages == 1)
+        .map(|i| sim.node_id(i))
+        .collect();
+    let bogus = [0xab; 32];
+    sim.set_tamper(
+        liar,
+        Box::new(move |t| match t {
+            Transmit::Publish { topic, data } if topic == SYNC_TOPIC => {
+                let Ok(SyncMsg::Done(mut done)) =
+                    Signed::<SyncMsg>::from_bytes(&data).and_then(|s| s.verify())
+                else {
+                    return Some(Transmit::Publish { topic, data });
+                };
+                done.theta = bogus;
+                done.contributors = stage_members.clone();
+                let data = Signed::sign(&identity, &SyncMsg::Done(done)).to_bytes();
+                Some(Transmit::Publish { topic, data })
+            }
+            other => Some(other),
+        }),
+    );
+    sim.run_until(Duration::from_secs(60));
+    let honest: Vec<usize> = (0..sim.len())
+        .filter(|i| i % stages == 1 && *i != liar)
+        .collect();
+    let bogus_hex = hex::encode(bogus);
+    for &i in &honest {
+        let core = sim.core(i).unwrap();
+        assert!(
+            core.sync_round() >= 5,
+            "node {i} at round {}",
+            core.sync_round()
+        );
+        assert_ne!(core.theta(), bogus);
+        assert!(sim.events(i).iter().all(|e| match e {
+            NodeEvent::Adopted { theta, .. } => *theta != bogus_hex,
+            _ => true,
+        }));
+    }
+    // The honest replicas agree with each other on every round.
+    let outcomes = round_outcomes(&sim, 1, stages);
+    let mut checked = 0;
+    for (round, thetas) in &outcomes {
+        let honest_thetas: std::collections::BTreeSet<_> =
+            honest.iter().filter_map(|i| thetas.get(i)).collect();
+        assert!(honest_thetas.len() <= 1, "round {round}: {thetas:?}");
+        checked += 1;
+    }
+    assert!(checked >= 5);
+    // The false claims were recomputed and penalised.
+    let recomputed = sim
+        .traffic()
+        .by_kind
+        .get("penalty: announced a round outcome that does not recompute")
+        .copied()
+        .unwrap_or(0);
+    assert!(recomputed > 0, "{:?}", sim.traffic().by_kind);
+}
