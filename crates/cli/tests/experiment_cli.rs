@@ -53,6 +53,28 @@ fn steps(report: &Value) -> &Vec<Value> {
     report["steps"].as_array().expect("steps is an array")
 }
 
+/// A field that must be a finite number. A NaN or infinite loss is written as `null`, and
+/// comparing `Option`s (`None < Some(x)`) would let a diverged run pass as "falling".
+fn finite(step: &Value, key: &str) -> f64 {
+    match step[key].as_f64() {
+        Some(x) if x.is_finite() => x,
+        _ => panic!("{key} is not a finite number in {step}"),
+    }
+}
+
+/// Every step's losses are finite and the last step's are below the first's.
+fn assert_loss_falls(st: &[Value], keys: &[&str]) {
+    for step in st {
+        for key in keys {
+            finite(step, key);
+        }
+    }
+    let (first, last) = (&st[0], &st[st.len() - 1]);
+    for key in keys {
+        assert!(finite(last, key) < finite(first, key), "{key}: {st:?}");
+    }
+}
+
 #[test]
 fn diloco_compressed_and_ddp_report_falling_loss() {
     let dir = tempfile::tempdir().unwrap();
@@ -74,27 +96,14 @@ fn diloco_compressed_and_ddp_report_falling_loss() {
         assert_eq!(step["tokens"], (i as u64 + 1) * 6 * 2 * 4 * 32);
         assert_eq!(step["bytes_sent_per_replica"], 4 * params);
         assert_eq!(step["bytes_dense_per_replica"], 4 * params);
-        for key in [
-            "train_loss",
-            "val_loss",
-            "wall_s",
-            "delta_norm",
-            "update_norm",
-        ] {
-            assert!(step[key].as_f64().unwrap().is_finite(), "{key} in {step}");
+        for key in ["wall_s", "delta_norm", "update_norm"] {
+            finite(step, key);
         }
         assert!(step.get("compress_rel_error").is_none());
     }
-    let (first, last) = (&st[0], &st[2]);
-    assert!(
-        last["val_loss"].as_f64() < first["val_loss"].as_f64(),
-        "{st:?}"
-    );
-    assert!(
-        last["train_loss"].as_f64() < first["train_loss"].as_f64(),
-        "{st:?}"
-    );
-    assert_eq!(dense["final_val_loss"], last["val_loss"]);
+    assert_loss_falls(st, &["train_loss", "val_loss"]);
+    finite(&dense, "final_val_loss");
+    assert_eq!(dense["final_val_loss"], st[2]["val_loss"]);
 
     // Compression: a quarter of the coordinates at one bit is > 100x smaller; it reports its
     // error and the loss still falls.
@@ -112,10 +121,8 @@ fn diloco_compressed_and_ddp_report_falling_loss() {
         let err = step["compress_rel_error"].as_f64().unwrap();
         assert!(err > 0.0 && err < 1.0, "{err}");
     }
-    assert!(
-        st[2]["val_loss"].as_f64() < st[0]["val_loss"].as_f64(),
-        "{st:?}"
-    );
+    assert_loss_falls(st, &["train_loss", "val_loss"]);
+    finite(&packed, "final_val_loss");
 
     // SparseLoCo's decaying accumulator: the residual lives beside the nodes' round code.
     let acc = experiment(
@@ -147,10 +154,8 @@ fn diloco_compressed_and_ddp_report_falling_loss() {
     let st = steps(&ddp);
     assert_eq!(st[2]["tokens"], dense["steps"][2]["tokens"]);
     assert_eq!(st[0]["bytes_sent_per_replica"], 6 * 4 * params);
-    assert!(
-        st[2]["val_loss"].as_f64() < st[0]["val_loss"].as_f64(),
-        "{st:?}"
-    );
+    assert_loss_falls(st, &["train_loss", "val_loss"]);
+    finite(&ddp, "final_val_loss");
 
     let out = neuroshard(&[
         "experiment",

@@ -281,17 +281,36 @@ impl Manifest {
                 ));
             }
             *n += 1;
-            let bytes = s.tokens * self.dtype.width() as u64 + HEADER_LEN as u64;
+            // Counts come from the file: checked, so a hostile count is an error, not a wrap.
+            let Some(bytes) = s
+                .tokens
+                .checked_mul(self.dtype.width() as u64)
+                .and_then(|b| b.checked_add(HEADER_LEN as u64))
+            else {
+                return bad(format!(
+                    "shard {i}: {} tokens overflow a file size",
+                    s.tokens
+                ));
+            };
             if s.bytes != bytes {
                 return bad(format!(
                     "shard {i} lists {} bytes but {} tokens need {bytes}",
                     s.bytes, s.tokens
                 ));
             }
-            match s.split {
-                Split::Train => tokens.train += s.tokens,
-                Split::Val => tokens.val += s.tokens,
-            }
+            let total = match s.split {
+                Split::Train => &mut tokens.train,
+                Split::Val => &mut tokens.val,
+            };
+            *total = match total.checked_add(s.tokens) {
+                Some(t) => t,
+                None => {
+                    return bad(format!(
+                        "shard {i}: {} split token count overflows",
+                        s.split
+                    ));
+                }
+            };
         }
         if tokens != self.stats.tokens {
             return bad(format!(

@@ -76,7 +76,7 @@ fn bench(c: &mut Criterion) {
             .collect();
         let keys: Vec<_> = parsed
             .iter()
-            .filter_map(|s| s.signer().verifying_key().ok())
+            .filter_map(|s| s.signer().prepare().ok())
             .collect();
         b.iter(|| {
             for (s, k) in parsed.iter().zip(&keys) {

@@ -67,7 +67,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .collect();
     let keys: Vec<_> = parsed
         .iter()
-        .filter_map(|s| s.signer().verifying_key().ok())
+        .filter_map(|s| s.signer().prepare().ok())
         .collect();
     let ok = measure("ECDSA verify only (key decompressed)", n, || {
         parsed

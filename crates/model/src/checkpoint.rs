@@ -117,14 +117,20 @@ pub fn save(
 pub fn read_meta(dir: &Path) -> Result<CheckpointMeta, ModelError> {
     let path = dir.join(META_FILE);
     let bytes = fs::read(&path).map_err(|e| ModelError::io(&path, e))?;
-    let meta: CheckpointMeta = serde_json::from_slice(&bytes)
-        .map_err(|e| ModelError::Checkpoint(format!("{}: {e}", path.display())))?;
+    parse_meta(&bytes).map_err(|e| match e {
+        ModelError::Checkpoint(msg) => ModelError::Checkpoint(format!("{}: {msg}", path.display())),
+        other => other,
+    })
+}
+
+/// Parses and validates `meta.json` bytes (format, version, model shape, stage).
+pub fn parse_meta(bytes: &[u8]) -> Result<CheckpointMeta, ModelError> {
+    let meta: CheckpointMeta =
+        serde_json::from_slice(bytes).map_err(|e| ModelError::Checkpoint(e.to_string()))?;
     if meta.format != FORMAT || meta.version != VERSION {
         return Err(ModelError::Checkpoint(format!(
-            "{}: format {} v{} is not {FORMAT} v{VERSION}",
-            path.display(),
-            meta.format,
-            meta.version
+            "format {} v{} is not {FORMAT} v{VERSION}",
+            meta.format, meta.version
         )));
     }
     meta.model.validate()?;

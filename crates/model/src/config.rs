@@ -31,6 +31,13 @@ pub struct ModelConfig {
     pub norm_eps: f64,
 }
 
+/// Most transformer blocks a model may have (the proof plausibility limit is the same), so a
+/// hostile config cannot make the per-layer parameter list absurdly long.
+pub const MAX_LAYERS: usize = 1_024;
+/// Most parameters a model may have (2^40, about 4 TiB of f32): far above anything trained
+/// here, and low enough that every size computed from a valid config fits in `usize`.
+pub const MAX_PARAMS: usize = 1 << 40;
+
 fn default_rope_theta() -> f64 {
     10_000.0
 }
@@ -106,7 +113,40 @@ impl ModelConfig {
         if !(self.norm_eps.is_finite() && self.norm_eps > 0.0) {
             return bad(format!("norm_eps must be > 0, got {}", self.norm_eps));
         }
-        Ok(())
+        if self.layers > MAX_LAYERS {
+            return bad(format!(
+                "{} layers exceed the limit of {MAX_LAYERS}",
+                self.layers
+            ));
+        }
+        // Checked here so that the unchecked counts below cannot overflow for a valid config.
+        match self.checked_num_params() {
+            Some(n) if n <= MAX_PARAMS => Ok(()),
+            _ => bad(format!(
+                "shape {}x{} (ffn {}, vocab {}) exceeds the limit of {MAX_PARAMS} parameters",
+                self.layers, self.d_model, self.ffn, self.vocab
+            )),
+        }
+    }
+
+    /// [`Self::num_params`] with overflow checks; `None` if it does not fit in `usize`.
+    fn checked_num_params(&self) -> Option<usize> {
+        let d = self.d_model;
+        let kv = self.kv_heads.checked_mul(self.head_dim())?;
+        let per_layer = [
+            d.checked_mul(2)?,
+            d.checked_mul(d)?.checked_mul(2)?,
+            d.checked_mul(kv)?.checked_mul(2)?,
+            d.checked_mul(self.ffn)?.checked_mul(3)?,
+        ]
+        .into_iter()
+        .try_fold(0usize, usize::checked_add)?;
+        let embed = self.vocab.checked_mul(d)?;
+        let head = if self.tie_embeddings { 0 } else { embed };
+        embed
+            .checked_add(head)?
+            .checked_add(d)?
+            .checked_add(self.layers.checked_mul(per_layer)?)
     }
 
     /// Parameters of one transformer block.
@@ -150,6 +190,28 @@ mod tests {
         // 2 × 4096×256 embeddings/head + final norm + 4 blocks.
         let block = 2 * 256 + 4 * 256 * 256 + 3 * 256 * 688;
         assert_eq!(c.num_params(), 2 * 4096 * 256 + 256 + 4 * block);
+    }
+
+    #[test]
+    fn rejects_shapes_whose_sizes_overflow() {
+        let mut c = ModelConfig::tiny(100);
+        c.layers = MAX_LAYERS + 1;
+        assert!(c.validate().unwrap_err().to_string().contains("layers"));
+        let mut c = ModelConfig::tiny(100);
+        c.d_model = 1 << 40;
+        c.heads = 1;
+        c.kv_heads = 1;
+        assert!(c.validate().unwrap_err().to_string().contains("parameters"));
+        let mut c = ModelConfig::tiny(100);
+        c.ffn = usize::MAX / 2;
+        assert!(c.validate().is_err());
+        let mut c = ModelConfig::tiny(u32::MAX as usize);
+        c.d_model = 1 << 16;
+        c.heads = 1 << 8;
+        c.kv_heads = 1 << 8;
+        assert!(c.validate().is_err());
+        let c = ModelConfig::tiny(100);
+        assert_eq!(c.checked_num_params(), Some(c.num_params()));
     }
 
     #[test]

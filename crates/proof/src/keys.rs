@@ -2,12 +2,16 @@
 //!
 //! Everything here is plain data (`Copy`, hashable) so it can sit in maps and canonical
 //! encodings; parsing into curve points happens only when a signature is checked.
+//!
+//! Verification runs on libsecp256k1 (the `secp256k1` crate), several times faster than k256
+//! (`cargo run --release -p neuroshard-proof --example ecdsa_verify`); signing stays on k256.
+//! Both implement the same ECDSA over SHA-256 prehashes with RFC 6979 nonces, so signatures are
+//! byte-identical; the low-S rule is enforced here before either library sees a signature.
 
 use std::fmt;
 use std::str::FromStr;
 
-use k256::ecdsa::signature::hazmat::PrehashVerifier;
-use k256::ecdsa::{Signature as EcdsaSignature, VerifyingKey};
+use k256::ecdsa::VerifyingKey;
 use sha2::{Digest, Sha256};
 
 /// Length of a compressed SEC1 secp256k1 public key.
@@ -75,11 +79,9 @@ impl PublicKey {
             expected: PUBLIC_KEY_LEN,
             got: bytes.len(),
         })?;
-        if arr[0] != 0x02 && arr[0] != 0x03 {
-            return Err(SignatureError::InvalidPublicKey);
-        }
-        VerifyingKey::from_sec1_bytes(&arr).map_err(|_| SignatureError::InvalidPublicKey)?;
-        Ok(Self(arr))
+        let key = Self::from_wire(arr)?;
+        key.prepare()?;
+        Ok(key)
     }
 
     /// Framing-level parse for decoders on the verification path: length and SEC1 prefix
@@ -111,21 +113,33 @@ impl PublicKey {
         NodeId(*blake3::hash(&self.0).as_bytes())
     }
 
-    /// Decompresses the point. Callers that verify many signatures from one key (the proof
-    /// verifier) keep the result to skip the square root on every check.
+    /// The point as k256 sees it (for code that works with k256 types; verification here
+    /// uses [`Self::prepare`]).
     pub fn verifying_key(&self) -> Result<VerifyingKey, SignatureError> {
         VerifyingKey::from_sec1_bytes(&self.0).map_err(|_| SignatureError::InvalidPublicKey)
     }
 
+    /// Decompresses the point for verification. Callers that verify many signatures from one
+    /// key (the proof verifier) keep the result to skip the square root on every check.
+    pub fn prepare(&self) -> Result<PreparedKey, SignatureError> {
+        secp256k1::PublicKey::from_byte_array_compressed(self.0)
+            .map(PreparedKey)
+            .map_err(|_| SignatureError::InvalidPublicKey)
+    }
+
     /// Verifies an ECDSA signature over SHA-256(`msg`); high-S signatures are rejected.
     pub fn verify(&self, msg: &[u8], sig: &Signature) -> Result<(), SignatureError> {
-        verify_with_key(&self.verifying_key()?, msg, sig)
+        verify_with_key(&self.prepare()?, msg, sig)
     }
 }
 
+/// A public key decompressed once for repeated verification ([`PublicKey::prepare`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PreparedKey(secp256k1::PublicKey);
+
 /// Verification against an already decompressed key; see [`PublicKey::verify`].
 pub fn verify_with_key(
-    key: &VerifyingKey,
+    key: &PreparedKey,
     msg: &[u8],
     sig: &Signature,
 ) -> Result<(), SignatureError> {
@@ -133,7 +147,7 @@ pub fn verify_with_key(
 }
 
 pub(crate) fn verify_prehash_with_key(
-    key: &VerifyingKey,
+    key: &PreparedKey,
     prehash: &[u8; 32],
     sig: &Signature,
 ) -> Result<(), SignatureError> {
@@ -141,8 +155,14 @@ pub(crate) fn verify_prehash_with_key(
     if sig.is_high_s() {
         return Err(SignatureError::HighS);
     }
-    let parsed = EcdsaSignature::from_slice(&sig.0).map_err(|_| SignatureError::Malformed)?;
-    key.verify_prehash(prehash, &parsed)
+    // libsecp256k1 refuses r or s >= n when parsing but leaves zero to the verification;
+    // k256 refused both at parse time, and the error stays the same.
+    if sig.0[..32] == [0; 32] || sig.0[32..] == [0; 32] {
+        return Err(SignatureError::Malformed);
+    }
+    let parsed =
+        secp256k1::ecdsa::Signature::from_compact(&sig.0).map_err(|_| SignatureError::Malformed)?;
+    secp256k1::ecdsa::verify(&parsed, secp256k1::Message::from_digest(*prehash), &key.0)
         .map_err(|_| SignatureError::Mismatch)
 }
 
@@ -252,6 +272,92 @@ mod tests {
             carry = v % 2;
         }
         assert_eq!(half, HALF_ORDER);
+    }
+
+    use k256::ecdsa::signature::hazmat::PrehashVerifier;
+    use proptest::prelude::*;
+
+    use crate::fixtures::test_identity;
+
+    fn k256_verdict(key: &PublicKey, msg: &[u8], sig: &Signature) -> bool {
+        let parsed = k256::ecdsa::Signature::from_slice(&sig.0);
+        !sig.is_high_s()
+            && parsed.is_ok_and(|p| {
+                key.verifying_key()
+                    .is_ok_and(|k| k.verify_prehash(&sha256(msg), &p).is_ok())
+            })
+    }
+
+    #[test]
+    fn k256_and_libsecp256k1_signatures_are_the_same_bytes() {
+        for seed in 0..20 {
+            let id = test_identity(seed);
+            let msg = format!("message {seed}").into_bytes();
+            // k256 signs (Identity), the libsecp256k1 path verifies.
+            let sig = id.sign(&msg);
+            assert_eq!(id.public_key().verify(&msg, &sig), Ok(()));
+            // libsecp256k1 signs the same prehash with the same RFC 6979 nonce: same bytes,
+            // and k256 verifies it.
+            let secret = secp256k1::SecretKey::from_secret_bytes(id.secret_bytes()).unwrap();
+            let theirs =
+                secp256k1::ecdsa::sign(secp256k1::Message::from_digest(sha256(&msg)), &secret)
+                    .serialize_compact();
+            assert_eq!(theirs, sig.0);
+            assert!(k256_verdict(&id.public_key(), &msg, &Signature(theirs)));
+        }
+    }
+
+    #[test]
+    fn high_s_zero_and_out_of_range_signatures_are_refused() {
+        let id = test_identity(1);
+        let sig = id.sign(b"m");
+        let high = sig.malleate();
+        assert!(high.is_high_s());
+        assert_eq!(
+            id.public_key().verify(b"m", &high),
+            Err(SignatureError::HighS)
+        );
+        // libsecp256k1 alone refuses it too (it requires normalized signatures).
+        let parsed = secp256k1::ecdsa::Signature::from_compact(&high.0).unwrap();
+        let key = id.public_key().prepare().unwrap();
+        assert!(
+            secp256k1::ecdsa::verify(
+                &parsed,
+                secp256k1::Message::from_digest(sha256(b"m")),
+                &key.0
+            )
+            .is_err()
+        );
+        let mut zero_r = sig;
+        zero_r.0[..32].fill(0);
+        let mut zero_s = sig;
+        zero_s.0[32..].fill(0);
+        let mut r_is_n = sig;
+        r_is_n.0[..32].copy_from_slice(&ORDER);
+        for bad in [zero_r, zero_s, r_is_n] {
+            assert_eq!(
+                id.public_key().verify(b"m", &bad),
+                Err(SignatureError::Malformed)
+            );
+        }
+    }
+
+    proptest! {
+        /// Random edits of a valid signature or message: libsecp256k1 and k256 (with the
+        /// low-S rule) give the same verdict.
+        #[test]
+        fn verdicts_match_k256(seed in 0u64..8, at in 0usize..64, mask in 1u8..=255, on_msg in any::<bool>()) {
+            let id = test_identity(seed);
+            let mut msg = b"verdicts".to_vec();
+            let mut sig = id.sign(&msg);
+            if on_msg {
+                msg[at % 8] ^= mask;
+            } else {
+                sig.0[at] ^= mask;
+            }
+            let ours = id.public_key().verify(&msg, &sig).is_ok();
+            prop_assert_eq!(ours, k256_verdict(&id.public_key(), &msg, &sig));
+        }
     }
 
     #[test]

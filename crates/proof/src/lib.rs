@@ -21,7 +21,7 @@ pub mod verify;
 pub use codec::{Canonical, CodecError, Reader, Writer};
 pub use envelope::{EnvelopeError, Signed};
 pub use identity::{Identity, IdentityError, KEY_FILE};
-pub use keys::{NodeId, PublicKey, Signature, SignatureError, verify_with_key};
+pub use keys::{NodeId, PreparedKey, PublicKey, Signature, SignatureError, verify_with_key};
 pub use plausibility::{HardwareLimits, PlausibilityError};
 pub use proof::{
     HardwareClass, Hash32, LayerRange, PROOF_VERSION, Proof, ProofKind, Receipt, ReceiptKind,

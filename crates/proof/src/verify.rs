@@ -13,11 +13,9 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
-use k256::ecdsa::VerifyingKey;
-
 use crate::codec::{Canonical, CodecError};
 use crate::envelope::EnvelopeError;
-use crate::keys::{NodeId, PublicKey, SignatureError, verify_with_key};
+use crate::keys::{NodeId, PreparedKey, PublicKey, SignatureError, verify_with_key};
 use crate::plausibility::{self, PlausibilityError, RateHistory};
 use crate::proof::{Hash32, Proof, ProofKind, ReceiptKind, Roles, SignedProof};
 
@@ -130,7 +128,7 @@ struct NodeState {
 #[derive(Debug, Default)]
 pub struct ProofVerifier {
     known: HashSet<PublicKey>,
-    keys: HashMap<PublicKey, VerifyingKey>,
+    keys: HashMap<PublicKey, PreparedKey>,
     seen: HashMap<Hash32, u64>,
     seen_order: VecDeque<(u64, Hash32)>,
     nodes: HashMap<NodeId, NodeState>,
@@ -180,11 +178,11 @@ impl ProofVerifier {
         Ok(verified)
     }
 
-    fn verifying_key(&mut self, key: &PublicKey) -> Result<VerifyingKey, VerifyError> {
+    fn verifying_key(&mut self, key: &PublicKey) -> Result<PreparedKey, VerifyError> {
         if let Some(vk) = self.keys.get(key) {
             return Ok(*vk);
         }
-        let vk = key.verifying_key().map_err(VerifyError::Signature)?;
+        let vk = key.prepare().map_err(VerifyError::Signature)?;
         if self.keys.len() >= KEY_CACHE_CAPACITY {
             // Crude but bounded: a full cache is rebuilt from the keys seen next.
             self.keys.clear();

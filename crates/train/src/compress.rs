@@ -608,7 +608,11 @@ pub fn decode(bytes: &[u8], expected_len: usize) -> Result<Vec<f32>, DecodeError
             dense[i as usize] = v;
         }
         if dct {
+            // Finite coefficients can still sum past f32::MAX in the inverse transform.
             dct::transform(dense, true);
+            if !dense.iter().all(|v| v.is_finite()) {
+                return Err(DecodeError::NonFinite { chunk: c });
+            }
         }
     }
     if !r.at_end() {

@@ -158,11 +158,45 @@ proptest! {
         prop_assert_eq!(decoded, picked);
     }
 
+    /// Valid messages of every spec, mutated: decoding returns Ok or Err, never panics, never
+    /// allocates beyond the output and one chunk's mask, and an Ok vector is finite.
     #[test]
-    fn decode_never_panics(bytes in prop::collection::vec(any::<u8>(), 0..64), len in 0usize..40) {
+    fn mutated_messages_decode_or_fail_cleanly(
+        a in prop::collection::vec(-1e3f32..1e3, 0..300),
+        fraction in 0.01f64..=1.0,
+        chunk in 1usize..200,
+        values in coding(),
+        random in any::<bool>(),
+        dct in any::<bool>(),
+        seed in any::<u64>(),
+        mutations in neuroshard_mutate::mutations(),
+    ) {
+        let spec = CompressSpec {
+            fraction,
+            chunk,
+            values,
+            selection: if random { Selection::Random } else { Selection::TopK },
+            dct,
+        };
+        let msg = Compressor::with_seed(spec, a.len(), seed).compress(&a).unwrap();
+        prop_assert_eq!(decode(&msg, a.len()).map(|v| v.len()), Ok(a.len()));
+        let bad = neuroshard_mutate::apply(&msg, &mutations);
+        let (decoded, largest) = neuroshard_mutate::largest_allocation(|| decode(&bad, a.len()));
+        prop_assert!(largest <= 8 * a.len() + 1024, "{largest} bytes for {} values", a.len());
+        if let Ok(v) = decoded {
+            prop_assert_eq!(v.len(), a.len());
+            prop_assert!(v.iter().all(|x| x.is_finite()), "non-finite output from {bad:?}");
+        }
+    }
+
+    #[test]
+    fn random_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..64), len in 0usize..40) {
         let _ = decode(&bytes, len);
     }
 }
+
+#[global_allocator]
+static ALLOC: neuroshard_mutate::TrackingAlloc = neuroshard_mutate::TrackingAlloc;
 
 #[test]
 fn exact_byte_count_by_hand() {
@@ -318,6 +352,20 @@ fn rejects_bad_input_and_messages() {
         decode(&index, 8),
         Err(DecodeError::Index { chunk: 0 })
     ));
+}
+
+#[test]
+fn dct_coefficients_that_overflow_are_rejected() {
+    // One full 64-value block of fp32 coefficients near f32::MAX: each is finite, but the
+    // inverse transform sums them past f32::MAX.
+    let mut msg = vec![VERSION, ValueCoding::F32.tag(), DCT_FLAG];
+    varint::put(&mut msg, 64);
+    varint::put(&mut msg, 64);
+    varint::put(&mut msg, 64);
+    for _ in 0..64 {
+        msg.extend_from_slice(&3.0e38f32.to_le_bytes());
+    }
+    assert_eq!(decode(&msg, 64), Err(DecodeError::NonFinite { chunk: 0 }));
 }
 
 #[test]

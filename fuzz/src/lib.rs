@@ -1,0 +1,156 @@
+//! Fixtures shared by the fuzz targets and the seed generator: fixed identities, a sample of
+//! each message kind, and a ledger state in which the fuzzed account has funds.
+
+use std::sync::LazyLock;
+
+use neuroshard_data::{
+    BuildParams, Dtype, HexHash, MANIFEST_FORMAT, Manifest, ManifestError, ShardEntry, ShardError,
+    ShardView, Split, SplitCounts, Stats, TOKENIZER_FILE, TokenizerInfo, encode_shard, merkle_root,
+    shard_file_name,
+};
+use neuroshard_ledger::{AccountOp, Action, LedgerState, SlashReport};
+use neuroshard_proof::fixtures::{test_identity, training_proof, uptime_proof};
+use neuroshard_proof::{Canonical, Identity, Proof, ProofVerifier, Signed};
+
+/// The clock every target verifies at (the sample proofs' timestamp).
+pub const T0: u64 = 1_800_000_000_000;
+
+/// Prover / account owner, receipt signer, and a second account.
+pub static ALICE: LazyLock<Identity> = LazyLock::new(|| test_identity(1));
+pub static NEIGHBOUR: LazyLock<Identity> = LazyLock::new(|| test_identity(2));
+pub static BOB: LazyLock<Identity> = LazyLock::new(|| test_identity(3));
+
+/// A verifier that knows the receipt signer.
+pub fn verifier() -> ProofVerifier {
+    let mut v = ProofVerifier::new();
+    v.add_known_node(NEIGHBOUR.public_key());
+    v
+}
+
+pub fn sample_proofs() -> Vec<Proof> {
+    vec![
+        training_proof(&ALICE, &NEIGHBOUR, 7, T0),
+        uptime_proof(&ALICE, 8, T0),
+    ]
+}
+
+pub fn sample_ops() -> Vec<AccountOp> {
+    let actions = [
+        Action::Transfer {
+            to: BOB.node_id(),
+            amount: 1_000,
+        },
+        Action::Stake {
+            amount: 500,
+            unlock_at_ms: T0 + 2 * 86_400_000,
+        },
+        Action::Unstake { amount: 100 },
+        Action::Burn { amount: 7 },
+    ];
+    actions
+        .into_iter()
+        .map(|action| AccountOp {
+            account: ALICE.node_id(),
+            nonce: 0,
+            timestamp_ms: T0,
+            action,
+        })
+        .collect()
+}
+
+/// An equivocation report by BOB against two uptime proofs of ALICE with one nonce.
+pub fn sample_slash() -> SlashReport {
+    let a = uptime_proof(&ALICE, 9, T0);
+    let mut b = a.clone();
+    b.claimed_duration_ms += 1;
+    SlashReport {
+        first: a.sign(&ALICE).to_bytes(),
+        second: b.sign(&ALICE).to_bytes(),
+    }
+}
+
+/// Wraps `payload` in an envelope signed by `by`, so fuzzed payloads pass the signature.
+pub fn signed_by<T: Canonical>(by: &Identity, payload: &[u8]) -> Signed<T> {
+    Signed::from_parts(payload.to_vec(), by.public_key(), by.sign(payload))
+}
+
+/// ALICE with the rewards of a few uptime proofs, so ops can move real funds.
+pub static FUNDED: LazyLock<LedgerState> = LazyLock::new(|| {
+    let mut state = LedgerState::new();
+    let mut v = verifier();
+    for nonce in 0..3 {
+        let signed = uptime_proof(&ALICE, nonce, T0 + nonce).sign(&ALICE);
+        if let Ok(p) = v.verify(&signed, T0) {
+            let _ = state.apply_proof(&p);
+        }
+    }
+    state
+});
+
+/// A consistent manifest, built by ALICE, over a train and a validation shard of `tokens`.
+pub fn manifest_for(tokens: &[u32]) -> Result<Manifest, ShardError> {
+    let half = tokens.len() / 2;
+    let files = [
+        encode_shard(&tokens[..half], Dtype::U16)?,
+        encode_shard(&tokens[half..], Dtype::U16)?,
+    ];
+    let mut shards = Vec::new();
+    for (i, (bytes, split)) in files.iter().zip([Split::Train, Split::Val]).enumerate() {
+        shards.push(ShardEntry {
+            index: i as u64,
+            split,
+            file: shard_file_name(split, 0),
+            tokens: ShardView::parse(bytes)?.len() as u64,
+            bytes: bytes.len() as u64,
+            blake3: HexHash(*blake3::hash(bytes).as_bytes()),
+        });
+    }
+    let hashes: Vec<_> = shards.iter().map(|e| e.blake3.0).collect();
+    let root = merkle_root(&hashes).map_or([0; 32], |r| r);
+    Ok(Manifest {
+        format: MANIFEST_FORMAT.into(),
+        name: "fuzz".into(),
+        params: BuildParams {
+            inputs: vec!["in".into()],
+            vocab: 512,
+            shard_tokens: 64,
+            val_fraction: 0.5,
+            skip_bad: false,
+            synthetic: None,
+        },
+        tokenizer: TokenizerInfo {
+            file: TOKENIZER_FILE.into(),
+            blake3: HexHash([7; 32]),
+            vocab_size: 512,
+            pad_id: 0,
+            bos_id: 1,
+            eos_id: 2,
+        },
+        dtype: Dtype::U16,
+        stats: Stats {
+            tokens: SplitCounts {
+                train: shards[0].tokens,
+                val: shards[1].tokens,
+            },
+            ..Stats::default()
+        },
+        entropy_floor: None,
+        shards,
+        merkle_root: HexHash(root),
+        builder: ALICE.public_key(),
+    })
+}
+
+/// Why a sample manifest could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum SampleError {
+    #[error(transparent)]
+    Shard(#[from] ShardError),
+    #[error(transparent)]
+    Manifest(#[from] ManifestError),
+}
+
+/// The signed manifest file over [`manifest_for`].
+pub fn sample_manifest(tokens: &[u32]) -> Result<Vec<u8>, SampleError> {
+    Ok(manifest_for(tokens)?.sign(&ALICE)?.to_file_bytes()?)
+}
