@@ -67,10 +67,7 @@ pub fn run(args: SimArgs) -> Result<()> {
     s.sync.compression = args.compression.clone();
     s.checkpoint_secs = 0;
     s.sync.proof_interval_ms = 30_000;
-    let factory = Factory {
-        settings: s.clone(),
-        kind: EngineKind::StandIn,
-    };
+    let factory = Factory::new(s.clone(), EngineKind::StandIn);
     let mut sim = Sim::new(
         args.seed,
         s,

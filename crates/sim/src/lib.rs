@@ -88,6 +88,20 @@ pub enum EngineKind {
 pub struct Factory {
     pub settings: NodeSettings,
     pub kind: EngineKind,
+    /// Nodes whose replicas send `attack` instead of their pseudo-gradient.
+    pub attackers: std::sync::Arc<std::sync::Mutex<std::collections::BTreeSet<NodeId>>>,
+    pub attack: String,
+}
+
+impl Factory {
+    pub fn new(settings: NodeSettings, kind: EngineKind) -> Self {
+        Self {
+            settings,
+            kind,
+            attackers: Default::default(),
+            attack: "none".into(),
+        }
+    }
 }
 
 impl Factory {
@@ -110,6 +124,11 @@ impl NodeFactory for Factory {
         let spec = *specs
             .get(stage)
             .ok_or_else(|| FactoryError(format!("no stage {stage}")))?;
+        let mut s = s.clone();
+        if self.attackers.lock().is_ok_and(|a| a.contains(&node)) {
+            s.sync.attack = self.attack.clone();
+        }
+        let s = &s;
         let dcfg = (s.sync.every > 0)
             .then(|| s.diloco(node))
             .transpose()
