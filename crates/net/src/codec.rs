@@ -11,10 +11,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use futures::prelude::*;
 use libp2p::StreamProtocol;
 use libp2p::request_response;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Bytes and messages moved by one protocol.
-#[derive(Clone, Copy, Default, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Traffic {
     pub sent_bytes: u64,
     pub received_bytes: u64,
@@ -24,7 +25,8 @@ pub struct Traffic {
 
 /// Snapshot of the traffic counters. Request and blob bytes are counted on the wire (frame
 /// headers included); gossip bytes are message payloads (published once, received per copy).
-#[derive(Clone, Copy, Default, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Counters {
     pub gossip: Traffic,
     pub request: Traffic,
@@ -35,6 +37,18 @@ pub struct Counters {
     pub gossip_no_peers: u64,
     /// Events dropped because the application's event queue was full.
     pub events_dropped: u64,
+}
+
+impl Counters {
+    /// Bytes this node sent, all protocols together.
+    pub fn sent_bytes(&self) -> u64 {
+        self.request.sent_bytes + self.gossip.sent_bytes + self.blob.sent_bytes
+    }
+
+    /// Bytes this node received, all protocols together.
+    pub fn received_bytes(&self) -> u64 {
+        self.request.received_bytes + self.gossip.received_bytes + self.blob.received_bytes
+    }
 }
 
 /// Live counters of one protocol.

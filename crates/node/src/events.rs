@@ -2,7 +2,33 @@
 //! read back by `neuroshard swarm` and the simulator. The field names are the wire format
 //! (version [`EVENTS_VERSION`]); add fields as `Option` so older readers keep working.
 
+use std::time::Instant;
+
 use serde::{Deserialize, Serialize};
+
+/// Maps the instants a state machine is handed to the Unix time its events carry (virtual in
+/// the simulator), without reading a clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Clock {
+    pub start: Instant,
+    pub start_unix_ms: u64,
+}
+
+impl Clock {
+    pub fn new(start: Instant, start_unix_ms: u64) -> Self {
+        Self {
+            start,
+            start_unix_ms,
+        }
+    }
+
+    /// Unix time in ms at `now`.
+    pub fn unix_ms(&self, now: Instant) -> u64 {
+        let since = now.saturating_duration_since(self.start).as_millis();
+        self.start_unix_ms
+            .saturating_add(u64::try_from(since).unwrap_or(u64::MAX))
+    }
+}
 
 /// Version of the event format, reported in `ready`.
 pub const EVENTS_VERSION: u32 = 1;
@@ -81,7 +107,7 @@ pub enum NodeEvent {
         peers: usize,
         replicas: Vec<usize>,
         /// Transport counters (real processes only).
-        net: Option<serde_json::Value>,
+        net: Option<Box<neuroshard_net::Counters>>,
         sync_round: u64,
         theta: String,
         ledger: LedgerSummary,
@@ -94,7 +120,7 @@ pub enum NodeEvent {
         checkpoint: String,
         model_hash: Option<String>,
         error: Option<String>,
-        net: Option<serde_json::Value>,
+        net: Option<Box<neuroshard_net::Counters>>,
         sync_round: u64,
         theta: String,
         ledger: LedgerSummary,

@@ -21,7 +21,7 @@ pub mod wire;
 
 use std::path::{Path, PathBuf};
 
-pub use pipeline::{Action, Event, Job, JobDone, Pipeline, PipelineConfig};
+pub use pipeline::{Action, Job, JobDone, Pipeline, PipelineConfig};
 pub use records::Role;
 pub use settings::{DataOrder, NodeSettings};
 

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use neuroshard_model::{Activations, Batch, ModelConfig, StageInput, Tokens, Upstream};
 use neuroshard_proof::NodeId;
 
+use crate::events::{Clock, NodeEvent};
 use crate::peers::PeerTable;
 use crate::records::Role;
 use crate::router;
@@ -35,6 +36,8 @@ pub struct PipelineConfig {
     pub retry_after: Duration,
     /// Driver: optimizer steps to run (0: until stopped).
     pub steps: u64,
+    /// Time of the events it reports.
+    pub clock: Clock,
 }
 
 /// Work for the compute engine.
@@ -93,42 +96,7 @@ pub enum Action {
         peer: NodeId,
         reason: String,
     },
-    Event(Event),
-}
-
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
-#[serde(tag = "event", rename_all = "snake_case")]
-pub enum Event {
-    /// This replica applied an optimizer step. `loss` and `tokens` are set on drivers.
-    Step {
-        stage: usize,
-        step: u64,
-        loss: Option<f32>,
-        tokens: u64,
-        lr: f64,
-        grad_norm: f64,
-        model_hash: String,
-    },
-    /// A micro-batch went to another replica after `from` failed or timed out.
-    Failover {
-        mb: String,
-        from: String,
-        to: String,
-        reason: String,
-        /// From noticing the failure to the other replica accepting the work.
-        ms: f64,
-    },
-    /// The driver ran its configured number of steps.
-    Finished {
-        steps: u64,
-    },
-    Dropped {
-        peer: String,
-        reason: String,
-    },
-    Warning {
-        message: String,
-    },
+    Event(NodeEvent),
 }
 
 #[derive(Debug, Clone)]
@@ -272,6 +240,7 @@ impl Pipeline {
 
     /// A request from another replica; returns the answer and what to do next.
     pub fn on_message(&mut self, from: NodeId, msg: Msg, now: Instant) -> (Ack, Vec<Action>) {
+        let kind = msg.kind();
         let result = match msg {
             Msg::Forward { mb, input, targets } => {
                 self.accept_forward(from, mb, input, targets, now)
@@ -287,9 +256,13 @@ impl Pipeline {
                         peer: from,
                         reason: reason.clone(),
                     },
-                    Action::Event(Event::Dropped {
-                        peer: from.to_string(),
+                    Action::Event(NodeEvent::Dropped {
+                        what: Some(format!("{kind} message")),
+                        peer: Some(from.to_string()),
+                        stage: Some(self.cfg.stage),
+                        round: None,
                         reason: reason.clone(),
+                        time_ms: self.cfg.clock.unix_ms(now),
                     }),
                 ];
                 (Ack::Rejected(reason), actions)
@@ -528,7 +501,7 @@ impl Pipeline {
                     Some((_, _, tokens)) => (None, tokens),
                     None => (None, 0),
                 };
-                actions.push(Action::Event(Event::Step {
+                actions.push(Action::Event(NodeEvent::Step {
                     stage: self.cfg.stage,
                     step: self.steps_done,
                     loss,
@@ -536,12 +509,14 @@ impl Pipeline {
                     lr,
                     grad_norm,
                     model_hash: hex::encode(model_hash),
+                    time_ms: self.cfg.clock.unix_ms(now),
                 }));
                 if self.is_first() {
                     if self.cfg.steps != 0 && self.steps_done >= self.cfg.steps {
                         self.finished = true;
-                        actions.push(Action::Event(Event::Finished {
+                        actions.push(Action::Event(NodeEvent::Finished {
                             steps: self.steps_done,
+                            time_ms: self.cfg.clock.unix_ms(now),
                         }));
                     } else {
                         actions.push(Action::NeedBatch {
@@ -555,9 +530,7 @@ impl Pipeline {
                 if let Some(mb) = mb {
                     self.stash.remove(&mb);
                 }
-                actions.push(Action::Event(Event::Warning {
-                    message: format!("compute failed: {error}"),
-                }));
+                actions.push(self.warning(now, format!("compute failed: {error}")));
             }
         }
         actions.extend(self.dispatch());
@@ -590,12 +563,13 @@ impl Pipeline {
             if !first_wait {
                 return Vec::new();
             }
-            return vec![Action::Event(Event::Warning {
-                message: format!(
+            return vec![self.warning(
+                now,
+                format!(
                     "no live replica of stage {next}; micro-batch {} waits",
                     mb.short()
                 ),
-            })];
+            )];
         }
         let to = picks.remove(0);
         out.tried.insert(to);
@@ -623,13 +597,15 @@ impl Pipeline {
         if kind == "backward" {
             return match result {
                 Ok(Ack::Accepted) => Vec::new(),
-                Ok(other) => vec![Action::Event(Event::Warning {
-                    message: format!("gradient for {} refused by {to}: {other:?}", mb.short()),
-                })],
+                Ok(other) => vec![self.warning(
+                    now,
+                    format!("gradient for {} refused by {to}: {other:?}", mb.short()),
+                )],
                 // The sender is gone; the driver's timeout re-sends through another path.
-                Err(e) => vec![Action::Event(Event::Warning {
-                    message: format!("gradient for {} not delivered to {to}: {e}", mb.short()),
-                })],
+                Err(e) => vec![self.warning(
+                    now,
+                    format!("gradient for {} not delivered to {to}: {e}", mb.short()),
+                )],
             };
         }
         let Some(out) = self.outstanding.get_mut(&mb) else {
@@ -646,12 +622,13 @@ impl Pipeline {
                 let failover = out.failover.take();
                 self.peers.observe_latency(&to, latency);
                 match failover {
-                    Some((from, reason, noticed)) => vec![Action::Event(Event::Failover {
+                    Some((from, reason, noticed)) => vec![Action::Event(NodeEvent::Failover {
                         mb: mb.short(),
                         from: from.to_string(),
                         to: to.to_string(),
                         reason,
                         ms: now.saturating_duration_since(noticed).as_secs_f64() * 1e3,
+                        time_ms: self.cfg.clock.unix_ms(now),
                     })],
                     None => Vec::new(),
                 }
@@ -662,9 +639,10 @@ impl Pipeline {
             }
             Ok(Ack::Rejected(why)) => {
                 self.release(&to);
-                let mut actions = vec![Action::Event(Event::Warning {
-                    message: format!("{to} refused micro-batch {}: {why}", mb.short()),
-                })];
+                let mut actions = vec![self.warning(
+                    now,
+                    format!("{to} refused micro-batch {}: {why}", mb.short()),
+                )];
                 actions.extend(self.route(mb, now));
                 actions
             }
@@ -673,6 +651,14 @@ impl Pipeline {
                 self.fail_over(mb, to, format!("send failed: {e}"), now)
             }
         }
+    }
+
+    fn warning(&self, now: Instant, message: String) -> Action {
+        Action::Event(NodeEvent::Warning {
+            stage: Some(self.cfg.stage),
+            message,
+            time_ms: self.cfg.clock.unix_ms(now),
+        })
     }
 
     fn release(&mut self, peer: &NodeId) {

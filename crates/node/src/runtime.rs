@@ -199,7 +199,7 @@ pub async fn run(settings: NodeSettings) -> Result<(), NodeError> {
         error: core
             .last_saved()
             .and_then(|r| r.as_ref().err().map(|e| e.0.clone())),
-        net: serde_json::to_value(net.counters()).ok(),
+        net: Some(Box::new(net.counters())),
         sync_round: core.sync_round(),
         theta: hex::encode(core.theta()),
         ledger: core.ledger_summary(),
@@ -277,7 +277,7 @@ impl Driver {
                     queue,
                     peers,
                     replicas,
-                    net: serde_json::to_value(self.net.counters()).ok(),
+                    net: Some(Box::new(self.net.counters())),
                     sync_round,
                     theta,
                     ledger,

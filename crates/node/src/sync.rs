@@ -22,7 +22,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use neuroshard_proof::NodeId;
-use serde::Serialize;
+
+use crate::events::{Clock, NodeEvent};
 
 pub use msgs::{SYNC_TOPIC, SyncDone, SyncMsg, SyncOffer, ThetaRecord, theta_key};
 
@@ -38,6 +39,8 @@ pub struct SyncConfig {
     /// Network id and stage our offers name.
     pub network: [u8; 32],
     pub stage: u16,
+    /// Time of the events it reports.
+    pub clock: Clock,
 }
 
 /// What the runtime must do.
@@ -72,32 +75,7 @@ pub enum SyncAction {
         hash: [u8; 32],
         included: bool,
     },
-    Event(SyncEvent),
-}
-
-/// Reported as JSON event lines.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(tag = "event", rename_all = "snake_case")]
-pub enum SyncEvent {
-    /// A round this replica aggregated itself.
-    Sync {
-        round: u64,
-        theta: String,
-        contributors: usize,
-        expected: usize,
-        included_self: bool,
-        wall_ms: f64,
-        sent_bytes: u64,
-        dense_bytes: u64,
-    },
-    /// The replica took another replica's outer state.
-    Adopted {
-        round: u64,
-        theta: String,
-        reason: String,
-    },
-    /// A peer agreed with our outcome of a round.
-    Agreed { round: u64, peer: String },
+    Event(NodeEvent),
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -202,7 +180,13 @@ impl Syncer {
     }
 
     /// A signed round outcome from a co-replica.
-    pub fn on_done(&mut self, peer: NodeId, node: NodeId, done: SyncDone) -> Vec<SyncAction> {
+    pub fn on_done(
+        &mut self,
+        peer: NodeId,
+        node: NodeId,
+        done: SyncDone,
+        now: Instant,
+    ) -> Vec<SyncAction> {
         if done.round < self.round || node == self.me {
             return Vec::new();
         }
@@ -212,7 +196,7 @@ impl Syncer {
             .or_default()
             .insert(node, (peer, done));
         if round == self.round && self.phase == Phase::Idle {
-            return self.compare_outcomes();
+            return self.compare_outcomes(now);
         }
         Vec::new()
     }
@@ -378,7 +362,8 @@ impl Syncer {
         let included_self = contributors.contains(&self.me);
         self.finish_round(round, theta, contributors.iter().copied().collect(), steps);
         self.aggregated = true;
-        let mut actions = vec![SyncAction::Event(SyncEvent::Sync {
+        let mut actions = vec![SyncAction::Event(NodeEvent::Sync {
+            stage: self.cfg.stage.into(),
             round,
             theta: hex::encode(theta),
             contributors: contributors.len(),
@@ -387,8 +372,9 @@ impl Syncer {
             wall_ms: now.duration_since(since).as_secs_f64() * 1e3,
             sent_bytes: sent,
             dense_bytes: dense,
+            time_ms: self.cfg.clock.unix_ms(now),
         })];
-        actions.extend(self.compare_outcomes());
+        actions.extend(self.compare_outcomes(now));
         (actions, offered)
     }
 
@@ -399,6 +385,7 @@ impl Syncer {
         theta: [u8; 32],
         steps: u64,
         reason: &str,
+        now: Instant,
     ) -> SyncAction {
         let contributors = self
             .dones
@@ -408,10 +395,12 @@ impl Syncer {
             .unwrap_or_default();
         self.finish_round(round, theta, contributors, steps);
         self.aggregated = false;
-        SyncAction::Event(SyncEvent::Adopted {
+        SyncAction::Event(NodeEvent::Adopted {
+            stage: self.cfg.stage.into(),
             round,
             theta: hex::encode(theta),
             reason: reason.to_string(),
+            time_ms: self.cfg.clock.unix_ms(now),
         })
     }
 
@@ -440,7 +429,7 @@ impl Syncer {
     /// After our own outcome of the current round: the best announced outcome wins. Only
     /// outcomes whose every contributor made an offer we saw signed can win, so no one can
     /// invent contributors to outrank the others.
-    fn compare_outcomes(&mut self) -> Vec<SyncAction> {
+    fn compare_outcomes(&mut self, now: Instant) -> Vec<SyncAction> {
         let round = self.round;
         let Some(dones) = self.dones.get(&round) else {
             return Vec::new();
@@ -457,9 +446,11 @@ impl Syncer {
             if d.theta == self.theta {
                 if !self.agreed.contains(&(round, *node)) {
                     agreed.push(*node);
-                    actions.push(SyncAction::Event(SyncEvent::Agreed {
+                    actions.push(SyncAction::Event(NodeEvent::Agreed {
+                        stage: self.cfg.stage.into(),
                         round,
                         peer: node.to_string(),
+                        time_ms: self.cfg.clock.unix_ms(now),
                     }));
                 }
                 continue;
@@ -522,6 +513,7 @@ impl Syncer {
         claimed: [u8; 32],
         contributors: Vec<NodeId>,
         steps: u64,
+        now: Instant,
     ) -> Vec<SyncAction> {
         let reason = if theta == claimed {
             "recomputed a larger outcome and reached the announced hash".to_string()
@@ -535,12 +527,14 @@ impl Syncer {
         };
         self.finish_round(round, theta, contributors.into_iter().collect(), steps);
         self.aggregated = true;
-        let mut actions = vec![SyncAction::Event(SyncEvent::Adopted {
+        let mut actions = vec![SyncAction::Event(NodeEvent::Adopted {
+            stage: self.cfg.stage.into(),
             round,
             theta: hex::encode(theta),
             reason,
+            time_ms: self.cfg.clock.unix_ms(now),
         })];
-        actions.extend(self.compare_outcomes());
+        actions.extend(self.compare_outcomes(now));
         actions
     }
 

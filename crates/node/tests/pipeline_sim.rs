@@ -6,9 +6,10 @@ use std::time::{Duration, Instant};
 
 use neuroshard_model::{AdamW, AdamWConfig, Batch, ModelConfig, Stage, StageSpec, Trainer};
 use neuroshard_node::compute::Engine;
+use neuroshard_node::events::{Clock, NodeEvent};
 use neuroshard_node::records::Heartbeat;
 use neuroshard_node::wire::Msg;
-use neuroshard_node::{Action, Event, Pipeline, PipelineConfig};
+use neuroshard_node::{Action, Pipeline, PipelineConfig};
 use neuroshard_proof::{Canonical, NodeId};
 use rand::{Rng, SeedableRng};
 
@@ -84,6 +85,7 @@ impl Sim {
                     grad_timeout: Duration::from_secs(30),
                     retry_after: Duration::from_millis(1),
                     steps,
+                    clock: Clock::new(std::time::Instant::now(), 0),
                 };
                 let mut node = [0u8; 32];
                 node[0] = s as u8;
@@ -147,13 +149,13 @@ impl Sim {
                     queue.extend(self.replicas[i].pipeline.on_batch(step, batch(step)));
                 }
                 Action::Penalize { reason, .. } => panic!("unexpected penalty: {reason}"),
-                Action::Event(Event::Step { stage, loss, .. }) => {
+                Action::Event(NodeEvent::Step { stage, loss, .. }) => {
                     *self.steps_per_stage.entry(stage).or_default() += 1;
                     if let Some(l) = loss {
                         self.losses.push(l);
                     }
                 }
-                Action::Event(Event::Failover { .. }) => self.failovers += 1,
+                Action::Event(NodeEvent::Failover { .. }) => self.failovers += 1,
                 Action::Event(_) => {}
             }
         }
@@ -320,6 +322,7 @@ fn a_full_queue_answers_busy() {
         grad_timeout: Duration::from_secs(30),
         retry_after: Duration::from_millis(1),
         steps: 0,
+        clock: Clock::new(std::time::Instant::now(), 0),
     };
     let mut validator = Pipeline::new(pcfg, [1; 32], 0);
     let driver = NodeId(rand::random());

@@ -21,7 +21,7 @@ use neuroshard_node::events::NodeEvent;
 
 pub use assemble::{Assembly, assemble};
 pub use launch::{CONFIG_FILE, Member, nodes_dir};
-pub use report::{NetCounters, Report, now_ms};
+pub use report::{Report, now_ms};
 
 use launch::{Launch, Line, stop_all};
 

@@ -3,8 +3,8 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use neuroshard_net::Counters;
 use neuroshard_node::events::{LedgerSummary, NodeEvent};
-use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::{Assembly, Member};
@@ -13,45 +13,6 @@ pub fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
-}
-
-/// Bytes and messages of one protocol, as a real node reports them (`neuroshard_net::Traffic`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct Traffic {
-    pub sent_bytes: u64,
-    pub received_bytes: u64,
-    pub messages_sent: u64,
-    pub messages_received: u64,
-}
-
-/// A node's transport counters (`neuroshard_net::Counters`, carried untyped by the event
-/// because the simulator has none); read here into fields so no key is looked up by name.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct NetCounters {
-    pub gossip: Traffic,
-    pub request: Traffic,
-    pub blob: Traffic,
-    pub kad_queries: u64,
-    pub gossip_no_peers: u64,
-    pub events_dropped: u64,
-}
-
-impl NetCounters {
-    /// `None` when the event carried no counters or they do not read as counters.
-    fn from_event(net: &Option<Value>) -> Option<Self> {
-        net.as_ref()
-            .and_then(|v| serde_json::from_value(v.clone()).ok())
-    }
-
-    fn sent(&self) -> u64 {
-        self.request.sent_bytes + self.gossip.sent_bytes + self.blob.sent_bytes
-    }
-
-    fn received(&self) -> u64 {
-        self.request.received_bytes + self.gossip.received_bytes + self.blob.received_bytes
-    }
 }
 
 /// The node's clock of an event.
@@ -105,8 +66,8 @@ pub struct Report {
     recovered: (Option<u64>, Option<u64>),
     resumed_step: Option<u64>,
     pub killed: Option<usize>,
-    latest_net: HashMap<usize, NetCounters>,
-    stopped_net: BTreeMap<usize, NetCounters>,
+    latest_net: HashMap<usize, Counters>,
+    stopped_net: BTreeMap<usize, Counters>,
     pub initial_val: Option<f64>,
     pub final_val: Option<f64>,
     pub sample: Option<String>,
@@ -177,7 +138,7 @@ impl Report {
                 self.failovers.push((t, *ms, reason.clone()));
             }
             NodeEvent::Stats { net, ledger, .. } => {
-                if let Some(n) = NetCounters::from_event(net) {
+                if let Some(n) = net.as_deref().copied() {
                     self.latest_net.insert(i, n);
                 }
                 self.on_ledger(i, ledger);
@@ -240,7 +201,7 @@ impl Report {
     /// A node's `stopped` event: its final counters and ledger.
     pub fn on_stopped(&mut self, i: usize, ev: &NodeEvent) {
         if let NodeEvent::Stopped { net, ledger, .. } = ev {
-            if let Some(n) = NetCounters::from_event(net) {
+            if let Some(n) = net.as_deref().copied() {
                 self.stopped_net.insert(i, n);
             }
             self.on_ledger(i, ledger);
@@ -401,8 +362,8 @@ impl Report {
                 replicas[s] += 1;
             }
         }
-        let sent: u64 = self.latest_net.values().map(NetCounters::sent).sum();
-        let recv: u64 = self.latest_net.values().map(NetCounters::received).sum();
+        let sent: u64 = self.latest_net.values().map(Counters::sent_bytes).sum();
+        let recv: u64 = self.latest_net.values().map(Counters::received_bytes).sum();
         format!(
             "loss {} | {:.0} tok/s | sent {:.1} MB recv {:.1} MB | replicas per stage {:?}",
             self.recent_loss().map_or("…".into(), |l| format!("{l:.4}")),
@@ -461,7 +422,7 @@ impl Report {
 
     fn bytes_per_step(&self) -> Option<f64> {
         let steps = self.driver_steps_total();
-        let sent: u64 = self.stopped_net.values().map(NetCounters::sent).sum();
+        let sent: u64 = self.stopped_net.values().map(Counters::sent_bytes).sum();
         (steps > 0 && sent > 0).then(|| sent as f64 / steps as f64)
     }
 

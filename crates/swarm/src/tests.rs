@@ -96,7 +96,7 @@ fn report_follows_steps_rounds_traffic_and_ledgers() {
                 queue: 0,
                 peers: 1,
                 replicas: vec![1],
-                net: Some(net.clone()),
+                net: Some(Box::new(serde_json::from_value(net.clone()).unwrap())),
                 sync_round: 1,
                 theta: "aa".into(),
                 ledger: LedgerSummary {

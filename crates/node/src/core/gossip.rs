@@ -169,7 +169,7 @@ impl NodeCore {
                     // A refused receipt changes nothing; the proof waits for a good one.
                     let _ = self.economy.on_receipt(done.round, *receipt);
                 }
-                let actions = self.rounds.syncer.on_done(from, from, done);
+                let actions = self.rounds.syncer.on_done(from, from, done, now);
                 self.run_sync_actions(actions, now);
             }
         }

@@ -29,12 +29,12 @@ pub use io::{
     Compute, EngineError, EngineJob, EngineOutput, Inbound, Token, TransferError, Transmit,
 };
 use rounds::RoundState;
-pub use rounds::{outer_state_limit, pseudo_gradient_limit};
+pub use rounds::outer_state_limit;
 
 use crate::economy::{Economy, LedgerSyncRequest, LedgerSyncResponse, LedgerWrite};
-use crate::events::{LedgerSummary, NodeEvent};
+use crate::events::{Clock, LedgerSummary, NodeEvent};
 use crate::peers::{HEARTBEAT_EVERY, PeerTable};
-use crate::pipeline::{Action, Event, JobDone, Pipeline, PipelineConfig};
+use crate::pipeline::{Action, JobDone, Pipeline, PipelineConfig};
 use crate::records::{HEARTBEAT_TOPIC, PROOF_TOPIC};
 use crate::settings::NodeSettings;
 use crate::sync::{SYNC_TOPIC, SyncConfig, Syncer};
@@ -109,8 +109,7 @@ pub struct NodeCore {
     economy: Economy,
     data: Box<dyn BatchSource>,
     rng: ChaCha8Rng,
-    start: Instant,
-    start_unix_ms: u64,
+    clock: Clock,
     addrs: Vec<String>,
     tokens_per_mb: u64,
     started: bool,
@@ -135,6 +134,7 @@ impl NodeCore {
     pub fn new(cfg: CoreConfig, economy: Economy, data: Box<dyn BatchSource>) -> Self {
         let s = &cfg.settings;
         let me = cfg.identity.node_id();
+        let clock = Clock::new(cfg.start, cfg.start_unix_ms);
         let pcfg = PipelineConfig {
             stage: cfg.stage,
             stages: s.stages,
@@ -145,6 +145,7 @@ impl NodeCore {
             grad_timeout: s.grad_timeout(),
             retry_after: Duration::from_millis(100),
             steps: s.steps,
+            clock,
         };
         let syncer = Syncer::new(
             SyncConfig {
@@ -153,6 +154,7 @@ impl NodeCore {
                 retry_after: Duration::from_secs(1),
                 network: cfg.network,
                 stage: cfg.stage as u16,
+                clock,
             },
             me,
             cfg.sync_round,
@@ -177,8 +179,7 @@ impl NodeCore {
             stages: s.stages,
             tokens_per_mb: rows * s.seq as u64,
             settings: cfg.settings.clone(),
-            start,
-            start_unix_ms: cfg.start_unix_ms,
+            clock,
             addrs: cfg.addrs,
             started: false,
             next_token: 1,
@@ -246,9 +247,7 @@ impl NodeCore {
 
     /// Unix time in ms at `now`.
     pub fn unix_ms(&self, now: Instant) -> u64 {
-        let since = now.saturating_duration_since(self.start).as_millis();
-        self.start_unix_ms
-            .saturating_add(u64::try_from(since).unwrap_or(u64::MAX))
+        self.clock.unix_ms(now)
     }
 
     /// Live peers as the heartbeats tell (for the caller's start condition and reports).
@@ -289,8 +288,7 @@ impl NodeCore {
             EngineOutput::Job(done) => {
                 let stepped = matches!(done, JobDone::Step { .. });
                 if let JobDone::Backward { mb, loss, .. } = &done {
-                    self.rounds
-                        .count_backward(mb, self.tokens_per_mb, *loss, now);
+                    self.rounds.count_backward(mb, self.tokens_per_mb, *loss);
                 }
                 let actions = self.pipeline.on_job_done(done, now);
                 self.run_actions(actions, now);
@@ -474,63 +472,8 @@ impl NodeCore {
                     Err(e) => self.warn(format!("loading batch {step}: {e}"), now),
                 },
                 Action::Penalize { peer, reason } => self.penalize(peer, reason),
-                Action::Event(ev) => {
-                    let ev = self.pipeline_event(ev, now);
-                    self.events.push_back(ev);
-                }
+                Action::Event(ev) => self.events.push_back(ev),
             }
-        }
-    }
-
-    fn pipeline_event(&self, ev: Event, now: Instant) -> NodeEvent {
-        let time_ms = self.unix_ms(now);
-        match ev {
-            Event::Step {
-                stage,
-                step,
-                loss,
-                tokens,
-                lr,
-                grad_norm,
-                model_hash,
-            } => NodeEvent::Step {
-                stage,
-                step,
-                loss,
-                tokens,
-                lr,
-                grad_norm,
-                model_hash,
-                time_ms,
-            },
-            Event::Failover {
-                mb,
-                from,
-                to,
-                reason,
-                ms,
-            } => NodeEvent::Failover {
-                mb,
-                from,
-                to,
-                reason,
-                ms,
-                time_ms,
-            },
-            Event::Finished { steps } => NodeEvent::Finished { steps, time_ms },
-            Event::Dropped { peer, reason } => NodeEvent::Dropped {
-                what: None,
-                peer: Some(peer),
-                stage: Some(self.stage),
-                round: None,
-                reason,
-                time_ms,
-            },
-            Event::Warning { message } => NodeEvent::Warning {
-                stage: Some(self.stage),
-                message,
-                time_ms,
-            },
         }
     }
 
@@ -574,17 +517,18 @@ impl NodeCore {
         });
     }
 
+    /// `_from` is the peer the transport matched the answer to: the one we asked, since
+    /// tokens never leave this node.
     fn on_response(
         &mut self,
-        from: NodeId,
+        _from: NodeId,
         token: Token,
         result: Result<Vec<u8>, TransferError>,
         now: Instant,
     ) {
         match self.requests.remove(&token) {
+            // The answer is for the peer we sent to, whoever the transport says it is from.
             Some(Pending::Pipeline { to, mb, kind }) => {
-                // The transport answers for the peer it sent to; `from` only double-checks.
-                debug_assert!(to == from || from == self.me);
                 let result = result.map_err(|e| e.0).and_then(|bytes| {
                     Ack::from_canonical_bytes(&bytes).map_err(|e| format!("bad answer: {e}"))
                 });

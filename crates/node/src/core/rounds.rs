@@ -15,7 +15,7 @@ use crate::economy::WorkSummary;
 use crate::events::NodeEvent;
 use crate::replica::Applied;
 use crate::sync::theta_key;
-use crate::sync::{SYNC_TOPIC, SyncAction, SyncDone, SyncEvent, SyncMsg, Syncer, ThetaRecord};
+use crate::sync::{SYNC_TOPIC, SyncAction, SyncDone, SyncMsg, Syncer, ThetaRecord};
 use crate::wire::MicroBatchId;
 
 /// Largest outer state of a stage: θ₀, velocity and the previous aggregate, plus a header.
@@ -137,13 +137,7 @@ impl RoundState {
     }
 
     /// Counts a finished backward pass of `tokens` tokens toward the next proof.
-    pub fn count_backward(
-        &mut self,
-        mb: &MicroBatchId,
-        tokens: u64,
-        loss: Option<f32>,
-        _now: Instant,
-    ) {
+    pub fn count_backward(&mut self, mb: &MicroBatchId, tokens: u64, loss: Option<f32>) {
         self.work.tokens = self.work.tokens.saturating_add(tokens);
         self.work.batches = self.work.batches.saturating_add(1);
         if self.work.data.len() < MAX_SHARDS {
@@ -236,55 +230,8 @@ impl NodeCore {
                         now,
                     );
                 }
-                SyncAction::Event(ev) => {
-                    let ev = self.sync_event(ev, now);
-                    self.events.push_back(ev);
-                }
+                SyncAction::Event(ev) => self.events.push_back(ev),
             }
-        }
-    }
-
-    fn sync_event(&self, ev: SyncEvent, now: Instant) -> NodeEvent {
-        let (stage, time_ms) = (self.stage, self.unix_ms(now));
-        match ev {
-            SyncEvent::Sync {
-                round,
-                theta,
-                contributors,
-                expected,
-                included_self,
-                wall_ms,
-                sent_bytes,
-                dense_bytes,
-            } => NodeEvent::Sync {
-                stage,
-                round,
-                theta,
-                contributors,
-                expected,
-                included_self,
-                wall_ms,
-                sent_bytes,
-                dense_bytes,
-                time_ms,
-            },
-            SyncEvent::Adopted {
-                round,
-                theta,
-                reason,
-            } => NodeEvent::Adopted {
-                stage,
-                round,
-                theta,
-                reason,
-                time_ms,
-            },
-            SyncEvent::Agreed { round, peer } => NodeEvent::Agreed {
-                stage,
-                round,
-                peer,
-                time_ms,
-            },
         }
     }
 
@@ -462,6 +409,7 @@ impl NodeCore {
                     claimed,
                     applied.contributors.clone(),
                     steps,
+                    now,
                 );
                 self.announce_outcome(round, &applied, &fetched, now);
                 self.run_sync_actions(actions, now);
@@ -480,7 +428,10 @@ impl NodeCore {
             ) => {
                 self.offer_blob(round, bytes);
                 let steps = self.pipeline.steps_done();
-                let ev = self.rounds.syncer.on_adopted(round, hash, steps, &reason);
+                let ev = self
+                    .rounds
+                    .syncer
+                    .on_adopted(round, hash, steps, &reason, now);
                 self.run_sync_actions(vec![ev], now);
                 self.publish_theta_record(now);
             }

@@ -10,6 +10,7 @@ fn cfg() -> SyncConfig {
         retry_after: Duration::from_secs(1),
         network: NET,
         stage: 0,
+        clock: crate::events::Clock::new(Instant::now(), 0),
     }
 }
 
@@ -140,7 +141,7 @@ fn the_first_replica_at_h_leads_and_the_others_follow_into_one_round() {
         assert_eq!(receipts.len(), 2, "the two other offers are countersigned");
         assert!(matches!(
             &acts[0],
-            SyncAction::Event(SyncEvent::Sync {
+            SyncAction::Event(NodeEvent::Sync {
                 contributors: 3,
                 expected: 3,
                 ..
@@ -151,10 +152,12 @@ fn the_first_replica_at_h_leads_and_the_others_follow_into_one_round() {
     // Same outcome everywhere: a peer's Done only produces an agreement event.
     let (peer, node) = (all[1].peer, all[1].node);
     let everyone = vec![all[0].node, all[1].node, all[2].node];
-    let acts = all[0].s.on_done(peer, node, done(1, theta, everyone));
+    let acts = all[0]
+        .s
+        .on_done(peer, node, done(1, theta, everyone), Instant::now());
     assert!(matches!(
         acts.as_slice(),
-        [SyncAction::Event(SyncEvent::Agreed { round: 1, .. })]
+        [SyncAction::Event(NodeEvent::Agreed { round: 1, .. })]
     ));
 }
 
@@ -189,7 +192,7 @@ fn the_larger_outcome_wins_and_the_smaller_one_recomputes_it() {
     let (peer, node) = (all[1].peer, all[1].node);
     let acts = all[0]
         .s
-        .on_done(peer, node, done(1, [9; 32], vec![a, b, c]));
+        .on_done(peer, node, done(1, [9; 32], vec![a, b, c]), Instant::now());
     // It does not take replica 1's bytes: it fetches the one offer it lacks and recomputes.
     assert_eq!(
         acts,
@@ -204,13 +207,13 @@ fn the_larger_outcome_wins_and_the_smaller_one_recomputes_it() {
     assert!(all[0].s.busy());
     let acts = all[0]
         .s
-        .on_recomputed(1, [9; 32], [9; 32], vec![a, b, c], 5);
+        .on_recomputed(1, [9; 32], [9; 32], vec![a, b, c], 5, Instant::now());
     assert!(
         matches!(
             acts.as_slice(),
             [
-                SyncAction::Event(SyncEvent::Adopted { round: 1, .. }),
-                SyncAction::Event(SyncEvent::Agreed { .. })
+                SyncAction::Event(NodeEvent::Adopted { round: 1, .. }),
+                SyncAction::Event(NodeEvent::Agreed { .. })
             ]
         ),
         "{acts:?}"
@@ -227,17 +230,17 @@ fn a_false_announcement_is_caught_by_recomputing_and_never_followed_again() {
     let (peer, node) = (all[1].peer, all[1].node);
     let acts = all[0]
         .s
-        .on_done(peer, node, done(1, [1; 32], vec![a, b, c]));
+        .on_done(peer, node, done(1, [1; 32], vec![a, b, c]), Instant::now());
     assert!(matches!(acts.as_slice(), [SyncAction::Verify { .. }]));
     // Our recomputation over {a, b, c} hashes to [6; 32], not the announced [1; 32].
     let acts = all[0]
         .s
-        .on_recomputed(1, [6; 32], [1; 32], vec![a, b, c], 5);
+        .on_recomputed(1, [6; 32], [1; 32], vec![a, b, c], 5, Instant::now());
     assert_eq!(all[0].s.theta(), [6; 32]);
     assert!(!acts.iter().any(|a| matches!(a, SyncAction::Verify { .. })));
     let acts = all[0]
         .s
-        .on_done(peer, node, done(1, [1; 32], vec![a, b, c]));
+        .on_done(peer, node, done(1, [1; 32], vec![a, b, c]), Instant::now());
     assert!(acts.is_empty(), "{acts:?}");
 }
 
@@ -248,9 +251,12 @@ fn invented_contributors_cannot_outrank_an_outcome() {
     all[0].s.on_applied(1, [5; 32], vec![a, b], 4, now);
     let sybil = NodeId([99; 32]);
     let (peer, node) = (all[1].peer, all[1].node);
-    let acts = all[0]
-        .s
-        .on_done(peer, node, done(1, [1; 32], vec![a, b, sybil]));
+    let acts = all[0].s.on_done(
+        peer,
+        node,
+        done(1, [1; 32], vec![a, b, sybil]),
+        Instant::now(),
+    );
     assert!(acts.is_empty(), "{acts:?}");
     assert_eq!(all[0].s.theta(), [5; 32]);
 }
@@ -261,7 +267,9 @@ fn a_replica_behind_fetches_the_latest_outer_state() {
     let now = Instant::now();
     let (peer, node) = (all[1].peer, all[1].node);
     let others = vec![all[1].node, all[2].node];
-    all[0].s.on_done(peer, node, done(3, [7; 32], others));
+    all[0]
+        .s
+        .on_done(peer, node, done(3, [7; 32], others), Instant::now());
     let l0 = live(&all, 0);
     let acts = all[0].s.poll(now, 0, &l0);
     assert_eq!(
@@ -273,7 +281,7 @@ fn a_replica_behind_fetches_the_latest_outer_state() {
             included: false
         }]
     );
-    all[0].s.on_adopted(3, [7; 32], 0, "behind");
+    all[0].s.on_adopted(3, [7; 32], 0, "behind", Instant::now());
     assert_eq!(all[0].s.round(), 3);
     // An offer of round 5 means round 4 exists: its base is fetched from the offerer.
     let (peer2, node2) = (all[2].peer, all[2].node);
@@ -334,7 +342,9 @@ fn a_replica_that_took_its_state_from_a_peer_fetches_a_better_outcome_instead_of
     for (peer, node) in [(p1, n1), (p2, n2)] {
         all[0].s.on_offer(peer, node, offer(2, [3; 32]));
     }
-    all[0].s.on_done(p1, n1, done(2, [7; 32], vec![b]));
+    all[0]
+        .s
+        .on_done(p1, n1, done(2, [7; 32], vec![b]), Instant::now());
     let l0 = live(&all, 0);
     let acts = all[0].s.poll(now, 0, &l0);
     assert!(
@@ -348,10 +358,10 @@ fn a_replica_that_took_its_state_from_a_peer_fetches_a_better_outcome_instead_of
         ),
         "{acts:?}"
     );
-    all[0].s.on_adopted(2, [7; 32], 0, "behind");
+    all[0].s.on_adopted(2, [7; 32], 0, "behind", Instant::now());
     let acts: Vec<SyncAction> = all[0]
         .s
-        .on_done(p2, n2, done(2, [8; 32], vec![b, c]))
+        .on_done(p2, n2, done(2, [8; 32], vec![b, c]), Instant::now())
         .into_iter()
         .filter(|a| !matches!(a, SyncAction::Event(_)))
         .collect();
