@@ -14,8 +14,12 @@ pub struct SimArgs {
     #[arg(long, default_value_t = 100)]
     nodes: usize,
     /// Pipeline stages (replicas per stage = nodes / stages).
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, conflicts_with = "replicas")]
     stages: usize,
+    /// Replicas per stage instead of a stage count: stages = nodes / replicas, the way a
+    /// network grows by adding stages.
+    #[arg(long)]
+    replicas: Option<usize>,
     /// DiLoCo rounds every stage must complete.
     #[arg(long, default_value_t = 20)]
     rounds: u64,
@@ -51,7 +55,13 @@ struct SimReport {
     peak_rss_mib: f64,
 }
 
-pub fn run(args: SimArgs) -> Result<()> {
+pub fn run(mut args: SimArgs) -> Result<()> {
+    if let Some(r) = args.replicas {
+        if r < 2 {
+            bail!("need at least 2 replicas per stage");
+        }
+        args.stages = args.nodes / r;
+    }
     if args.nodes < 2 * args.stages || args.stages == 0 {
         bail!(
             "need at least 2 replicas per stage ({} nodes, {} stages)",
@@ -62,7 +72,7 @@ pub fn run(args: SimArgs) -> Result<()> {
     // One layer per stage at least: the stand-in keeps the model's real parameter layout.
     let mut model = tiny_model();
     model.layers = model.layers.max(args.stages);
-    let mut s = settings(model, args.stages, (4 * args.stages).min(args.nodes - 1));
+    let mut s = settings(model, args.stages, args.nodes / args.stages);
     s.sync.every = args.sync_every;
     s.sync.compression = args.compression.clone();
     s.checkpoint_secs = 0;

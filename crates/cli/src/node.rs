@@ -125,9 +125,10 @@ pub struct NodeArgs {
     /// Speculative checkpoint every this many seconds (0: only at shutdown).
     #[arg(long, default_value_t = 120)]
     checkpoint_secs: u64,
-    /// A driver starts training once it has heard this many live peers.
+    /// Start training once this stage and its neighbours each have this many live
+    /// replicas (this node included).
     #[arg(long, default_value_t = 1)]
-    wait_peers: usize,
+    wait_replicas: usize,
     /// Largest request or response frame, in MiB.
     #[arg(long, default_value_t = MAX_FRAME_MB)]
     max_frame_mb: usize,
@@ -169,7 +170,7 @@ impl NodeArgs {
             grad_timeout_ms: self.grad_timeout_ms,
             settle_ms: self.settle_ms,
             checkpoint_secs: self.checkpoint_secs,
-            wait_peers: self.wait_peers,
+            wait_replicas: self.wait_replicas,
             max_frame: self.max_frame_mb << 20,
             sync: self.sync.settings(&self.attack),
         })

@@ -117,7 +117,7 @@ impl SwarmArgs {
             grad_timeout_ms: node::GRAD_TIMEOUT_MS,
             settle_ms: 0,
             checkpoint_secs: self.checkpoint_secs,
-            wait_peers: 0,
+            wait_replicas: 0,
             max_frame: node::MAX_FRAME_MB << 20,
             sync: self.sync.settings("none"),
         };

@@ -181,6 +181,26 @@ pub(crate) fn topic_score_params() -> TopicScoreParams {
     }
 }
 
+/// Subscribes to exactly `topics`: joins the new ones, leaves the others.
+pub(crate) fn set_topics(
+    gossip: &mut gossipsub::Behaviour,
+    topics: &[String],
+) -> Result<(), NetError> {
+    let wanted: Vec<IdentTopic> = topics.iter().map(IdentTopic::new).collect();
+    let stale: Vec<gossipsub::TopicHash> = gossip
+        .topics()
+        .filter(|h| !wanted.iter().any(|t| t.hash() == **h))
+        .cloned()
+        .collect();
+    for hash in stale {
+        gossip.unsubscribe(&IdentTopic::new(hash.into_string()));
+    }
+    for topic in topics {
+        subscribe(gossip, topic)?;
+    }
+    Ok(())
+}
+
 /// Joins a topic with its score parameters.
 pub(crate) fn subscribe(gossip: &mut gossipsub::Behaviour, topic: &str) -> Result<(), NetError> {
     let topic = IdentTopic::new(topic);

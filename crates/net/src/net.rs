@@ -252,6 +252,14 @@ impl Net {
         })
     }
 
+    /// Subscribes to exactly `topics` (joining new ones, leaving the rest): a node listens to
+    /// every stage while it chooses one, then only to what its stage needs.
+    pub async fn set_topics(&self, topics: Vec<String>) -> Result<(), NetError> {
+        let (reply, rx) = oneshot::channel();
+        self.send(Command::SetTopics(topics, reply))?;
+        rx.await.map_err(|_| NetError::Shutdown)?
+    }
+
     /// Sends a request on `/neuroshard/msg/1` and waits for the response.
     pub async fn request(&self, node: NodeId, data: Vec<u8>) -> Result<Vec<u8>, NetError> {
         let peer = self.peer(&node)?;

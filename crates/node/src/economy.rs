@@ -10,7 +10,7 @@
 //! commute. The only local input left, which receipt signers are known, is handled by parking
 //! proofs until [`Economy::learn_node`] makes their signers known.
 
-use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::Path;
 
 use neuroshard_ledger::{
@@ -22,9 +22,9 @@ use neuroshard_proof::plausibility::{
 use neuroshard_proof::proof::{MAX_RECEIPTS, MAX_SHARDS};
 use neuroshard_proof::verify::MIN_TRAINING_RECEIPTS;
 use neuroshard_proof::{
-    Canonical, CodecError, HardwareClass, Hash32, Identity, LayerRange, NodeId, Proof, ProofKind,
-    ProofVerifier, PublicKey, Reader, Receipt, ReceiptError, ReceiptKind, Roles, ShardWork,
-    SignatureError, SignedProof, VerifiedProof, VerifyError, Writer,
+    HardwareClass, Hash32, Identity, LayerRange, NodeId, Proof, ProofKind, ProofVerifier,
+    PublicKey, Receipt, ReceiptError, ReceiptKind, Roles, ShardWork, SignatureError, SignedProof,
+    VerifiedProof, VerifyError,
 };
 
 /// Default gap between own proofs: the verifier's rate limit is 120 proofs per node per hour.
@@ -40,12 +40,8 @@ pub const RECEIPTS_PER_ROUND: usize = 4 * MAX_RECEIPTS;
 /// Receipts held for rounds not recorded yet (a co-replica can be faster than our own
 /// `record_round`).
 pub const MAX_EARLY_RECEIPTS: usize = 64;
-/// Most hashes a [`LedgerSyncRequest`] may list (4 MiB).
-pub const MAX_SYNC_HAVE: usize = 1 << 17;
-/// Most proofs a [`LedgerSyncResponse`] may carry.
-pub const MAX_SYNC_PROOFS: usize = 1024;
-/// Largest wire form of one proof in a [`LedgerSyncResponse`] (real proofs are under 14 KiB).
-pub const MAX_PROOF_WIRE: usize = 64 * 1024;
+/// Keys whose introductions are kept for peers (one signed heartbeat each, ~200 bytes).
+pub const MAX_INTRODUCED: usize = 1 << 16;
 
 /// What the node did in one DiLoCo round; the runtime fills it after each sync round.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -114,6 +110,13 @@ pub struct SyncSummary {
 }
 
 impl SyncSummary {
+    fn add(&mut self, other: SyncSummary) {
+        self.applied += other.applied;
+        self.duplicate += other.duplicate;
+        self.parked += other.parked;
+        self.rejected += other.rejected;
+    }
+
     fn count(&mut self, outcome: &ProofOutcome) {
         match outcome {
             ProofOutcome::Applied { .. } => self.applied += 1,
@@ -121,54 +124,6 @@ impl SyncSummary {
             ProofOutcome::Parked(_) => self.parked += 1,
             ProofOutcome::Rejected(_) => self.rejected += 1,
         }
-    }
-}
-
-/// "These are the proofs I hold": the receiver answers with the ones missing.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LedgerSyncRequest {
-    pub have: Vec<Hash32>,
-}
-
-/// Signed proof wire bytes the requester lacked.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LedgerSyncResponse {
-    pub proofs: Vec<Vec<u8>>,
-}
-
-impl Canonical for LedgerSyncRequest {
-    const DOMAIN: &'static str = "neuroshard/ledger-sync-request/v1";
-
-    fn encode_body(&self, w: &mut Writer) {
-        w.len(self.have.len());
-        for h in &self.have {
-            w.fixed(h);
-        }
-    }
-
-    fn decode_body(r: &mut Reader<'_>) -> Result<Self, CodecError> {
-        let n = r.len(MAX_SYNC_HAVE)?;
-        let have = (0..n).map(|_| r.array()).collect::<Result<_, _>>()?;
-        Ok(Self { have })
-    }
-}
-
-impl Canonical for LedgerSyncResponse {
-    const DOMAIN: &'static str = "neuroshard/ledger-sync-response/v1";
-
-    fn encode_body(&self, w: &mut Writer) {
-        w.len(self.proofs.len());
-        for p in &self.proofs {
-            w.bytes(p);
-        }
-    }
-
-    fn decode_body(r: &mut Reader<'_>) -> Result<Self, CodecError> {
-        let n = r.len(MAX_SYNC_PROOFS)?;
-        let proofs = (0..n)
-            .map(|_| r.bytes(MAX_PROOF_WIRE).map(<[u8]>::to_vec))
-            .collect::<Result<_, _>>()?;
-        Ok(Self { proofs })
     }
 }
 
@@ -361,6 +316,8 @@ pub struct Economy {
     last_proof_ms: Option<u64>,
     last_nonce: Option<u64>,
     parked: VecDeque<ParkedProof>,
+    /// The signed heartbeat that made each known key known, passed on in anti-entropy.
+    introductions: HashMap<PublicKey, Vec<u8>>,
 }
 
 impl Economy {
@@ -392,6 +349,7 @@ impl Economy {
             last_proof_ms: None,
             last_nonce,
             parked: VecDeque::new(),
+            introductions: HashMap::new(),
         }
     }
 
@@ -408,10 +366,17 @@ impl Economy {
         self.identity.public_key()
     }
 
-    /// Makes `key` a known receipt signer (call for every valid signed heartbeat) and retries
-    /// the parked proofs that waited for it.
-    pub fn learn_node(&mut self, key: PublicKey) -> SyncSummary {
+    /// Makes `key` a known receipt signer (call for every valid signed heartbeat, with its
+    /// bytes: they introduce the key to peers that never hear it) and retries the parked
+    /// proofs that waited for it.
+    pub fn learn_node(&mut self, key: PublicKey, introduction: &[u8]) -> SyncSummary {
         let mut summary = SyncSummary::default();
+        if !self.introductions.contains_key(&key)
+            && self.introductions.len() < MAX_INTRODUCED
+            && introduction.len() <= MAX_INTRODUCTION
+        {
+            self.introductions.insert(key, introduction.to_vec());
+        }
         if self.verifier.is_known(&key) {
             return summary;
         }
@@ -665,61 +630,6 @@ impl Economy {
         Ok(self.wires.keys().copied().collect())
     }
 
-    /// Wire bytes of proofs this node holds and `theirs` lacks, in hash order, at most
-    /// `max_bytes` in total and [`MAX_SYNC_PROOFS`] in number.
-    pub fn proofs_missing_from(
-        &self,
-        theirs: &[Hash32],
-        max_bytes: usize,
-    ) -> Result<Vec<Vec<u8>>, EconomyError> {
-        let theirs: HashSet<&Hash32> = theirs.iter().collect();
-        let mut out = Vec::new();
-        let mut used = 0usize;
-        for (hash, wire) in &self.wires {
-            if out.len() >= MAX_SYNC_PROOFS {
-                break;
-            }
-            if theirs.contains(hash) {
-                continue;
-            }
-            used = used.saturating_add(wire.len());
-            if used > max_bytes {
-                break;
-            }
-            out.push(wire.clone());
-        }
-        Ok(out)
-    }
-
-    /// The request that asks a peer for what this node lacks (truncated to
-    /// [`MAX_SYNC_HAVE`] hashes).
-    pub fn sync_request(&self) -> Result<LedgerSyncRequest, EconomyError> {
-        let mut have = self.proof_hashes()?;
-        have.truncate(MAX_SYNC_HAVE);
-        Ok(LedgerSyncRequest { have })
-    }
-
-    /// The answer to a peer's [`LedgerSyncRequest`].
-    pub fn answer_sync(
-        &self,
-        request: &LedgerSyncRequest,
-        max_bytes: usize,
-    ) -> Result<LedgerSyncResponse, EconomyError> {
-        Ok(LedgerSyncResponse {
-            proofs: self.proofs_missing_from(&request.have, max_bytes)?,
-        })
-    }
-
-    /// Applies every proof of a sync response, as if each arrived by gossip.
-    pub fn on_sync_response(&mut self, response: &LedgerSyncResponse, now_ms: u64) -> SyncSummary {
-        let mut summary = SyncSummary::default();
-        for wire in &response.proofs {
-            let outcome = self.on_proof(wire, now_ms);
-            summary.count(&outcome);
-        }
-        summary
-    }
-
     pub fn state_hash(&self) -> Hash32 {
         self.ledger.state_hash()
     }
@@ -763,5 +673,11 @@ fn push_receipt(receipts: &mut Vec<Receipt>, receipt: Receipt) -> bool {
     true
 }
 
+mod antientropy;
 #[cfg(test)]
 mod tests;
+
+pub use antientropy::{
+    LedgerSyncRequest, LedgerSyncResponse, MAX_INTRODUCTION, MAX_PROOF_WIRE, MAX_SYNC_HAVE,
+    MAX_SYNC_INTRODUCTIONS, MAX_SYNC_PROOFS,
+};

@@ -7,10 +7,104 @@
 use neuroshard_net::Validation;
 use neuroshard_proof::{Canonical, CodecError, NodeId, Reader, Signed, Writer};
 
-/// Gossip topic of signed PoNW proofs.
-pub const PROOF_TOPIC: &str = "neuroshard/proof/1";
+/// A gossip topic. Every topic is scoped to one stage: a node hears its own stage and its two
+/// neighbours, never the whole network, so what each node receives stays bounded as the
+/// network grows by adding stages. Proofs reach the neighbourhood by gossip and the rest of
+/// the network by ledger anti-entropy, many per message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Topic {
+    /// Liveness and load of the replicas of a stage.
+    Heartbeat(u16),
+    /// DiLoCo offers and round outcomes of a stage.
+    Sync(u16),
+    /// Proofs of the replicas of a stage, each published by its prover.
+    Proof(u16),
+}
 
-pub const HEARTBEAT_TOPIC: &str = "neuroshard/heartbeat/1";
+const HEARTBEAT_PREFIX: &str = "neuroshard/heartbeat/2/";
+const SYNC_PREFIX: &str = "neuroshard/sync/2/";
+const PROOF_PREFIX: &str = "neuroshard/proof/2/";
+
+impl Topic {
+    /// The name the transport subscribes to.
+    pub fn name(&self) -> String {
+        match self {
+            Topic::Heartbeat(s) => format!("{HEARTBEAT_PREFIX}{s}"),
+            Topic::Sync(s) => format!("{SYNC_PREFIX}{s}"),
+            Topic::Proof(s) => format!("{PROOF_PREFIX}{s}"),
+        }
+    }
+
+    /// The topic named `name`, only in its one canonical spelling (no "01" for "1").
+    pub fn parse(name: &str) -> Option<Topic> {
+        let topic = if let Some(s) = name.strip_prefix(HEARTBEAT_PREFIX) {
+            Topic::Heartbeat(s.parse().ok()?)
+        } else if let Some(s) = name.strip_prefix(SYNC_PREFIX) {
+            Topic::Sync(s.parse().ok()?)
+        } else if let Some(s) = name.strip_prefix(PROOF_PREFIX) {
+            Topic::Proof(s.parse().ok()?)
+        } else {
+            return None;
+        };
+        (topic.name() == name).then_some(topic)
+    }
+
+    /// The kind of messages a topic carries, whatever its stage.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Topic::Heartbeat(_) => "heartbeat",
+            Topic::Sync(_) => "sync",
+            Topic::Proof(_) => "proof",
+        }
+    }
+
+    /// The stage a topic belongs to.
+    pub fn stage(&self) -> usize {
+        match self {
+            Topic::Heartbeat(s) | Topic::Sync(s) | Topic::Proof(s) => usize::from(*s),
+        }
+    }
+
+    /// What a node of `stage` (of `stages`) hears: heartbeats and proofs of its stage and of
+    /// the stages it sends to and receives from, and its own stage's rounds.
+    pub fn subscriptions(stage: usize, stages: usize) -> Vec<Topic> {
+        let near: Vec<u16> = (stage.saturating_sub(1)..=stage.saturating_add(1))
+            .filter(|s| *s < stages)
+            .filter_map(|s| u16::try_from(s).ok())
+            .collect();
+        let mut topics: Vec<Topic> = near.iter().copied().map(Topic::Heartbeat).collect();
+        topics.extend(near.iter().copied().map(Topic::Proof));
+        if let Ok(s) = u16::try_from(stage) {
+            topics.push(Topic::Sync(s));
+        }
+        topics
+    }
+
+    /// Whether a node of `stage` hears `self`.
+    pub fn heard_by(&self, stage: usize, stages: usize) -> bool {
+        let s = self.stage();
+        match self {
+            Topic::Sync(_) => s == stage,
+            Topic::Heartbeat(_) | Topic::Proof(_) => s < stages && s.abs_diff(stage) <= 1,
+        }
+    }
+
+    /// Every heartbeat topic of a network: what a starting node listens to before it knows
+    /// its stage.
+    pub fn all_heartbeats(stages: usize) -> Vec<Topic> {
+        (0..stages)
+            .filter_map(|s| u16::try_from(s).ok())
+            .map(Topic::Heartbeat)
+            .collect()
+    }
+}
+
+impl std::fmt::Display for Topic {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.name())
+    }
+}
+
 pub const NETWORK_KEY: &[u8] = b"neuroshard/network";
 const MAX_ADDRS: usize = 16;
 const MAX_ADDR_LEN: usize = 256;
@@ -204,10 +298,14 @@ pub fn open<T: Canonical>(bytes: &[u8], author: Option<&NodeId>) -> Result<T, St
 
 /// Gossip validation: heartbeats must be signed by their author and name the author's node.
 pub fn validate_gossip(topic: &str, author: &NodeId, data: &[u8]) -> Validation {
-    match topic {
-        crate::sync::SYNC_TOPIC => {
+    let stage = match Topic::parse(topic) {
+        Some(Topic::Sync(stage)) => {
             return match open::<crate::sync::SyncMsg>(data, Some(author)) {
-                Ok(_) => Validation::Accept,
+                Ok(m) if m.stage() == stage => Validation::Accept,
+                Ok(_) => {
+                    tracing::debug!(%author, "sync message on another stage's topic");
+                    Validation::Reject
+                }
                 Err(e) => {
                     tracing::debug!(%author, "sync message refused: {e}");
                     Validation::Reject
@@ -215,19 +313,19 @@ pub fn validate_gossip(topic: &str, author: &NodeId, data: &[u8]) -> Validation 
             };
         }
         // Only the envelope and its author here; the economy runs the full verification.
-        PROOF_TOPIC => {
+        Some(Topic::Proof(_)) => {
             return match neuroshard_proof::SignedProof::from_bytes(data) {
                 Ok(p) if p.signer().node_id() == *author => Validation::Accept,
                 _ => Validation::Reject,
             };
         }
-        HEARTBEAT_TOPIC => {}
-        _ => return Validation::Ignore,
-    }
+        Some(Topic::Heartbeat(stage)) => stage,
+        None => return Validation::Ignore,
+    };
     match open::<Heartbeat>(data, Some(author)) {
-        Ok(hb) if hb.node == *author => Validation::Accept,
+        Ok(hb) if hb.node == *author && hb.stage == stage => Validation::Accept,
         Ok(_) => {
-            tracing::debug!(%author, "heartbeat names another node");
+            tracing::debug!(%author, "heartbeat names another node or stage");
             Validation::Reject
         }
         Err(e) => {
@@ -287,7 +385,7 @@ mod tests {
         let id = Identity::generate();
         let bytes = Signed::sign(&id, &heartbeat(&id)).to_bytes();
         assert!(matches!(
-            validate_gossip(HEARTBEAT_TOPIC, &peer_of(&id), &bytes),
+            validate_gossip(&Topic::Heartbeat(1).name(), &peer_of(&id), &bytes),
             Validation::Accept
         ));
     }
@@ -298,13 +396,13 @@ mod tests {
         // Signed by a, published by b.
         let bytes = Signed::sign(&a, &heartbeat(&a)).to_bytes();
         assert!(matches!(
-            validate_gossip(HEARTBEAT_TOPIC, &peer_of(&b), &bytes),
+            validate_gossip(&Topic::Heartbeat(1).name(), &peer_of(&b), &bytes),
             Validation::Reject
         ));
         // Signed by b but naming a.
         let bytes = Signed::sign(&b, &heartbeat(&a)).to_bytes();
         assert!(matches!(
-            validate_gossip(HEARTBEAT_TOPIC, &peer_of(&b), &bytes),
+            validate_gossip(&Topic::Heartbeat(1).name(), &peer_of(&b), &bytes),
             Validation::Reject
         ));
         // Tampered bytes.
@@ -312,11 +410,11 @@ mod tests {
         let last = bytes.len() - 70;
         bytes[last] ^= 1;
         assert!(matches!(
-            validate_gossip(HEARTBEAT_TOPIC, &peer_of(&a), &bytes),
+            validate_gossip(&Topic::Heartbeat(1).name(), &peer_of(&a), &bytes),
             Validation::Reject
         ));
         assert!(matches!(
-            validate_gossip(HEARTBEAT_TOPIC, &peer_of(&a), b"garbage"),
+            validate_gossip(&Topic::Heartbeat(1).name(), &peer_of(&a), b"garbage"),
             Validation::Reject
         ));
     }
@@ -341,7 +439,7 @@ mod tests {
     }
 
     #[test]
-    fn sync_and_proof_gossip_must_come_from_their_signer() {
+    fn sync_gossip_must_come_from_its_signer() {
         let (a, b) = (Identity::generate(), Identity::generate());
         let msg = crate::sync::SyncMsg::Offer(crate::sync::SyncOffer {
             network: [1; 32],
@@ -353,7 +451,7 @@ mod tests {
             dense_bytes: 40,
         });
         let bytes = Signed::sign(&a, &msg).to_bytes();
-        let topic = crate::sync::SYNC_TOPIC;
+        let topic = &Topic::Sync(0).name();
         assert_eq!(
             validate_gossip(topic, &peer_of(&a), &bytes),
             Validation::Accept
@@ -369,14 +467,93 @@ mod tests {
             validate_gossip(topic, &peer_of(&a), &tampered),
             Validation::Reject
         );
-        // A proof relayed under another author, or garbage, is refused before it spreads.
+        // Garbage is refused before it spreads; an unknown topic is not ours to judge.
         assert_eq!(
-            validate_gossip(PROOF_TOPIC, &peer_of(&a), b"junk"),
+            validate_gossip(topic, &peer_of(&a), b"junk"),
+            Validation::Reject
+        );
+        assert_eq!(
+            validate_gossip(&Topic::Proof(0).name(), &peer_of(&a), b"junk"),
             Validation::Reject
         );
         assert_eq!(
             validate_gossip("other/topic", &peer_of(&a), &bytes),
             Validation::Ignore
         );
+    }
+
+    #[test]
+    fn gossip_on_another_stages_topic_is_rejected() {
+        // A heartbeat or an offer of stage 1 pushed into stage 0's topic would land in the
+        // peer tables and rounds of nodes that never subscribed to stage 1.
+        let a = Identity::generate();
+        let hb = Signed::sign(&a, &heartbeat(&a)).to_bytes();
+        assert_eq!(
+            validate_gossip(&Topic::Heartbeat(0).name(), &peer_of(&a), &hb),
+            Validation::Reject
+        );
+        let msg = crate::sync::SyncMsg::Offer(crate::sync::SyncOffer {
+            network: [1; 32],
+            stage: 1,
+            round: 1,
+            base: [2; 32],
+            blob: [3; 32],
+            bytes: 10,
+            dense_bytes: 40,
+        });
+        let offer = Signed::sign(&a, &msg).to_bytes();
+        assert_eq!(
+            validate_gossip(&Topic::Sync(0).name(), &peer_of(&a), &offer),
+            Validation::Reject
+        );
+        assert_eq!(
+            validate_gossip(&Topic::Sync(1).name(), &peer_of(&a), &offer),
+            Validation::Accept
+        );
+    }
+
+    #[test]
+    fn topics_parse_only_their_canonical_names() {
+        for t in [Topic::Heartbeat(0), Topic::Heartbeat(65535), Topic::Sync(7)] {
+            assert_eq!(Topic::parse(&t.name()), Some(t));
+        }
+        for bad in [
+            "neuroshard/heartbeat/2/01",
+            "neuroshard/heartbeat/2/+1",
+            "neuroshard/heartbeat/2/65536",
+            "neuroshard/sync/2/",
+            "neuroshard/sync/1",
+            "neuroshard/proof/1",
+        ] {
+            assert_eq!(Topic::parse(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_node_hears_its_stage_and_its_neighbours() {
+        use Topic::Proof as P;
+        use Topic::{Heartbeat as H, Sync as S};
+        assert_eq!(Topic::subscriptions(0, 1), vec![H(0), P(0), S(0)]);
+        assert_eq!(
+            Topic::subscriptions(0, 4),
+            vec![H(0), H(1), P(0), P(1), S(0)]
+        );
+        assert_eq!(
+            Topic::subscriptions(2, 4),
+            vec![H(1), H(2), H(3), P(1), P(2), P(3), S(2)]
+        );
+        assert_eq!(
+            Topic::subscriptions(3, 4),
+            vec![H(2), H(3), P(2), P(3), S(3)]
+        );
+        for stage in 0..4 {
+            for t in [H(0), H(1), H(2), H(3), P(0), P(3), S(0), S(2)] {
+                assert_eq!(
+                    t.heard_by(stage, 4),
+                    Topic::subscriptions(stage, 4).contains(&t),
+                    "{t} at stage {stage}"
+                );
+            }
+        }
     }
 }

@@ -24,9 +24,8 @@ use crate::core::{
 };
 use crate::economy::{Economy, LedgerStore};
 use crate::events::{EVENTS_VERSION, NodeEvent};
-use crate::records::{HEARTBEAT_TOPIC, PROOF_TOPIC, Role, validate_gossip, validate_record};
+use crate::records::{Role, Topic, validate_gossip, validate_record};
 use crate::settings::NodeSettings;
-use crate::sync::SYNC_TOPIC;
 
 const CHECKPOINT_DIR: &str = "checkpoint";
 
@@ -147,6 +146,8 @@ pub async fn run(settings: NodeSettings) -> Result<(), NodeError> {
         economy,
         Box::new(data),
     );
+    net.set_topics(core.topics().iter().map(Topic::name).collect())
+        .await?;
     let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Done>();
     let mut driver = Driver {
         net: net.clone(),
@@ -291,7 +292,7 @@ impl Driver {
     fn transmit(&mut self, t: Transmit) {
         match t {
             Transmit::Publish { topic, data } => {
-                if let Err(e) = self.net.publish(topic, data) {
+                if let Err(e) = self.net.publish(&topic.name(), data) {
                     tracing::debug!("{topic}: not published: {e}");
                 }
             }
@@ -354,11 +355,11 @@ fn net_config(settings: &NodeSettings) -> Result<NetConfig, NodeError> {
     cfg.bootstrap = parse_addrs(&settings.bootstrap)?;
     cfg.max_frame = settings.max_frame;
     cfg.request_timeout = settings.grad_timeout();
-    cfg.topics = vec![
-        HEARTBEAT_TOPIC.to_string(),
-        SYNC_TOPIC.to_string(),
-        PROOF_TOPIC.to_string(),
-    ];
+    // Every stage's heartbeats while the node chooses its stage; then only what it needs.
+    cfg.topics = Topic::all_heartbeats(settings.stages)
+        .iter()
+        .map(Topic::name)
+        .collect();
     cfg.record_ttl = RECORD_TTL;
     cfg.republish_interval = REPUBLISH_EVERY;
     cfg.gossip_validator = Arc::new(validate_gossip);

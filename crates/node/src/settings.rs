@@ -62,8 +62,9 @@ pub struct NodeSettings {
     pub settle_ms: u64,
     /// Speculative checkpoint period in seconds (0: only at shutdown).
     pub checkpoint_secs: u64,
-    /// A driver starts feeding data once it has heard this many live peers.
-    pub wait_peers: usize,
+    /// A node starts training once its own stage and each neighbouring stage has this many
+    /// live replicas (itself included): the stages it hears, not the whole network.
+    pub wait_replicas: usize,
     /// Maximum request/response frame.
     pub max_frame: usize,
     /// DiLoCo between the replicas of a stage, and the economy.
@@ -206,7 +207,7 @@ mod tests {
             grad_timeout_ms: 1000,
             settle_ms: 0,
             checkpoint_secs: 0,
-            wait_peers: 0,
+            wait_replicas: 0,
             max_frame: 1 << 20,
             sync: SyncSettings::default(),
         }

@@ -25,7 +25,7 @@ use neuroshard_proof::NodeId;
 
 use crate::events::{Clock, NodeEvent};
 
-pub use msgs::{SYNC_TOPIC, SyncDone, SyncMsg, SyncOffer, ThetaRecord, theta_key};
+pub use msgs::{SyncDone, SyncMsg, SyncOffer, ThetaRecord, theta_key};
 
 /// Round parameters.
 #[derive(Debug, Clone)]

@@ -129,7 +129,13 @@ impl PublicKey {
 
     /// Verifies an ECDSA signature over SHA-256(`msg`); high-S signatures are rejected.
     pub fn verify(&self, msg: &[u8], sig: &Signature) -> Result<(), SignatureError> {
-        verify_with_key(&self.prepare()?, msg, sig)
+        let prehash = sha256(msg);
+        // A signature found valid before needs no point decompression either: these exact
+        // key bytes were a valid point then.
+        if !sig.is_high_s() && crate::memo::contains(&crate::memo::key(&self.0, &prehash, &sig.0)) {
+            return Ok(());
+        }
+        verify_prehash_with_key(&self.prepare()?, &prehash, sig)
     }
 }
 
@@ -160,10 +166,16 @@ pub(crate) fn verify_prehash_with_key(
     if sig.0[..32] == [0; 32] || sig.0[32..] == [0; 32] {
         return Err(SignatureError::Malformed);
     }
+    let seen = crate::memo::key(&key.0.serialize(), prehash, &sig.0);
+    if crate::memo::contains(&seen) {
+        return Ok(());
+    }
     let parsed =
         secp256k1::ecdsa::Signature::from_compact(&sig.0).map_err(|_| SignatureError::Malformed)?;
     secp256k1::ecdsa::verify(&parsed, secp256k1::Message::from_digest(*prehash), &key.0)
-        .map_err(|_| SignatureError::Mismatch)
+        .map_err(|_| SignatureError::Mismatch)?;
+    crate::memo::insert(seen);
+    Ok(())
 }
 
 /// An ECDSA secp256k1 signature as `r || s` (32 bytes each, big-endian).

@@ -14,6 +14,7 @@ pub mod envelope;
 pub mod fixtures;
 pub mod identity;
 pub mod keys;
+mod memo;
 pub mod plausibility;
 pub mod proof;
 pub mod verify;

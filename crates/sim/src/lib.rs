@@ -38,7 +38,7 @@ pub fn tiny_model() -> ModelConfig {
 }
 
 /// Node settings for a simulated network of `stages` stages on `model`.
-pub fn settings(model: ModelConfig, stages: usize, wait_peers: usize) -> NodeSettings {
+pub fn settings(model: ModelConfig, stages: usize, wait_replicas: usize) -> NodeSettings {
     NodeSettings {
         data_dir: "sim".into(),
         genesis: "sim".into(),
@@ -62,7 +62,7 @@ pub fn settings(model: ModelConfig, stages: usize, wait_peers: usize) -> NodeSet
         grad_timeout_ms: 5_000,
         settle_ms: 0,
         checkpoint_secs: 10,
-        wait_peers,
+        wait_replicas,
         max_frame: 32 << 20,
         // Dense pseudo-gradients: with the stand-in's quadratic, random-k masks under outer
         // Nesterov momentum 0.9 diverge (see the crate README), which would hide the protocol

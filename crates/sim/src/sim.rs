@@ -3,7 +3,7 @@
 //! clock or an unseeded RNG, so one seed gives one event trace, bit for bit.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -14,6 +14,7 @@ use neuroshard_node::core::{
 use neuroshard_node::economy::{Economy, LedgerSnapshot, LedgerWrite};
 use neuroshard_node::events::NodeEvent;
 use neuroshard_node::peers::PeerTable;
+use neuroshard_node::records::Topic;
 use neuroshard_proof::{Hash32, Identity, NodeId};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -48,7 +49,8 @@ pub type Tamper = Box<dyn FnMut(Transmit) -> Option<Transmit>>;
 pub struct Traffic {
     pub messages: u64,
     pub bytes: u64,
-    /// Messages by kind: gossip topic, "request", "response", "blob"; penalties as
+    /// Messages by kind: "heartbeat", "sync", "proof" (gossip of every stage), "request",
+    /// "response", "blob"; penalties as
     /// "penalty: <reason>".
     pub by_kind: BTreeMap<String, u64>,
 }
@@ -120,6 +122,8 @@ pub struct Sim {
     traffic: Traffic,
     trace: blake3::Hasher,
     dht: BTreeMap<Vec<u8>, BTreeMap<Vec<u8>, Vec<u8>>>,
+    /// Who hears each gossip topic: the running nodes that subscribe to it.
+    subscribers: BTreeMap<Topic, BTreeSet<usize>>,
 }
 
 impl Sim {
@@ -152,6 +156,7 @@ impl Sim {
             traffic: Traffic::default(),
             trace: blake3::Hasher::new(),
             dht: BTreeMap::new(),
+            subscribers: BTreeMap::new(),
         }
     }
 
@@ -373,6 +378,9 @@ impl Sim {
             economy,
             data,
         );
+        for topic in core.topics() {
+            self.subscribers.entry(topic).or_default().insert(i);
+        }
         let n = &mut self.nodes[i];
         n.core = Some(core);
         n.engine = Some(engine);
@@ -405,6 +413,10 @@ impl Sim {
         if n.core.take().is_none() {
             return;
         }
+        for subs in self.subscribers.values_mut() {
+            subs.remove(&i);
+        }
+        let n = &mut self.nodes[i];
         n.epoch += 1;
         n.engine_busy = false;
         n.engine_queue.clear();
@@ -518,7 +530,9 @@ impl Sim {
         self.trace.update(&(to as u64).to_le_bytes());
         self.trace.update(&from.0);
         let (kind, bytes): (&str, &[u8]) = match inbound {
-            Inbound::Gossip { topic, data } => (topic.as_str(), data),
+            Inbound::Gossip { topic, data } => {
+                (Topic::parse(topic).map_or("gossip", |t| t.kind()), data)
+            }
             Inbound::Request { data, .. } => ("request", data),
             Inbound::Response { result, .. } => ("response", result.as_deref().unwrap_or(&[])),
             Inbound::Blob { result, .. } => ("blob", result.as_deref().unwrap_or(&[])),
@@ -577,14 +591,18 @@ impl Sim {
     fn transmit(&mut self, i: usize, t: Transmit) {
         match t {
             Transmit::Publish { topic, data } => {
-                for j in 0..self.nodes.len() {
-                    if j != i && self.nodes[j].core.is_some() {
-                        let inbound = Inbound::Gossip {
-                            topic: topic.to_string(),
-                            data: data.clone(),
-                        };
-                        self.deliver(i, j, data.len(), inbound);
-                    }
+                let to: Vec<usize> = self
+                    .subscribers
+                    .get(&topic)
+                    .map(|s| s.iter().copied().filter(|j| *j != i).collect())
+                    .unwrap_or_default();
+                let name = topic.name();
+                for j in to {
+                    let inbound = Inbound::Gossip {
+                        topic: name.clone(),
+                        data: data.clone(),
+                    };
+                    self.deliver(i, j, data.len(), inbound);
                 }
             }
             Transmit::Request { to, token, data } => {

@@ -8,7 +8,9 @@ use neuroshard_sim::{EngineCosts, EngineKind, Factory, LinkModel, Sim, settings,
 
 fn sim(seed: u64, stages: usize, replicas: usize, kind: EngineKind, steps: u64) -> Sim {
     let n = stages * replicas;
-    let mut s = settings(tiny_model(), stages, n - 1);
+    let mut model = tiny_model();
+    model.layers = model.layers.max(stages);
+    let mut s = settings(model, stages, replicas);
     s.steps = steps;
     let factory = Factory::new(s.clone(), kind);
     let mut sim = Sim::new(
@@ -178,6 +180,36 @@ fn churn_partition_and_a_joiner_end_on_one_ledger_and_one_theta_per_stage() {
     assert!(assert_rounds_agree(&sim, stages, healed_at + 2) >= 2 * 5);
 }
 
+/// Five stages of two: a node hears only its stage and its neighbours, so stage 0 and
+/// stage 4 never exchange a heartbeat or a gossiped proof. Anti-entropy still brings every
+/// proof everywhere, with the signed heartbeats that introduce the far receipt signers
+/// (without them the far proofs would wait for unknown signers forever). Each node's gossip
+/// stays within its neighbourhood.
+#[test]
+fn proofs_reach_stages_that_never_hear_each_other() {
+    let (stages, replicas) = (5, 2);
+    let mut sim = sim(4, stages, replicas, EngineKind::StandIn, 0);
+    sim.run_until(Duration::from_secs(90));
+    let n = sim.len();
+    for i in 0..n {
+        let core = sim.core(i).unwrap();
+        for j in (0..n).filter(|j| *j != i) {
+            assert!(
+                core.economy().balance(&sim.node_id(j)) > 0,
+                "node {i} (stage {}) holds no proof of node {j} (stage {})",
+                i % stages,
+                j % stages
+            );
+        }
+        // Its view is its neighbourhood: at most three stages' replicas, itself excluded.
+        assert!(
+            core.peer_count() < 3 * replicas,
+            "node {i}: {}",
+            core.peer_count()
+        );
+    }
+}
+
 #[test]
 fn one_seed_gives_one_trace_and_another_seed_another() {
     let run = |seed| {
@@ -200,7 +232,8 @@ fn one_seed_gives_one_trace_and_another_seed_another() {
 #[test]
 fn a_replica_announcing_false_round_outcomes_is_caught_and_ignored() {
     use neuroshard_node::core::Transmit;
-    use neuroshard_node::sync::{SYNC_TOPIC, SyncMsg};
+    use neuroshard_node::records::Topic;
+    use neuroshard_node::sync::SyncMsg;
     use neuroshard_proof::Signed;
 
     let (stages, replicas) = (2, 3);
@@ -215,7 +248,7 @@ fn a_replica_announcing_false_round_outcomes_is_caught_and_ignored() {
     sim.set_tamper(
         liar,
         Box::new(move |t| match t {
-            Transmit::Publish { topic, data } if topic == SYNC_TOPIC => {
+            Transmit::Publish { topic, data } if matches!(topic, Topic::Sync(_)) => {
                 let Ok(SyncMsg::Done(mut done)) =
                     Signed::<SyncMsg>::from_bytes(&data).and_then(|s| s.verify())
                 else {
@@ -286,7 +319,7 @@ fn honest_loss(sim: &Sim, drivers: &[usize], k: usize) -> f32 {
 fn trimmed_mean_shrugs_off_a_sign_flipping_replica_per_stage() {
     let run = |aggregator: &str, attack: bool| {
         let (stages, n) = (2, 6);
-        let mut s = settings(tiny_model(), stages, n - 1);
+        let mut s = settings(tiny_model(), stages, n / stages);
         s.steps = 150;
         s.sync.aggregator = aggregator.into();
         let mut factory = Factory::new(s.clone(), EngineKind::Real);

@@ -101,7 +101,8 @@ impl Launch<'_> {
         };
         // The first node is alone anyway; later ones listen long enough to see the stages.
         s.settle_ms = if index == 0 { 200 } else { 2500 };
-        s.wait_peers = cfg.nodes - 1;
+        // Nodes fill the emptiest stage, so every stage gets at least this many.
+        s.wait_replicas = cfg.nodes / cfg.node.stages.max(1);
         let config = dir.join(CONFIG_FILE);
         std::fs::write(&config, serde_json::to_vec_pretty(&s)?)
             .map_err(|e| SwarmError::io(&config, e))?;

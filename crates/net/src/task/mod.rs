@@ -42,6 +42,7 @@ pub(crate) enum Command {
         topic: String,
         data: Vec<u8>,
     },
+    SetTopics(Vec<String>, Reply<()>),
     Request {
         peer: PeerId,
         data: Vec<u8>,
@@ -190,6 +191,10 @@ impl Task {
                 }
             }
             Command::Publish { topic, data } => self.publish(topic, data),
+            Command::SetTopics(topics, reply) => {
+                let gossip = &mut self.swarm.behaviour_mut().gossip;
+                let _ = reply.send(crate::behaviour::set_topics(gossip, &topics));
+            }
             Command::Request { peer, data, reply } => {
                 if let Some(reply) = self.refuse_peer(peer, reply) {
                     let id = self.swarm.behaviour_mut().msg.send_request(&peer, data);

@@ -9,19 +9,25 @@ use rand::seq::IteratorRandom;
 use super::{NodeCore, Pending, RECORD_TTL, Transmit, open_from};
 use crate::economy::ProofOutcome;
 use crate::events::NodeEvent;
-use crate::records::{HEARTBEAT_TOPIC, Heartbeat, NodeRecord, PROOF_TOPIC, node_key};
+use crate::records::{Heartbeat, NodeRecord, Topic, node_key};
 use crate::sync::SyncMsg;
 
 impl NodeCore {
-    pub(super) fn on_heartbeat(&mut self, from: NodeId, data: &[u8], now: Instant) {
+    pub(super) fn on_heartbeat(&mut self, from: NodeId, topic: u16, data: &[u8], now: Instant) {
         let Ok((hb, key)) = open_from::<Heartbeat>(data, &from) else {
             self.penalize(from, "heartbeat not signed by its sender");
             return;
         };
-        if hb.node != from || hb.network != self.network {
+        // A heartbeat on another stage's topic would put its sender where it is not heard;
+        // one of a stage we do not follow (heard while choosing ours) is not our business.
+        if hb.node != from
+            || hb.network != self.network
+            || hb.stage != topic
+            || !Topic::Heartbeat(topic).heard_by(self.stage, self.stages)
+        {
             return;
         }
-        let summary = self.economy.learn_node(key);
+        let summary = self.economy.learn_node(key, data);
         if summary.applied > 0 {
             self.ledger_applied_event(now);
         }
@@ -43,7 +49,13 @@ impl NodeCore {
             time_ms: self.unix_ms(now),
             leaving,
         };
-        self.publish(HEARTBEAT_TOPIC, &hb);
+        let data = Signed::sign(&self.identity, &hb).to_bytes();
+        // Our own first heartbeat introduces us to nodes that never hear our stage.
+        self.economy.learn_node(self.identity.public_key(), &data);
+        self.transmits.push_back(Transmit::Publish {
+            topic: Topic::Heartbeat(hb.stage),
+            data,
+        });
         if !leaving {
             self.events.push_back(NodeEvent::Stats {
                 stage: self.stage,
@@ -93,7 +105,9 @@ impl NodeCore {
         });
     }
 
-    /// Emits our next proof when one is due.
+    /// Makes our next proof when one is due. It enters our ledger at once, is gossiped to our
+    /// stage and its neighbours, and reaches the rest by anti-entropy: a proof gossiped to
+    /// everyone would cost every node a message per proof of the whole network.
     pub(super) fn poll_proof(&mut self, now: Instant) {
         let Some(result) = self.economy.poll_proof(self.unix_ms(now)) else {
             return;
@@ -107,7 +121,7 @@ impl NodeCore {
                     time_ms,
                 });
                 self.transmits.push_back(Transmit::Publish {
-                    topic: PROOF_TOPIC,
+                    topic: Topic::Proof(self.stage as u16),
                     data: wire,
                 });
             }
@@ -116,17 +130,24 @@ impl NodeCore {
     }
 
     pub(super) fn on_proof_gossip(&mut self, from: NodeId, data: &[u8], now: Instant) {
-        // Proofs travel by gossip: the author need not be the prover, but the prover's
-        // signature is checked inside the economy.
-        let _ = from;
         let time_ms = self.unix_ms(now);
-        match self.economy.on_proof(data, time_ms) {
+        // Only provers publish proofs; a relayed one comes by anti-entropy.
+        let signer = neuroshard_proof::SignedProof::from_bytes(data).map(|p| p.signer().node_id());
+        let outcome = match signer {
+            Ok(signer) if signer == from => self.economy.on_proof(data, time_ms),
+            Ok(_) => {
+                ProofOutcome::Rejected("proof gossiped by another node than its prover".into())
+            }
+            Err(e) => ProofOutcome::Rejected(format!("format: {e}")),
+        };
+        match outcome {
             ProofOutcome::Applied { node, reward } => self.events.push_back(NodeEvent::Ledger {
                 applied: node.to_string(),
                 reward,
                 state_hash: hex::encode(self.economy.state_hash()),
                 time_ms,
             }),
+            // No penalty: an honest prover's proof can look early to a node whose clock lags.
             ProofOutcome::Rejected(reason) => self.events.push_back(NodeEvent::Dropped {
                 what: Some("proof".into()),
                 peer: Some(from.to_string()),

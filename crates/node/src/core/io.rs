@@ -6,6 +6,7 @@ use std::sync::Arc;
 use neuroshard_proof::{Hash32, NodeId};
 
 use crate::pipeline::{Job, JobDone};
+use crate::records::Topic;
 use crate::replica::{Applied, Prepared};
 
 /// Identifies a request, a blob fetch or an engine job of one core.
@@ -53,7 +54,7 @@ pub enum Inbound {
 pub enum Transmit {
     /// Gossip signed bytes on a topic.
     Publish {
-        topic: &'static str,
+        topic: Topic,
         data: Vec<u8>,
     },
     /// Send a request; the answer comes back as [`Inbound::Response`].

@@ -14,7 +14,6 @@ mod io;
 mod rounds;
 #[cfg(test)]
 mod tests;
-mod verified;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -35,9 +34,9 @@ use crate::economy::{Economy, LedgerSyncRequest, LedgerSyncResponse, LedgerWrite
 use crate::events::{Clock, LedgerSummary, NodeEvent};
 use crate::peers::{HEARTBEAT_EVERY, PeerTable};
 use crate::pipeline::{Action, JobDone, Pipeline, PipelineConfig};
-use crate::records::{HEARTBEAT_TOPIC, PROOF_TOPIC};
+use crate::records::Topic;
 use crate::settings::NodeSettings;
-use crate::sync::{SYNC_TOPIC, SyncConfig, Syncer};
+use crate::sync::{SyncConfig, Syncer};
 use crate::wire::{Ack, MicroBatchId, Msg};
 
 /// How long a DHT record lives, and how often the node re-publishes its own.
@@ -250,6 +249,11 @@ impl NodeCore {
         self.clock.unix_ms(now)
     }
 
+    /// The gossip topics this node must hear (the transport subscribes to exactly these).
+    pub fn topics(&self) -> Vec<Topic> {
+        Topic::subscriptions(self.stage, self.stages)
+    }
+
     /// Live peers as the heartbeats tell (for the caller's start condition and reports).
     pub fn peer_count(&self) -> usize {
         self.pipeline.peers.len()
@@ -261,11 +265,11 @@ impl NodeCore {
     pub fn handle_message(&mut self, from: NodeId, msg: Inbound, now: Instant) {
         self.last_now = self.last_now.max(now);
         match msg {
-            Inbound::Gossip { topic, data } => match topic.as_str() {
-                SYNC_TOPIC => self.on_sync_gossip(from, &data, now),
-                PROOF_TOPIC => self.on_proof_gossip(from, &data, now),
-                HEARTBEAT_TOPIC => self.on_heartbeat(from, &data, now),
-                _ => {}
+            Inbound::Gossip { topic, data } => match Topic::parse(&topic) {
+                Some(Topic::Sync(_)) => self.on_sync_gossip(from, &data, now),
+                Some(Topic::Heartbeat(stage)) => self.on_heartbeat(from, stage, &data, now),
+                Some(Topic::Proof(_)) => self.on_proof_gossip(from, &data, now),
+                None => {}
             },
             Inbound::Request { token, data } => self.on_request(from, token, &data, now),
             Inbound::Response { token, result } => self.on_response(from, token, result, now),
@@ -427,13 +431,28 @@ impl NodeCore {
         });
     }
 
-    fn publish<T: Canonical>(&mut self, topic: &'static str, value: &T) {
+    fn publish<T: Canonical>(&mut self, topic: Topic, value: &T) {
         let data = Signed::sign(&self.identity, value).to_bytes();
         self.transmits.push_back(Transmit::Publish { topic, data });
     }
 
+    /// Whether this stage and its neighbours each have `wait_replicas` live replicas.
+    fn stages_ready(&self) -> bool {
+        let want = self.settings.wait_replicas;
+        let counts = self.pipeline.peers.replica_counts(self.stages);
+        let first = self.stage.saturating_sub(1);
+        let last = self
+            .stage
+            .saturating_add(1)
+            .min(self.stages.saturating_sub(1));
+        (first..=last).all(|s| {
+            let me = usize::from(s == self.stage);
+            counts.get(s).copied().unwrap_or(0).saturating_add(me) >= want
+        })
+    }
+
     fn maybe_start(&mut self, now: Instant) {
-        if !self.started && self.pipeline.peers.len() >= self.settings.wait_peers {
+        if !self.started && self.stages_ready() {
             self.started = true;
             let actions = self.pipeline.start();
             self.run_actions(actions, now);
@@ -480,10 +499,7 @@ impl NodeCore {
     fn on_request(&mut self, from: NodeId, token: Token, data: &[u8], now: Instant) {
         if let Ok(req) = LedgerSyncRequest::from_canonical_bytes(data) {
             let max = self.settings.max_frame / 2;
-            let resp = self
-                .economy
-                .answer_sync(&req, max)
-                .unwrap_or(LedgerSyncResponse { proofs: Vec::new() });
+            let resp = self.economy.answer_sync(&req, max).unwrap_or_default();
             self.transmits.push_back(Transmit::Respond {
                 token,
                 data: resp.to_canonical_bytes(),
@@ -542,7 +558,9 @@ impl NodeCore {
                 let Ok(resp) = resp else {
                     return;
                 };
-                let summary = self.economy.on_sync_response(&resp, self.unix_ms(now));
+                let summary =
+                    self.economy
+                        .on_sync_response(&resp, &self.network, self.unix_ms(now));
                 if summary.applied > 0 || summary.rejected > 0 {
                     let time_ms = self.unix_ms(now);
                     self.events.push_back(NodeEvent::LedgerSync {
@@ -591,16 +609,7 @@ pub fn open_from<T: Canonical>(bytes: &[u8], from: &NodeId) -> Result<(T, Public
             from: *from,
         });
     }
-    let seen = verified::key(bytes);
-    let value = if verified::contains(&seen) {
-        T::from_canonical_bytes(signed.payload_bytes())
-            .map_err(neuroshard_proof::EnvelopeError::Payload)?
-    } else {
-        let value = signed.verify()?;
-        verified::insert(seen);
-        value
-    };
-    Ok((value, key))
+    Ok((signed.verify()?, key))
 }
 
 /// The blob's content address, as the transport computes it.

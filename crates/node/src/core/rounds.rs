@@ -13,9 +13,10 @@ use super::{EngineJob, EngineOutput, NodeCore, RECORD_TTL, SharedBlob, Token, Tr
 use super::{Transmit, blob_hash};
 use crate::economy::WorkSummary;
 use crate::events::NodeEvent;
+use crate::records::Topic;
 use crate::replica::Applied;
 use crate::sync::theta_key;
-use crate::sync::{SYNC_TOPIC, SyncAction, SyncDone, SyncMsg, Syncer, ThetaRecord};
+use crate::sync::{SyncAction, SyncDone, SyncMsg, Syncer, ThetaRecord};
 use crate::wire::MicroBatchId;
 
 /// Largest outer state of a stage: θ₀, velocity and the previous aggregate, plus a header.
@@ -186,7 +187,7 @@ impl NodeCore {
                         .engine
                         .insert(token, EngineCtx::Prepare { round });
                 }
-                SyncAction::Publish(msg) => self.publish(SYNC_TOPIC, &msg),
+                SyncAction::Publish(msg) => self.publish(Topic::Sync(self.stage as u16), &msg),
                 SyncAction::Aggregate { round, from } => {
                     let remote = from
                         .into_iter()
@@ -568,7 +569,7 @@ impl NodeCore {
             contributors: applied.contributors.clone(),
             receipts,
         });
-        self.publish(SYNC_TOPIC, &msg);
+        self.publish(Topic::Sync(self.stage as u16), &msg);
         self.publish_theta_record(now);
     }
 

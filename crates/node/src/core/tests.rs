@@ -8,7 +8,7 @@ use neuroshard_proof::{Canonical, Identity, Signed};
 
 use super::*;
 use crate::economy::{Economy, LedgerSyncRequest, LedgerSyncResponse};
-use crate::records::{HEARTBEAT_TOPIC, Heartbeat};
+use crate::records::{Heartbeat, Topic};
 use crate::replica::tests::tiny_config;
 use crate::settings::{DataOrder, SyncSettings};
 
@@ -47,7 +47,7 @@ fn settings() -> NodeSettings {
         grad_timeout_ms: 1_000,
         settle_ms: 0,
         checkpoint_secs: 0,
-        wait_peers: 5,
+        wait_replicas: 3,
         max_frame: 1 << 20,
         sync: SyncSettings::default(),
     }
@@ -104,7 +104,7 @@ fn a_heartbeat_relayed_by_another_node_or_forged_is_refused_and_penalised() {
     let mut c = core(&me, now);
     drain(&mut c);
     let gossip = |data| Inbound::Gossip {
-        topic: HEARTBEAT_TOPIC.into(),
+        topic: Topic::Heartbeat(0).name(),
         data,
     };
     // Alice's heartbeat delivered as if Mallory authored it: not Mallory's to send.
@@ -203,7 +203,9 @@ fn timers_advance_and_never_ask_for_the_past() {
         c.handle_timeout(now);
         beats += drain(&mut c)
             .iter()
-            .filter(|t| matches!(t, Transmit::Publish { topic, .. } if *topic == HEARTBEAT_TOPIC))
+            .filter(
+                |t| matches!(t, Transmit::Publish { topic, .. } if *topic == Topic::Heartbeat(1)),
+            )
             .count();
     }
     let elapsed = now - start;

@@ -5,6 +5,7 @@ use neuroshard_proof::plausibility::{CPU_LIMITS, check_static};
 use proptest::prelude::*;
 
 use super::*;
+use neuroshard_proof::{Canonical, Signed};
 
 const T: u64 = 1_800_000_000_000;
 
@@ -46,7 +47,7 @@ fn work(node: &Economy, round: u64) -> WorkSummary {
 
 /// `prover` does `round`, `witness` receipts it, `prover` emits the proof at `now`.
 fn prove(prover: &mut Economy, witness: &Economy, round: u64, now: u64) -> Vec<u8> {
-    prover.learn_node(witness.public_key());
+    prover.learn_node(witness.public_key(), &[]);
     prover.record_round(work(prover, round));
     let receipt = witness.receipt_for(prover.node_id(), round, grad(prover, round));
     assert!(matches!(prover.on_receipt(round, receipt), Ok(true)));
@@ -68,7 +69,7 @@ fn know_each_other(nodes: &mut [&mut Economy]) {
     let keys: Vec<PublicKey> = nodes.iter().map(|n| n.public_key()).collect();
     for n in nodes.iter_mut() {
         for k in &keys {
-            n.learn_node(*k);
+            n.learn_node(*k, &[]);
         }
     }
 }
@@ -118,8 +119,8 @@ fn unknown_receipt_signer_is_parked_until_learned() {
     assert!(matches!(c.on_proof(&wire, T), ProofOutcome::Parked(_)));
     assert_eq!((c.state_hash(), c.parked_count()), (empty, 1));
     // Learning an unrelated node retries nothing.
-    assert_eq!(c.learn_node(a.public_key()), SyncSummary::default());
-    let summary = c.learn_node(b.public_key());
+    assert_eq!(c.learn_node(a.public_key(), &[]), SyncSummary::default());
+    let summary = c.learn_node(b.public_key(), &[]);
     assert_eq!(summary.applied, 1);
     assert_eq!((c.state_hash(), c.parked_count()), (a.state_hash(), 0));
     // Parked long enough to be "stale" by the arrival-time rules: still applied.
@@ -129,7 +130,7 @@ fn unknown_receipt_signer_is_parked_until_learned() {
         late.on_proof(&old, T + 86_400_000),
         ProofOutcome::Parked(_)
     ));
-    assert_eq!(late.learn_node(b.public_key()).applied, 1);
+    assert_eq!(late.learn_node(b.public_key(), &[]).applied, 1);
 }
 
 #[test]
@@ -152,7 +153,7 @@ fn garbage_and_tampered_proofs_are_rejected_with_a_reason() {
     reject(b.on_proof(&bad_sig, T), "signature");
     // A correctly signed proof from too far in the future.
     let mut early = economy(12);
-    early.learn_node(b.public_key());
+    early.learn_node(b.public_key(), &[]);
     let future = prove(&mut early, &b, 1, T + 10 * 60_000);
     reject(b.on_proof(&future, T), "future");
     assert_eq!(b.proof_count(), 0);
@@ -190,7 +191,7 @@ fn anti_entropy_delivers_a_missed_proof() -> Result<(), EconomyError> {
     };
     assert_eq!(response.proofs, vec![second.clone()]);
     // Hours later: old proofs still apply.
-    let summary = c.on_sync_response(&response, T + 10 * 3_600_000);
+    let summary = c.on_sync_response(&response, &[0; 32], T + 10 * 3_600_000);
     assert_eq!(summary.applied, 1);
     assert_eq!(c.state_hash(), b.state_hash());
     assert_eq!(c.proof_hashes()?, b.proof_hashes()?);
@@ -223,14 +224,14 @@ fn replay(order: &[usize], learn_late: bool) -> Hash32 {
     let mut d = economy(19);
     if !learn_late {
         keys.iter().for_each(|k| {
-            d.learn_node(*k);
+            d.learn_node(*k, &[]);
         });
     }
     for &i in order {
         d.on_proof(&wires[i], T + 3_600_000);
     }
     keys.iter().for_each(|k| {
-        d.learn_node(*k);
+        d.learn_node(*k, &[]);
     });
     assert_eq!(d.proof_count(), wires.len());
     d.state_hash()
@@ -280,7 +281,7 @@ fn no_proof_before_the_interval_or_without_receipts() {
 #[test]
 fn one_proof_covers_all_rounds_since_the_last_and_uses_the_latest_receipted_round() {
     let (mut a, b) = (economy(24), economy(25));
-    a.learn_node(b.public_key());
+    a.learn_node(b.public_key(), &[]);
     a.record_round(work(&a, 1));
     a.record_round(work(&a, 2));
     let mut narrower = work(&a, 3);
@@ -356,7 +357,7 @@ fn whole_model_node_needs_no_receipts() {
 #[test]
 fn receipts_must_vouch_for_my_gradient_of_that_round() {
     let (mut a, b) = (economy(30), economy(31));
-    a.learn_node(b.public_key());
+    a.learn_node(b.public_key(), &[]);
     // Arrives before the round is recorded: held, then matched.
     let early = b.receipt_for(a.node_id(), 5, grad(&a, 5));
     assert!(matches!(a.on_receipt(5, early), Ok(true)));
@@ -427,13 +428,78 @@ fn sync_messages_enforce_their_caps() {
     assert!(LedgerSyncRequest::from_canonical_bytes(&too_many.to_canonical_bytes()).is_err());
     let too_big = LedgerSyncResponse {
         proofs: vec![vec![0; MAX_PROOF_WIRE + 1]],
+        introductions: Vec::new(),
     };
     assert!(LedgerSyncResponse::from_canonical_bytes(&too_big.to_canonical_bytes()).is_err());
+    let big_intro = LedgerSyncResponse {
+        proofs: Vec::new(),
+        introductions: vec![vec![0; MAX_INTRODUCTION + 1]],
+    };
+    assert!(LedgerSyncResponse::from_canonical_bytes(&big_intro.to_canonical_bytes()).is_err());
     let ok = LedgerSyncResponse {
         proofs: vec![vec![1, 2, 3], Vec::new()],
+        introductions: vec![vec![4]],
     };
     assert_eq!(
         LedgerSyncResponse::from_canonical_bytes(&ok.to_canonical_bytes()),
         Ok(ok)
     );
+}
+
+/// A signed heartbeat of `network` by `id` naming `node`.
+fn introduction(id: &Identity, node: NodeId, network: Hash32) -> Vec<u8> {
+    let hb = crate::records::Heartbeat {
+        node,
+        network,
+        stage: 3,
+        step: 0,
+        queue: 0,
+        time_ms: T,
+        leaving: false,
+    };
+    Signed::sign(id, &hb).to_bytes()
+}
+
+/// A node that never hears the prover's stage applies its proof once anti-entropy brings
+/// the receipt signer's signed heartbeat along; a forged or foreign introduction makes no
+/// key known (it would let a Sybil key vouch for receipts).
+#[test]
+fn introductions_make_far_receipt_signers_known_and_forged_ones_do_not() {
+    const NET: Hash32 = [7; 32];
+    let (mut a, mut b, mut far) = (economy(30), economy(31), economy(32));
+    let (ida, idb) = (test_identity(30), test_identity(31));
+    a.learn_node(b.public_key(), &introduction(&idb, idb.node_id(), NET));
+    b.learn_node(a.public_key(), &introduction(&ida, ida.node_id(), NET));
+    // A node's own first heartbeat introduces it (the core does this when it beats).
+    b.learn_node(b.public_key(), &introduction(&idb, idb.node_id(), NET));
+    let wire = prove(&mut a, &b, 1, T);
+    assert!(matches!(b.on_proof(&wire, T), ProofOutcome::Applied { .. }));
+
+    let request = far.sync_request().unwrap();
+    let honest = b.answer_sync(&request, 1 << 20).unwrap();
+    assert_eq!(honest.proofs, vec![wire.clone()]);
+    assert!(!honest.introductions.is_empty());
+
+    let mallory = test_identity(33);
+    let forged = [
+        // Mallory signs a heartbeat naming b.
+        introduction(&mallory, idb.node_id(), NET),
+        // b's genuine heartbeat, but of another network.
+        introduction(&idb, idb.node_id(), [8; 32]),
+        b"garbage".to_vec(),
+    ];
+    let mut tampered = introduction(&idb, idb.node_id(), NET);
+    let last = tampered.len() - 70;
+    tampered[last] ^= 1;
+    let bad = LedgerSyncResponse {
+        proofs: honest.proofs.clone(),
+        introductions: forged.into_iter().chain([tampered]).collect(),
+    };
+    let summary = far.on_sync_response(&bad, &NET, T + 10);
+    assert_eq!((summary.applied, summary.parked), (0, 1));
+    assert_eq!(far.proof_count(), 0);
+
+    let summary = far.on_sync_response(&honest, &NET, T + 20);
+    assert_eq!(summary.applied, 1);
+    assert_eq!(far.state_hash(), b.state_hash());
 }

@@ -5,8 +5,6 @@ use neuroshard_proof::{
     Canonical, CodecError, NodeId, PublicKey, Reader, Receipt, ReceiptKind, Signature, Writer,
 };
 
-/// Gossip topic of the DiLoCo rounds.
-pub const SYNC_TOPIC: &str = "neuroshard/sync/1";
 /// Most contributors (and receipts) one round lists.
 pub const MAX_CONTRIBUTORS: usize = 256;
 
