@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use libp2p::Multiaddr;
+use crate::Address;
 use neuroshard_proof::NodeId;
 
 /// What the gossip validator decided about a message.
@@ -35,9 +35,9 @@ pub const DEFAULT_MAX_GOSSIP: usize = 1024 * 1024;
 #[derive(Clone)]
 pub struct NetConfig {
     /// Addresses to listen on (TCP `/ip4/../tcp/..` and QUIC `/ip4/../udp/../quic-v1`).
-    pub listen: Vec<Multiaddr>,
+    pub listen: Vec<Address>,
     /// Peers dialled at start and added to Kademlia; each must end in `/p2p/<peer id>`.
-    pub bootstrap: Vec<Multiaddr>,
+    pub bootstrap: Vec<Address>,
     /// Maximum bytes of one request or response (enforced on read and on write).
     pub max_frame: usize,
     /// Maximum bytes of one gossip message.

@@ -11,6 +11,8 @@ pub enum NetError {
     Transport(String),
     #[error("cannot listen on {addr}: {reason}")]
     Listen { addr: String, reason: String },
+    #[error("not a transport address: {addr:?}: {reason}")]
+    InvalidAddress { addr: String, reason: String },
     #[error("dial failed: {0}")]
     DialFailure(String),
     #[error("request timed out")]

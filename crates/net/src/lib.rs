@@ -1,6 +1,7 @@
 //! NeuroShard's network layer on rust-libp2p: one swarm per node, driven by a tokio task and
 //! used through the cloneable [`Net`] handle. See `README.md` for the protocols and limits.
 
+mod address;
 mod behaviour;
 mod blob;
 mod codec;
@@ -10,6 +11,7 @@ mod ids;
 mod net;
 mod task;
 
+pub use address::Address;
 pub use behaviour::MAX_RECORD_VALUE;
 pub use blob::CHUNK_SIZE;
 pub use codec::{Counters, Traffic};
@@ -17,6 +19,5 @@ pub use config::{
     DEFAULT_MAX_FRAME, DEFAULT_MAX_GOSSIP, GossipValidator, NetConfig, RecordValidator, Validation,
 };
 pub use error::NetError;
-pub use libp2p::Multiaddr;
 pub use net::{Net, NetEvent, ResponseChannel};
 pub use neuroshard_proof::NodeId;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use libp2p::multiaddr::Protocol;
-use libp2p::{Multiaddr, PeerId, SwarmBuilder, noise, request_response, tcp, yamux};
+use libp2p::{PeerId, SwarmBuilder, noise, request_response, tcp, yamux};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::behaviour::{self, Behaviour};
@@ -14,7 +14,7 @@ use crate::blob::{self, BlobStore};
 use crate::codec::{CounterSet, Counters};
 use crate::ids::{AddressBook, keypair_from_secret, peer_id_of};
 use crate::task::{Command, EVENT_QUEUE, Reply, Task};
-use crate::{NetConfig, NetError};
+use crate::{Address, NetConfig, NetError};
 use neuroshard_proof::NodeId;
 
 /// What the network tells the node.
@@ -124,14 +124,14 @@ impl Net {
 
         for addr in &config.listen {
             swarm
-                .listen_on(addr.clone())
+                .listen_on(addr.0.clone())
                 .map_err(|e| NetError::Listen {
                     addr: addr.to_string(),
                     reason: e.to_string(),
                 })?;
         }
         let mut bootstrap = false;
-        for addr in &config.bootstrap {
+        for addr in config.bootstrap.iter().map(|a| &a.0) {
             let Some(Protocol::P2p(peer)) = addr.iter().last() else {
                 return Err(NetError::DialFailure(format!(
                     "bootstrap address {addr} does not end in /p2p/<peer id>"
@@ -220,19 +220,23 @@ impl Net {
 
     /// Our listen addresses, each ending in `/p2p/<our peer id>`; waits until at least one
     /// listener is up (empty if none could start or the network has shut down).
-    pub async fn listen_addrs(&self) -> Vec<Multiaddr> {
+    pub async fn listen_addrs(&self) -> Vec<Address> {
         let (tx, rx) = oneshot::channel();
         if self.send(Command::ListenAddrs(tx)).is_err() {
             return Vec::new();
         }
-        rx.await.unwrap_or_default()
+        rx.await
+            .unwrap_or_default()
+            .into_iter()
+            .map(Address)
+            .collect()
     }
 
     /// Connects to an address (with `/p2p/<id>` the peer's identity is checked and it joins the
     /// routing table); returns once connected. Ok at once if already connected to that peer.
-    pub async fn dial(&self, addr: Multiaddr) -> Result<(), NetError> {
+    pub async fn dial(&self, addr: Address) -> Result<(), NetError> {
         let limit = self.inner.request_timeout;
-        tokio::time::timeout(limit, self.call(|reply| Command::Dial(addr, reply)))
+        tokio::time::timeout(limit, self.call(|reply| Command::Dial(addr.0, reply)))
             .await
             .map_err(|_| NetError::Timeout)?
     }

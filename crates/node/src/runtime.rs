@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use neuroshard_data::Genesis;
-use neuroshard_net::{Multiaddr, Net, NetConfig, NetEvent, ResponseChannel};
+use neuroshard_net::{Address, Net, NetConfig, NetEvent, ResponseChannel};
 use neuroshard_proof::{Identity, NodeId};
 use tokio::sync::mpsc;
 
@@ -372,10 +372,10 @@ fn signal(kind: tokio::signal::unix::SignalKind) -> Result<tokio::signal::unix::
     tokio::signal::unix::signal(kind).map_err(|e| NodeError::Config(format!("signal handler: {e}")))
 }
 
-fn parse_addrs(list: &[String]) -> Result<Vec<Multiaddr>, NodeError> {
+fn parse_addrs(list: &[String]) -> Result<Vec<Address>, NodeError> {
     list.iter()
         .map(|a| {
-            a.parse::<Multiaddr>()
+            a.parse::<Address>()
                 .map_err(|e| NodeError::Config(format!("address {a:?}: {e}")))
         })
         .collect()

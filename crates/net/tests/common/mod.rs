@@ -4,7 +4,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use neuroshard_net::{Multiaddr, Net, NetConfig, NetEvent};
+use neuroshard_net::{Address, Net, NetConfig, NetEvent};
 use tokio::sync::mpsc::Receiver;
 
 /// Upper bound for any single wait in the tests.
@@ -22,7 +22,7 @@ pub fn secret(i: u8) -> [u8; 32] {
     [i; 32]
 }
 
-pub async fn start(i: u8, config: NetConfig) -> (Net, Receiver<NetEvent>, Multiaddr) {
+pub async fn start(i: u8, config: NetConfig) -> (Net, Receiver<NetEvent>, Address) {
     init_tracing();
     let (net, events) = Net::start(secret(i), config).await.expect("start");
     let addr = bounded(net.listen_addrs()).await.remove(0);
