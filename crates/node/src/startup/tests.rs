@@ -244,7 +244,9 @@ fn a_stage_that_does_not_exist_is_an_error() {
             stages: 2
         }
     );
-    assert!(m.is_done() && drain(&mut m).is_empty());
+    assert!(drain(&mut m).is_empty());
+    m.handle_timeout(t0 + SETTLE * 2);
+    assert!(m.poll_outcome().is_none(), "one outcome");
 }
 
 #[test]
@@ -430,6 +432,7 @@ fn join_picks_the_latest_valid_theta_record() {
         theta_record(&me, 9, |_| {}),
         theta_record(&ids[5], 9, |r| r.expires_ms = u64::MAX),
         theta_record(&ids[6], 7, |_| {}),
+        theta_record(&ids[6], 2, |_| {}),
         vec![0xAB; 200],
         Vec::new(),
     ];
