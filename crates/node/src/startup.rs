@@ -101,9 +101,13 @@ pub enum Request {
         hash: Hash32,
         max: usize,
     },
-    /// Take this outer state as θ and θ₀ (its re-encoding must hash to `hash`) and reset the
-    /// optimizer; answer with [`Startup::handle_adopted`].
-    AdoptOuter { bytes: Vec<u8>, hash: Hash32 },
+    /// Take this outer state of `round` as θ and θ₀ (its re-encoding must hash to `hash`)
+    /// and reset the optimizer; answer with [`Startup::handle_adopted`].
+    AdoptOuter {
+        bytes: Vec<u8>,
+        hash: Hash32,
+        round: u64,
+    },
     /// Take this AdamW state and its step count; answer with [`Startup::handle_adopted`].
     AdoptOptimizer { bytes: Vec<u8> },
 }

@@ -238,7 +238,7 @@ impl StartIo<'_> {
                     .map_err(|e| TransferError(e.to_string()));
                 m.handle_blob(hash, result, Instant::now());
             }
-            Request::AdoptOuter { bytes, hash } => {
+            Request::AdoptOuter { bytes, hash, .. } => {
                 let result = self.adopt_outer(&bytes, hash);
                 m.handle_adopted(Part::Outer, result, Instant::now());
             }

@@ -27,6 +27,7 @@ impl Startup {
         let Some(rec) = self.candidates.get(index) else {
             return;
         };
+        let round = rec.round;
         let (want, max) = match part {
             Part::Outer => (rec.theta, self.outer_max()),
             Part::Optimizer => (rec.optimizer, self.optimizer_max()),
@@ -47,9 +48,11 @@ impl Startup {
             }
         });
         match (checked, part) {
-            (Ok(bytes), Part::Outer) => self
-                .requests
-                .push_back(Request::AdoptOuter { bytes, hash: want }),
+            (Ok(bytes), Part::Outer) => self.requests.push_back(Request::AdoptOuter {
+                bytes,
+                hash: want,
+                round,
+            }),
             (Ok(bytes), Part::Optimizer) => {
                 self.requests.push_back(Request::AdoptOptimizer { bytes })
             }

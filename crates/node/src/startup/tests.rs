@@ -462,7 +462,8 @@ fn join(moments: Result<Vec<u8>, TransferError>) -> (Decision, Vec<String>, Vec<
         adopt,
         vec![Request::AdoptOuter {
             bytes: outer_bytes(&a),
-            hash: outer_hash(&a)
+            hash: outer_hash(&a),
+            round: 4
         }]
     );
     m.handle_adopted(Part::Outer, Ok(()), t1);
