@@ -260,6 +260,11 @@ impl StartIo<'_> {
             .ok_or_else(|| NodeError::Config(format!("stage {stage} does not exist")))?;
         let state = match (init, self.latest.as_deref()) {
             (Init::Resume, Some(dir)) => match checkpoint::load(dir) {
+                // The files may have changed since the machine read their metadata.
+                Ok(ck) if ck.meta.stage != spec || ck.meta.model != self.settings.model => {
+                    let why = "it now holds another model or stage";
+                    return Ok(Err(ModelError::Checkpoint(why.into())));
+                }
                 Ok(ck) => self.resumed(dir, ck)?,
                 Err(e) => return Ok(Err(e)),
             },
