@@ -8,7 +8,7 @@ use neuroshard_sim::{EngineCosts, EngineKind, Factory, LinkModel, Sim, settings,
 
 /// Nodes told their stages (`placed[i]` for node i), on the stand-in, settling for 2 s.
 fn sim(seed: u64, stages: usize, placed: &[usize]) -> Sim {
-    let mut s = settings(tiny_model(), stages, placed.len() - 1);
+    let mut s = settings(tiny_model(), stages, 1);
     s.settle_ms = 2_000;
     let factory = Factory::new(s.clone(), EngineKind::StandIn);
     let mut sim = Sim::new(

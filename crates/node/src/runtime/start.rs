@@ -17,6 +17,7 @@ use crate::compute::{self, Engine};
 use crate::core::{BatchError, BatchSource, TransferError};
 use crate::events::NodeEvent;
 use crate::peers::PeerTable;
+use crate::records::Topic;
 use crate::replica::{Diloco, DilocoConfig, decode_adamw};
 use crate::settings::{DataOrder, NodeSettings};
 use crate::startup::{Hint, Init, JoinError, Local, Part, Request, Saved, Startup, StartupConfig};
@@ -174,10 +175,17 @@ pub async fn start(
     })
 }
 
-/// The gossip the start-up machine reads (it keeps only signed heartbeats of our network).
+/// The gossip the start-up machine reads: heartbeats (it keeps only signed ones of our
+/// network).
 fn heartbeat(ev: &NetEvent) -> Option<(NodeId, &[u8])> {
     match ev {
-        NetEvent::Gossip { author, data, .. } => Some((*author, data.as_slice())),
+        NetEvent::Gossip {
+            topic,
+            author,
+            data,
+        } if matches!(Topic::parse(topic), Some(Topic::Heartbeat(_))) => {
+            Some((*author, data.as_slice()))
+        }
         _ => None,
     }
 }
