@@ -628,3 +628,51 @@ fn answers_out_of_turn_and_garbage_never_panic_or_decide() {
     m.handle_adopted(Part::Optimizer, Ok(()), t0);
     assert!(drain(&mut m).is_empty() && m.poll_outcome().is_none());
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+    /// A θ₀ record changed anywhere in transit is never trusted: no fetch, no hint.
+    #[test]
+    fn a_record_changed_in_transit_is_not_trusted(at in 0usize..400, xor in 1u8..=255) {
+        let a = test_identity(1);
+        let mut bytes = theta_record(&a, 4, |_| {});
+        let at = at % bytes.len();
+        bytes[at] ^= xor;
+        let (mut m, _, requests) = joiner(vec![bytes]);
+        proptest::prop_assert!(fetches(&requests).is_empty());
+        let d = m.poll_outcome().unwrap().unwrap();
+        proptest::prop_assert!(d.hint.is_none() && d.joined.is_none());
+    }
+
+    /// Whatever bytes peers put in records and gossip, start-up ends once, on a stage that
+    /// exists, without a panic.
+    #[test]
+    fn peer_bytes_never_panic(
+        values in proptest::collection::vec(proptest::collection::vec(0u8..=255, 0..160), 0..12),
+        providers in proptest::collection::vec(0u8..=255, 0..40),
+    ) {
+        let t0 = Instant::now();
+        let mut m = Startup::new(config(3), t0, UNIX);
+        drain(&mut m);
+        m.handle_record(NETWORK_KEY, values.clone(), t0);
+        for v in &values {
+            m.handle_gossip(node(v.first().copied().unwrap_or(0)), v, t0);
+        }
+        for s in 0..3 {
+            m.handle_providers(s, providers.iter().map(|b| node(*b)).collect(), t0);
+        }
+        m.handle_timeout(t0 + SETTLE);
+        let stage = match drain(&mut m).pop() {
+            Some(Request::Load { stage, .. }) => stage,
+            other => panic!("{other:?}"),
+        };
+        proptest::prop_assert!(stage < 3);
+        m.handle_loaded(Ok(Local { steps: 0, round: 0 }), t0 + SETTLE);
+        drain(&mut m);
+        m.handle_record(&theta_key(&NET, stage), values, t0 + SETTLE);
+        proptest::prop_assert!(fetches(&drain(&mut m)).is_empty());
+        proptest::prop_assert_eq!(m.poll_outcome().unwrap().unwrap().stage, stage);
+        proptest::prop_assert!(m.poll_outcome().is_none());
+    }
+}
