@@ -227,7 +227,8 @@ impl Startup {
         let settle = if cfg.stage.is_none() && resume_stage(&cfg).is_some() {
             Duration::ZERO
         } else {
-            cfg.settle
+            // A day is plenty, and keeps `now + settle` from overflowing on a silly setting.
+            cfg.settle.min(Duration::from_secs(86_400))
         };
         let mut s = Self {
             me: cfg.identity.node_id(),
