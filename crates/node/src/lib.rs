@@ -16,6 +16,7 @@ pub mod replica;
 pub mod router;
 pub mod runtime;
 pub mod settings;
+pub mod startup;
 pub mod sync;
 pub mod wire;
 
@@ -44,6 +45,8 @@ pub enum NodeError {
     Net(#[from] neuroshard_net::NetError),
     #[error("checkpoint: {0}")]
     Checkpoint(String),
+    #[error("start-up: {0}")]
+    Start(#[from] startup::StartError),
 }
 
 impl NodeError {

@@ -158,8 +158,8 @@ pub async fn run(settings: NodeSettings) -> Result<(), NodeError> {
         done_tx,
         stopping: None,
     };
-    if let Some((node, rec)) = s.hint {
-        core.hint_theta(node, rec.round, rec.theta);
+    if let Some(h) = s.hint {
+        core.hint_theta(h.node, h.round, h.theta);
     }
     for ev in s.pending {
         driver.on_net_event(&mut core, ev);

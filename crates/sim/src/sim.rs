@@ -2,6 +2,8 @@
 //! link model, engines run in place with a virtual cost per job. Nothing reads the wall
 //! clock or an unseeded RNG, so one seed gives one event trace, bit for bit.
 
+mod joiner;
+
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, VecDeque};
 use std::sync::Arc;
@@ -98,6 +100,10 @@ struct SimNode {
     pending_step: BTreeMap<Token, u64>,
     events: Vec<NodeEvent>,
     tamper: Option<Tamper>,
+    /// A joiner's start-up, until its core runs.
+    joining: Option<joiner::Joining>,
+    /// What a joiner's start-up built and heard, for its first start.
+    prepared: Option<(Built, PeerTable)>,
 }
 
 /// A simulated network.
@@ -203,6 +209,8 @@ impl Sim {
             pending_step: BTreeMap::new(),
             events: Vec::new(),
             tamper: None,
+            joining: None,
+            prepared: None,
         });
         self.push(self.base + at, Ev::Start { node: i });
         i
@@ -332,15 +340,23 @@ impl Sim {
         if self.nodes[i].core.is_some() {
             return;
         }
+        if self.nodes[i].joining.is_some() {
+            return self.start_joiner(i);
+        }
         let (node, stage) = (self.nodes[i].identity.node_id(), self.nodes[i].stage);
+        let (prepared, peers) = self.nodes[i]
+            .prepared
+            .take()
+            .map_or((None, PeerTable::default()), |(b, p)| (Some(b), p));
         let restored = self.nodes[i].engine.take().and_then(|e| e.restore_saved());
-        let (engine, data, steps) = match restored {
-            Some(engine) => (
+        let (engine, data, steps) = match (prepared, restored) {
+            (Some((engine, data)), _) => (engine, data, 0),
+            (None, Some(engine)) => (
                 engine,
                 self.factory.data(node, stage),
                 self.nodes[i].saved_step,
             ),
-            None => match self.factory.engine(node, stage) {
+            (None, None) => match self.factory.engine(node, stage) {
                 Ok((e, d)) => (e, d, 0),
                 Err(message) => {
                     self.nodes[i].events.push(NodeEvent::Warning {
@@ -373,7 +389,7 @@ impl Sim {
                 start: self.now,
                 start_unix_ms: UNIX_START_MS + (self.now - self.base).as_millis() as u64,
                 addrs: vec![format!("sim/{i}")],
-                peers: PeerTable::default(),
+                peers,
             },
             economy,
             data,

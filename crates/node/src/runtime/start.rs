@@ -1,25 +1,26 @@
-//! Start-up of a real node: the network record check, listening before choosing a stage,
-//! resuming from a checkpoint, and a joiner borrowing its stage's θ₀ and AdamW state.
+//! Start-up of a real node: a thin driver of the sans-IO [`Startup`] machine, which makes
+//! every decision (network record, settle, stage, resume or fresh, whom a joiner borrows θ₀
+//! from). Here its requests run against libp2p, the checkpoint files and the stage's state.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use neuroshard_data::Genesis;
-use neuroshard_model::{AdamW, AdamWConfig, ParamSet, Stage, StageSpec, checkpoint};
+use neuroshard_model::{AdamW, AdamWConfig, ModelError, Stage, StageSpec, checkpoint};
 use neuroshard_net::{Net, NetEvent};
-use neuroshard_proof::{Identity, NodeId, Signed};
+use neuroshard_proof::{Hash32, Identity, NodeId};
 use tokio::sync::mpsc;
 
 use super::{CHECKPOINT_DIR, emit, now_ms};
 use crate::NodeError;
 use crate::compute::{self, Engine};
-use crate::core::{BatchError, BatchSource, outer_state_limit};
+use crate::core::{BatchError, BatchSource, TransferError};
 use crate::events::NodeEvent;
-use crate::peers::{PeerTable, choose_stage};
-use crate::records::{Heartbeat, NETWORK_KEY, NetworkRecord, open, stage_key};
+use crate::peers::PeerTable;
+use crate::records::Topic;
 use crate::replica::{Diloco, DilocoConfig, decode_adamw};
 use crate::settings::{DataOrder, NodeSettings};
-use crate::sync::{ThetaRecord, theta_key};
+use crate::startup::{Hint, Init, JoinError, Local, Part, Request, Saved, Startup, StartupConfig};
 
 /// The network id: model shape, stage count and dataset root, hashed.
 pub fn network_id(settings: &NodeSettings, genesis_root: &[u8; 32]) -> [u8; 32] {
@@ -62,7 +63,7 @@ impl BatchSource for GenesisBatches {
     }
 }
 
-/// What start-up decided.
+/// What start-up decided, with the engine ready to run.
 pub struct Started {
     pub stage: usize,
     pub engine: Engine,
@@ -72,13 +73,14 @@ pub struct Started {
     pub numel: usize,
     pub spec: StageSpec,
     pub peers: PeerTable,
+    /// Network events heard while listening, for the core.
     pub pending: Vec<NetEvent>,
-    /// A peer with a newer θ₀ of our stage (a restarted replica catches up at once).
-    pub hint: Option<(NodeId, ThetaRecord)>,
+    /// A peer with a θ₀ of our stage (a restarted replica catches up at once).
+    pub hint: Option<Hint>,
     pub joined: Option<(u64, Duration)>,
 }
 
-/// Listens, chooses the stage, resumes or joins; the engine is ready to run.
+/// Runs the start-up machine to its decision; the engine is ready to run.
 pub async fn start(
     settings: &NodeSettings,
     identity: &Identity,
@@ -88,289 +90,272 @@ pub async fn start(
     network: [u8; 32],
 ) -> Result<Started, NodeError> {
     let specs = StageSpec::split(&settings.model, settings.stages)?;
-    check_network_record(net, identity, network, genesis, settings).await?;
-    // Listen before choosing: heartbeats and DHT providers tell which stages are served.
     let ckpt_dir = settings.data_dir.join(CHECKPOINT_DIR);
     let latest = compute::latest_checkpoint(&ckpt_dir);
-    let saved = latest
-        .as_deref()
-        .and_then(|d| checkpoint::read_meta(d).ok());
-    // A node restarting from its checkpoint already knows its stage: it rejoins at once.
-    let settle = if saved.is_some() && settings.stage.is_none() {
-        Duration::ZERO
-    } else {
-        Duration::from_millis(settings.settle_ms)
+    let saved = latest.as_deref().map(|d| Saved {
+        path: d.display().to_string(),
+        holds: checkpoint::read_meta(d).ok().map(|m| (m.model, m.stage)),
+    });
+    let cfg = StartupConfig {
+        identity: identity.clone(),
+        network,
+        genesis_root: genesis.root(),
+        model: settings.model.clone(),
+        specs: specs.clone(),
+        stage: settings.stage,
+        need: settings.stage_memory()?,
+        budget: settings.memory_budget,
+        settle: Duration::from_millis(settings.settle_ms),
+        sync: settings.sync.every > 0,
+        saved,
     };
-    let settle_until = Instant::now() + settle;
+    let mut machine = Startup::new(cfg, Instant::now(), now_ms());
+    let mut io = StartIo {
+        settings,
+        net,
+        specs,
+        latest,
+        optim: settings.adamw(),
+        dcfg: settings
+            .diloco(identity.node_id())
+            .map_err(|e| NodeError::Config(e.to_string()))?,
+        state: None,
+    };
     let mut pending = Vec::new();
-    let mut peers = PeerTable::default();
-    for (s, _) in specs.iter().enumerate() {
-        if let Ok(providers) = net.get_providers(stage_key(&network, s)).await {
-            for node in providers.into_iter().filter(|p| *p != net.node_id()) {
-                peers.on_discovered(node, s, Instant::now());
-            }
+    let decision = loop {
+        while let Some(request) = machine.poll_request() {
+            io.execute(&mut machine, request).await?;
         }
-    }
-    while Instant::now() < settle_until {
-        match tokio::time::timeout_at(settle_until.into(), net_events.recv()).await {
+        while let Some(event) = machine.poll_event() {
+            emit(&event);
+        }
+        if let Some(outcome) = machine.poll_outcome() {
+            break outcome?;
+        }
+        // Every request was answered: only the settle deadline can be left.
+        let Some(until) = machine.poll_timeout() else {
+            return Err(NodeError::Config("start-up stalled".into()));
+        };
+        match tokio::time::timeout_at(until.into(), net_events.recv()).await {
             Ok(Some(ev)) => {
-                if let NetEvent::Gossip { author, data, .. } = &ev
-                    && let Ok(hb) = open::<Heartbeat>(data, Some(author))
-                    && hb.network == network
-                    && hb.node == *author
-                {
-                    peers.on_heartbeat(hb.node, &hb, Instant::now());
+                if let Some((author, data)) = heartbeat(&ev) {
+                    machine.handle_gossip(author, data, Instant::now());
                 }
                 pending.push(ev);
             }
             Ok(None) => return Err(NodeError::Config("network task stopped".into())),
-            Err(_) => break,
+            Err(_) => machine.handle_timeout(Instant::now()),
         }
-    }
-
-    let resume = saved.filter(|m| m.model == settings.model);
-    let resume_stage = resume
-        .as_ref()
-        .and_then(|m| specs.iter().position(|s| *s == m.stage));
-    let need = settings.stage_memory()?;
-    let stage_index = match settings.stage.or(resume_stage) {
-        Some(s) if s < specs.len() => s,
-        Some(s) => {
-            return Err(NodeError::Config(format!(
-                "stage {s} does not exist ({} stages)",
-                specs.len()
-            )));
-        }
-        None => choose_stage(
-            &peers.replica_counts(specs.len()),
-            &need,
-            settings.memory_budget,
-        )
-        .ok_or_else(|| {
-            NodeError::Config(format!(
-                "no stage fits the memory budget of {} MiB (need {:?} MiB)",
-                settings.memory_budget >> 20,
-                need.iter().map(|n| n >> 20).collect::<Vec<_>>()
-            ))
-        })?,
     };
-    let optim = settings.adamw();
-    let dcfg = settings
-        .diloco(identity.node_id())
-        .map_err(|e| NodeError::Config(e.to_string()))?;
-    let (mut stage, mut optimizer, mut steps_done, mut diloco) =
-        resume_or_init(settings, &specs, stage_index, resume, latest, &optim, &dcfg)?;
-    let records = if settings.sync.every > 0 {
-        let values = net
-            .get_record(theta_key(&network, stage_index))
-            .await
-            .unwrap_or_default();
-        theta_records(net, &values, &network, stage_index, &identity.node_id())
-    } else {
-        Vec::new()
+    let Some(state) = io.state else {
+        return Err(NodeError::Config("start-up ended without a stage".into()));
     };
-    // A newcomer borrows the stage's θ₀ and a replica's AdamW moments before its first step.
-    let mut joined = None;
-    if steps_done == 0
-        && let Some((peer, rec)) = records.first()
-        && rec.round > diloco.round()
-    {
-        let started = Instant::now();
-        match join_stage(net, *peer, rec, &dcfg, &optim, stage.params()).await {
-            Ok((d, opt, params)) => {
-                *stage.params_mut() = params;
-                diloco = d;
-                // The borrowed step count keeps the LR schedule and the run's length in step
-                // with the stage.
-                steps_done = opt.step_count();
-                optimizer = opt;
-                joined = Some((rec.round, started.elapsed()));
-            }
-            Err(e) => warn(format!(
-                "joining from {peer}: {e}; starting from scratch and catching up at the next round"
-            )),
-        }
-    }
-    let hint = records.first().map(|(_, rec)| (rec.node, rec.clone()));
-    let (sync_round, sync_theta) = (diloco.round(), diloco.hash());
-    let spec = *stage.spec();
-    let numel = stage.params().numel();
+    let (sync_round, sync_theta) = (state.diloco.round(), state.diloco.hash());
+    let spec = *state.stage.spec();
+    let numel = state.stage.params().numel();
     let sync_on = settings.sync.every > 0;
-    let engine = Engine::new(stage, optimizer, sync_on.then_some(diloco))
-        .with_checkpoint_dir(ckpt_dir.clone(), genesis.root());
+    let engine = Engine::new(
+        state.stage,
+        state.optimizer,
+        sync_on.then_some(state.diloco),
+    )
+    .with_checkpoint_dir(ckpt_dir, genesis.root());
     Ok(Started {
-        stage: stage_index,
+        stage: decision.stage,
         engine,
-        steps_done,
+        steps_done: state.steps,
         sync_round,
         sync_theta,
         numel,
         spec,
-        peers,
+        peers: decision.peers,
         pending,
-        hint,
-        joined,
+        hint: decision.hint,
+        joined: decision.joined.map(|j| (j.round, j.took)),
     })
 }
 
-fn warn(message: String) {
-    emit(&NodeEvent::Warning {
-        stage: None,
-        message,
-        time_ms: now_ms(),
-    });
+/// The gossip the start-up machine reads: heartbeats (it keeps only signed ones of our
+/// network).
+fn heartbeat(ev: &NetEvent) -> Option<(NodeId, &[u8])> {
+    match ev {
+        NetEvent::Gossip {
+            topic,
+            author,
+            data,
+        } if matches!(Topic::parse(topic), Some(Topic::Heartbeat(_))) => {
+            Some((*author, data.as_slice()))
+        }
+        _ => None,
+    }
 }
 
-type Resumed = (Stage, AdamW, u64, Diloco);
+/// The stage's state while start-up runs.
+struct State {
+    stage: Stage,
+    optimizer: AdamW,
+    steps: u64,
+    diloco: Diloco,
+}
 
-fn resume_or_init(
-    settings: &NodeSettings,
-    specs: &[StageSpec],
-    stage_index: usize,
-    resume: Option<checkpoint::CheckpointMeta>,
+/// Executes the machine's requests: the network, the checkpoint files and the stage's state.
+struct StartIo<'a> {
+    settings: &'a NodeSettings,
+    net: &'a Net,
+    specs: Vec<StageSpec>,
     latest: Option<PathBuf>,
-    optim: &AdamWConfig,
-    dcfg: &DilocoConfig,
-) -> Result<Resumed, NodeError> {
-    if let Some(meta) = resume.filter(|m| m.stage == specs[stage_index])
-        && let Some(dir) = latest.as_deref()
-        && let Ok(ck) = checkpoint::load(dir)
-    {
-        let mut opt = ck
-            .optimizer
-            .unwrap_or_else(|| AdamW::new(optim.clone(), ck.stage.params()));
-        // The schedule is this run's, not the one the checkpoint was written under (a node
-        // restarted without `--steps` must not resume an old run's cosine).
-        opt.config = optim.clone();
-        let len = ck.stage.params().numel();
-        let diloco = match compute::load_diloco(dir, &meta, dcfg.clone(), len) {
-            Ok(d) => d,
-            Err(e) => {
-                warn(format!(
-                    "DiLoCo state not usable ({e}); taking θ₀ from the weights and catching up with the stage"
-                ));
-                Diloco::new(dcfg.clone(), ck.stage.params()).map_err(NodeError::Config)?
+    optim: AdamWConfig,
+    dcfg: DilocoConfig,
+    state: Option<State>,
+}
+
+impl StartIo<'_> {
+    async fn execute(&mut self, m: &mut Startup, request: Request) -> Result<(), NodeError> {
+        match request {
+            Request::GetRecord { key } => {
+                let values = self.net.get_record(key.clone()).await.unwrap_or_default();
+                m.handle_record(&key, values, Instant::now());
+            }
+            Request::PutRecord { key, value } => {
+                if let Err(e) = self.net.put_record(key, value).await {
+                    tracing::debug!("publishing the network record: {e}");
+                }
+            }
+            Request::GetProviders { stage, key } => {
+                let mut found: Vec<NodeId> = self
+                    .net
+                    .get_providers(key)
+                    .await
+                    .map(|p| p.into_iter().collect())
+                    .unwrap_or_default();
+                found.sort();
+                m.handle_providers(stage, found, Instant::now());
+            }
+            Request::LearnKey(key) => {
+                self.net.learn_key(key.as_bytes());
+            }
+            Request::Load { stage, init } => {
+                let result = self.load(stage, init)?;
+                m.handle_loaded(result, Instant::now());
+            }
+            Request::FetchBlob { peer, hash, max } => {
+                let result = self
+                    .net
+                    .fetch_blob(peer, hash, max)
+                    .await
+                    .map_err(|e| TransferError(e.to_string()));
+                m.handle_blob(hash, result, Instant::now());
+            }
+            Request::AdoptOuter { bytes, hash, .. } => {
+                let result = self.adopt_outer(&bytes, hash);
+                m.handle_adopted(Part::Outer, result, Instant::now());
+            }
+            Request::AdoptOptimizer { bytes } => {
+                let result = self.adopt_optimizer(&bytes);
+                m.handle_adopted(Part::Optimizer, result, Instant::now());
+            }
+        }
+        Ok(())
+    }
+
+    /// Builds the stage's state; a checkpoint that cannot be read is the machine's to judge,
+    /// a fresh stage that cannot be built ends the node.
+    fn load(&mut self, stage: usize, init: Init) -> Result<Result<Local, ModelError>, NodeError> {
+        let spec = self
+            .specs
+            .get(stage)
+            .copied()
+            .ok_or_else(|| NodeError::Config(format!("stage {stage} does not exist")))?;
+        let state = match (init, self.latest.as_deref()) {
+            (Init::Resume, Some(dir)) => match checkpoint::load(dir) {
+                // The files may have changed since the machine read their metadata.
+                Ok(ck) if ck.meta.stage != spec || ck.meta.model != self.settings.model => {
+                    let why = "it now holds another model or stage";
+                    return Ok(Err(ModelError::Checkpoint(why.into())));
+                }
+                Ok(ck) => self.resumed(dir, ck)?,
+                Err(e) => return Ok(Err(e)),
+            },
+            (Init::Resume, None) => {
+                return Ok(Err(ModelError::Checkpoint("no checkpoint".into())));
+            }
+            (Init::Fresh, _) => {
+                let stage = Stage::init(self.settings.model.clone(), spec, self.settings.seed)?;
+                let optimizer = AdamW::new(self.optim.clone(), stage.params());
+                let diloco =
+                    Diloco::new(self.dcfg.clone(), stage.params()).map_err(NodeError::Config)?;
+                State {
+                    stage,
+                    optimizer,
+                    steps: 0,
+                    diloco,
+                }
             }
         };
-        return Ok((ck.stage, opt, meta.step, diloco));
-    }
-    if let Some(d) = &latest {
-        warn(format!(
-            "checkpoint {} not usable for stage {stage_index}; starting fresh",
-            d.display()
-        ));
-    }
-    let stage = Stage::init(settings.model.clone(), specs[stage_index], settings.seed)?;
-    let opt = AdamW::new(optim.clone(), stage.params());
-    let diloco = Diloco::new(dcfg.clone(), stage.params()).map_err(NodeError::Config)?;
-    Ok((stage, opt, 0, diloco))
-}
-
-/// Fetches the stage's outer state and the publisher's AdamW moments named by its record.
-async fn join_stage(
-    net: &Net,
-    peer: NodeId,
-    rec: &ThetaRecord,
-    dcfg: &DilocoConfig,
-    optim: &AdamWConfig,
-    params: &ParamSet,
-) -> Result<(Diloco, AdamW, ParamSet), String> {
-    let max = outer_state_limit(params.numel());
-    let outer = net
-        .fetch_blob(peer, rec.theta, max)
-        .await
-        .map_err(|e| format!("outer state: {e}"))?;
-    let diloco = Diloco::restore(dcfg.clone(), &outer, params.numel())?;
-    if diloco.hash() != rec.theta {
-        return Err("outer state does not match the announced hash".into());
-    }
-    let mut params = params.clone();
-    params.set_flat(diloco.theta()).map_err(|e| e.to_string())?;
-    let adamw = match net
-        .fetch_blob(peer, rec.optimizer, params.numel() * 8 + 64)
-        .await
-    {
-        Ok(bytes) => decode_adamw(&bytes, optim.clone(), &params)?,
-        Err(e) => {
-            warn(format!(
-                "optimizer state from {peer}: {e}; starting AdamW from zero"
-            ));
-            AdamW::new(optim.clone(), &params)
-        }
-    };
-    Ok((diloco, adamw, params))
-}
-
-/// Reads the stage's θ₀ records from the DHT: the latest round first. Each publisher becomes
-/// known to the transport by its key, so its blobs can be fetched.
-fn theta_records(
-    net: &Net,
-    values: &[Vec<u8>],
-    network: &[u8; 32],
-    stage: usize,
-    me: &NodeId,
-) -> Vec<(NodeId, ThetaRecord)> {
-    let mut out: Vec<(NodeId, ThetaRecord)> = values
-        .iter()
-        .filter_map(|v| {
-            let signed = Signed::<ThetaRecord>::from_bytes(v).ok()?;
-            let rec = signed.verify().ok()?;
-            let peer = net.learn_key(signed.signer().as_bytes())?;
-            (rec.network == *network
-                && usize::from(rec.stage) == stage
-                && rec.node == signed.signer().node_id()
-                && rec.node != *me
-                && rec.expires_ms > now_ms())
-            .then_some((peer, rec))
-        })
-        .collect();
-    out.sort_by_key(|(_, r)| std::cmp::Reverse(r.round));
-    out
-}
-
-/// Refuses to join a network that trains another model or dataset; the first node writes
-/// the record.
-async fn check_network_record(
-    net: &Net,
-    identity: &Identity,
-    network: [u8; 32],
-    genesis: &Genesis,
-    settings: &NodeSettings,
-) -> Result<(), NodeError> {
-    let found = net
-        .get_record(NETWORK_KEY.to_vec())
-        .await
-        .unwrap_or_default();
-    for value in &found {
-        if let Ok(rec) = open::<NetworkRecord>(value, None)
-            && rec.network != network
-        {
-            return Err(NodeError::Config(format!(
-                "the network trains another model or dataset ({}; dataset root {}): check the model flags, --stages and --data",
-                rec.description,
-                hex::encode(rec.genesis_root)
-            )));
-        }
-    }
-    if found.is_empty() {
-        let rec = NetworkRecord {
-            network,
-            genesis_root: genesis.root(),
-            stages: settings.stages as u16,
-            description: format!(
-                "{} layers, d_model {}, vocab {}, {} stages",
-                settings.model.layers,
-                settings.model.d_model,
-                settings.model.vocab,
-                settings.stages
-            ),
+        let local = Local {
+            steps: state.steps,
+            round: state.diloco.round(),
         };
-        let _ = net
-            .put_record(
-                NETWORK_KEY.to_vec(),
-                Signed::sign(identity, &rec).to_bytes(),
-            )
-            .await;
+        self.state = Some(state);
+        Ok(Ok(local))
     }
-    Ok(())
+
+    fn resumed(&self, dir: &Path, ck: checkpoint::Checkpoint) -> Result<State, NodeError> {
+        let mut optimizer = ck
+            .optimizer
+            .unwrap_or_else(|| AdamW::new(self.optim.clone(), ck.stage.params()));
+        // The schedule is this run's, not the one the checkpoint was written under (a node
+        // restarted without `--steps` must not resume an old run's cosine).
+        optimizer.config = self.optim.clone();
+        let len = ck.stage.params().numel();
+        let diloco = match compute::load_diloco(dir, &ck.meta, self.dcfg.clone(), len) {
+            Ok(d) => d,
+            Err(e) => {
+                emit(&NodeEvent::Warning {
+                    stage: None,
+                    message: format!(
+                        "DiLoCo state not usable ({e}); taking θ₀ from the weights and catching up with the stage"
+                    ),
+                    time_ms: now_ms(),
+                });
+                Diloco::new(self.dcfg.clone(), ck.stage.params()).map_err(NodeError::Config)?
+            }
+        };
+        Ok(State {
+            steps: ck.meta.step,
+            diloco,
+            stage: ck.stage,
+            optimizer,
+        })
+    }
+
+    /// Takes a fetched outer state as θ and θ₀; the moments of the old θ no longer apply.
+    fn adopt_outer(&mut self, bytes: &[u8], hash: Hash32) -> Result<(), JoinError> {
+        let state = self.state.as_mut().ok_or(JoinError::NotLoaded)?;
+        let numel = state.stage.params().numel();
+        let diloco = Diloco::restore(self.dcfg.clone(), bytes, numel).map_err(JoinError::Decode)?;
+        if diloco.hash() != hash {
+            return Err(JoinError::HashMismatch);
+        }
+        let mut params = state.stage.params().clone();
+        params
+            .set_flat(diloco.theta())
+            .map_err(|e| JoinError::Decode(e.to_string()))?;
+        *state.stage.params_mut() = params;
+        state.optimizer = AdamW::new(self.optim.clone(), state.stage.params());
+        state.steps = 0;
+        state.diloco = diloco;
+        Ok(())
+    }
+
+    /// Takes a replica's AdamW moments; its step count keeps the LR schedule and the run's
+    /// length in step with the stage.
+    fn adopt_optimizer(&mut self, bytes: &[u8]) -> Result<(), JoinError> {
+        let state = self.state.as_mut().ok_or(JoinError::NotLoaded)?;
+        let optimizer = decode_adamw(bytes, self.optim.clone(), state.stage.params())
+            .map_err(JoinError::Decode)?;
+        state.steps = optimizer.step_count();
+        state.optimizer = optimizer;
+        Ok(())
+    }
 }
