@@ -128,6 +128,9 @@ pub struct Syncer {
     refused: BTreeSet<(u64, [u8; 32])>,
     /// Whether our outer state of `round` is one we aggregated (so we can recompute it).
     aggregated: bool,
+    /// The θ₀ our latest offer was computed against, by round: an outcome built on offers
+    /// against another θ₀ is another lineage, not something a recomputation can judge.
+    offer_base: Option<(u64, [u8; 32])>,
 }
 
 impl Syncer {
@@ -147,6 +150,7 @@ impl Syncer {
             agreed: BTreeSet::new(),
             refused: BTreeSet::new(),
             aggregated: false,
+            offer_base: None,
         }
     }
 
@@ -170,8 +174,8 @@ impl Syncer {
     /// A signed offer from a co-replica (network and stage already checked by the caller).
     pub fn on_offer(&mut self, peer: NodeId, node: NodeId, offer: SyncOffer) {
         // Offers of the round just finished still matter: they vouch for the contributors of
-        // a larger outcome someone may announce.
-        if offer.round >= self.round && node != self.me {
+        // a larger outcome someone may announce. Round 0 is the genesis state, never offered.
+        if offer.round >= self.round && offer.round > 0 && node != self.me {
             self.offers
                 .entry(offer.round)
                 .or_default()
@@ -302,6 +306,7 @@ impl Syncer {
         if r != round {
             return Vec::new();
         }
+        self.offer_base = Some((round, self.theta));
         self.phase = Phase::Collecting {
             round,
             since,
@@ -436,10 +441,18 @@ impl Syncer {
         };
         let mut actions = Vec::new();
         let mut best: Option<(usize, [u8; 32], NodeId, Vec<NodeId>)> = None;
+        let base = self.offer_base.filter(|(r, _)| *r == round).map(|(_, b)| b);
+        // A contributor counts if we hold its offer of this round against our own base: an
+        // honest replica on another θ₀ would otherwise fail our recomputation and be
+        // punished for a divergence, not a lie.
         let known = |n: &NodeId| {
             *n == self.me
                 || self.contributors.contains(n)
-                || self.offers.get(&round).is_some_and(|o| o.contains_key(n))
+                || self
+                    .offers
+                    .get(&round)
+                    .and_then(|o| o.get(n))
+                    .is_some_and(|(_, o)| base.is_none_or(|b| o.base == b))
         };
         let mut agreed = Vec::new();
         for (node, (peer, d)) in dones {
@@ -553,7 +566,9 @@ impl Syncer {
         }
         for (round, offers) in &self.offers {
             for (node, (peer, o)) in offers {
-                let base_round = round - 1;
+                let Some(base_round) = round.checked_sub(1) else {
+                    continue;
+                };
                 // An offer against another θ₀ of our own round means we diverged; it counts
                 // only when most live co-replicas agree on that θ₀.
                 if base_round < self.round || (base_round == self.round && o.base == self.theta) {

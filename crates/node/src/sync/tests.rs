@@ -378,3 +378,41 @@ fn a_replica_that_took_its_state_from_a_peer_fetches_a_better_outcome_instead_of
         "{acts:?}"
     );
 }
+
+/// Replica 1 is on another θ₀ lineage (its round-1 offer and that of a fourth replica were
+/// made against base [7; 32]): its larger outcome cannot be recomputed from our base, so we
+/// neither verify nor refuse it. Recomputing it would brand an honest replica a liar.
+#[test]
+fn an_outcome_built_on_another_base_is_not_recomputed() {
+    let (mut all, now) = replica_zero_aggregating(3);
+    let (a, b, c) = (all[0].node, all[1].node, all[2].node);
+    let d = NodeId([44; 32]);
+    let other = [7; 32];
+    let bpeer = all[1].peer;
+    // b and d offered again against another base (replayed into our view).
+    all[0].s.on_offer(bpeer, b, offer(1, other));
+    all[0].s.on_offer(NodeId([45; 32]), d, offer(1, other));
+    all[0].s.on_applied(1, [5; 32], vec![a, c], 4, now);
+    let acts = all[0]
+        .s
+        .on_done(bpeer, b, done(1, [9; 32], vec![a, b, c, d]), Instant::now());
+    assert!(acts.is_empty(), "{acts:?}");
+    assert_eq!(all[0].s.theta(), [5; 32]);
+}
+
+/// A round-0 offer (rounds start at 1) used to make `round - 1` wrap to u64::MAX, and the
+/// replica then fetched and adopted the sender's θ₀ as round u64::MAX.
+#[test]
+fn a_round_zero_offer_is_ignored() {
+    let mut all = replicas(2);
+    let now = Instant::now();
+    let (peer, node) = (all[1].peer, all[1].node);
+    all[0].s.on_offer(peer, node, offer(0, [66; 32]));
+    let l = live(&all, 0);
+    let acts = all[0].s.poll(now, 1, &l);
+    assert!(
+        !acts.iter().any(|a| matches!(a, SyncAction::Adopt { .. })),
+        "{acts:?}"
+    );
+    assert_eq!(all[0].s.round(), 0);
+}
