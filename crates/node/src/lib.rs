@@ -9,6 +9,7 @@ pub mod compute;
 pub mod core;
 pub mod economy;
 pub mod events;
+pub mod genesis_source;
 pub mod peers;
 pub mod pipeline;
 pub mod records;

@@ -14,7 +14,7 @@ use neuroshard_net::{Address, Net, NetConfig, NetEvent, ResponseChannel};
 use neuroshard_proof::{Identity, NodeId};
 use tokio::sync::mpsc;
 
-pub use start::network_id;
+pub use crate::genesis_source::network_id;
 
 use crate::NodeError;
 use crate::compute;
@@ -118,7 +118,7 @@ pub async fn run(settings: NodeSettings) -> Result<(), NodeError> {
         time_ms: now_ms(),
     });
 
-    let data = start::GenesisBatches {
+    let data = crate::genesis_source::GenesisBatches {
         genesis,
         order: settings.data_order,
         seed: settings.seed,
