@@ -10,7 +10,7 @@
 //! commute. The only local input left, which receipt signers are known, is handled by parking
 //! proofs until [`Economy::learn_node`] makes their signers known.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::path::Path;
 
 use neuroshard_ledger::{
@@ -318,6 +318,8 @@ pub struct Economy {
     parked: VecDeque<ParkedProof>,
     /// The signed heartbeat that made each known key known, passed on in anti-entropy.
     introductions: HashMap<PublicKey, Vec<u8>>,
+    /// Applied proofs by prover, as (nonce, hash): what anti-entropy summarises.
+    by_prover: BTreeMap<NodeId, BTreeSet<(u64, Hash32)>>,
 }
 
 impl Economy {
@@ -335,7 +337,14 @@ impl Economy {
         // Our own receipts, on co-replicas' proofs, count like anyone's.
         let mut verifier = ProofVerifier::new();
         verifier.add_known_node(identity.public_key());
+        let mut by_prover: BTreeMap<NodeId, BTreeSet<(u64, Hash32)>> = BTreeMap::new();
+        for (hash, wire) in &snapshot.wires {
+            if let Some((node, nonce)) = antientropy::prover_and_nonce(wire) {
+                by_prover.entry(node).or_default().insert((nonce, *hash));
+            }
+        }
         Self {
+            by_prover,
             ledger,
             wires: snapshot.wires,
             writes: VecDeque::new(),
@@ -598,6 +607,11 @@ impl Economy {
         let outcome = self.ledger.apply_proof(verified)?;
         if matches!(outcome, Outcome::Applied(_)) {
             self.wires.insert(verified.hash(), wire.to_vec());
+            let p = verified.proof();
+            self.by_prover
+                .entry(p.node_id)
+                .or_default()
+                .insert((p.nonce, verified.hash()));
             self.writes.push_back(LedgerWrite {
                 proof: verified.clone(),
                 wire: wire.to_vec(),
@@ -678,6 +692,6 @@ mod antientropy;
 mod tests;
 
 pub use antientropy::{
-    LedgerSyncRequest, LedgerSyncResponse, MAX_INTRODUCTION, MAX_PROOF_WIRE, MAX_SYNC_HAVE,
-    MAX_SYNC_INTRODUCTIONS, MAX_SYNC_PROOFS,
+    LedgerSyncRequest, LedgerSyncResponse, MAX_INTRODUCTION, MAX_PROOF_WIRE,
+    MAX_SYNC_INTRODUCTIONS, MAX_SYNC_PROOFS, MAX_SYNC_PROVERS, ProverSummary,
 };

@@ -159,7 +159,7 @@ fn malformed_requests_are_answered_rejected_and_ledger_requests_answered() {
             .any(|t| matches!(t, Transmit::Respond { token: 7, .. }))
     );
     assert!(out.iter().any(|t| matches!(t, Transmit::Penalize { .. })));
-    let req = LedgerSyncRequest { have: Vec::new() };
+    let req = LedgerSyncRequest::default();
     c.handle_message(
         peer,
         Inbound::Request {

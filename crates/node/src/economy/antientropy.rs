@@ -8,17 +8,18 @@
 //! node. The requester checks each one itself (signature, network, signer = node), so an
 //! introduction is worth exactly what a heartbeat heard directly is worth, no more.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashMap};
 
 use neuroshard_proof::{
-    Canonical, CodecError, Hash32, Proof, PublicKey, Reader, SignedProof, Writer,
+    Canonical, CodecError, Hash32, NodeId, Proof, PublicKey, Reader, SignedProof, Writer,
 };
 
 use super::{Economy, EconomyError, SyncSummary};
 use crate::records::{Heartbeat, open};
 
-/// Most hashes a [`LedgerSyncRequest`] may list (4 MiB).
-pub const MAX_SYNC_HAVE: usize = 1 << 17;
+/// Most provers a [`LedgerSyncRequest`] may summarise (3.4 MiB); a larger network's request
+/// leaves some out and their proofs come again (duplicates, never a loss).
+pub const MAX_SYNC_PROVERS: usize = 1 << 16;
 /// Most proofs a [`LedgerSyncResponse`] may carry.
 pub const MAX_SYNC_PROOFS: usize = 1024;
 /// Largest wire form of one proof in a [`LedgerSyncResponse`] (real proofs are under 14 KiB).
@@ -28,10 +29,22 @@ pub const MAX_SYNC_INTRODUCTIONS: usize = 4096;
 /// Largest introduction (a signed heartbeat is about 200 bytes).
 pub const MAX_INTRODUCTION: usize = 1024;
 
-/// "These are the proofs I hold": the receiver answers with the ones missing.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What a node holds of one prover's proofs: enough to tell, without listing them, whether
+/// another node holds the same ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProverSummary {
+    pub node: NodeId,
+    pub count: u32,
+    pub max_nonce: u64,
+    /// XOR of the first 8 bytes of every held proof hash.
+    pub digest: u64,
+}
+
+/// "This is what I hold, prover by prover": the receiver answers with what is missing. Its
+/// size grows with the number of provers, not with the number of proofs ever made.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct LedgerSyncRequest {
-    pub have: Vec<Hash32>,
+    pub provers: Vec<ProverSummary>,
 }
 
 /// Signed proof wire bytes the requester lacked, and the signed heartbeats that introduce
@@ -43,19 +56,31 @@ pub struct LedgerSyncResponse {
 }
 
 impl Canonical for LedgerSyncRequest {
-    const DOMAIN: &'static str = "neuroshard/ledger-sync-request/v1";
+    const DOMAIN: &'static str = "neuroshard/ledger-sync-request/v2";
 
     fn encode_body(&self, w: &mut Writer) {
-        w.len(self.have.len());
-        for h in &self.have {
-            w.fixed(h);
+        w.len(self.provers.len());
+        for p in &self.provers {
+            w.fixed(&p.node.0);
+            w.u32(p.count);
+            w.u64(p.max_nonce);
+            w.u64(p.digest);
         }
     }
 
     fn decode_body(r: &mut Reader<'_>) -> Result<Self, CodecError> {
-        let n = r.len(MAX_SYNC_HAVE)?;
-        let have = (0..n).map(|_| r.array()).collect::<Result<_, _>>()?;
-        Ok(Self { have })
+        let n = r.len(MAX_SYNC_PROVERS)?;
+        let provers = (0..n)
+            .map(|_| {
+                Ok(ProverSummary {
+                    node: NodeId(r.array()?),
+                    count: r.u32()?,
+                    max_nonce: r.u64()?,
+                    digest: r.u64()?,
+                })
+            })
+            .collect::<Result<_, CodecError>>()?;
+        Ok(Self { provers })
     }
 }
 
@@ -90,38 +115,68 @@ impl Canonical for LedgerSyncResponse {
 }
 
 impl Economy {
-    /// Wire bytes of proofs this node holds and `theirs` lacks, in hash order, at most
-    /// `max_bytes` in total and [`MAX_SYNC_PROOFS`] in number.
-    pub fn proofs_missing_from(
+    /// This node's holdings, prover by prover (at most [`MAX_SYNC_PROVERS`]).
+    pub fn sync_request(&self) -> Result<LedgerSyncRequest, EconomyError> {
+        let provers = self
+            .by_prover
+            .iter()
+            .take(MAX_SYNC_PROVERS)
+            .map(|(node, held)| summarise(*node, held))
+            .collect();
+        Ok(LedgerSyncRequest { provers })
+    }
+
+    /// Wire bytes of proofs this node holds that the summaries say the requester lacks, at
+    /// most `max_bytes` in total and [`MAX_SYNC_PROOFS`] in number. First every prover's
+    /// proofs above the requester's highest nonce, then, for provers whose summaries still
+    /// differ (the requester has holes), the rest of theirs.
+    pub fn proofs_missing_for(
         &self,
-        theirs: &[Hash32],
+        request: &LedgerSyncRequest,
         max_bytes: usize,
     ) -> Result<Vec<Vec<u8>>, EconomyError> {
-        let theirs: HashSet<&Hash32> = theirs.iter().collect();
-        let mut out = Vec::new();
-        let mut used = 0usize;
-        for (hash, wire) in &self.wires {
-            if out.len() >= MAX_SYNC_PROOFS {
-                break;
-            }
-            if theirs.contains(hash) {
+        let theirs: HashMap<&NodeId, &ProverSummary> =
+            request.provers.iter().map(|p| (&p.node, p)).collect();
+        let mut newer = Vec::new();
+        let mut holes = Vec::new();
+        for (node, held) in &self.by_prover {
+            let summary = theirs.get(node);
+            if summary.is_some_and(|s| **s == summarise(*node, held)) {
                 continue;
             }
+            let Some(s) = summary else {
+                newer.extend(held.iter().map(|(_, h)| *h));
+                continue;
+            };
+            let older: BTreeSet<(u64, Hash32)> = held
+                .iter()
+                .filter(|(nonce, _)| *nonce <= s.max_nonce)
+                .copied()
+                .collect();
+            newer.extend(
+                held.iter()
+                    .filter(|(nonce, _)| *nonce > s.max_nonce)
+                    .map(|(_, h)| *h),
+            );
+            // Up to their highest nonce they hold what we hold unless count or digest differ.
+            let mine = summarise(*node, &older);
+            if (mine.count, mine.digest) != (s.count, s.digest) {
+                holes.extend(older.into_iter().map(|(_, h)| h));
+            }
+        }
+        let mut out = Vec::new();
+        let mut used = 0usize;
+        for hash in newer.into_iter().chain(holes) {
+            let Some(wire) = self.wires.get(&hash) else {
+                continue;
+            };
             used = used.saturating_add(wire.len());
-            if used > max_bytes {
+            if out.len() >= MAX_SYNC_PROOFS || used > max_bytes {
                 break;
             }
             out.push(wire.clone());
         }
         Ok(out)
-    }
-
-    /// The request that asks a peer for what this node lacks (truncated to
-    /// [`MAX_SYNC_HAVE`] hashes).
-    pub fn sync_request(&self) -> Result<LedgerSyncRequest, EconomyError> {
-        let mut have = self.proof_hashes()?;
-        have.truncate(MAX_SYNC_HAVE);
-        Ok(LedgerSyncRequest { have })
     }
 
     /// The answer to a peer's [`LedgerSyncRequest`]: the proofs it lacks (at most
@@ -131,7 +186,7 @@ impl Economy {
         request: &LedgerSyncRequest,
         max_bytes: usize,
     ) -> Result<LedgerSyncResponse, EconomyError> {
-        let proofs = self.proofs_missing_from(&request.have, max_bytes)?;
+        let proofs = self.proofs_missing_for(request, max_bytes)?;
         let mut keys = BTreeSet::new();
         for wire in &proofs {
             if let Ok(p) = SignedProof::from_bytes(wire)
@@ -181,4 +236,28 @@ pub fn introduced_key(bytes: &[u8], network: &Hash32) -> Option<PublicKey> {
     let key = signed.signer();
     let hb = open::<Heartbeat>(bytes, Some(&key.node_id())).ok()?;
     (hb.node == key.node_id() && hb.network == *network).then_some(key)
+}
+
+/// What `held` (one prover's proofs: nonce and hash) looks like from outside.
+fn summarise(node: NodeId, held: &BTreeSet<(u64, Hash32)>) -> ProverSummary {
+    let mut digest = 0u64;
+    for (_, hash) in held {
+        let mut first = [0u8; 8];
+        first.copy_from_slice(&hash[..8]);
+        digest ^= u64::from_le_bytes(first);
+    }
+    ProverSummary {
+        node,
+        count: u32::try_from(held.len()).unwrap_or(u32::MAX),
+        max_nonce: held.last().map_or(0, |(n, _)| *n),
+        digest,
+    }
+}
+
+/// The prover and nonce of a proof's wire bytes (no signature check: for indexing proofs
+/// already verified).
+pub(super) fn prover_and_nonce(wire: &[u8]) -> Option<(NodeId, u64)> {
+    let signed = SignedProof::from_bytes(wire).ok()?;
+    let p = Proof::from_canonical_bytes(signed.payload_bytes()).ok()?;
+    Some((p.node_id, p.nonce))
 }

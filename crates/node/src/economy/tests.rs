@@ -196,7 +196,7 @@ fn anti_entropy_delivers_a_missed_proof() -> Result<(), EconomyError> {
     assert_eq!(c.state_hash(), b.state_hash());
     assert_eq!(c.proof_hashes()?, b.proof_hashes()?);
     assert!(
-        c.proofs_missing_from(&b.proof_hashes()?, 1 << 20)?
+        c.proofs_missing_for(&b.sync_request()?, 1 << 20)?
             .is_empty()
     );
     Ok(())
@@ -422,9 +422,22 @@ fn nonces_keep_rising_across_a_reopen_even_if_the_clock_goes_back()
 
 #[test]
 fn sync_messages_enforce_their_caps() {
-    let too_many = LedgerSyncRequest {
-        have: vec![[0; 32]; MAX_SYNC_HAVE + 1],
+    let one = ProverSummary {
+        node: NodeId([1; 32]),
+        count: 1,
+        max_nonce: 2,
+        digest: 3,
     };
+    let too_many = LedgerSyncRequest {
+        provers: vec![one; MAX_SYNC_PROVERS + 1],
+    };
+    let fine = LedgerSyncRequest {
+        provers: vec![one; 3],
+    };
+    assert_eq!(
+        LedgerSyncRequest::from_canonical_bytes(&fine.to_canonical_bytes()),
+        Ok(fine)
+    );
     assert!(LedgerSyncRequest::from_canonical_bytes(&too_many.to_canonical_bytes()).is_err());
     let too_big = LedgerSyncResponse {
         proofs: vec![vec![0; MAX_PROOF_WIRE + 1]],
@@ -502,4 +515,39 @@ fn introductions_make_far_receipt_signers_known_and_forged_ones_do_not() {
     let summary = far.on_sync_response(&honest, &NET, T + 20);
     assert_eq!(summary.applied, 1);
     assert_eq!(far.state_hash(), b.state_hash());
+}
+
+/// A node that holds a prover's first and third proofs but missed the second gets it: the
+/// summaries (count, highest nonce, digest) show the hole without a list of hashes (the
+/// answer then repeats that prover's older proofs, which the receiver drops as duplicates),
+/// and once the ledgers agree nothing is sent at all.
+#[test]
+fn anti_entropy_fills_a_hole_below_the_highest_nonce() -> Result<(), EconomyError> {
+    let (mut a, mut b, mut c) = (economy(40), economy(41), economy(42));
+    know_each_other(&mut [&mut a, &mut b, &mut c]);
+    let wires: Vec<Vec<u8>> = (1..=3)
+        .map(|r| prove(&mut a, &b, r, T + 5_000 * r))
+        .collect();
+    for w in &wires {
+        assert!(matches!(
+            b.on_proof(w, T + 20_000),
+            ProofOutcome::Applied { .. }
+        ));
+    }
+    for w in [&wires[0], &wires[2]] {
+        assert!(matches!(
+            c.on_proof(w, T + 20_000),
+            ProofOutcome::Applied { .. }
+        ));
+    }
+    let answer = b.answer_sync(&c.sync_request()?, 1 << 20)?;
+    assert!(answer.proofs.contains(&wires[1]));
+    c.on_sync_response(&answer, &[0; 32], T + 21_000);
+    assert_eq!(c.state_hash(), b.state_hash());
+    assert!(
+        b.answer_sync(&c.sync_request()?, 1 << 20)?
+            .proofs
+            .is_empty()
+    );
+    Ok(())
 }
