@@ -158,9 +158,10 @@ impl Economy {
                     .filter(|(nonce, _)| *nonce > s.max_nonce)
                     .map(|(_, h)| *h),
             );
-            // Up to their highest nonce they hold what we hold unless count or digest differ.
+            // Up to their highest nonce they lack one of ours if they hold fewer, or as many
+            // but others. Holding more, they are the ones to answer: they will be asked.
             let mine = summarise(*node, &older);
-            if (mine.count, mine.digest) != (s.count, s.digest) {
+            if mine.count >= s.count && mine.digest != s.digest {
                 holes.extend(older.into_iter().map(|(_, h)| h));
             }
         }
