@@ -151,10 +151,6 @@ pub struct Decision {
 /// Why the node cannot start.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StartError {
-    #[error(
-        "the network trains another model or dataset ({description}; dataset root {root}): check the model flags, --stages and --data"
-    )]
-    ForeignNetwork { description: String, root: String },
     #[error("stage {stage} does not exist ({stages} stages)")]
     NoSuchStage { stage: usize, stages: usize },
     #[error("no stage fits the memory budget of {budget_mib} MiB (need {need_mib:?} MiB)")]
@@ -390,16 +386,34 @@ impl Startup {
         self.outcome = Some(Err(error));
     }
 
-    /// Refuses a network whose record names another model or dataset; the first node writes
-    /// the record. A record of ours beside foreign ones wins, so no one can lock a network
-    /// by writing a foreign record into it.
+    /// Writes our network record when the DHT holds none of ours. A record of another model
+    /// or dataset never stops the node (anyone can write one, and the DHT keeps one value per
+    /// key, so refusing would let a stranger veto every start); it is reported as a warning,
+    /// since it usually means this node's flags differ from the network's.
     fn on_network_records(&mut self, values: &[Vec<u8>], now: Instant) {
         let found: Vec<NetworkRecord> = values
             .iter()
             .take(MAX_RECORDS)
             .filter_map(|v| open::<NetworkRecord>(v, None).ok())
             .collect();
-        if found.is_empty() {
+        if let Some(other) = found.iter().find(|r| r.network != self.cfg.network) {
+            // The description is the record writer's text: printable and short.
+            let description: String = other
+                .description
+                .chars()
+                .filter(|c| !c.is_control())
+                .take(200)
+                .collect();
+            self.warn(
+                format!(
+                    "the DHT names another network ({description}; dataset root {}): if this \
+                     node should join it, check the model flags, --stages and --data",
+                    hex::encode(other.genesis_root)
+                ),
+                now,
+            );
+        }
+        if !found.iter().any(|r| r.network == self.cfg.network) {
             let rec = NetworkRecord {
                 network: self.cfg.network,
                 genesis_root: self.cfg.genesis_root,
@@ -416,20 +430,6 @@ impl Startup {
                 key: NETWORK_KEY.to_vec(),
                 value: Signed::sign(&self.cfg.identity, &rec).to_bytes(),
             });
-        } else if !found.iter().any(|r| r.network == self.cfg.network)
-            && let Some(other) = found.first()
-        {
-            // The description is the record writer's text: printable and short.
-            let error = StartError::ForeignNetwork {
-                description: other
-                    .description
-                    .chars()
-                    .filter(|c| !c.is_control())
-                    .take(200)
-                    .collect(),
-                root: hex::encode(other.genesis_root),
-            };
-            return self.fail(error);
         }
         self.phase = Phase::Listening;
         self.providers_pending = (0..self.cfg.specs.len()).collect();
