@@ -56,14 +56,21 @@ fn settings() -> NodeSettings {
 const NETWORK: [u8; 32] = [9; 32];
 
 fn core(identity: &Identity, start: Instant) -> NodeCore {
-    let s = settings();
-    let spec = StageSpec::split(&s.model, 2).unwrap()[1];
+    core_at(identity, start, 1, 2)
+}
+
+/// A core serving `stage` of `stages` (one layer per stage).
+fn core_at(identity: &Identity, start: Instant, stage: usize, stages: usize) -> NodeCore {
+    let mut s = settings();
+    s.stages = stages;
+    s.model.layers = stages;
+    let spec = StageSpec::split(&s.model, stages).unwrap()[stage];
     NodeCore::new(
         CoreConfig {
             settings: s,
             identity: identity.clone(),
             network: NETWORK,
-            stage: 1,
+            stage,
             spec,
             numel: 1000,
             steps_done: 0,
@@ -216,4 +223,79 @@ fn timers_advance_and_never_ask_for_the_past() {
         beats.abs_diff(expected) <= 1,
         "{beats} heartbeats in {elapsed:?}"
     );
+}
+
+/// A node hears its own stage and its neighbours only: a heartbeat whose stage differs from
+/// its topic's, or one of a stage two away (heard while choosing a stage, or pushed by a
+/// peer), never enters the peer table the router and the rounds read.
+#[test]
+fn heartbeats_count_only_on_their_own_stages_topic_and_near_stages() {
+    let now = Instant::now();
+    let me = test_identity(20);
+    let mut c = core_at(&me, now, 0, 4);
+    drain(&mut c);
+    let beat = |who: &Identity, stage: u16, topic: Topic| Inbound::Gossip {
+        topic: topic.name(),
+        data: heartbeat(who, stage),
+    };
+    let (a, b, d) = (test_identity(21), test_identity(22), test_identity(23));
+    // Stage 1 claimed on stage 0's topic, and stage 2 (not a neighbour of 0).
+    c.handle_message(a.node_id(), beat(&a, 1, Topic::Heartbeat(0)), now);
+    c.handle_message(b.node_id(), beat(&b, 2, Topic::Heartbeat(2)), now);
+    assert_eq!(c.peer_count(), 0);
+    c.handle_message(d.node_id(), beat(&d, 1, Topic::Heartbeat(1)), now);
+    assert_eq!(c.peer_count(), 1);
+    assert_eq!(
+        c.topics(),
+        vec![
+            Topic::Heartbeat(0),
+            Topic::Heartbeat(1),
+            Topic::Proof(0),
+            Topic::Proof(1),
+            Topic::Sync(0)
+        ]
+    );
+}
+
+/// A proof gossiped by someone other than its prover is not applied (provers publish their
+/// own; relays go through anti-entropy, where introductions are checked).
+#[test]
+fn a_proof_gossiped_by_another_node_than_its_prover_is_dropped() {
+    let now = Instant::now();
+    let (me, prover, relay) = (test_identity(24), test_identity(25), test_identity(26));
+    let mut c = core_at(&me, now, 0, 2);
+    drain(&mut c);
+    let proof = neuroshard_proof::Proof {
+        node_id: prover.node_id(),
+        public_key: prover.public_key(),
+        kind: neuroshard_proof::ProofKind::Uptime,
+        round: 0,
+        timestamp_ms: 1_800_000_000_000,
+        nonce: 1,
+        layers: neuroshard_proof::LayerRange { start: 0, end: 1 },
+        roles: neuroshard_proof::Roles::NONE,
+        hardware: neuroshard_proof::HardwareClass::Cpu,
+        tokens: 0,
+        batches: 0,
+        shards: Vec::new(),
+        input_activation_hash: [0; 32],
+        output_activation_hash: [0; 32],
+        model_hash_before: [0; 32],
+        model_hash_after: [0; 32],
+        pseudo_gradient_hash: [0; 32],
+        loss_micros: 0,
+        claimed_duration_ms: 60_000,
+        receipts: Vec::new(),
+    };
+    let wire = proof.sign(&prover).to_bytes();
+    let gossip = |data: Vec<u8>| Inbound::Gossip {
+        topic: Topic::Proof(0).name(),
+        data,
+    };
+    c.handle_message(relay.node_id(), gossip(wire.clone()), now);
+    let dropped = std::iter::from_fn(|| c.poll_event()).any(|e| {
+        matches!(e, NodeEvent::Dropped { reason, .. } if reason.contains("another node than its prover"))
+    });
+    assert!(dropped);
+    assert_eq!(c.economy().proof_count(), 0);
 }
