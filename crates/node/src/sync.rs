@@ -205,7 +205,8 @@ impl Syncer {
         Vec::new()
     }
 
-    /// An outer state named outside gossip (e.g. the stage's DHT record).
+    /// An outer state named outside gossip (e.g. the stage's DHT record): a vote of `peer`,
+    /// its publisher, counted only while `peer` is a live co-replica.
     pub fn on_hint(&mut self, peer: NodeId, round: u64, theta: [u8; 32]) {
         if round > self.round {
             self.hints.insert(round, (peer, theta));
@@ -580,15 +581,31 @@ impl Syncer {
                 e.0.insert(*node);
             }
         }
+        // A DHT record is its publisher's vote, no more.
         for (round, (peer, theta)) in &self.hints {
             votes
                 .entry((*round, *theta))
-                .or_insert_with(|| (BTreeSet::new(), *peer));
+                .or_insert_with(|| (BTreeSet::new(), *peer))
+                .0
+                .insert(*peer);
         }
+        // Only live co-replicas vote. A later round needs two thirds of them, so one key
+        // (a forged SyncDone, an offer against a made-up base, a DHT record of round
+        // u64::MAX) cannot move a stage that has two other replicas; a different θ₀ of our
+        // own round needs a majority.
+        let counted =
+            |voters: &BTreeSet<NodeId>| voters.iter().filter(|v| live.contains(v)).count();
         let ((round, theta), (_, peer)) = votes
             .into_iter()
-            .filter(|((r, _), (voters, _))| *r > self.round || voters.len() * 2 > live.len())
-            .max_by_key(|((r, _), (voters, _))| (*r, voters.len()))?;
+            .filter(|((r, _), (voters, _))| {
+                let n = counted(voters);
+                if *r > self.round {
+                    n > 0 && n.saturating_mul(3) >= live.len().saturating_mul(2)
+                } else {
+                    n.saturating_mul(2) > live.len()
+                }
+            })
+            .max_by_key(|((r, _), (voters, _))| (*r, counted(voters)))?;
         self.phase = Phase::Adopting { round, theta };
         Some(SyncAction::Adopt {
             round,

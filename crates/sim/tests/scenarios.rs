@@ -300,6 +300,72 @@ fn a_replica_announcing_false_round_outcomes_is_caught_and_ignored() {
     assert!(recomputed > 0, "{:?}", sim.traffic().by_kind);
 }
 
+/// A replica that announces every round's outcome as the *next* round's with a made-up θ₀,
+/// and offers against a made-up base two rounds ahead: a lone key claiming the stage moved
+/// on. The two honest replicas of its stage never fetch or adopt it (one voter of two live
+/// co-replicas is no two-thirds) and keep agreeing with each other; before, any single
+/// later-round announcement was adopted.
+#[test]
+fn a_lone_replica_claiming_later_rounds_moves_no_one() {
+    use neuroshard_node::core::Transmit;
+    use neuroshard_node::sync::SyncMsg;
+    use neuroshard_proof::Signed;
+
+    let (stages, replicas) = (2, 3);
+    let mut sim = sim(5, stages, replicas, EngineKind::StandIn, 0);
+    let liar = 1;
+    let identity = sim.identity(liar).clone();
+    let bogus = [0xcd; 32];
+    sim.set_tamper(
+        liar,
+        Box::new(move |t| match t {
+            Transmit::Publish { topic, data } => {
+                let msg = Signed::<SyncMsg>::from_bytes(&data).and_then(|s| s.verify());
+                let forged = match msg {
+                    Ok(SyncMsg::Done(mut d)) => {
+                        d.round += 1;
+                        d.theta = bogus;
+                        SyncMsg::Done(d)
+                    }
+                    Ok(SyncMsg::Offer(mut o)) => {
+                        o.round += 2;
+                        o.base = bogus;
+                        SyncMsg::Offer(o)
+                    }
+                    Err(_) => return Some(Transmit::Publish { topic, data }),
+                };
+                let data = Signed::sign(&identity, &forged).to_bytes();
+                Some(Transmit::Publish { topic, data })
+            }
+            other => Some(other),
+        }),
+    );
+    sim.run_until(Duration::from_secs(60));
+    let bogus_hex = hex::encode(bogus);
+    let honest: Vec<usize> = (0..sim.len())
+        .filter(|i| i % stages == 1 && *i != liar)
+        .collect();
+    for &i in &honest {
+        let core = sim.core(i).unwrap();
+        assert!(
+            core.sync_round() >= 3,
+            "node {i} at round {}",
+            core.sync_round()
+        );
+        assert_ne!(core.theta(), bogus);
+        assert!(sim.events(i).iter().all(|e| match e {
+            NodeEvent::Adopted { theta, .. } => *theta != bogus_hex,
+            _ => true,
+        }));
+    }
+    let outcomes = round_outcomes(&sim, 1, stages);
+    for (round, thetas) in &outcomes {
+        let honest_thetas: std::collections::BTreeSet<_> =
+            honest.iter().filter_map(|i| thetas.get(i)).collect();
+        assert!(honest_thetas.len() <= 1, "round {round}: {thetas:?}");
+    }
+}
+
 /// Mean training loss of the honest drivers over their last `k` steps.
 fn honest_loss(sim: &Sim, drivers: &[usize], k: usize) -> f32 {
     let tails: Vec<f32> = drivers

@@ -269,8 +269,14 @@ fn a_replica_behind_fetches_the_latest_outer_state() {
     let others = vec![all[1].node, all[2].node];
     all[0]
         .s
-        .on_done(peer, node, done(3, [7; 32], others), Instant::now());
+        .on_done(peer, node, done(3, [7; 32], others.clone()), Instant::now());
     let l0 = live(&all, 0);
+    // One of two live co-replicas is not enough to move to a later round.
+    assert!(all[0].s.poll(now, 0, &l0).is_empty());
+    let (peer2, node2) = (all[2].peer, all[2].node);
+    all[0]
+        .s
+        .on_done(peer2, node2, done(3, [7; 32], others), Instant::now());
     let acts = all[0].s.poll(now, 0, &l0);
     assert_eq!(
         acts,
@@ -283,9 +289,9 @@ fn a_replica_behind_fetches_the_latest_outer_state() {
     );
     all[0].s.on_adopted(3, [7; 32], 0, "behind", Instant::now());
     assert_eq!(all[0].s.round(), 3);
-    // An offer of round 5 means round 4 exists: its base is fetched from the offerer.
-    let (peer2, node2) = (all[2].peer, all[2].node);
+    // Offers of round 5 mean round 4 exists: its base is fetched from an offerer.
     all[0].s.on_offer(peer2, node2, offer(5, [8; 32]));
+    all[0].s.on_offer(peer, node, offer(5, [8; 32]));
     let acts = all[0].s.poll(now, 1, &l0);
     assert!(matches!(
         acts.as_slice(),
@@ -342,9 +348,11 @@ fn a_replica_that_took_its_state_from_a_peer_fetches_a_better_outcome_instead_of
     for (peer, node) in [(p1, n1), (p2, n2)] {
         all[0].s.on_offer(peer, node, offer(2, [3; 32]));
     }
-    all[0]
-        .s
-        .on_done(p1, n1, done(2, [7; 32], vec![b]), Instant::now());
+    for (peer, node) in [(p1, n1), (p2, n2)] {
+        all[0]
+            .s
+            .on_done(peer, node, done(2, [7; 32], vec![b]), Instant::now());
+    }
     let l0 = live(&all, 0);
     let acts = all[0].s.poll(now, 0, &l0);
     assert!(
@@ -410,6 +418,39 @@ fn a_round_zero_offer_is_ignored() {
     all[0].s.on_offer(peer, node, offer(0, [66; 32]));
     let l = live(&all, 0);
     let acts = all[0].s.poll(now, 1, &l);
+    assert!(
+        !acts.iter().any(|a| matches!(a, SyncAction::Adopt { .. })),
+        "{acts:?}"
+    );
+    assert_eq!(all[0].s.round(), 0);
+}
+
+/// One signed `SyncDone` of a later round, from a co-replica or from a key that is no
+/// co-replica at all, and a DHT record of round u64::MAX: none moves a replica whose stage
+/// has two other live replicas (it used to adopt whatever any single key announced).
+#[test]
+fn a_single_key_cannot_move_a_stage_to_a_later_round() {
+    let mut all = replicas(3);
+    let now = Instant::now();
+    let l0 = live(&all, 0);
+    let (b, c) = (all[1].node, all[2].node);
+    let mallory = NodeId([66; 32]);
+    let (p1, n1) = (all[1].peer, all[1].node);
+    all[0]
+        .s
+        .on_done(p1, n1, done(1, [66; 32], vec![b, c]), Instant::now());
+    for r in 1..4 {
+        all[0].s.on_done(
+            mallory,
+            mallory,
+            done(r, [66; 32], vec![b, c]),
+            Instant::now(),
+        );
+        all[0].s.on_offer(mallory, mallory, offer(r + 1, [66; 32]));
+    }
+    all[0].s.on_hint(mallory, u64::MAX, [66; 32]);
+    all[0].s.on_hint(n1, u64::MAX - 1, [66; 32]);
+    let acts = all[0].s.poll(now, 0, &l0);
     assert!(
         !acts.iter().any(|a| matches!(a, SyncAction::Adopt { .. })),
         "{acts:?}"
