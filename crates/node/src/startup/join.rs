@@ -1,7 +1,7 @@
 //! The joiner's half of start-up: which θ₀ records it trusts, and borrowing θ₀ and the AdamW
 //! moments from their publishers, one after the other, until one serves.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use neuroshard_proof::{Hash32, NodeId, PublicKey, Signed};
@@ -96,8 +96,10 @@ impl Startup {
         }
     }
 
-    /// Keeps the valid θ₀ records of our stage, the latest round first; a newcomer borrows
-    /// from the first publisher that serves it.
+    /// Keeps the valid θ₀ records of our stage, the state most publishers name first (then
+    /// the earlier round: a stale θ₀ only costs a catch-up, a made-up late one the model); a
+    /// newcomer borrows from the first publisher that serves it. One key's record of round
+    /// u64::MAX thus never outranks a state two replicas publish.
     pub(super) fn on_theta_records(&mut self, values: &[Vec<u8>], now: Instant) {
         let now_ms = self.clock.unix_ms(now);
         let mut valid: Vec<(PublicKey, ThetaRecord)> = values
@@ -105,11 +107,22 @@ impl Startup {
             .take(MAX_RECORDS)
             .filter_map(|v| valid_theta(v, &self.cfg.network, self.stage, &self.me, now_ms))
             .collect();
-        // Ties by node id: the same records give the same choice in any order; one try per
-        // publisher, at its latest round.
+        // One record per publisher, its latest round; ties by node id, so the same records
+        // give the same choice in any order.
         valid.sort_by(|(_, a), (_, b)| b.round.cmp(&a.round).then(a.node.cmp(&b.node)));
         let mut seen = BTreeSet::new();
         valid.retain(|(_, r)| seen.insert(r.node));
+        let mut support: BTreeMap<(u64, Hash32), usize> = BTreeMap::new();
+        for (_, r) in &valid {
+            *support.entry((r.round, r.theta)).or_default() += 1;
+        }
+        let backers = |r: &ThetaRecord| support.get(&(r.round, r.theta)).copied().unwrap_or(0);
+        valid.sort_by(|(_, a), (_, b)| {
+            backers(b)
+                .cmp(&backers(a))
+                .then(a.round.cmp(&b.round))
+                .then(a.node.cmp(&b.node))
+        });
         for (key, _) in &valid {
             self.requests.push_back(Request::LearnKey(*key));
         }

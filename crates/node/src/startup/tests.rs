@@ -438,8 +438,10 @@ fn settle_ends_at_the_deadline() {
 }
 
 #[test]
-fn join_picks_the_latest_valid_theta_record() {
+fn join_prefers_the_state_most_publishers_name_then_the_earlier_round() {
     let ids: Vec<Identity> = (1..=8).map(test_identity).collect();
+    let mallory = test_identity(9);
+    let backed = outer_hash(&ids[0]);
     let me = test_identity(0);
     let records = vec![
         theta_record(&ids[0], 5, |_| {}),
@@ -451,6 +453,9 @@ fn join_picks_the_latest_valid_theta_record() {
         theta_record(&ids[5], 9, |r| r.expires_ms = u64::MAX),
         theta_record(&ids[6], 7, |_| {}),
         theta_record(&ids[6], 2, |_| {}),
+        theta_record(&ids[7], 5, |r| r.theta = backed),
+        // One key claiming the stage is at round u64::MAX: it never goes first.
+        theta_record(&mallory, u64::MAX, |_| {}),
         vec![0xAB; 200],
         Vec::new(),
     ];
@@ -462,11 +467,15 @@ fn join_picks_the_latest_valid_theta_record() {
             _ => None,
         })
         .collect();
-    assert_eq!(learned, vec![ids[6].node_id(), ids[0].node_id()]);
-    assert_eq!(
-        fetches(&requests),
-        vec![(ids[6].node_id(), outer_hash(&ids[6]))]
-    );
+    let mut pair = vec![ids[0].node_id(), ids[7].node_id()];
+    pair.sort();
+    let expected: Vec<NodeId> = pair
+        .iter()
+        .copied()
+        .chain([ids[6].node_id(), mallory.node_id()])
+        .collect();
+    assert_eq!(learned, expected);
+    assert_eq!(fetches(&requests), vec![(pair[0], backed)]);
 }
 
 /// Walks a join with `a` to its end; the optimizer blob answers `moments`.
@@ -539,8 +548,8 @@ fn a_publisher_that_fails_is_followed_by_the_next() {
     let big = vec![0u8; 1 << 20];
     let big_hash = *blake3::hash(&big).as_bytes();
     let records = vec![
-        theta_record(&a, 4, |r| r.theta = big_hash),
-        theta_record(&b, 3, |_| {}),
+        theta_record(&a, 3, |r| r.theta = big_hash),
+        theta_record(&b, 4, |_| {}),
     ];
     let (mut m, t0, requests) = joiner(records);
     assert_eq!(fetches(&requests), vec![(a.node_id(), big_hash)]);
