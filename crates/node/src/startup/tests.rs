@@ -467,7 +467,7 @@ fn join_prefers_the_state_most_publishers_name_then_the_earlier_round() {
             _ => None,
         })
         .collect();
-    let mut pair = vec![ids[0].node_id(), ids[7].node_id()];
+    let mut pair = [ids[0].node_id(), ids[7].node_id()];
     pair.sort();
     let expected: Vec<NodeId> = pair
         .iter()
