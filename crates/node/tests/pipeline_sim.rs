@@ -326,6 +326,9 @@ fn a_full_queue_answers_busy() {
     };
     let mut validator = Pipeline::new(pcfg, [1; 32], 0);
     let driver = NodeId(rand::random());
+    validator
+        .peers
+        .on_heartbeat(driver, &heartbeat_of(0), Instant::now());
     let forward = |index: u32| Msg::Forward {
         mb: neuroshard_node::wire::MicroBatchId {
             origin: [2; 32],
@@ -367,4 +370,70 @@ fn a_full_queue_answers_busy() {
     let (ack, actions) = validator.on_message(driver, bad, Instant::now());
     assert!(matches!(ack, Ack::Rejected(_)), "{ack:?}");
     assert!(actions.iter().any(|a| matches!(a, Action::Penalize { .. })));
+}
+
+fn heartbeat_of(stage: u16) -> Heartbeat {
+    Heartbeat {
+        node: NodeId([0; 32]),
+        network: [0; 32],
+        stage,
+        step: 0,
+        queue: 0,
+        time_ms: 0,
+        leaving: false,
+    }
+}
+
+/// Forward input (activations and the targets trained on) is taken only from a live
+/// replica of the stage before: a stranger, or a replica of our own stage, is told "busy"
+/// and nothing is queued or trained.
+#[test]
+fn forward_input_is_taken_only_from_the_stage_before() {
+    let pcfg = PipelineConfig {
+        stage: 1,
+        stages: 2,
+        model: config(),
+        micro_batches: 1,
+        queue_capacity: 4,
+        candidates: 3,
+        grad_timeout: Duration::from_secs(30),
+        retry_after: Duration::from_millis(1),
+        steps: 0,
+        clock: Clock::new(std::time::Instant::now(), 0),
+    };
+    let mut validator = Pipeline::new(pcfg, [1; 32], 0);
+    let (stranger, sibling, upstream) = (
+        NodeId(rand::random()),
+        NodeId(rand::random()),
+        NodeId(rand::random()),
+    );
+    let now = Instant::now();
+    validator.peers.on_heartbeat(sibling, &heartbeat_of(1), now);
+    validator
+        .peers
+        .on_heartbeat(upstream, &heartbeat_of(0), now);
+    let forward = Msg::Forward {
+        mb: neuroshard_node::wire::MicroBatchId {
+            origin: [2; 32],
+            step: 0,
+            index: 0,
+        },
+        input: neuroshard_node::wire::Payload::Hidden(neuroshard_model::Activations {
+            batch: 1,
+            seq: 4,
+            dim: 32,
+            data: vec![0.1; 128],
+        }),
+        targets: vec![1, 2, 3, 4],
+    };
+    use neuroshard_node::wire::Ack;
+    for peer in [stranger, sibling] {
+        let (ack, actions) = validator.on_message(peer, forward.clone(), now);
+        assert_eq!(ack, Ack::Busy);
+        assert!(actions.is_empty());
+        assert_eq!(validator.queue_depth(), 0);
+    }
+    let (ack, actions) = validator.on_message(upstream, forward, now);
+    assert_eq!(ack, Ack::Accepted);
+    assert!(matches!(actions.as_slice(), [Action::Compute(_)]));
 }
