@@ -287,10 +287,10 @@ impl Pipeline {
         // Only a live replica of the stage before ours feeds us (its heartbeats say so):
         // anyone else would be injecting activations and targets we train on. An upstream
         // whose first heartbeat has not reached us yet hears "busy" and retries.
-        if !self
+        if self
             .peers
             .get(&from)
-            .is_some_and(|p| p.stage.saturating_add(1) == self.cfg.stage)
+            .is_none_or(|p| p.stage.saturating_add(1) != self.cfg.stage)
         {
             return Ok(Ack::Busy);
         }
