@@ -320,6 +320,8 @@ pub struct Economy {
     introductions: HashMap<PublicKey, Vec<u8>>,
     /// Applied proofs by prover, as (nonce, hash): what anti-entropy summarises.
     by_prover: BTreeMap<NodeId, BTreeSet<(u64, Hash32)>>,
+    /// Layers and roles of each stage of the network (empty: not checked).
+    layout: Vec<(LayerRange, Roles)>,
 }
 
 impl Economy {
@@ -344,6 +346,7 @@ impl Economy {
             }
         }
         Self {
+            layout: Vec::new(),
             by_prover,
             ledger,
             wires: snapshot.wires,
@@ -559,6 +562,32 @@ impl Economy {
         Some(Ok(wire))
     }
 
+    /// The stages of this network, as the layers and roles a proof of each claims. Proofs
+    /// that match none are refused (with no layout set, as in unit tests, any range goes).
+    pub fn set_layout(&mut self, stages: Vec<(LayerRange, Roles)>) {
+        self.layout = stages;
+    }
+
+    /// What the network produces: training proofs for one stage's layers and roles. A
+    /// whole-model claim in a multi-stage network needs no receipt in the verifier, and
+    /// Uptime, Verification and Inference proofs need none at all, so each would mint for
+    /// free; none is made by any node here. Content-only, so every node decides alike.
+    fn check_claim(&self, signed: &SignedProof) -> Result<(), String> {
+        let p =
+            <Proof as neuroshard_proof::Canonical>::from_canonical_bytes(signed.payload_bytes())
+                .map_err(|e| format!("format: {e}"))?;
+        if p.kind != ProofKind::Training {
+            return Err(format!("the network does not produce {:?} proofs", p.kind));
+        }
+        if !self.layout.is_empty() && !self.layout.contains(&(p.layers, p.roles)) {
+            return Err(format!(
+                "layers {}..{} with roles {:?} are no stage of this network",
+                p.layers.start, p.layers.end, p.roles
+            ));
+        }
+        Ok(())
+    }
+
     /// Verifies and applies a proof from the network. Never panics on any input.
     pub fn on_proof(&mut self, wire: &[u8], now_ms: u64) -> ProofOutcome {
         let signed = match SignedProof::from_bytes(wire) {
@@ -573,6 +602,9 @@ impl Economy {
         }
         if self.parked.iter().any(|p| p.hash == hash) {
             return ProofOutcome::Parked("already waiting for a receipt signer".into());
+        }
+        if let Err(reason) = self.check_claim(&signed) {
+            return ProofOutcome::Rejected(reason);
         }
         match self.verifier.check_content(&signed, now_ms) {
             Ok(verified) => self.apply(&verified, wire),

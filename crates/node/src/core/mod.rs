@@ -130,8 +130,12 @@ pub struct NodeCore {
 }
 
 impl NodeCore {
-    pub fn new(cfg: CoreConfig, economy: Economy, data: Box<dyn BatchSource>) -> Self {
+    pub fn new(cfg: CoreConfig, mut economy: Economy, data: Box<dyn BatchSource>) -> Self {
         let s = &cfg.settings;
+        // Proofs are judged against this network's stages, whoever made them.
+        if let Ok(specs) = StageSpec::split(&s.model, s.stages) {
+            economy.set_layout(specs.iter().map(rounds::stage_claim).collect());
+        }
         let me = cfg.identity.node_id();
         let clock = Clock::new(cfg.start, cfg.start_unix_ms);
         let pcfg = PipelineConfig {

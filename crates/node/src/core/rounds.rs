@@ -516,20 +516,10 @@ impl NodeCore {
             })
             .collect();
         let work = std::mem::replace(&mut self.rounds.work, Work::new(now));
-        let spec = self.rounds.spec;
-        let mut roles = Roles::NONE;
-        if spec.embed {
-            roles = roles.with(Roles::EMBEDDING);
-        }
-        if spec.head {
-            roles = roles.with(Roles::LM_HEAD);
-        }
+        let (layers, roles) = stage_claim(&self.rounds.spec);
         self.economy.record_round(WorkSummary {
             round,
-            layers: LayerRange {
-                start: spec.first_layer as u32,
-                end: spec.end_layer as u32,
-            },
+            layers,
             roles,
             tokens: work.tokens,
             batches: work.batches,
@@ -590,4 +580,20 @@ impl NodeCore {
             value,
         });
     }
+}
+
+/// The layers and roles a proof of work on `spec` claims.
+pub fn stage_claim(spec: &StageSpec) -> (LayerRange, Roles) {
+    let mut roles = Roles::NONE;
+    if spec.embed {
+        roles = roles.with(Roles::EMBEDDING);
+    }
+    if spec.head {
+        roles = roles.with(Roles::LM_HEAD);
+    }
+    let layers = LayerRange {
+        start: u32::try_from(spec.first_layer).unwrap_or(u32::MAX),
+        end: u32::try_from(spec.end_layer).unwrap_or(u32::MAX),
+    };
+    (layers, roles)
 }

@@ -551,3 +551,70 @@ fn anti_entropy_fills_a_hole_below_the_highest_nonce() -> Result<(), EconomyErro
     );
     Ok(())
 }
+
+/// Proofs no node of this network makes mint nothing, whatever they claim: Uptime,
+/// Inference and Verification proofs (the verifier asks them for no receipt), and training
+/// claims for layers and roles that are no stage of the network (a whole-model claim needs
+/// no receipt either). Before, each applied and paid.
+#[test]
+fn unproduced_proof_kinds_and_claims_beyond_a_stage_mint_nothing() {
+    let (mut a, mut b) = (economy(50), economy(51));
+    know_each_other(&mut [&mut a, &mut b]);
+    let stages = vec![
+        (LayerRange { start: 0, end: 2 }, Roles::EMBEDDING),
+        (LayerRange { start: 2, end: 4 }, Roles::LM_HEAD),
+    ];
+    b.set_layout(stages.clone());
+    let mallory = test_identity(52);
+    let claim = |kind: ProofKind, layers: LayerRange, roles: Roles, nonce: u64| {
+        Proof {
+            node_id: mallory.node_id(),
+            public_key: mallory.public_key(),
+            kind,
+            round: 1,
+            timestamp_ms: T,
+            nonce,
+            layers,
+            roles,
+            hardware: HardwareClass::Cpu,
+            tokens: 0,
+            batches: 0,
+            shards: Vec::new(),
+            input_activation_hash: [0; 32],
+            output_activation_hash: [0; 32],
+            model_hash_before: [0; 32],
+            model_hash_after: [0; 32],
+            pseudo_gradient_hash: [0; 32],
+            loss_micros: 0,
+            claimed_duration_ms: 60_000,
+            receipts: Vec::new(),
+        }
+        .sign(&mallory)
+        .to_bytes()
+    };
+    let whole = LayerRange { start: 0, end: 4 };
+    let both = Roles::EMBEDDING.with(Roles::LM_HEAD);
+    let attempts = [
+        claim(ProofKind::Uptime, stages[0].0, stages[0].1, 1),
+        claim(ProofKind::Inference, stages[0].0, stages[0].1, 2),
+        claim(ProofKind::Verification, stages[1].0, stages[1].1, 3),
+        claim(ProofKind::Training, whole, both, 4),
+    ];
+    for wire in &attempts {
+        assert!(
+            matches!(b.on_proof(wire, T + 10), ProofOutcome::Rejected(_)),
+            "{:?}",
+            decode(wire).kind
+        );
+    }
+    assert_eq!(b.balance(&mallory.node_id()), 0);
+    assert_eq!(b.proof_count(), 0);
+    // A claim of a real stage goes on to the receipt checks as before (`prove` claims layers
+    // 0..4 without roles: make that a stage).
+    b.set_layout(vec![(whole, Roles::NONE)]);
+    let honest = prove(&mut a, &b, 1, T);
+    assert!(matches!(
+        b.on_proof(&honest, T + 10),
+        ProofOutcome::Applied { .. }
+    ));
+}
