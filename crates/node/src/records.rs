@@ -106,6 +106,8 @@ impl std::fmt::Display for Topic {
 }
 
 pub const NETWORK_KEY: &[u8] = b"neuroshard/network";
+/// Longest a DHT record may claim to live (records are re-published every 20 s, live 60 s).
+pub const MAX_RECORD_LIFETIME_MS: u64 = 10 * 60_000;
 const MAX_ADDRS: usize = 16;
 const MAX_ADDR_LEN: usize = 256;
 
@@ -341,19 +343,30 @@ pub fn validate_record(key: &[u8], value: &[u8], publisher: Option<&NodeId>, now
     if key == NETWORK_KEY {
         return open::<NetworkRecord>(value, None).is_ok();
     }
+    // A record speaks for the node that signed it, and lives a bounded time: naming another
+    // node (its addresses, its θ₀) or living "forever" is refused.
+    let fresh = |expires_ms: u64| {
+        expires_ms > now_ms && expires_ms <= now_ms.saturating_add(MAX_RECORD_LIFETIME_MS)
+    };
+    let signer = Signed::<NodeRecord>::from_bytes(value).map(|s| s.signer().node_id());
     if key.starts_with(b"neuroshard/theta/") {
-        return match open::<crate::sync::ThetaRecord>(value, publisher) {
-            Ok(rec) => {
+        let signer =
+            Signed::<crate::sync::ThetaRecord>::from_bytes(value).map(|s| s.signer().node_id());
+        return match (open::<crate::sync::ThetaRecord>(value, publisher), signer) {
+            (Ok(rec), Ok(signer)) => {
                 crate::sync::theta_key(&rec.network, usize::from(rec.stage)) == key
-                    && rec.expires_ms > now_ms
+                    && rec.node == signer
+                    && fresh(rec.expires_ms)
             }
-            Err(_) => false,
+            _ => false,
         };
     }
     if key.starts_with(b"neuroshard/node/") {
-        return match open::<NodeRecord>(value, publisher) {
-            Ok(rec) => node_key(&rec.node) == key && rec.expires_ms > now_ms,
-            Err(_) => false,
+        return match (open::<NodeRecord>(value, publisher), signer) {
+            (Ok(rec), Ok(signer)) => {
+                node_key(&rec.node) == key && rec.node == signer && fresh(rec.expires_ms)
+            }
+            _ => false,
         };
     }
     false
@@ -555,5 +568,48 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn records_naming_another_node_or_living_forever_are_refused() {
+        let (victim, mallory) = (Identity::generate(), Identity::generate());
+        let hijack = NodeRecord {
+            node: victim.node_id(),
+            network: [2; 32],
+            stage: 0,
+            expires_ms: 1_000,
+            addrs: vec!["/ip4/6.6.6.6/tcp/1".into()],
+        };
+        let bytes = Signed::sign(&mallory, &hijack).to_bytes();
+        let key = node_key(&victim.node_id());
+        // Published by Mallory under the victim's key: her addresses for the victim's id.
+        assert!(!validate_record(&key, &bytes, Some(&peer_of(&mallory)), 0));
+        assert!(!validate_record(&key, &bytes, None, 0));
+        let forever = NodeRecord {
+            node: mallory.node_id(),
+            expires_ms: u64::MAX,
+            ..hijack.clone()
+        };
+        let bytes = Signed::sign(&mallory, &forever).to_bytes();
+        let key = node_key(&mallory.node_id());
+        assert!(!validate_record(&key, &bytes, Some(&peer_of(&mallory)), 0));
+        let theta = crate::sync::ThetaRecord {
+            node: victim.node_id(),
+            network: [2; 32],
+            stage: 0,
+            round: u64::MAX,
+            theta: [6; 32],
+            optimizer: [6; 32],
+            expires_ms: 1_000,
+        };
+        let bytes = Signed::sign(&mallory, &theta).to_bytes();
+        let key = crate::sync::theta_key(&[2; 32], 0);
+        assert!(!validate_record(&key, &bytes, Some(&peer_of(&mallory)), 0));
+        let own = crate::sync::ThetaRecord {
+            node: mallory.node_id(),
+            ..theta
+        };
+        let bytes = Signed::sign(&mallory, &own).to_bytes();
+        assert!(validate_record(&key, &bytes, Some(&peer_of(&mallory)), 0));
     }
 }
