@@ -502,7 +502,7 @@ impl Pipeline {
                 grad_norm,
                 model_hash,
             } => {
-                self.steps_done = step + 1;
+                self.steps_done = step.saturating_add(1);
                 let (loss, tokens) = match self.driver_step.take() {
                     Some((_, losses, tokens)) if !losses.is_empty() => (
                         Some(losses.iter().sum::<f32>() / losses.len() as f32),

@@ -237,7 +237,7 @@ impl Syncer {
                 if let Some(adopt) = self.behind(live) {
                     return vec![adopt];
                 }
-                let next = self.round + 1;
+                let next = self.round.saturating_add(1);
                 let led = self
                     .offers
                     .get(&next)
@@ -485,7 +485,7 @@ impl Syncer {
         for node in agreed {
             self.agreed.insert((round, node));
         }
-        self.agreed.retain(|(r, _)| *r + 4 > round);
+        self.agreed.retain(|(r, _)| r.saturating_add(4) > round);
         if let Some((_, theta, announcer, set)) = best {
             self.phase = Phase::Adopting { round, theta };
             if !self.aggregated {
@@ -533,7 +533,7 @@ impl Syncer {
             "recomputed a larger outcome and reached the announced hash".to_string()
         } else {
             self.refused.insert((round, claimed));
-            self.refused.retain(|(r, _)| *r + 4 > round);
+            self.refused.retain(|(r, _)| r.saturating_add(4) > round);
             format!(
                 "recomputed a larger outcome; the announced hash {} was wrong",
                 hex::encode(claimed)
@@ -557,7 +557,7 @@ impl Syncer {
     /// round wins.
     fn behind(&mut self, live: &BTreeSet<NodeId>) -> Option<SyncAction> {
         let mut votes: BTreeMap<(u64, [u8; 32]), (BTreeSet<NodeId>, NodeId)> = BTreeMap::new();
-        for (round, dones) in self.dones.range(self.round + 1..) {
+        for (round, dones) in self.dones.range(self.round.saturating_add(1)..) {
             for (node, (peer, d)) in dones {
                 let e = votes
                     .entry((*round, d.theta))
