@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use neuroshard_model::{Activations, Batch, ModelConfig, StageInput, Tokens, Upstream};
-use neuroshard_proof::NodeId;
+use neuroshard_proof::{Hash32, NodeId};
 
 use crate::events::{Clock, NodeEvent};
 use crate::peers::PeerTable;
@@ -71,7 +71,7 @@ pub enum JobDone {
         step: u64,
         lr: f64,
         grad_norm: f64,
-        model_hash: [u8; 32],
+        model_hash: Hash32,
     },
     Failed {
         mb: Option<MicroBatchId>,

@@ -5,7 +5,7 @@
 //! cannot speak for another.
 
 use neuroshard_net::Validation;
-use neuroshard_proof::{Canonical, CodecError, NodeId, Reader, Signed, Writer};
+use neuroshard_proof::{Canonical, CodecError, Hash32, NodeId, Reader, Signed, Writer};
 
 /// A gossip topic. Every topic is scoped to one stage: a node hears its own stage and its two
 /// neighbours, never the whole network, so what each node receives stays bounded as the
@@ -149,7 +149,7 @@ impl Role {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Heartbeat {
     pub node: NodeId,
-    pub network: [u8; 32],
+    pub network: Hash32,
     pub stage: u16,
     pub step: u64,
     pub queue: u32,
@@ -196,7 +196,7 @@ impl Canonical for Heartbeat {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeRecord {
     pub node: NodeId,
-    pub network: [u8; 32],
+    pub network: Hash32,
     pub stage: u16,
     pub expires_ms: u64,
     pub addrs: Vec<String>,
@@ -245,8 +245,8 @@ impl Canonical for NodeRecord {
 /// The network every node must agree on: model shape, stage count and dataset.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NetworkRecord {
-    pub network: [u8; 32],
-    pub genesis_root: [u8; 32],
+    pub network: Hash32,
+    pub genesis_root: Hash32,
     pub stages: u16,
     pub description: String,
 }
@@ -279,7 +279,7 @@ pub fn node_key(node: &NodeId) -> Vec<u8> {
 }
 
 /// DHT provider key of the replicas of `stage` in `network`.
-pub fn stage_key(network: &[u8; 32], stage: usize) -> Vec<u8> {
+pub fn stage_key(network: &Hash32, stage: usize) -> Vec<u8> {
     format!("neuroshard/stage/{}/{stage}", hex::encode(network)).into_bytes()
 }
 

@@ -21,7 +21,7 @@ mod tests;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use neuroshard_proof::NodeId;
+use neuroshard_proof::{Hash32, NodeId};
 
 use crate::events::{Clock, NodeEvent};
 
@@ -37,7 +37,7 @@ pub struct SyncConfig {
     /// Pause before retrying a failed fetch of a peer's outer state.
     pub retry_after: Duration,
     /// Network id and stage our offers name.
-    pub network: [u8; 32],
+    pub network: Hash32,
     pub stage: u16,
     /// Time of the events it reports.
     pub clock: Clock,
@@ -55,16 +55,16 @@ pub enum SyncAction {
     /// Fetch these pseudo-gradients (our own is local), then aggregate and apply `round`.
     Aggregate {
         round: u64,
-        from: Vec<(NodeId, Option<NodeId>, [u8; 32])>,
+        from: Vec<(NodeId, Option<NodeId>, Hash32)>,
     },
     /// Another replica announced a better outcome of the round we just applied: fetch the
     /// offers of its set we did not use and recompute the round over `set` ourselves, rather
     /// than taking its bytes on trust; `theta` is what it claims the result hashes to.
     Verify {
         round: u64,
-        fetch: Vec<(NodeId, NodeId, [u8; 32])>,
+        fetch: Vec<(NodeId, NodeId, Hash32)>,
         set: Vec<NodeId>,
-        theta: [u8; 32],
+        theta: Hash32,
         announcer: NodeId,
     },
     /// Fetch the outer state `hash` of `round` from `peer` and adopt it (we are behind, so we
@@ -72,7 +72,7 @@ pub enum SyncAction {
     Adopt {
         round: u64,
         peer: NodeId,
-        hash: [u8; 32],
+        hash: Hash32,
         included: bool,
     },
     Event(NodeEvent),
@@ -89,7 +89,7 @@ enum Phase {
         round: u64,
         since: Instant,
         deadline: Instant,
-        mine: [u8; 32],
+        mine: Hash32,
         sent: u64,
         dense: u64,
     },
@@ -102,7 +102,7 @@ enum Phase {
     },
     Adopting {
         round: u64,
-        theta: [u8; 32],
+        theta: Hash32,
     },
 }
 
@@ -113,7 +113,7 @@ pub struct Syncer {
     me: NodeId,
     /// Rounds completed: the outer state is the result of round `round`.
     round: u64,
-    theta: [u8; 32],
+    theta: Hash32,
     contributors: BTreeSet<NodeId>,
     phase: Phase,
     /// Inner steps when the current round's θ₀ was taken.
@@ -121,20 +121,20 @@ pub struct Syncer {
     offers: BTreeMap<u64, BTreeMap<NodeId, (NodeId, SyncOffer)>>,
     dones: BTreeMap<u64, BTreeMap<NodeId, (NodeId, SyncDone)>>,
     /// Outer states heard of outside gossip (the DHT record at start-up).
-    hints: BTreeMap<u64, (NodeId, [u8; 32])>,
+    hints: BTreeMap<u64, (NodeId, Hash32)>,
     retry_at: Option<Instant>,
     agreed: BTreeSet<(u64, NodeId)>,
     /// Outcomes that our recomputation contradicted.
-    refused: BTreeSet<(u64, [u8; 32])>,
+    refused: BTreeSet<(u64, Hash32)>,
     /// Whether our outer state of `round` is one we aggregated (so we can recompute it).
     aggregated: bool,
     /// The θ₀ our latest offer was computed against, by round: an outcome built on offers
     /// against another θ₀ is another lineage, not something a recomputation can judge.
-    offer_base: Option<(u64, [u8; 32])>,
+    offer_base: Option<(u64, Hash32)>,
 }
 
 impl Syncer {
-    pub fn new(cfg: SyncConfig, me: NodeId, round: u64, theta: [u8; 32], steps: u64) -> Self {
+    pub fn new(cfg: SyncConfig, me: NodeId, round: u64, theta: Hash32, steps: u64) -> Self {
         Self {
             cfg,
             me,
@@ -162,7 +162,7 @@ impl Syncer {
         self.round
     }
 
-    pub fn theta(&self) -> [u8; 32] {
+    pub fn theta(&self) -> Hash32 {
         self.theta
     }
 
@@ -207,7 +207,7 @@ impl Syncer {
 
     /// An outer state named outside gossip (e.g. the stage's DHT record): a vote of `peer`,
     /// its publisher, counted only while `peer` is a live co-replica.
-    pub fn on_hint(&mut self, peer: NodeId, round: u64, theta: [u8; 32]) {
+    pub fn on_hint(&mut self, peer: NodeId, round: u64, theta: Hash32) {
         if round > self.round {
             self.hints.insert(round, (peer, theta));
         }
@@ -296,7 +296,7 @@ impl Syncer {
     pub fn on_prepared(
         &mut self,
         round: u64,
-        blob: [u8; 32],
+        blob: Hash32,
         sent: u64,
         dense: u64,
         now: Instant,
@@ -339,11 +339,11 @@ impl Syncer {
     pub fn on_applied(
         &mut self,
         round: u64,
-        theta: [u8; 32],
+        theta: Hash32,
         contributors: Vec<NodeId>,
         steps: u64,
         now: Instant,
-    ) -> (Vec<SyncAction>, Vec<(NodeId, [u8; 32])>) {
+    ) -> (Vec<SyncAction>, Vec<(NodeId, Hash32)>) {
         let Phase::Aggregating {
             round: r,
             since,
@@ -357,7 +357,7 @@ impl Syncer {
         if r != round {
             return (Vec::new(), Vec::new());
         }
-        let offered: Vec<(NodeId, [u8; 32])> = contributors
+        let offered: Vec<(NodeId, Hash32)> = contributors
             .iter()
             .filter(|n| **n != self.me)
             .filter_map(|n| {
@@ -388,7 +388,7 @@ impl Syncer {
     pub fn on_adopted(
         &mut self,
         round: u64,
-        theta: [u8; 32],
+        theta: Hash32,
         steps: u64,
         reason: &str,
         now: Instant,
@@ -413,7 +413,7 @@ impl Syncer {
     fn finish_round(
         &mut self,
         round: u64,
-        theta: [u8; 32],
+        theta: Hash32,
         contributors: BTreeSet<NodeId>,
         steps: u64,
     ) {
@@ -441,7 +441,7 @@ impl Syncer {
             return Vec::new();
         };
         let mut actions = Vec::new();
-        let mut best: Option<(usize, [u8; 32], NodeId, Vec<NodeId>)> = None;
+        let mut best: Option<(usize, Hash32, NodeId, Vec<NodeId>)> = None;
         let base = self.offer_base.filter(|(r, _)| *r == round).map(|(_, b)| b);
         // A contributor counts if we hold its offer of this round against our own base: an
         // honest replica on another θ₀ would otherwise fail our recomputation and be
@@ -523,8 +523,8 @@ impl Syncer {
     pub fn on_recomputed(
         &mut self,
         round: u64,
-        theta: [u8; 32],
-        claimed: [u8; 32],
+        theta: Hash32,
+        claimed: Hash32,
         contributors: Vec<NodeId>,
         steps: u64,
         now: Instant,
@@ -556,7 +556,7 @@ impl Syncer {
     /// against a later θ₀, the DHT record; the most widely announced state of the latest
     /// round wins.
     fn behind(&mut self, live: &BTreeSet<NodeId>) -> Option<SyncAction> {
-        let mut votes: BTreeMap<(u64, [u8; 32]), (BTreeSet<NodeId>, NodeId)> = BTreeMap::new();
+        let mut votes: BTreeMap<(u64, Hash32), (BTreeSet<NodeId>, NodeId)> = BTreeMap::new();
         for (round, dones) in self.dones.range(self.round.saturating_add(1)..) {
             for (node, (peer, d)) in dones {
                 let e = votes

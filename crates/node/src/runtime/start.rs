@@ -28,7 +28,7 @@ pub struct Started {
     pub engine: Engine,
     pub steps_done: u64,
     pub sync_round: u64,
-    pub sync_theta: [u8; 32],
+    pub sync_theta: Hash32,
     pub numel: usize,
     pub spec: StageSpec,
     pub peers: PeerTable,
@@ -46,7 +46,7 @@ pub async fn start(
     net: &Net,
     net_events: &mut mpsc::Receiver<NetEvent>,
     genesis: &Genesis,
-    network: [u8; 32],
+    network: Hash32,
 ) -> Result<Started, NodeError> {
     let specs = StageSpec::split(&settings.model, settings.stages)?;
     let ckpt_dir = settings.data_dir.join(CHECKPOINT_DIR);

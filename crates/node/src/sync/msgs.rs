@@ -2,7 +2,8 @@
 //! latest θ₀. Every message travels in a signed envelope whose signer must be the gossip author.
 
 use neuroshard_proof::{
-    Canonical, CodecError, NodeId, PublicKey, Reader, Receipt, ReceiptKind, Signature, Writer,
+    Canonical, CodecError, Hash32, NodeId, PublicKey, Reader, Receipt, ReceiptKind, Signature,
+    Writer,
 };
 
 /// Most contributors (and receipts) one round lists.
@@ -11,13 +12,13 @@ pub const MAX_CONTRIBUTORS: usize = 256;
 /// "My pseudo-gradient of `round`, computed against θ₀ `base`, is the blob `blob`."
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SyncOffer {
-    pub network: [u8; 32],
+    pub network: Hash32,
     pub stage: u16,
     pub round: u64,
     /// Hash of the outer state the pseudo-gradient is relative to.
-    pub base: [u8; 32],
+    pub base: Hash32,
     /// BLAKE3 of the compressed pseudo-gradient, served by the blob protocol.
-    pub blob: [u8; 32],
+    pub blob: Hash32,
     pub bytes: u64,
     /// What the same pseudo-gradient costs uncompressed (f32).
     pub dense_bytes: u64,
@@ -27,10 +28,10 @@ pub struct SyncOffer {
 /// The receipts countersign each contributor's pseudo-gradient for its proofs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SyncDone {
-    pub network: [u8; 32],
+    pub network: Hash32,
     pub stage: u16,
     pub round: u64,
-    pub theta: [u8; 32],
+    pub theta: Hash32,
     pub contributors: Vec<NodeId>,
     pub receipts: Vec<(NodeId, Receipt)>,
 }
@@ -42,7 +43,7 @@ pub enum SyncMsg {
 }
 
 impl SyncMsg {
-    pub fn network(&self) -> &[u8; 32] {
+    pub fn network(&self) -> &Hash32 {
         match self {
             SyncMsg::Offer(o) => &o.network,
             SyncMsg::Done(d) => &d.network,
@@ -167,13 +168,13 @@ impl Canonical for SyncMsg {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ThetaRecord {
     pub node: NodeId,
-    pub network: [u8; 32],
+    pub network: Hash32,
     pub stage: u16,
     pub round: u64,
     /// Hash of the outer-state blob.
-    pub theta: [u8; 32],
+    pub theta: Hash32,
     /// Hash of the optimizer blob (AdamW moments and step) of the publisher.
-    pub optimizer: [u8; 32],
+    pub optimizer: Hash32,
     pub expires_ms: u64,
 }
 
@@ -204,7 +205,7 @@ impl Canonical for ThetaRecord {
 }
 
 /// The DHT key of a stage's θ₀ record.
-pub fn theta_key(network: &[u8; 32], stage: usize) -> Vec<u8> {
+pub fn theta_key(network: &Hash32, stage: usize) -> Vec<u8> {
     format!("neuroshard/theta/{}/{stage}", hex::encode(network)).into_bytes()
 }
 
