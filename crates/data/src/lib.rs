@@ -47,7 +47,7 @@ pub use manifest::{
     ManifestError, ShardEntry, SignedManifest, Split, SplitCounts, Stats, TOKENIZER_FILE,
     TokenizerInfo, shard_file_name,
 };
-pub use merkle::{Hash, MerkleError, MerkleProof, merkle_root};
+pub use merkle::{Hash32, MerkleError, MerkleProof, merkle_root};
 pub use shard::{
     Dtype, HEADER_LEN, SHARD_MAGIC, SHARD_VERSION, ShardError, ShardView, encode_shard,
 };

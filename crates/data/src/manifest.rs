@@ -19,7 +19,7 @@ use neuroshard_proof::{Identity, PublicKey, Signature, SignatureError};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use thiserror::Error;
 
-use crate::merkle::{Hash, MerkleError, MerkleProof, merkle_root};
+use crate::merkle::{Hash32, MerkleError, MerkleProof, merkle_root};
 use crate::shard::{Dtype, HEADER_LEN};
 use crate::synthetic::{EntropyFloor, SyntheticConfig};
 
@@ -57,7 +57,7 @@ pub enum ManifestError {
 
 /// A 32-byte BLAKE3 hash written as 64 lowercase hex characters.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct HexHash(pub Hash);
+pub struct HexHash(pub Hash32);
 
 impl fmt::Display for HexHash {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -225,7 +225,7 @@ impl Manifest {
     }
 
     /// Shard hashes in leaf order.
-    pub fn shard_hashes(&self) -> Vec<Hash> {
+    pub fn shard_hashes(&self) -> Vec<Hash32> {
         self.shards.iter().map(|s| s.blake3.0).collect()
     }
 

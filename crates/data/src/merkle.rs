@@ -9,8 +9,8 @@
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-/// A 32-byte BLAKE3 digest.
-pub type Hash = [u8; 32];
+/// A 32-byte BLAKE3 digest (the same type as `neuroshard_proof::Hash32`).
+pub type Hash32 = [u8; 32];
 
 /// Why a Merkle proof or tree could not be made or checked.
 #[derive(Debug, Error, PartialEq, Eq)]
@@ -29,14 +29,14 @@ pub enum MerkleError {
     RootMismatch,
 }
 
-fn leaf(hash: &Hash) -> Hash {
+fn leaf(hash: &Hash32) -> Hash32 {
     let mut h = blake3::Hasher::new();
     h.update(&[0x00]);
     h.update(hash);
     *h.finalize().as_bytes()
 }
 
-fn node(left: &Hash, right: &Hash) -> Hash {
+fn node(left: &Hash32, right: &Hash32) -> Hash32 {
     let mut h = blake3::Hasher::new();
     h.update(&[0x01]);
     h.update(left);
@@ -44,7 +44,7 @@ fn node(left: &Hash, right: &Hash) -> Hash {
     *h.finalize().as_bytes()
 }
 
-fn next_level(level: &[Hash]) -> Vec<Hash> {
+fn next_level(level: &[Hash32]) -> Vec<Hash32> {
     level
         .chunks(2)
         .map(|pair| match pair {
@@ -56,11 +56,11 @@ fn next_level(level: &[Hash]) -> Vec<Hash> {
 }
 
 /// Root over `shard_hashes` in order.
-pub fn merkle_root(shard_hashes: &[Hash]) -> Result<Hash, MerkleError> {
+pub fn merkle_root(shard_hashes: &[Hash32]) -> Result<Hash32, MerkleError> {
     if shard_hashes.is_empty() {
         return Err(MerkleError::Empty);
     }
-    let mut level: Vec<Hash> = shard_hashes.iter().map(leaf).collect();
+    let mut level: Vec<Hash32> = shard_hashes.iter().map(leaf).collect();
     while level.len() > 1 {
         level = next_level(&level);
     }
@@ -74,12 +74,12 @@ pub struct MerkleProof {
     pub leaf_count: u64,
     /// Sibling hashes from the leaf level upward; levels where the node is promoted have none.
     #[serde(with = "hex_hashes")]
-    pub siblings: Vec<Hash>,
+    pub siblings: Vec<Hash32>,
 }
 
 impl MerkleProof {
     /// Builds the proof for `index` from the full list of shard hashes.
-    pub fn new(shard_hashes: &[Hash], index: u64) -> Result<MerkleProof, MerkleError> {
+    pub fn new(shard_hashes: &[Hash32], index: u64) -> Result<MerkleProof, MerkleError> {
         let leaf_count = shard_hashes.len() as u64;
         if leaf_count == 0 {
             return Err(MerkleError::Empty);
@@ -87,7 +87,7 @@ impl MerkleProof {
         if index >= leaf_count {
             return Err(MerkleError::IndexOutOfRange { index, leaf_count });
         }
-        let mut level: Vec<Hash> = shard_hashes.iter().map(leaf).collect();
+        let mut level: Vec<Hash32> = shard_hashes.iter().map(leaf).collect();
         let mut pos = index as usize;
         let mut siblings = Vec::new();
         while level.len() > 1 {
@@ -107,7 +107,7 @@ impl MerkleProof {
 
     /// Checks that a shard whose file hashes to `shard_hash` sits at `self.index` under `root`.
     /// Needs nothing but this proof, the shard's hash and the root.
-    pub fn verify(&self, root: &Hash, shard_hash: &Hash) -> Result<(), MerkleError> {
+    pub fn verify(&self, root: &Hash32, shard_hash: &Hash32) -> Result<(), MerkleError> {
         let (index, leaf_count) = (self.index, self.leaf_count);
         if leaf_count == 0 {
             return Err(MerkleError::Empty);
@@ -152,10 +152,10 @@ impl MerkleProof {
 }
 
 mod hex_hashes {
-    use super::Hash;
+    use super::Hash32;
     use serde::{Deserialize, Deserializer, Serializer, de::Error, ser::SerializeSeq};
 
-    pub fn serialize<S: Serializer>(v: &[Hash], s: S) -> Result<S::Ok, S::Error> {
+    pub fn serialize<S: Serializer>(v: &[Hash32], s: S) -> Result<S::Ok, S::Error> {
         let mut seq = s.serialize_seq(Some(v.len()))?;
         for h in v {
             seq.serialize_element(&hex::encode(h))?;
@@ -163,7 +163,7 @@ mod hex_hashes {
         seq.end()
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Hash>, D::Error> {
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Hash32>, D::Error> {
         let strings = Vec::<String>::deserialize(d)?;
         strings
             .iter()
@@ -181,7 +181,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn hashes(n: usize) -> Vec<Hash> {
+    fn hashes(n: usize) -> Vec<Hash32> {
         (0..n as u32)
             .map(|i| *blake3::hash(&i.to_le_bytes()).as_bytes())
             .collect()
