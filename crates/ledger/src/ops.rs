@@ -231,7 +231,9 @@ pub fn verify_slash(signed: &Signed<SlashReport>) -> Result<VerifiedSlash, OpErr
         return Err(OpError::Evidence("proofs name different nodes"));
     }
     if pa.node_id != a.signer().node_id() {
-        return Err(OpError::Evidence("proof names a node other than its signer"));
+        return Err(OpError::Evidence(
+            "proof names a node other than its signer",
+        ));
     }
     if pa.nonce != pb.nonce {
         return Err(OpError::Evidence("proofs use different nonces"));
