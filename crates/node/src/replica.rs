@@ -487,9 +487,9 @@ impl Diloco {
         next.set_aggregator(aggregator(&self.cfg, dense.len())?);
         let inputs: Vec<&Vec<f32>> = dense.values().collect();
         let outcome = next.apply(&inputs)?;
-        let current = std::mem::replace(&mut self.outer, next);
         let included = dense.contains_key(&self.cfg.me);
-        self.shift(current.theta(), included, params)?;
+        self.shift(&next, included, params)?;
+        self.outer = next;
         let outer = Arc::new(encode_outer(&self.outer));
         self.hash = *blake3::hash(&outer).as_bytes();
         Ok(Applied {
@@ -520,25 +520,27 @@ impl Diloco {
                 ours: self.outer.round(),
             });
         }
-        let before = std::mem::replace(&mut self.outer, fresh);
-        self.shift(before.theta(), included, params)?;
+        self.shift(&fresh, included, params)?;
+        self.outer = fresh;
         self.hash = *blake3::hash(bytes).as_bytes();
         Ok(self.hash)
     }
 
-    /// θ ← θ + (θ₀' − θ₀) + (now − before included)·ĉ for our message of this round.
+    /// θ ← θ + (θ₀' − θ₀) + (now − before included)·ĉ for our message of this round, from
+    /// our θ₀ to `next`'s, which the caller then takes. Two finite θ₀ far apart can still
+    /// overflow the weights; then nothing changes and the caller keeps its θ₀.
     fn shift(
         &mut self,
-        before: &[f32],
+        next: &DilocoRound,
         included: bool,
         params: &mut ParamSet,
     ) -> Result<(), ReplicaError> {
-        let round = self.outer.round();
         let mut flat = params.flatten();
-        for ((p, new), old) in flat.iter_mut().zip(self.outer.theta()).zip(before) {
+        for ((p, new), old) in flat.iter_mut().zip(next.theta()).zip(self.outer.theta()) {
             *p += new - old;
         }
-        if let Some(s) = self.sent.as_mut().filter(|s| s.round == round) {
+        let sent = self.sent.as_mut().filter(|s| s.round == next.round());
+        if let Some(s) = &sent {
             let sign = match (included, s.applied) {
                 (true, false) => 1.0,
                 (false, true) => -1.0,
@@ -549,9 +551,18 @@ impl Diloco {
                     *p += sign * c;
                 }
             }
+        }
+        if let Some(index) = flat.iter().position(|x| !x.is_finite()) {
+            return Err(ReplicaError::NonFinite {
+                what: "shifted parameters",
+                index,
+            });
+        }
+        params.set_flat(&flat)?;
+        if let Some(s) = sent {
             s.applied = included;
         }
-        Ok(params.set_flat(&flat)?)
+        Ok(())
     }
 }
 

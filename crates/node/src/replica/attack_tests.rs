@@ -102,6 +102,28 @@ fn an_outer_state_with_an_absurd_round_is_refused() {
 }
 
 #[test]
+fn adopting_a_finite_outer_state_that_overflows_the_weights_is_refused() {
+    // Both θ₀ are finite, but the shift θ + (θ₀' − θ₀) is not.
+    let start = params(16);
+    let n = start.numel();
+    let far = |value: f32, round: u64| {
+        let mut bytes = Diloco::new(cfg(9, "fp32"), &start).unwrap().outer_bytes();
+        bytes[8..16].copy_from_slice(&round.to_le_bytes());
+        for k in 0..n {
+            bytes[33 + 4 * k..37 + 4 * k].copy_from_slice(&value.to_le_bytes());
+        }
+        bytes
+    };
+    let mut d = Diloco::restore(cfg(1, "fp32"), &far(-3e38, 0), n).unwrap();
+    let mut p = start.clone();
+    let before = (d.hash(), p.flatten());
+    let err = d.adopt(1, &far(3e38, 1), false, &mut p).unwrap_err();
+    assert!(matches!(err, ReplicaError::NonFinite { .. }), "{err}");
+    assert_eq!((d.hash(), p.flatten()), before);
+    assert_eq!(d.round(), 0);
+}
+
+#[test]
 fn an_outer_step_that_would_leave_theta_non_finite_is_refused() {
     // Two replicas, plain mean (nothing robust is possible with two): the liar's finite but
     // huge pseudo-gradient drives θ₀ and the outer velocity past f32's range within rounds.
