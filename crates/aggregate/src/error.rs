@@ -23,6 +23,8 @@ pub enum AggregateError {
     ReferenceNonFinite { index: usize },
     #[error("trimmed mean: trimming {k} per side leaves nothing of {n} inputs")]
     TrimTooLarge { k: usize, n: usize },
+    #[error("{n} inputs cannot outvote {f} Byzantine ones (need n >= 2f + 1)")]
+    TooFewInputs { n: usize, f: usize },
     #[error("krum needs n >= 2f + 3 inputs, got n = {n} with f = {f}")]
     KrumTooFew { n: usize, f: usize },
     #[error("multi-krum: m = {m} must be between 1 and {n}")]

@@ -11,6 +11,7 @@ mod coord;
 mod distance;
 mod error;
 mod krum;
+mod membership;
 mod weiszfeld;
 
 pub use attack::{Attack, AttackParseError, alie_z, inverse_normal_cdf};
@@ -18,6 +19,7 @@ pub use config::{Aggregator, ParseError};
 pub use coord::{mean, median, trim_count, trimmed_mean};
 pub use error::AggregateError;
 pub use krum::{krum, krum_scores, multi_krum};
+pub use membership::{byzantine_count, check_quorum};
 pub use weiszfeld::{CenteredClipping, GeometricMedian, centered_clipping, geometric_median};
 
 /// Coordinates per parallel work item. Fixed so that the order of floating-point reductions is

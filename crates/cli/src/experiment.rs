@@ -170,6 +170,15 @@ fn diloco(args: DilocoArgs) -> Result<()> {
             args.replicas
         );
     }
+    if args.replicas >= 3 && args.replicas < 2 * args.byzantine + 1 {
+        // The replicas' aggregation refuses such rounds (n < 2f + 1): nothing would train.
+        bail!(
+            "--byzantine {} needs at least {} replicas, got {}",
+            args.byzantine,
+            2 * args.byzantine + 1,
+            args.replicas
+        );
+    }
     let near = args
         .json_out
         .clone()

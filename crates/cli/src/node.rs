@@ -36,7 +36,8 @@ pub struct SyncArgs {
     /// centered-clipping (parameters as name:key=value,...).
     #[arg(long, default_value = "trimmed-mean")]
     pub aggregator: String,
-    /// Byzantine replicas per stage the aggregator tolerates (capped by the replicas present).
+    /// Byzantine replicas per stage the aggregator tolerates: a round of n ≥ 3 offers trims at
+    /// least this many and ⌊(n−1)/3⌋ (at least 1), and is refused when n < 2·byzantine + 1.
     #[arg(long, default_value_t = 1)]
     pub byzantine: usize,
     /// Pseudo-gradient compression, e.g. randk:0.25:sign, topk:0.01:int2, fp32.

@@ -225,6 +225,16 @@ pub fn verify_slash(signed: &Signed<SlashReport>) -> Result<VerifiedSlash, OpErr
     if a.signer() != b.signer() || pa.public_key != a.signer() || pb.public_key != b.signer() {
         return Err(OpError::Evidence("proofs are not signed by the same node"));
     }
+    // The offender is read from `node_id`, which the signer writes freely: without this an
+    // attacker could equivocate under its own key while naming a victim, and drain the victim.
+    if pa.node_id != pb.node_id {
+        return Err(OpError::Evidence("proofs name different nodes"));
+    }
+    if pa.node_id != a.signer().node_id() {
+        return Err(OpError::Evidence(
+            "proof names a node other than its signer",
+        ));
+    }
     if pa.nonce != pb.nonce {
         return Err(OpError::Evidence("proofs use different nonces"));
     }
@@ -301,5 +311,36 @@ mod tests {
         let mut other_nonce = a.clone();
         other_nonce.nonce = 8;
         assert!(verify_slash(&report(&a, &other_nonce)).is_err());
+    }
+
+    #[test]
+    fn forged_evidence_naming_another_node_is_refused() {
+        // The attacker signs two proofs with one nonce under its own key but names the victim
+        // in the proofs' `node_id`: a slash built on it would take the victim's stake.
+        let attacker = test_identity(5);
+        let victim = test_identity(6);
+        let reporter = test_identity(7);
+        let mut a = uptime_proof(&attacker, 7, 1_000);
+        a.node_id = victim.node_id();
+        let mut b = a.clone();
+        b.claimed_duration_ms += 1;
+        let forged = Signed::sign(
+            &reporter,
+            &SlashReport {
+                first: a.sign(&attacker).to_bytes(),
+                second: b.sign(&attacker).to_bytes(),
+            },
+        );
+        assert!(matches!(verify_slash(&forged), Err(OpError::Evidence(_))));
+        // Only one proof naming the victim: the two proofs name different nodes.
+        let honest = uptime_proof(&attacker, 7, 1_000);
+        let mixed = Signed::sign(
+            &reporter,
+            &SlashReport {
+                first: honest.sign(&attacker).to_bytes(),
+                second: b.sign(&attacker).to_bytes(),
+            },
+        );
+        assert!(matches!(verify_slash(&mixed), Err(OpError::Evidence(_))));
     }
 }

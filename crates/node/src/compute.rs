@@ -89,6 +89,7 @@ impl Engine {
     fn sync_prepare(&mut self, round: u64) -> Result<Prepared, String> {
         let d = self.diloco.as_mut().ok_or(DILOCO_OFF)?;
         d.prepare(round, self.stage.params())
+            .map_err(|e| e.to_string())
     }
 
     fn sync_apply(
@@ -97,7 +98,9 @@ impl Engine {
         messages: Vec<(NodeId, Vec<u8>)>,
     ) -> Result<(Applied, Arc<Vec<u8>>), String> {
         let d = self.diloco.as_mut().ok_or(DILOCO_OFF)?;
-        let applied = d.apply(round, messages, self.stage.params_mut())?;
+        let applied = d
+            .apply(round, messages, self.stage.params_mut())
+            .map_err(|e| e.to_string())?;
         Ok((applied, Arc::new(encode_adamw(&self.optimizer))))
     }
 
@@ -108,13 +111,16 @@ impl Engine {
         set: &[NodeId],
     ) -> Result<(Applied, Arc<Vec<u8>>), String> {
         let d = self.diloco.as_mut().ok_or(DILOCO_OFF)?;
-        let applied = d.reapply(round, extra, set, self.stage.params_mut())?;
+        let applied = d
+            .reapply(round, extra, set, self.stage.params_mut())
+            .map_err(|e| e.to_string())?;
         Ok((applied, Arc::new(encode_adamw(&self.optimizer))))
     }
 
     fn sync_adopt(&mut self, round: u64, bytes: &[u8], included: bool) -> Result<[u8; 32], String> {
         let d = self.diloco.as_mut().ok_or(DILOCO_OFF)?;
         d.adopt(round, bytes, included, self.stage.params_mut())
+            .map_err(|e| e.to_string())
     }
 
     /// Runs one job; errors become `JobDone::Failed`, never a panic.

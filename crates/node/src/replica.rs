@@ -15,8 +15,19 @@ use neuroshard_model::{AdamW, AdamWConfig, ParamSet};
 use neuroshard_proof::NodeId;
 use neuroshard_train::{CompressSpec, Compressor, DilocoRound, OuterOptimizer, decode};
 
+mod error;
+pub use error::ReplicaError;
+
 const OUTER_MAGIC: &[u8; 8] = b"NSOUTER1";
 const ADAMW_MAGIC: &[u8; 8] = b"NSADAMW1";
+
+/// Largest AdamW step count taken from a peer. The bias correction raises β to the step as an
+/// `i32`, so a count past `i32::MAX` wraps and turns every weight NaN; 2^30 leaves a billion
+/// steps of headroom and is 34 years of one step a second, more than any real run.
+pub const MAX_ADAMW_STEP: u64 = 1 << 30;
+/// Largest outer round taken from a peer: a round a millisecond for 34 years, and far enough
+/// from `u64::MAX` that no round arithmetic can wrap.
+pub const MAX_ROUND: u64 = 1 << 40;
 
 /// DiLoCo settings of a node.
 #[derive(Debug, Clone)]
@@ -24,7 +35,8 @@ pub struct DilocoConfig {
     pub me: NodeId,
     /// Aggregator spec (`trimmed-mean`, `median`, `krum`, …, see `neuroshard-aggregate`).
     pub aggregator: String,
-    /// Declared Byzantine replicas per stage, capped per round at what the inputs allow.
+    /// Declared Byzantine replicas per stage: at least this many are trimmed once a round has
+    /// 3 inputs, and a round with fewer than 2·byzantine + 1 inputs is refused.
     pub byzantine: usize,
     pub compression: CompressSpec,
     pub outer_lr: f32,
@@ -92,47 +104,49 @@ fn put_f32s(out: &mut Vec<u8>, v: &[f32]) {
 struct Cursor<'a>(&'a [u8]);
 
 impl<'a> Cursor<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], ReplicaError> {
         if self.0.len() < n {
-            return Err(format!(
-                "truncated: {} bytes left, {n} needed",
-                self.0.len()
-            ));
+            return Err(ReplicaError::Truncated {
+                left: self.0.len(),
+                needed: n,
+            });
         }
         let (head, tail) = self.0.split_at(n);
         self.0 = tail;
         Ok(head)
     }
 
-    fn u64(&mut self) -> Result<u64, String> {
+    fn u64(&mut self) -> Result<u64, ReplicaError> {
         let b = self.take(8)?;
-        Ok(u64::from_le_bytes(b.try_into().map_err(|_| "bad u64")?))
+        let mut a = [0u8; 8];
+        a.copy_from_slice(b);
+        Ok(u64::from_le_bytes(a))
     }
 
-    fn f32s(&mut self, n: usize, what: &str) -> Result<Vec<f32>, String> {
-        let bytes = self.take(n.checked_mul(4).ok_or("length overflow")?)?;
+    fn f32s(&mut self, n: usize, what: &'static str) -> Result<Vec<f32>, ReplicaError> {
+        let bytes = self.take(n.checked_mul(4).ok_or(ReplicaError::LengthOverflow)?)?;
         let v: Vec<f32> = bytes
             .chunks_exact(4)
             .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
             .collect();
-        if let Some(i) = v.iter().position(|x| !x.is_finite()) {
-            return Err(format!("{what}: non-finite value at {i}"));
+        if let Some(index) = v.iter().position(|x| !x.is_finite()) {
+            return Err(ReplicaError::NonFinite { what, index });
         }
         Ok(v)
     }
 
-    fn magic(&mut self, magic: &[u8; 8]) -> Result<(), String> {
+    fn magic(&mut self, magic: &[u8; 8]) -> Result<(), ReplicaError> {
         if self.take(8)? != magic {
-            return Err("not a NeuroShard state blob of this kind".into());
+            return Err(ReplicaError::Magic);
         }
         Ok(())
     }
 
-    fn end(&self) -> Result<(), String> {
+    fn end(&self) -> Result<(), ReplicaError> {
         if self.0.is_empty() {
             Ok(())
         } else {
-            Err(format!("{} trailing bytes", self.0.len()))
+            Err(ReplicaError::Trailing(self.0.len()))
         }
     }
 }
@@ -159,7 +173,7 @@ pub fn decode_outer(
     len: usize,
     cfg: &DilocoConfig,
     aggregator: Aggregator,
-) -> Result<DilocoRound, String> {
+) -> Result<DilocoRound, ReplicaError> {
     let mut c = Cursor(bytes);
     let (round, has_prev, theta) = outer_head(&mut c, len)?;
     let velocity = c.f32s(len, "velocity")?;
@@ -170,27 +184,36 @@ pub fn decode_outer(
     };
     c.end()?;
     let opt = OuterOptimizer::with_velocity(cfg.outer_lr, cfg.outer_momentum, velocity);
-    DilocoRound::from_state(theta, opt, aggregator, previous, round).map_err(|e| e.to_string())
+    Ok(DilocoRound::from_state(
+        theta, opt, aggregator, previous, round,
+    )?)
 }
 
 /// θ₀ alone from an encoded outer state (e.g. to export the stage's consensus weights).
-pub fn outer_theta(bytes: &[u8], len: usize) -> Result<(u64, Vec<f32>), String> {
+pub fn outer_theta(bytes: &[u8], len: usize) -> Result<(u64, Vec<f32>), ReplicaError> {
     let (round, _, theta) = outer_head(&mut Cursor(bytes), len)?;
     Ok((round, theta))
 }
 
 /// Magic, round, length, the previous-aggregate flag and θ₀.
-fn outer_head(c: &mut Cursor<'_>, len: usize) -> Result<(u64, bool, Vec<f32>), String> {
+fn outer_head(c: &mut Cursor<'_>, len: usize) -> Result<(u64, bool, Vec<f32>), ReplicaError> {
     c.magic(OUTER_MAGIC)?;
     let round = c.u64()?;
+    if round > MAX_ROUND {
+        return Err(ReplicaError::Round(round));
+    }
     let n = c.u64()?;
     if n != len as u64 {
-        return Err(format!("outer state has {n} values, this stage has {len}"));
+        return Err(ReplicaError::StateLength {
+            what: "outer state",
+            got: n,
+            expected: len,
+        });
     }
     let has_prev = match c.take(1)?[0] {
         0 => false,
         1 => true,
-        other => return Err(format!("bad flag {other}")),
+        other => return Err(ReplicaError::Flag(other)),
     };
     Ok((round, has_prev, c.f32s(len, "θ₀")?))
 }
@@ -209,19 +232,29 @@ pub fn encode_adamw(opt: &AdamW) -> Vec<u8> {
     out
 }
 
-/// Decodes an optimizer blob into AdamW state for `params`.
-pub fn decode_adamw(bytes: &[u8], config: AdamWConfig, params: &ParamSet) -> Result<AdamW, String> {
+/// Decodes an optimizer blob (a peer's, for a joiner) into AdamW state for `params`, refusing
+/// state no AdamW run can reach: an absurd step count, a negative second moment (√v is NaN and
+/// so is every weight it touches), or a first moment too large for its second moment.
+pub fn decode_adamw(
+    bytes: &[u8],
+    config: AdamWConfig,
+    params: &ParamSet,
+) -> Result<AdamW, ReplicaError> {
     let mut c = Cursor(bytes);
     c.magic(ADAMW_MAGIC)?;
     let step = c.u64()?;
+    if step > MAX_ADAMW_STEP {
+        return Err(ReplicaError::StepCount(step));
+    }
     let n = c.u64()?;
     if n != params.numel() as u64 {
-        return Err(format!(
-            "optimizer state has {n} values, this stage has {}",
-            params.numel()
-        ));
+        return Err(ReplicaError::StateLength {
+            what: "optimizer state",
+            got: n,
+            expected: params.numel(),
+        });
     }
-    let mut read = |what| -> Result<Vec<Vec<f32>>, String> {
+    let mut read = |what| -> Result<Vec<Vec<f32>>, ReplicaError> {
         params
             .values()
             .iter()
@@ -231,12 +264,42 @@ pub fn decode_adamw(bytes: &[u8], config: AdamWConfig, params: &ParamSet) -> Res
     let m = read("first moment")?;
     let v = read("second moment")?;
     c.end()?;
-    AdamW::from_state(config, params, step, m, v).map_err(|e| e.to_string())
+    check_moments(&config, m.iter().flatten(), v.iter().flatten())?;
+    Ok(AdamW::from_state(config, params, step, m, v)?)
+}
+
+/// Both moments start at 0 and see the same gradients, m ← β₁m + (1−β₁)g, v ← β₂v + (1−β₂)g²,
+/// so v ≥ 0 and, by Cauchy–Schwarz when β₁² < β₂, |m| ≤ K·√v with
+/// K = (1−β₁) / √((1−β₂)(1−β₁²/β₂)) (1.17 for the defaults). Honest state passes with room
+/// (2K, plus ε for values too small for f32); forged state that passes moves a weight by at
+/// most a few learning rates a step.
+fn check_moments<'a>(
+    config: &AdamWConfig,
+    m: impl Iterator<Item = &'a f32>,
+    v: impl Iterator<Item = &'a f32>,
+) -> Result<(), ReplicaError> {
+    let (b1, b2) = (config.beta1, config.beta2);
+    let bound = if (0.0..1.0).contains(&b1) && b2 > 0.0 && b2 < 1.0 && b1 * b1 < b2 {
+        Some(2.0 * (1.0 - b1) / ((1.0 - b2) * (1.0 - b1 * b1 / b2)).sqrt())
+    } else {
+        None
+    };
+    for (index, (&m, &v)) in m.zip(v).enumerate() {
+        if v < 0.0 {
+            return Err(ReplicaError::NegativeSecondMoment { index });
+        }
+        if let Some(k) = bound
+            && f64::from(m.abs()) > k * f64::from(v).sqrt() + config.eps
+        {
+            return Err(ReplicaError::FirstMoment { index, m, v });
+        }
+    }
+    Ok(())
 }
 
 impl Diloco {
     /// Starts at θ₀ = the current parameters, round 0.
-    pub fn new(cfg: DilocoConfig, params: &ParamSet) -> Result<Self, String> {
+    pub fn new(cfg: DilocoConfig, params: &ParamSet) -> Result<Self, ReplicaError> {
         let theta = params.flatten();
         let outer = DilocoRound::new(
             theta,
@@ -247,7 +310,7 @@ impl Diloco {
     }
 
     /// Restores a saved or fetched outer state.
-    pub fn restore(cfg: DilocoConfig, bytes: &[u8], len: usize) -> Result<Self, String> {
+    pub fn restore(cfg: DilocoConfig, bytes: &[u8], len: usize) -> Result<Self, ReplicaError> {
         let outer = decode_outer(bytes, len, &cfg, aggregator(&cfg, 1)?)?;
         Ok(Self::from_round(cfg, outer))
     }
@@ -285,18 +348,12 @@ impl Diloco {
     }
 
     /// Δ = θ₀ − θ, compressed; the unsent residual stays in the parameters.
-    pub fn prepare(&mut self, round: u64, params: &ParamSet) -> Result<Prepared, String> {
-        let delta = self
-            .outer
-            .pseudo_gradient(&params.flatten())
-            .map_err(|e| e.to_string())?;
+    pub fn prepare(&mut self, round: u64, params: &ParamSet) -> Result<Prepared, ReplicaError> {
+        let delta = self.outer.pseudo_gradient(&params.flatten())?;
         self.compressor.set_round(round);
-        let honest = self
-            .compressor
-            .compress(&delta)
-            .map_err(|e| e.to_string())?;
+        let honest = self.compressor.compress(&delta)?;
         let _ = self.compressor.take_residual();
-        let decoded = decode(&honest, delta.len()).map_err(|e| e.to_string())?;
+        let decoded = decode(&honest, delta.len())?;
         let blob = if self.cfg.attack == Attack::None {
             honest
         } else {
@@ -305,10 +362,10 @@ impl Diloco {
                 .attack
                 .forge(&[&decoded], 1, &mut rand::rng())
                 .pop()
-                .ok_or("attack produced nothing")?;
+                .ok_or(ReplicaError::Attack)?;
             let mut c = Compressor::with_seed(self.cfg.compression, delta.len(), self.cfg.seed);
             c.set_round(round);
-            c.compress(&forged).map_err(|e| e.to_string())?
+            c.compress(&forged)?
         };
         let blob = Arc::new(blob);
         self.sent = Some(Sent {
@@ -331,12 +388,10 @@ impl Diloco {
         round: u64,
         messages: Vec<(NodeId, Vec<u8>)>,
         params: &mut ParamSet,
-    ) -> Result<Applied, String> {
-        if round != self.outer.round() + 1 {
-            return Err(format!(
-                "round {round} does not follow our round {}",
-                self.outer.round()
-            ));
+    ) -> Result<Applied, ReplicaError> {
+        let ours = self.outer.round();
+        if ours.checked_add(1) != Some(round) {
+            return Err(ReplicaError::NotNext { round, ours });
         }
         let mut dense: BTreeMap<NodeId, Vec<f32>> = BTreeMap::new();
         let mut rejected = Vec::new();
@@ -364,13 +419,13 @@ impl Diloco {
         extra: Vec<(NodeId, Vec<u8>)>,
         set: &[NodeId],
         params: &mut ParamSet,
-    ) -> Result<Applied, String> {
+    ) -> Result<Applied, ReplicaError> {
         let Some(mut last) = self.last.take().filter(|l| l.round == round) else {
-            return Err(format!("round {round} is not the round we aggregated last"));
+            return Err(ReplicaError::NotLast(round));
         };
         if self.outer.round() != round {
             self.last = Some(last);
-            return Err(format!("we moved on from round {round}"));
+            return Err(ReplicaError::MovedOn(round));
         }
         let mut rejected = Vec::new();
         self.decode_into(extra, &mut last.inputs, &mut rejected, false);
@@ -381,10 +436,10 @@ impl Diloco {
         if chosen.len() != set.len() || !rejected.is_empty() {
             let missing = set.len() - chosen.len();
             self.last = Some(last);
-            return Err(format!(
-                "cannot rebuild the set: {missing} messages missing, {} malformed",
-                rejected.len()
-            ));
+            return Err(ReplicaError::CannotRebuild {
+                missing,
+                malformed: rejected.len(),
+            });
         }
         let applied = self.aggregate(round, &last.before, &chosen, rejected, params);
         self.last = Some(last);
@@ -414,7 +469,9 @@ impl Diloco {
     }
 
     /// Applies the outer step of `round` from the state `from` over `dense` (in node-id
-    /// order) and shifts the parameters from the current θ₀ to the result.
+    /// order) and shifts the parameters from the current θ₀ to the result. Refused, with
+    /// nothing changed, when the inputs are too few for the Byzantine count or the step would
+    /// leave θ₀ non-finite: the caller keeps θ₀ and treats the round as failed.
     fn aggregate(
         &mut self,
         round: u64,
@@ -422,17 +479,17 @@ impl Diloco {
         dense: &BTreeMap<NodeId, Vec<f32>>,
         rejected: Vec<(NodeId, String)>,
         params: &mut ParamSet,
-    ) -> Result<Applied, String> {
+    ) -> Result<Applied, ReplicaError> {
         if dense.is_empty() {
-            return Err("no usable pseudo-gradient".into());
+            return Err(ReplicaError::NoInput);
         }
         let mut next = from.clone();
         next.set_aggregator(aggregator(&self.cfg, dense.len())?);
         let inputs: Vec<&Vec<f32>> = dense.values().collect();
-        let outcome = next.apply(&inputs).map_err(|e| e.to_string())?;
-        let current = std::mem::replace(&mut self.outer, next);
+        let outcome = next.apply(&inputs)?;
         let included = dense.contains_key(&self.cfg.me);
-        self.shift(current.theta(), included, params)?;
+        self.shift(&next, included, params)?;
+        self.outer = next;
         let outer = Arc::new(encode_outer(&self.outer));
         self.hash = *blake3::hash(&outer).as_bytes();
         Ok(Applied {
@@ -452,36 +509,38 @@ impl Diloco {
         bytes: &[u8],
         included: bool,
         params: &mut ParamSet,
-    ) -> Result<[u8; 32], String> {
+    ) -> Result<[u8; 32], ReplicaError> {
         let len = self.outer.theta().len();
         let agg = aggregator(&self.cfg, 1)?;
         let fresh = decode_outer(bytes, len, &self.cfg, agg)?;
         if fresh.round() != round || round < self.outer.round() {
-            return Err(format!(
-                "outer state is round {}, expected {round} (we are at {})",
-                fresh.round(),
-                self.outer.round()
-            ));
+            return Err(ReplicaError::WrongRound {
+                got: fresh.round(),
+                expected: round,
+                ours: self.outer.round(),
+            });
         }
-        let before = std::mem::replace(&mut self.outer, fresh);
-        self.shift(before.theta(), included, params)?;
+        self.shift(&fresh, included, params)?;
+        self.outer = fresh;
         self.hash = *blake3::hash(bytes).as_bytes();
         Ok(self.hash)
     }
 
-    /// θ ← θ + (θ₀' − θ₀) + (now − before included)·ĉ for our message of this round.
+    /// θ ← θ + (θ₀' − θ₀) + (now − before included)·ĉ for our message of this round, from
+    /// our θ₀ to `next`'s, which the caller then takes. Two finite θ₀ far apart can still
+    /// overflow the weights; then nothing changes and the caller keeps its θ₀.
     fn shift(
         &mut self,
-        before: &[f32],
+        next: &DilocoRound,
         included: bool,
         params: &mut ParamSet,
-    ) -> Result<(), String> {
-        let round = self.outer.round();
+    ) -> Result<(), ReplicaError> {
         let mut flat = params.flatten();
-        for ((p, new), old) in flat.iter_mut().zip(self.outer.theta()).zip(before) {
+        for ((p, new), old) in flat.iter_mut().zip(next.theta()).zip(self.outer.theta()) {
             *p += new - old;
         }
-        if let Some(s) = self.sent.as_mut().filter(|s| s.round == round) {
+        let sent = self.sent.as_mut().filter(|s| s.round == next.round());
+        if let Some(s) = &sent {
             let sign = match (included, s.applied) {
                 (true, false) => 1.0,
                 (false, true) => -1.0,
@@ -492,17 +551,30 @@ impl Diloco {
                     *p += sign * c;
                 }
             }
+        }
+        if let Some(index) = flat.iter().position(|x| !x.is_finite()) {
+            return Err(ReplicaError::NonFinite {
+                what: "shifted parameters",
+                index,
+            });
+        }
+        params.set_flat(&flat)?;
+        if let Some(s) = sent {
             s.applied = included;
         }
-        params.set_flat(&flat).map_err(|e| e.to_string())
+        Ok(())
     }
 }
 
-/// The configured rule with its Byzantine count capped at what `n` inputs can tolerate.
-fn aggregator(cfg: &DilocoConfig, n: usize) -> Result<Aggregator, String> {
-    let f = cfg.byzantine.min(n.saturating_sub(1) / 2);
-    Aggregator::parse(&cfg.aggregator, f).map_err(|e| format!("aggregator: {e}"))
+/// The configured rule fitted to `n` inputs: its Byzantine count is a fraction of them, never
+/// 0 from 3 inputs on, at least the declared one; refused when n < 2f + 1 (see
+/// `neuroshard_aggregate::byzantine_count`; with 1 or 2 inputs nothing robust is possible).
+fn aggregator(cfg: &DilocoConfig, n: usize) -> Result<Aggregator, ReplicaError> {
+    Ok(Aggregator::parse(&cfg.aggregator, cfg.byzantine)?.fitted(n, cfg.byzantine)?)
 }
 
 #[cfg(test)]
 pub(crate) mod tests;
+
+#[cfg(test)]
+mod attack_tests;

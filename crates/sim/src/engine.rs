@@ -72,7 +72,8 @@ impl RealEngine {
         let opt = AdamW::new(optim, stage.params());
         let diloco = match diloco {
             Some(cfg) => Some(
-                neuroshard_node::replica::Diloco::new(cfg, stage.params()).map_err(FactoryError)?,
+                neuroshard_node::replica::Diloco::new(cfg, stage.params())
+                    .map_err(|e| FactoryError(e.to_string()))?,
             ),
             None => None,
         };

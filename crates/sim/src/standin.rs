@@ -48,7 +48,7 @@ impl StandIn {
         let mut rng = ChaCha8Rng::seed_from_u64(seed ^ (spec.first_layer as u64) << 32 ^ 0x7a);
         let target = (0..n).map(|_| rng.random_range(-0.5f32..0.5)).collect();
         let diloco = match diloco {
-            Some(cfg) => Some(Diloco::new(cfg, &params).map_err(EngineError)?),
+            Some(cfg) => Some(Diloco::new(cfg, &params).map_err(|e| EngineError(e.to_string()))?),
             None => None,
         };
         let optimizer_blob = Arc::new(encode_adamw(&AdamW::new(AdamWConfig::default(), &params)));
@@ -212,16 +212,17 @@ impl Compute for StandIn {
             EngineJob::Run(job) => EngineOutput::Job(self.run(job)),
             EngineJob::SyncPrepare { round } => {
                 let params = self.params.clone();
-                EngineOutput::Prepared(
-                    self.diloco_mut()
-                        .and_then(|d| d.prepare(round, &params).map_err(EngineError)),
-                )
+                EngineOutput::Prepared(self.diloco_mut().and_then(|d| {
+                    d.prepare(round, &params)
+                        .map_err(|e| EngineError(e.to_string()))
+                }))
             }
             EngineJob::SyncApply { round, messages } => {
                 let mut params = self.params.clone();
-                let r = self
-                    .diloco_mut()
-                    .and_then(|d| d.apply(round, messages, &mut params).map_err(EngineError));
+                let r = self.diloco_mut().and_then(|d| {
+                    d.apply(round, messages, &mut params)
+                        .map_err(|e| EngineError(e.to_string()))
+                });
                 self.params = params;
                 EngineOutput::Applied(r.map(|a| (a, opt)))
             }
@@ -229,7 +230,7 @@ impl Compute for StandIn {
                 let mut params = self.params.clone();
                 let r = self.diloco_mut().and_then(|d| {
                     d.reapply(round, extra, &set, &mut params)
-                        .map_err(EngineError)
+                        .map_err(|e| EngineError(e.to_string()))
                 });
                 self.params = params;
                 EngineOutput::Applied(r.map(|a| (a, opt)))
@@ -242,7 +243,7 @@ impl Compute for StandIn {
                 let mut params = self.params.clone();
                 let r = self.diloco_mut().and_then(|d| {
                     d.adopt(round, &bytes, included, &mut params)
-                        .map_err(EngineError)
+                        .map_err(|e| EngineError(e.to_string()))
                 });
                 self.params = params;
                 EngineOutput::Adopted(r)

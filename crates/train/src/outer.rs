@@ -13,6 +13,10 @@ pub enum DilocoError {
     Decode { peer: usize, source: DecodeError },
     #[error("local parameters have {len} values, θ₀ has {expected}")]
     Length { len: usize, expected: usize },
+    #[error("the outer step would make {what} non-finite at index {index}; step refused")]
+    NonFinite { what: &'static str, index: usize },
+    #[error("round {0} has no successor")]
+    RoundOverflow(u64),
 }
 
 /// Outer SGD with Nesterov momentum on θ₀, treating the aggregated pseudo-gradient Δ as the
@@ -52,12 +56,28 @@ impl OuterOptimizer {
     }
 
     /// Applies one step to `theta` (same length as the optimizer, checked by the caller).
-    pub fn step(&mut self, theta: &mut [f32], delta: &[f32]) {
+    /// Finite inputs can still overflow f32 (a liar's huge Δ, compounded by momentum), so the
+    /// step is first computed without writing and refused, changing nothing, if θ₀ or the
+    /// velocity would leave the finite range; the second pass repeats the same operations.
+    pub fn step(&mut self, theta: &mut [f32], delta: &[f32]) -> Result<(), DilocoError> {
         let (lr, mu) = (self.lr, self.momentum);
+        for (index, ((t, v), d)) in theta.iter().zip(&self.velocity).zip(delta).enumerate() {
+            let v = mu * *v + d;
+            let t = *t - lr * (d + mu * v);
+            if !v.is_finite() || !t.is_finite() {
+                let what = if v.is_finite() {
+                    "θ₀"
+                } else {
+                    "the outer velocity"
+                };
+                return Err(DilocoError::NonFinite { what, index });
+            }
+        }
         for ((t, v), d) in theta.iter_mut().zip(&mut self.velocity).zip(delta) {
             *v = mu * *v + d;
             *t -= lr * (d + mu * *v);
         }
+        Ok(())
     }
 }
 
@@ -191,14 +211,24 @@ impl DilocoRound {
                 expected: self.theta.len(),
             });
         }
-        self.optimizer.step(&mut self.theta, &delta);
+        let round = self
+            .round
+            .checked_add(1)
+            .ok_or(DilocoError::RoundOverflow(self.round))?;
+        if let Some(index) = delta.iter().position(|d| !d.is_finite()) {
+            return Err(DilocoError::NonFinite {
+                what: "the aggregate",
+                index,
+            });
+        }
+        self.optimizer.step(&mut self.theta, &delta)?;
         let delta_norm = delta
             .iter()
             .map(|&d| f64::from(d).powi(2))
             .sum::<f64>()
             .sqrt();
         self.previous = Some(delta);
-        self.round += 1;
+        self.round = round;
         Ok(RoundOutcome {
             round: self.round,
             delta_norm,
@@ -297,6 +327,35 @@ mod tests {
         assert!(matches!(
             round.pseudo_gradient(&[0.0; 3]),
             Err(DilocoError::Length { .. })
+        ));
+    }
+
+    #[test]
+    fn a_step_that_would_leave_theta_non_finite_is_refused_and_changes_nothing() {
+        // Finite inputs, but θ₀ − lr·(Δ + μ·v) passes f32::MAX.
+        let mut round =
+            DilocoRound::new(vec![-3e38, 0.0], OuterOptimizer::new(2), Aggregator::Mean);
+        let before = round.clone();
+        let err = round.apply(&[vec![3e38f32, 1.0]]).unwrap_err();
+        assert!(
+            matches!(err, DilocoError::NonFinite { index: 0, .. }),
+            "{err}"
+        );
+        assert_eq!(round.theta(), before.theta());
+        assert_eq!(round.optimizer(), before.optimizer());
+        assert_eq!((round.round(), round.previous()), (0, None));
+        // A round counter at its end has no next round instead of wrapping to 0.
+        let mut last = DilocoRound::from_state(
+            vec![0.0],
+            OuterOptimizer::new(1),
+            Aggregator::Mean,
+            None,
+            u64::MAX,
+        )
+        .unwrap();
+        assert!(matches!(
+            last.apply(&[vec![0.1f32]]),
+            Err(DilocoError::RoundOverflow(u64::MAX))
         ));
     }
 

@@ -152,7 +152,12 @@ fn bad_state_blobs_are_refused_with_the_reason() {
     let d = Diloco::new(cfg(1, "fp32"), &start).unwrap();
     let bytes = d.outer_bytes();
     let n = start.numel();
-    let err = |b: &[u8], len| Diloco::restore(cfg(1, "fp32"), b, len).err().unwrap();
+    let err = |b: &[u8], len| {
+        Diloco::restore(cfg(1, "fp32"), b, len)
+            .err()
+            .unwrap()
+            .to_string()
+    };
     assert!(err(&bytes[..bytes.len() - 3], n).contains("truncated"));
     assert!(err(&bytes, n + 1).contains("values"));
     let mut nan = bytes.clone();

@@ -241,8 +241,8 @@ impl StartIo<'_> {
             (Init::Fresh, _) => {
                 let stage = Stage::init(self.settings.model.clone(), spec, self.settings.seed)?;
                 let optimizer = AdamW::new(self.optim.clone(), stage.params());
-                let diloco =
-                    Diloco::new(self.dcfg.clone(), stage.params()).map_err(NodeError::Config)?;
+                let diloco = Diloco::new(self.dcfg.clone(), stage.params())
+                    .map_err(|e| NodeError::Config(e.to_string()))?;
                 State {
                     stage,
                     optimizer,
@@ -277,7 +277,8 @@ impl StartIo<'_> {
                     ),
                     time_ms: now_ms(),
                 });
-                Diloco::new(self.dcfg.clone(), ck.stage.params()).map_err(NodeError::Config)?
+                Diloco::new(self.dcfg.clone(), ck.stage.params())
+                    .map_err(|e| NodeError::Config(e.to_string()))?
             }
         };
         Ok(State {
@@ -292,7 +293,8 @@ impl StartIo<'_> {
     fn adopt_outer(&mut self, bytes: &[u8], hash: Hash32) -> Result<(), JoinError> {
         let state = self.state.as_mut().ok_or(JoinError::NotLoaded)?;
         let numel = state.stage.params().numel();
-        let diloco = Diloco::restore(self.dcfg.clone(), bytes, numel).map_err(JoinError::Decode)?;
+        let diloco = Diloco::restore(self.dcfg.clone(), bytes, numel)
+            .map_err(|e| JoinError::Decode(e.to_string()))?;
         if diloco.hash() != hash {
             return Err(JoinError::HashMismatch);
         }
@@ -312,7 +314,7 @@ impl StartIo<'_> {
     fn adopt_optimizer(&mut self, bytes: &[u8]) -> Result<(), JoinError> {
         let state = self.state.as_mut().ok_or(JoinError::NotLoaded)?;
         let optimizer = decode_adamw(bytes, self.optim.clone(), state.stage.params())
-            .map_err(JoinError::Decode)?;
+            .map_err(|e| JoinError::Decode(e.to_string()))?;
         state.steps = optimizer.step_count();
         state.optimizer = optimizer;
         Ok(())
