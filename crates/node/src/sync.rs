@@ -589,18 +589,21 @@ impl Syncer {
                 .0
                 .insert(*peer);
         }
-        // Only live co-replicas vote. A later round needs two thirds of them, so one key
-        // (a forged SyncDone, an offer against a made-up base, a DHT record of round
-        // u64::MAX) cannot move a stage that has two other replicas; a different θ₀ of our
-        // own round needs a majority.
+        // Only live co-replicas vote. A later round needs two of them to vouch for the same
+        // state (one where we have a single co-replica), so one key (a forged SyncDone, an
+        // offer against a made-up base, a DHT record of round u64::MAX) cannot move a stage
+        // that has two other replicas; a different θ₀ of our own round needs a majority.
+        // Not two thirds: a large stage often splits into groups of a few contributors per
+        // round, and a replica left behind must still be able to rejoin one.
         let counted =
             |voters: &BTreeSet<NodeId>| voters.iter().filter(|v| live.contains(v)).count();
+        let vouch = live.len().min(2);
         let ((round, theta), (_, peer)) = votes
             .into_iter()
             .filter(|((r, _), (voters, _))| {
                 let n = counted(voters);
                 if *r > self.round {
-                    n > 0 && n.saturating_mul(3) >= live.len().saturating_mul(2)
+                    n > 0 && n >= vouch
                 } else {
                     n.saturating_mul(2) > live.len()
                 }
