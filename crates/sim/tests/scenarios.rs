@@ -366,6 +366,24 @@ fn a_lone_replica_claiming_later_rounds_moves_no_one() {
     }
 }
 
+/// Twenty replicas a stage: the last stage's rounds split into groups of a few contributors
+/// (uneven routing leaves some replicas short of steps). A replica left behind rejoins a
+/// group once two live co-replicas vouch for its state; requiring two thirds of the stage
+/// left half of them at round 0 for good.
+#[test]
+fn no_replica_of_a_large_stage_is_left_behind_for_good() {
+    let (stages, replicas) = (2, 20);
+    let mut sim = sim(6, stages, replicas, EngineKind::StandIn, 0);
+    sim.run_until(Duration::from_secs(30));
+    let rounds: Vec<u64> = (0..sim.len())
+        .filter(|i| i % stages == 1)
+        .map(|i| sim.core(i).unwrap().sync_round())
+        .collect();
+    let top = rounds.iter().copied().max().unwrap_or(0);
+    assert!(top >= 3, "{rounds:?}");
+    assert!(rounds.iter().all(|r| r + 2 >= top), "{rounds:?}");
+}
+
 /// Mean training loss of the honest drivers over their last `k` steps.
 fn honest_loss(sim: &Sim, drivers: &[usize], k: usize) -> f32 {
     let tails: Vec<f32> = drivers
