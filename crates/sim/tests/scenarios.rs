@@ -229,6 +229,38 @@ fn one_seed_gives_one_trace_and_another_seed_another() {
 /// as contributors (so it outranks the honest outcomes): the honest replicas recompute the
 /// round from the signed offers, find the claim false, penalise the liar and keep their own
 /// agreed state. Without the recomputation they would fetch and adopt whatever it served.
+/// The replicas of stage 1 other than `liar` reached `min_round`, never held or adopted
+/// `bogus`, and agree with each other on every round; returns the rounds checked.
+fn assert_honest_kept_their_state(
+    sim: &Sim,
+    stages: usize,
+    liar: usize,
+    bogus: [u8; 32],
+    min_round: u64,
+) -> usize {
+    let honest: Vec<usize> = (0..sim.len())
+        .filter(|i| i % stages == 1 && *i != liar)
+        .collect();
+    let bogus_hex = hex::encode(bogus);
+    for &i in &honest {
+        let core = sim.core(i).unwrap();
+        let round = core.sync_round();
+        assert!(round >= min_round, "node {i} at round {round}");
+        assert_ne!(core.theta(), bogus);
+        assert!(sim.events(i).iter().all(|e| match e {
+            NodeEvent::Adopted { theta, .. } => *theta != bogus_hex,
+            _ => true,
+        }));
+    }
+    let outcomes = round_outcomes(sim, 1, stages);
+    for (round, thetas) in &outcomes {
+        let honest_thetas: std::collections::BTreeSet<_> =
+            honest.iter().filter_map(|i| thetas.get(i)).collect();
+        assert!(honest_thetas.len() <= 1, "round {round}: {thetas:?}");
+    }
+    outcomes.len()
+}
+
 #[test]
 fn a_replica_announcing_false_round_outcomes_is_caught_and_ignored() {
     use neuroshard_node::core::Transmit;
@@ -263,32 +295,7 @@ fn a_replica_announcing_false_round_outcomes_is_caught_and_ignored() {
         }),
     );
     sim.run_until(Duration::from_secs(60));
-    let honest: Vec<usize> = (0..sim.len())
-        .filter(|i| i % stages == 1 && *i != liar)
-        .collect();
-    let bogus_hex = hex::encode(bogus);
-    for &i in &honest {
-        let core = sim.core(i).unwrap();
-        assert!(
-            core.sync_round() >= 5,
-            "node {i} at round {}",
-            core.sync_round()
-        );
-        assert_ne!(core.theta(), bogus);
-        assert!(sim.events(i).iter().all(|e| match e {
-            NodeEvent::Adopted { theta, .. } => *theta != bogus_hex,
-            _ => true,
-        }));
-    }
-    // The honest replicas agree with each other on every round.
-    let outcomes = round_outcomes(&sim, 1, stages);
-    let mut checked = 0;
-    for (round, thetas) in &outcomes {
-        let honest_thetas: std::collections::BTreeSet<_> =
-            honest.iter().filter_map(|i| thetas.get(i)).collect();
-        assert!(honest_thetas.len() <= 1, "round {round}: {thetas:?}");
-        checked += 1;
-    }
+    let checked = assert_honest_kept_their_state(&sim, stages, liar, bogus, 5);
     assert!(checked >= 5);
     // The false claims were recomputed and penalised.
     let recomputed = sim
@@ -341,29 +348,7 @@ fn a_lone_replica_claiming_later_rounds_moves_no_one() {
         }),
     );
     sim.run_until(Duration::from_secs(60));
-    let bogus_hex = hex::encode(bogus);
-    let honest: Vec<usize> = (0..sim.len())
-        .filter(|i| i % stages == 1 && *i != liar)
-        .collect();
-    for &i in &honest {
-        let core = sim.core(i).unwrap();
-        assert!(
-            core.sync_round() >= 3,
-            "node {i} at round {}",
-            core.sync_round()
-        );
-        assert_ne!(core.theta(), bogus);
-        assert!(sim.events(i).iter().all(|e| match e {
-            NodeEvent::Adopted { theta, .. } => *theta != bogus_hex,
-            _ => true,
-        }));
-    }
-    let outcomes = round_outcomes(&sim, 1, stages);
-    for (round, thetas) in &outcomes {
-        let honest_thetas: std::collections::BTreeSet<_> =
-            honest.iter().filter_map(|i| thetas.get(i)).collect();
-        assert!(honest_thetas.len() <= 1, "round {round}: {thetas:?}");
-    }
+    assert_honest_kept_their_state(&sim, stages, liar, bogus, 3);
 }
 
 /// Twenty replicas a stage: the last stage's rounds split into groups of a few contributors

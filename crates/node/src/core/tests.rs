@@ -265,28 +265,7 @@ fn a_proof_gossiped_by_another_node_than_its_prover_is_dropped() {
     let (me, prover, relay) = (test_identity(24), test_identity(25), test_identity(26));
     let mut c = core_at(&me, now, 0, 2);
     drain(&mut c);
-    let proof = neuroshard_proof::Proof {
-        node_id: prover.node_id(),
-        public_key: prover.public_key(),
-        kind: neuroshard_proof::ProofKind::Uptime,
-        round: 0,
-        timestamp_ms: 1_800_000_000_000,
-        nonce: 1,
-        layers: neuroshard_proof::LayerRange { start: 0, end: 1 },
-        roles: neuroshard_proof::Roles::NONE,
-        hardware: neuroshard_proof::HardwareClass::Cpu,
-        tokens: 0,
-        batches: 0,
-        shards: Vec::new(),
-        input_activation_hash: [0; 32],
-        output_activation_hash: [0; 32],
-        model_hash_before: [0; 32],
-        model_hash_after: [0; 32],
-        pseudo_gradient_hash: [0; 32],
-        loss_micros: 0,
-        claimed_duration_ms: 60_000,
-        receipts: Vec::new(),
-    };
+    let proof = neuroshard_proof::fixtures::uptime_proof(&prover, 1, 1_800_000_000_000);
     let wire = proof.sign(&prover).to_bytes();
     let gossip = |data: Vec<u8>| Inbound::Gossip {
         topic: Topic::Proof(0).name(),

@@ -568,26 +568,10 @@ fn unproduced_proof_kinds_and_claims_beyond_a_stage_mint_nothing() {
     let mallory = test_identity(52);
     let claim = |kind: ProofKind, layers: LayerRange, roles: Roles, nonce: u64| {
         Proof {
-            node_id: mallory.node_id(),
-            public_key: mallory.public_key(),
             kind,
-            round: 1,
-            timestamp_ms: T,
-            nonce,
             layers,
             roles,
-            hardware: HardwareClass::Cpu,
-            tokens: 0,
-            batches: 0,
-            shards: Vec::new(),
-            input_activation_hash: [0; 32],
-            output_activation_hash: [0; 32],
-            model_hash_before: [0; 32],
-            model_hash_after: [0; 32],
-            pseudo_gradient_hash: [0; 32],
-            loss_micros: 0,
-            claimed_duration_ms: 60_000,
-            receipts: Vec::new(),
+            ..neuroshard_proof::fixtures::uptime_proof(&mallory, nonce, T)
         }
         .sign(&mallory)
         .to_bytes()
