@@ -434,6 +434,18 @@ impl NodeCore {
                     .syncer
                     .on_adopted(round, hash, steps, &reason, now);
                 self.run_sync_actions(vec![ev], now);
+                // Vouch for the state we now hold (no contributors: we did not aggregate it),
+                // so a co-replica still behind counts us; without it a replica that caught up
+                // keeps voting for its old outcome and the stage can stay split for rounds.
+                let msg = SyncMsg::Done(SyncDone {
+                    network: self.network,
+                    stage: self.stage as u16,
+                    round,
+                    theta: hash,
+                    contributors: Vec::new(),
+                    receipts: Vec::new(),
+                });
+                self.publish(Topic::Sync(self.stage as u16), &msg);
                 self.publish_theta_record(now);
             }
             (EngineCtx::Adopt { reason, .. }, EngineOutput::Adopted(Err(e))) => {
