@@ -284,16 +284,6 @@ impl Pipeline {
                 mb.short()
             ));
         }
-        // Only a live replica of the stage before ours feeds us (its heartbeats say so):
-        // anyone else would be injecting activations and targets we train on. An upstream
-        // whose first heartbeat has not reached us yet hears "busy" and retries.
-        if self
-            .peers
-            .get(&from)
-            .is_none_or(|p| p.stage.saturating_add(1) != self.cfg.stage)
-        {
-            return Ok(Ack::Busy);
-        }
         let Payload::Hidden(acts) = input else {
             return Err(format!(
                 "stage {} takes hidden states, got token ids",

@@ -27,6 +27,10 @@ use crate::events::{Clock, NodeEvent};
 
 pub use msgs::{SyncDone, SyncMsg, SyncOffer, ThetaRecord, theta_key};
 
+/// Round timeouts without finishing a round after which a replica that is behind takes a
+/// single live voucher for a later state (see `Syncer::behind`).
+pub const STALLED_TIMEOUTS: u32 = 4;
+
 /// Round parameters.
 #[derive(Debug, Clone)]
 pub struct SyncConfig {
@@ -131,6 +135,8 @@ pub struct Syncer {
     /// The θ₀ our latest offer was computed against, by round: an outcome built on offers
     /// against another θ₀ is another lineage, not something a recomputation can judge.
     offer_base: Option<(u64, Hash32)>,
+    /// When this replica last finished a round (its own, recomputed or adopted).
+    last_progress: Option<Instant>,
 }
 
 impl Syncer {
@@ -151,6 +157,7 @@ impl Syncer {
             refused: BTreeSet::new(),
             aggregated: false,
             offer_base: None,
+            last_progress: None,
         }
     }
 
@@ -234,7 +241,10 @@ impl Syncer {
                 if self.retry_at.is_some_and(|t| now < t) {
                     return Vec::new();
                 }
-                if let Some(adopt) = self.behind(live) {
+                let since = *self.last_progress.get_or_insert(now);
+                let stalled =
+                    now.saturating_duration_since(since) >= self.cfg.timeout * STALLED_TIMEOUTS;
+                if let Some(adopt) = self.behind(live, stalled) {
                     return vec![adopt];
                 }
                 let next = self.round.saturating_add(1);
@@ -422,6 +432,7 @@ impl Syncer {
         if round > self.round {
             self.round_start_step = steps;
         }
+        self.last_progress = None;
         self.round = round;
         self.theta = theta;
         self.contributors = contributors;
@@ -555,7 +566,7 @@ impl Syncer {
     /// A later outer state we should fetch: announced outcomes of later rounds, offers made
     /// against a later θ₀, the DHT record; the most widely announced state of the latest
     /// round wins.
-    fn behind(&mut self, live: &BTreeSet<NodeId>) -> Option<SyncAction> {
+    fn behind(&mut self, live: &BTreeSet<NodeId>, stalled: bool) -> Option<SyncAction> {
         let mut votes: BTreeMap<(u64, Hash32), (BTreeSet<NodeId>, NodeId)> = BTreeMap::new();
         for (round, dones) in self.dones.range(self.round.saturating_add(1)..) {
             for (node, (peer, d)) in dones {
@@ -594,10 +605,13 @@ impl Syncer {
         // offer against a made-up base, a DHT record of round u64::MAX) cannot move a stage
         // that has two other replicas; a different θ₀ of our own round needs a majority.
         // Not two thirds: a large stage often splits into groups of a few contributors per
-        // round, and a replica left behind must still be able to rejoin one.
+        // round, and a replica left behind must still be able to rejoin one. A replica that
+        // finished no round for several round timeouts (it gets no work, its co-replicas
+        // disagree) takes one live voucher: it would otherwise never move again, and what it
+        // offers against a state no one else holds is never aggregated by the others.
         let counted =
             |voters: &BTreeSet<NodeId>| voters.iter().filter(|v| live.contains(v)).count();
-        let vouch = live.len().min(2);
+        let vouch = if stalled { 1 } else { live.len().min(2) };
         let ((round, theta), (_, peer)) = votes
             .into_iter()
             .filter(|((r, _), (voters, _))| {
