@@ -82,11 +82,7 @@ impl Topic {
 
     /// Whether a node of `stage` hears `self`.
     pub fn heard_by(&self, stage: usize, stages: usize) -> bool {
-        let s = self.stage();
-        match self {
-            Topic::Sync(_) => s == stage,
-            Topic::Heartbeat(_) | Topic::Proof(_) => s < stages && s.abs_diff(stage) <= 1,
-        }
+        Self::subscriptions(stage, stages).contains(self)
     }
 
     /// Every heartbeat topic of a network: what a starting node listens to before it knows
@@ -348,28 +344,32 @@ pub fn validate_record(key: &[u8], value: &[u8], publisher: Option<&NodeId>, now
     let fresh = |expires_ms: u64| {
         expires_ms > now_ms && expires_ms <= now_ms.saturating_add(MAX_RECORD_LIFETIME_MS)
     };
-    let signer = Signed::<NodeRecord>::from_bytes(value).map(|s| s.signer().node_id());
     if key.starts_with(b"neuroshard/theta/") {
-        let signer =
-            Signed::<crate::sync::ThetaRecord>::from_bytes(value).map(|s| s.signer().node_id());
-        return match (open::<crate::sync::ThetaRecord>(value, publisher), signer) {
-            (Ok(rec), Ok(signer)) => {
+        return signed_by::<crate::sync::ThetaRecord>(value, publisher).is_some_and(
+            |(rec, signer)| {
                 crate::sync::theta_key(&rec.network, usize::from(rec.stage)) == key
                     && rec.node == signer
                     && fresh(rec.expires_ms)
-            }
-            _ => false,
-        };
+            },
+        );
     }
     if key.starts_with(b"neuroshard/node/") {
-        return match (open::<NodeRecord>(value, publisher), signer) {
-            (Ok(rec), Ok(signer)) => {
-                node_key(&rec.node) == key && rec.node == signer && fresh(rec.expires_ms)
-            }
-            _ => false,
-        };
+        return signed_by::<NodeRecord>(value, publisher).is_some_and(|(rec, signer)| {
+            node_key(&rec.node) == key && rec.node == signer && fresh(rec.expires_ms)
+        });
     }
     false
+}
+
+/// A signed value and the node that signed it, if the signature holds and (when known) the
+/// signer is `publisher`.
+fn signed_by<T: Canonical>(bytes: &[u8], publisher: Option<&NodeId>) -> Option<(T, NodeId)> {
+    let signed = Signed::<T>::from_bytes(bytes).ok()?;
+    let signer = signed.signer().node_id();
+    if publisher.is_some_and(|p| *p != signer) {
+        return None;
+    }
+    Some((signed.verify().ok()?, signer))
 }
 
 #[cfg(test)]

@@ -104,15 +104,7 @@ impl Sim {
         for r in &mut replicas {
             for &(p, s) in &beats {
                 if p != r.peer {
-                    let hb = Heartbeat {
-                        node: NodeId([0; 32]),
-                        network: [0; 32],
-                        stage: s as u16,
-                        step: 0,
-                        queue: 0,
-                        time_ms: 0,
-                        leaving: false,
-                    };
+                    let hb = heartbeat_of(s as u16);
                     r.pipeline.peers.on_heartbeat(p, &hb, Instant::now());
                 }
             }

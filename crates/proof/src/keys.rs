@@ -129,13 +129,9 @@ impl PublicKey {
 
     /// Verifies an ECDSA signature over SHA-256(`msg`); high-S signatures are rejected.
     pub fn verify(&self, msg: &[u8], sig: &Signature) -> Result<(), SignatureError> {
-        let prehash = sha256(msg);
         // A signature found valid before needs no point decompression either: these exact
         // key bytes were a valid point then.
-        if !sig.is_high_s() && crate::memo::contains(&crate::memo::key(&self.0, &prehash, &sig.0)) {
-            return Ok(());
-        }
-        verify_prehash_with_key(&self.prepare()?, &prehash, sig)
+        verify_memoised(&self.0, || self.prepare(), &sha256(msg), sig)
     }
 }
 
@@ -157,6 +153,22 @@ pub(crate) fn verify_prehash_with_key(
     prehash: &[u8; 32],
     sig: &Signature,
 ) -> Result<(), SignatureError> {
+    verify_memoised(&key.0.serialize(), || Ok(*key), prehash, sig)
+}
+
+/// One check per distinct (key, digest, signature) in the process: a remembered success is
+/// returned before the key is even decompressed.
+fn verify_memoised(
+    public: &[u8; PUBLIC_KEY_LEN],
+    key: impl FnOnce() -> Result<PreparedKey, SignatureError>,
+    prehash: &[u8; 32],
+    sig: &Signature,
+) -> Result<(), SignatureError> {
+    let seen = crate::memo::key(public, prehash, &sig.0);
+    if crate::memo::contains(&seen) {
+        return Ok(());
+    }
+    let key = key()?;
     // Low-S first so a malleated signature gets its own error instead of a generic mismatch.
     if sig.is_high_s() {
         return Err(SignatureError::HighS);
@@ -165,10 +177,6 @@ pub(crate) fn verify_prehash_with_key(
     // k256 refused both at parse time, and the error stays the same.
     if sig.0[..32] == [0; 32] || sig.0[32..] == [0; 32] {
         return Err(SignatureError::Malformed);
-    }
-    let seen = crate::memo::key(&key.0.serialize(), prehash, &sig.0);
-    if crate::memo::contains(&seen) {
-        return Ok(());
     }
     let parsed =
         secp256k1::ecdsa::Signature::from_compact(&sig.0).map_err(|_| SignatureError::Malformed)?;
