@@ -76,7 +76,6 @@ pub fn run(mut args: SimArgs) -> Result<()> {
     s.sync.every = args.sync_every;
     s.sync.compression = args.compression.clone();
     s.checkpoint_secs = 0;
-    s.sync.proof_interval_ms = 30_000;
     let factory = Factory::new(s.clone(), EngineKind::StandIn);
     let mut sim = Sim::new(
         args.seed,

@@ -8,7 +8,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, anyhow, bail};
 use clap::{Args, Subcommand};
-use neuroshard_ledger::{AccountOp, Action, Outcome, format_neuro, parse_neuro, reward, verify_op};
+use neuroshard_ledger::{AccountOp, Action, Outcome, format_neuro, parse_neuro, verify_op};
 use neuroshard_proof::{NodeId, ProofVerifier, PublicKey, VerifyError};
 use serde_json::json;
 
@@ -183,6 +183,7 @@ fn submit(dirs: &DataDirArgs, now: u64, action: Action) -> Result<()> {
     let account = identity.node_id();
     let nonce = ledger.state().account(&account).next_nonce;
     let signed = AccountOp {
+        network: ledger.state().rules().network,
         account,
         nonce,
         timestamp_ms: now,
@@ -245,10 +246,10 @@ fn verify_proof(
             } else {
                 None
             };
-            let stake = ledger
-                .as_ref()
-                .map_or(0, |l| l.state().account(&p.node_id).stake);
-            let amount = reward::reward(p, stake);
+            let amount = match &ledger {
+                Some(l) => l.state().reward_for(p),
+                None => neuroshard_ledger::LedgerState::new().reward_for(p),
+            };
             let applied = match ledger.as_mut() {
                 Some(l) => Some(matches!(l.apply_proof(&v)?, Outcome::Applied(_))),
                 None => None,

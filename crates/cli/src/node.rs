@@ -47,9 +47,6 @@ pub struct SyncArgs {
     pub outer_lr: f32,
     #[arg(long, default_value_t = 0.9)]
     pub outer_momentum: f32,
-    /// Least time between two proofs of this node (verifiers accept 120 per hour).
-    #[arg(long, default_value_t = 30_000)]
-    pub proof_interval_ms: u64,
 }
 
 impl SyncArgs {
@@ -63,7 +60,6 @@ impl SyncArgs {
             outer_lr: self.outer_lr,
             outer_momentum: self.outer_momentum,
             attack: attack.to_string(),
-            proof_interval_ms: self.proof_interval_ms,
         }
     }
 }
@@ -85,9 +81,18 @@ pub struct NodeArgs {
     /// Listen address (libp2p multiaddr); QUIC as /ip4/…/udp/…/quic-v1.
     #[arg(long, default_values_t = ["/ip4/0.0.0.0/tcp/0".to_string()])]
     listen: Vec<String>,
-    /// Peers to join through, as multiaddrs ending in /p2p/<peer id>.
+    /// Peers to join through, as multiaddrs ending in /p2p/<peer id>. A joiner learns the
+    /// network's model and protocol from its signed genesis in the DHT (its own model flags
+    /// are then ignored).
     #[arg(long)]
     bootstrap: Vec<String>,
+    /// The network's signed genesis file (default: the one in --data-dir; without one, a node
+    /// with no --bootstrap founds a network and a joiner looks it up).
+    #[arg(long)]
+    network_genesis: Option<PathBuf>,
+    /// Id (hex) of the network to join: the genesis found in the DHT must hash to it.
+    #[arg(long)]
+    network: Option<String>,
     #[arg(long, default_value_t = 2)]
     stages: usize,
     /// Serve this stage (0 = driver) instead of the one with the fewest live replicas.
@@ -174,6 +179,8 @@ impl NodeArgs {
             wait_replicas: self.wait_replicas,
             max_frame: self.max_frame_mb << 20,
             sync: self.sync.settings(&self.attack),
+            network_genesis: self.network_genesis.clone(),
+            network: self.network.clone(),
         })
     }
 }

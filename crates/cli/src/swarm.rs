@@ -120,6 +120,9 @@ impl SwarmArgs {
             wait_replicas: 0,
             max_frame: node::MAX_FRAME_MB << 20,
             sync: self.sync.settings("none"),
+            // The swarm founds the network and hands every node its genesis file.
+            network_genesis: None,
+            network: None,
         };
         let kill = self
             .kill

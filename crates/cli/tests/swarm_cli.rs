@@ -72,8 +72,6 @@ fn four_nodes_sync_survive_a_killed_replica_admit_a_joiner_and_agree_on_the_ledg
         "1",
         "--sync-every",
         "5",
-        "--proof-interval-ms",
-        "2000",
         "--join-at",
         "40",
     ];

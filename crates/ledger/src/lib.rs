@@ -11,13 +11,17 @@ pub mod amount;
 pub mod ops;
 pub mod pending;
 pub mod reward;
+pub mod rules;
 pub mod state;
 pub mod store;
 
 pub use amount::{UNITS_PER_NEURO, format_neuro, parse_neuro};
 pub use ops::{
-    AccountOp, Action, OpError, SignedOp, SlashReport, VerifiedOp, VerifiedSlash, check_fresh,
-    verify_op, verify_slash,
+    AccountOp, Action, OP_MAX_CLOCK_SKEW_MS, OpError, SignedOp, SlashReport, VerifiedOp,
+    VerifiedSlash, check_fresh, verify_op, verify_slash,
 };
-pub use state::{Account, Changes, Entry, EntryKind, LedgerError, LedgerState, Outcome, Record};
+pub use rules::{GenesisError, LedgerGenesis, Rules};
+pub use state::{
+    Account, Changes, Entry, EntryKind, LedgerError, LedgerState, Outcome, Record, round_key,
+};
 pub use store::{ApplyError, HistoryLine, LEDGER_FILE, Ledger, Message, StoreError};

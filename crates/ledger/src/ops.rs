@@ -25,11 +25,16 @@ pub enum Action {
     Unstake { amount: u64 },
     /// Destroy `amount` of balance.
     Burn { amount: u64 },
+    /// Serve `stage`: the account's receipts and offers count there and its rounds there are
+    /// paid, while its stake is at least the network's minimum.
+    Register { stage: u16 },
 }
 
 /// One operation on the signer's own account, valid only at `nonce == account.next_nonce`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AccountOp {
+    /// The network the op belongs to (an op from another network is refused).
+    pub network: Hash32,
     pub account: NodeId,
     pub nonce: u64,
     pub timestamp_ms: u64,
@@ -45,9 +50,10 @@ impl AccountOp {
 pub type SignedOp = Signed<AccountOp>;
 
 impl Canonical for AccountOp {
-    const DOMAIN: &'static str = "neuroshard/account-op/v1";
+    const DOMAIN: &'static str = "neuroshard/account-op/v2";
 
     fn encode_body(&self, w: &mut Writer) {
+        w.fixed(&self.network);
         w.fixed(&self.account.0);
         w.u64(self.nonce);
         w.u64(self.timestamp_ms);
@@ -73,10 +79,15 @@ impl Canonical for AccountOp {
                 w.u8(3);
                 w.u64(amount);
             }
+            Action::Register { stage } => {
+                w.u8(4);
+                w.u16(stage);
+            }
         }
     }
 
     fn decode_body(r: &mut Reader<'_>) -> Result<Self, CodecError> {
+        let network = r.array()?;
         let account = NodeId(r.array()?);
         let nonce = r.u64()?;
         let timestamp_ms = r.u64()?;
@@ -91,6 +102,7 @@ impl Canonical for AccountOp {
             },
             2 => Action::Unstake { amount: r.u64()? },
             3 => Action::Burn { amount: r.u64()? },
+            4 => Action::Register { stage: r.u16()? },
             other => {
                 return Err(CodecError::Invalid {
                     field: "action",
@@ -99,6 +111,7 @@ impl Canonical for AccountOp {
             }
         };
         Ok(Self {
+            network,
             account,
             nonce,
             timestamp_ms,
@@ -268,6 +281,7 @@ mod tests {
         let alice = test_identity(1);
         let bob = test_identity(2);
         let op = AccountOp {
+            network: [0; 32],
             account: alice.node_id(),
             nonce: 0,
             timestamp_ms: 5,

@@ -104,6 +104,19 @@ pub fn base_reward(proof: &Proof) -> u64 {
     base.saturating_add(bonus).min(MAX_REWARD_PER_PROOF)
 }
 
+/// A training proof's reward: the network's fixed reward for one (node, stage, round) plus
+/// the role bonuses; what the proof claims (tokens, batches) does not change it.
+pub fn round_reward(proof: &Proof, round_reward: u64) -> u64 {
+    let mut bonus = 0u64;
+    if proof.roles.contains(Roles::EMBEDDING) {
+        bonus = bonus.saturating_add(bps_of(round_reward, EMBEDDING_BONUS_BPS));
+    }
+    if proof.roles.contains(Roles::LM_HEAD) {
+        bonus = bonus.saturating_add(bps_of(round_reward, LM_HEAD_BONUS_BPS));
+    }
+    round_reward.saturating_add(bonus)
+}
+
 /// The full reward for `proof` given the prover's current stake.
 pub fn reward(proof: &Proof, prover_stake: u64) -> u64 {
     let m = u128::from(stake_multiplier(prover_stake));

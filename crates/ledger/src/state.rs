@@ -9,15 +9,16 @@
 //! gives the same balances and [`LedgerState::state_hash`] in any order. Account ops apply in
 //! per-account nonce order (early arrivals wait in [`PendingOps`]).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
-use neuroshard_proof::{Hash32, NodeId, ProofKind, VerifiedProof};
+use neuroshard_proof::{Hash32, NodeId, Proof, ProofKind, VerifiedProof};
 use serde::Serialize;
 
 use crate::amount::bps_of;
 use crate::ops::{Action, MIN_STAKE_LOCK_MS, VerifiedOp, VerifiedSlash};
 use crate::pending::{Parked, PendingError, PendingOps};
 use crate::reward;
+use crate::rules::{LedgerGenesis, Rules};
 
 /// Share of every transfer that is burned (5 %).
 pub const TRANSFER_BURN_BPS: u64 = 500;
@@ -86,7 +87,11 @@ pub enum Record {
         kind: ProofKind,
         reward: u64,
         timestamp_ms: u64,
+        /// Training proofs: the (node, stage, round) they were paid for, hashed.
+        round_key: Option<Hash32>,
     },
+    /// The ledger's genesis: its hash and rules (the stakes are in the account changes).
+    Genesis { hash: Hash32, rules: Rules },
     Op {
         account: NodeId,
         nonce: u64,
@@ -163,12 +168,30 @@ pub enum LedgerError {
     Pending(#[from] PendingError),
     #[error("amount overflow")]
     Overflow,
+    #[error("names network {got}, this ledger's is {ours}", got = hex::encode(got), ours = hex::encode(ours))]
+    OtherNetwork { got: Hash32, ours: Hash32 },
+    #[error("round {round} cannot have happened by {timestamp_ms} (at most round {max})")]
+    RoundTooEarly {
+        round: u64,
+        timestamp_ms: u64,
+        max: u64,
+    },
+    #[error("node {node} was already paid for round {round} of this stage")]
+    RoundPaid { node: NodeId, round: u64 },
+    #[error("registering needs a stake of {needed}, the account has {available}")]
+    StakeTooLow { needed: u64, available: u64 },
 }
 
 /// The whole ledger in memory.
 #[derive(Debug, Clone, Default)]
 pub struct LedgerState {
+    rules: Rules,
     accounts: BTreeMap<NodeId, Account>,
+    /// Stages each account ever registered for (only ever grows, so a receipt or proof that
+    /// was valid stays valid whatever arrives later).
+    registrations: BTreeMap<NodeId, BTreeSet<u16>>,
+    /// Paid (node, stage, round) keys of training proofs, with the proof paid.
+    paid_rounds: HashMap<Hash32, Hash32>,
     proof_nonces: HashMap<(NodeId, u64), Hash32>,
     proof_hashes: HashSet<Hash32>,
     op_hashes: HashMap<(NodeId, u64), Hash32>,
@@ -185,6 +208,63 @@ fn add(a: u64, b: u64) -> Result<u64, LedgerError> {
 impl LedgerState {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A ledger that starts from `genesis`: its rules, and its stakes minted and locked until
+    /// a day after the founding. Also returns the changes a store persists.
+    pub fn from_genesis(genesis: &LedgerGenesis) -> Result<(Self, Changes), LedgerError> {
+        let mut s = Self {
+            rules: genesis.rules,
+            ..Self::default()
+        };
+        let unlock_at_ms = genesis.rules.founded_ms.saturating_add(MIN_STAKE_LOCK_MS);
+        for (id, stake) in &genesis.stakes {
+            s.minted = add(s.minted, *stake)?;
+            s.accounts.insert(
+                *id,
+                Account {
+                    stake: *stake,
+                    unlock_at_ms,
+                    ..Account::default()
+                },
+            );
+        }
+        let mut changes = s.changes_with(genesis.stakes.iter().map(|(id, _)| *id));
+        changes.records.push(Record::Genesis {
+            hash: genesis.hash(),
+            rules: genesis.rules,
+        });
+        Ok((s, changes))
+    }
+
+    pub fn rules(&self) -> &Rules {
+        &self.rules
+    }
+
+    /// True if `node` registered for `stage` and still holds the minimum stake.
+    pub fn is_registered(&self, node: &NodeId, stage: u16) -> bool {
+        self.registrations
+            .get(node)
+            .is_some_and(|s| s.contains(&stage))
+            && self.account(node).stake >= self.rules.min_stake
+    }
+
+    /// True if `node` ever registered for `stage` (what receipts and proofs are judged by:
+    /// it never changes back, so their verdict does not depend on arrival order).
+    pub fn was_registered(&self, node: &NodeId, stage: u16) -> bool {
+        self.registrations
+            .get(node)
+            .is_some_and(|s| s.contains(&stage))
+    }
+
+    /// Accounts registered for `stage` that still hold the minimum stake.
+    pub fn registered(&self, stage: u16) -> impl Iterator<Item = NodeId> + '_ {
+        self.registrations
+            .iter()
+            .filter(move |(id, stages)| {
+                stages.contains(&stage) && self.account(id).stake >= self.rules.min_stake
+            })
+            .map(|(id, _)| *id)
     }
 
     pub fn account(&self, id: &NodeId) -> Account {
@@ -216,30 +296,70 @@ impl LedgerState {
     }
 
     /// Credits the reward for a verified proof. Idempotent by proof hash.
+    ///
+    /// A training proof is paid a fixed amount once per (node, stage, round), whatever it
+    /// claims, and only for a round that can have happened by its timestamp; a second proof
+    /// for a paid round is refused. It is keyed by its round, not its nonce, so nodes that
+    /// saw two proofs for one round in either order hold the same balances and state hash.
     pub fn apply_proof(&mut self, verified: &VerifiedProof) -> Result<Outcome, LedgerError> {
         let proof = verified.proof();
         let hash = verified.hash();
         if self.proof_hashes.contains(&hash) {
             return Ok(Outcome::Duplicate);
         }
-        if self
-            .proof_nonces
-            .contains_key(&(proof.node_id, proof.nonce))
-        {
-            return Err(LedgerError::ProofNonceConflict {
-                node: proof.node_id,
-                nonce: proof.nonce,
+        if proof.network != self.rules.network {
+            return Err(LedgerError::OtherNetwork {
+                got: proof.network,
+                ours: self.rules.network,
             });
         }
         let mut account = self.account(&proof.node_id);
-        let amount = reward::reward(proof, account.stake);
+        let round_key = (proof.kind == ProofKind::Training).then(|| round_key(proof));
+        let amount = match round_key {
+            Some(key) => {
+                let max = self.rules.max_round_at(proof.timestamp_ms);
+                if proof.round > max {
+                    return Err(LedgerError::RoundTooEarly {
+                        round: proof.round,
+                        timestamp_ms: proof.timestamp_ms,
+                        max,
+                    });
+                }
+                if self.paid_rounds.contains_key(&key) {
+                    return Err(LedgerError::RoundPaid {
+                        node: proof.node_id,
+                        round: proof.round,
+                    });
+                }
+                self.reward_for(proof)
+            }
+            None => {
+                if self
+                    .proof_nonces
+                    .contains_key(&(proof.node_id, proof.nonce))
+                {
+                    return Err(LedgerError::ProofNonceConflict {
+                        node: proof.node_id,
+                        nonce: proof.nonce,
+                    });
+                }
+                self.reward_for(proof)
+            }
+        };
         account.balance = add(account.balance, amount)?;
         let minted = add(self.minted, amount)?;
 
         self.accounts.insert(proof.node_id, account);
         self.minted = minted;
         self.proof_hashes.insert(hash);
-        self.proof_nonces.insert((proof.node_id, proof.nonce), hash);
+        match round_key {
+            Some(key) => {
+                self.paid_rounds.insert(key, hash);
+            }
+            None => {
+                self.proof_nonces.insert((proof.node_id, proof.nonce), hash);
+            }
+        }
         let mut changes = self.changes_with([proof.node_id]);
         changes.records.push(Record::Proof {
             hash,
@@ -248,6 +368,7 @@ impl LedgerState {
             kind: proof.kind,
             reward: amount,
             timestamp_ms: proof.timestamp_ms,
+            round_key,
         });
         changes.entries.push(Entry {
             account: proof.node_id,
@@ -260,9 +381,24 @@ impl LedgerState {
         Ok(Outcome::Applied(changes))
     }
 
+    /// What `proof` earns under this ledger's rules: the fixed round reward for training,
+    /// the per-kind rate times the prover's stake multiplier for the other kinds.
+    pub fn reward_for(&self, proof: &Proof) -> u64 {
+        match proof.kind {
+            ProofKind::Training => reward::round_reward(proof, self.rules.round_reward),
+            _ => reward::reward(proof, self.account(&proof.node_id).stake),
+        }
+    }
+
     /// Applies an account op in nonce order, parking it if its predecessor is missing, then
     /// applies any parked successors that became ready.
     pub fn apply_op(&mut self, op: VerifiedOp) -> Result<Outcome, LedgerError> {
+        if op.op().network != self.rules.network {
+            return Err(LedgerError::OtherNetwork {
+                got: op.op().network,
+                ours: self.rules.network,
+            });
+        }
         let (account_id, nonce) = (op.op().account, op.op().nonce);
         let next = self.account(&account_id).next_nonce;
         if nonce < next {
@@ -371,6 +507,18 @@ impl LedgerState {
                 burned = add(burned, amount)?;
                 entries.push(entry(op.account, EntryKind::Burn, amount, None));
             }
+            Action::Register { stage } => {
+                if from.stake < self.rules.min_stake {
+                    return Err(LedgerError::StakeTooLow {
+                        needed: self.rules.min_stake,
+                        available: from.stake,
+                    });
+                }
+                self.registrations
+                    .entry(op.account)
+                    .or_default()
+                    .insert(stage);
+            }
         }
         from.next_nonce = op.nonce + 1;
         self.accounts.insert(op.account, from);
@@ -455,7 +603,8 @@ impl LedgerState {
     /// then the sorted hashes of applied proofs, ops and slash evidence.
     pub fn state_hash(&self) -> Hash32 {
         let mut h = blake3::Hasher::new();
-        h.update(b"neuroshard/ledger-state/v1");
+        h.update(b"neuroshard/ledger-state/v2");
+        h.update(&self.rules.to_bytes());
         h.update(&self.minted.to_le_bytes());
         h.update(&self.burned.to_le_bytes());
         h.update(&(self.accounts.len() as u64).to_le_bytes());
@@ -464,9 +613,22 @@ impl LedgerState {
             for v in [a.balance, a.stake, a.unlock_at_ms, a.next_nonce] {
                 h.update(&v.to_le_bytes());
             }
+            let stages = self.registrations.get(id);
+            h.update(&(stages.map_or(0, BTreeSet::len) as u64).to_le_bytes());
+            for stage in stages.into_iter().flatten() {
+                h.update(&stage.to_le_bytes());
+            }
         }
+        // Training proofs count by their round key: which of two proofs for one round was
+        // paid depends on arrival order, that the round was paid does not.
+        let paid: HashSet<Hash32> = self.paid_rounds.values().copied().collect();
         for set in [
-            self.proof_hashes.iter().copied().collect::<Vec<_>>(),
+            self.proof_hashes
+                .iter()
+                .filter(|h| !paid.contains(*h))
+                .copied()
+                .collect::<Vec<_>>(),
+            self.paid_rounds.keys().copied().collect(),
             self.op_hashes.values().copied().collect(),
             self.slashes.values().copied().collect(),
         ] {
@@ -498,28 +660,65 @@ impl LedgerState {
     }
 
     /// Rebuilds the state from persisted parts (used by the storage adapter on open).
-    pub(crate) fn restore(
-        accounts: BTreeMap<NodeId, Account>,
-        proofs: impl IntoIterator<Item = (NodeId, u64, Hash32)>,
-        ops: impl IntoIterator<Item = (NodeId, u64, Hash32)>,
-        slashes: impl IntoIterator<Item = (NodeId, u64, Hash32)>,
-        minted: u64,
-        burned: u64,
-    ) -> Self {
-        let mut s = LedgerState {
+    pub(crate) fn restore(parts: Restored) -> Self {
+        let Restored {
+            rules,
             accounts,
+            registrations,
+            proofs,
+            ops,
+            slashes,
+            minted,
+            burned,
+        } = parts;
+        let mut s = LedgerState {
+            rules,
+            accounts,
+            registrations,
             minted,
             burned,
             ..Self::default()
         };
-        for (node, nonce, hash) in proofs {
+        for (node, nonce, hash, round_key) in proofs {
             s.proof_hashes.insert(hash);
-            s.proof_nonces.insert((node, nonce), hash);
+            match round_key {
+                Some(key) => {
+                    s.paid_rounds.insert(key, hash);
+                }
+                None => {
+                    s.proof_nonces.insert((node, nonce), hash);
+                }
+            }
         }
         s.op_hashes = ops.into_iter().map(|(a, n, h)| ((a, n), h)).collect();
         s.slashes = slashes.into_iter().map(|(a, n, h)| ((a, n), h)).collect();
         s
     }
+}
+
+/// What the storage adapter read back, for [`LedgerState::restore`].
+pub(crate) struct Restored {
+    pub rules: Rules,
+    pub accounts: BTreeMap<NodeId, Account>,
+    pub registrations: BTreeMap<NodeId, BTreeSet<u16>>,
+    /// (node, nonce, hash, round key of a training proof)
+    pub proofs: Vec<(NodeId, u64, Hash32, Option<Hash32>)>,
+    pub ops: Vec<(NodeId, u64, Hash32)>,
+    pub slashes: Vec<(NodeId, u64, Hash32)>,
+    pub minted: u64,
+    pub burned: u64,
+}
+
+/// The (node, stage, round) a training proof is paid for, hashed. The stage is named by the
+/// layers it holds, which are fixed per stage in a network.
+pub fn round_key(proof: &Proof) -> Hash32 {
+    let mut h = blake3::Hasher::new();
+    h.update(b"neuroshard/round-key/v1");
+    h.update(&proof.node_id.0);
+    h.update(&proof.layers.start.to_le_bytes());
+    h.update(&proof.layers.end.to_le_bytes());
+    h.update(&proof.round.to_le_bytes());
+    *h.finalize().as_bytes()
 }
 
 /// `have - amount`, or the matching "insufficient" error.

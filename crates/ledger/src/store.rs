@@ -9,14 +9,17 @@
 //! same transaction as their ledger changes, so the node can serve them to peers that missed
 //! them (anti-entropy) and a proof is never counted without being servable.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use neuroshard_proof::{Hash32, NodeId, SignedProof, VerifiedProof};
 use rusqlite::{Connection, OptionalExtension, params};
 
-use crate::ops::{VerifiedOp, VerifiedSlash};
-use crate::state::{Account, Changes, EntryKind, LedgerError, LedgerState, Outcome, Record};
+use crate::ops::{Action, SignedOp, VerifiedOp, VerifiedSlash};
+use crate::rules::{LedgerGenesis, Rules};
+use crate::state::{
+    Account, Changes, EntryKind, LedgerError, LedgerState, Outcome, Record, Restored,
+};
 
 /// File name of the ledger database inside a node's data directory.
 pub const LEDGER_FILE: &str = "ledger.db";
@@ -28,7 +31,9 @@ CREATE TABLE IF NOT EXISTS accounts (
     unlock_at_ms INTEGER NOT NULL, next_nonce INTEGER NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS proofs (
     hash BLOB PRIMARY KEY, node BLOB NOT NULL, nonce INTEGER NOT NULL, kind INTEGER NOT NULL,
-    reward INTEGER NOT NULL, timestamp_ms INTEGER NOT NULL, UNIQUE (node, nonce)) WITHOUT ROWID;
+    reward INTEGER NOT NULL, timestamp_ms INTEGER NOT NULL, round_key BLOB UNIQUE) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS proofs_by_node ON proofs (node, nonce);
+CREATE TABLE IF NOT EXISTS genesis (hash BLOB NOT NULL, rules BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS ops (
     account BLOB NOT NULL, nonce INTEGER NOT NULL, hash BLOB NOT NULL, wire BLOB NOT NULL,
     PRIMARY KEY (account, nonce)) WITHOUT ROWID;
@@ -41,8 +46,11 @@ CREATE TABLE IF NOT EXISTS entries (
     counterparty BLOB, reference BLOB NOT NULL, timestamp_ms INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS entries_by_account ON entries (account, seq);
 CREATE TABLE IF NOT EXISTS proof_wire (hash BLOB PRIMARY KEY, wire BLOB NOT NULL) WITHOUT ROWID;
-INSERT OR IGNORE INTO meta (key, value) VALUES ('schema', 1), ('minted', 0), ('burned', 0);
+INSERT OR IGNORE INTO meta (key, value) VALUES ('schema', 2), ('minted', 0), ('burned', 0);
 ";
+
+/// The database layout this build reads and writes.
+const SCHEMA_VERSION: u64 = 2;
 
 /// Storage failures (the ledger rules' refusals are [`LedgerError`]).
 #[derive(Debug, thiserror::Error)]
@@ -51,6 +59,12 @@ pub enum StoreError {
     Sqlite(#[from] rusqlite::Error),
     #[error("ledger database is inconsistent: {0}")]
     Corrupt(String),
+    #[error("ledger database has layout {got}, this build reads {SCHEMA_VERSION}: move it away")]
+    Schema { got: u64 },
+    #[error("ledger belongs to another network (genesis {got}, expected {expected})")]
+    OtherGenesis { got: String, expected: String },
+    #[error("genesis: {0}")]
+    Genesis(#[from] LedgerError),
 }
 
 /// Either the rules refused the message or storing it failed.
@@ -115,11 +129,62 @@ impl Ledger {
         Self::init(Connection::open_in_memory()?)
     }
 
+    /// Opens the ledger of the network that `genesis` starts: a new database starts from its
+    /// stakes and rules; one that holds another network's ledger is refused.
+    pub fn open_genesis(path: &Path, genesis: &LedgerGenesis) -> Result<Ledger, StoreError> {
+        let mut ledger = Self::open(path)?;
+        ledger.start_from(genesis)?;
+        Ok(ledger)
+    }
+
+    /// [`Self::open_genesis`] in memory.
+    pub fn in_memory_genesis(genesis: &LedgerGenesis) -> Result<Ledger, StoreError> {
+        let mut ledger = Self::open_in_memory()?;
+        ledger.start_from(genesis)?;
+        Ok(ledger)
+    }
+
+    fn start_from(&mut self, genesis: &LedgerGenesis) -> Result<(), StoreError> {
+        let expected = genesis.hash();
+        let stored: Option<Vec<u8>> = self
+            .conn
+            .query_row("SELECT hash FROM genesis", [], |r| r.get(0))
+            .optional()?;
+        match stored {
+            Some(got) if got == expected => Ok(()),
+            Some(got) => Err(StoreError::OtherGenesis {
+                got: hex::encode(got),
+                expected: hex::encode(expected),
+            }),
+            None if self.state.minted() > 0 || self.state.accounts().next().is_some() => {
+                Err(StoreError::OtherGenesis {
+                    got: "none (a ledger started without a genesis)".into(),
+                    expected: hex::encode(expected),
+                })
+            }
+            None => {
+                let (state, changes) = LedgerState::from_genesis(genesis)?;
+                write(&mut self.conn, &changes, None)?;
+                self.state = state;
+                Ok(())
+            }
+        }
+    }
+
     fn init(conn: Connection) -> Result<Ledger, StoreError> {
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "FULL")?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
         conn.execute_batch(SCHEMA)?;
+        let schema: i64 =
+            conn.query_row("SELECT value FROM meta WHERE key = 'schema'", [], |r| {
+                r.get(0)
+            })?;
+        if from_sql(schema) != SCHEMA_VERSION {
+            return Err(StoreError::Schema {
+                got: from_sql(schema),
+            });
+        }
         let state = load(&conn)?;
         state.check_invariants().map_err(StoreError::Corrupt)?;
         Ok(Ledger { conn, state })
@@ -295,6 +360,26 @@ impl Ledger {
         Ok(top.map(from_sql))
     }
 
+    /// Every stored op envelope by (account, nonce).
+    pub fn all_ops(&self) -> Result<BTreeMap<(NodeId, u64), Vec<u8>>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT account, nonce, wire FROM ops")?;
+        let rows = stmt.query_map([], |r| {
+            Ok((
+                r.get::<_, Vec<u8>>(0)?,
+                from_sql(r.get(1)?),
+                r.get::<_, Vec<u8>>(2)?,
+            ))
+        })?;
+        let mut out = BTreeMap::new();
+        for row in rows {
+            let (account, nonce, wire) = row?;
+            out.insert((NodeId(blob32(account)?), nonce), wire);
+        }
+        Ok(out)
+    }
+
     /// Signed op envelopes stored for an account, in nonce order (for audit and re-gossip).
     pub fn stored_ops(&self, account: &NodeId) -> Result<Vec<Vec<u8>>, StoreError> {
         let mut stmt = self
@@ -334,8 +419,8 @@ fn write(
             ])?;
         }
         let mut proof = tx.prepare_cached(
-            "INSERT INTO proofs (hash, node, nonce, kind, reward, timestamp_ms)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            "INSERT INTO proofs (hash, node, nonce, kind, reward, timestamp_ms, round_key)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
         )?;
         let mut op = tx.prepare_cached(
             "INSERT INTO ops (account, nonce, hash, wire) VALUES (?1, ?2, ?3, ?4)",
@@ -353,14 +438,20 @@ fn write(
                     kind,
                     reward,
                     timestamp_ms,
+                    round_key,
                 } => proof.execute(params![
                     &hash[..],
                     &node.0[..],
                     to_sql(*nonce),
                     *kind as u8,
                     to_sql(*reward),
-                    to_sql(*timestamp_ms)
+                    to_sql(*timestamp_ms),
+                    round_key.map(|k| k.to_vec())
                 ])?,
+                Record::Genesis { hash, rules } => tx.execute(
+                    "INSERT INTO genesis (hash, rules) VALUES (?1, ?2)",
+                    params![&hash[..], rules.to_bytes()],
+                )?,
                 Record::Op {
                     account,
                     nonce,
@@ -447,12 +538,52 @@ fn load(conn: &Connection) -> Result<LedgerState, StoreError> {
         }
         Ok(out)
     };
-    let proofs = triples("SELECT node, nonce, hash FROM proofs")?;
+    let mut proofs = Vec::new();
+    let mut stmt = conn.prepare("SELECT node, nonce, hash, round_key FROM proofs")?;
+    let rows = stmt.query_map([], |r| {
+        Ok((
+            r.get::<_, Vec<u8>>(0)?,
+            from_sql(r.get(1)?),
+            r.get::<_, Vec<u8>>(2)?,
+            r.get::<_, Option<Vec<u8>>>(3)?,
+        ))
+    })?;
+    for row in rows {
+        let (node, nonce, hash, key) = row?;
+        let key = key.map(blob32).transpose()?;
+        proofs.push((NodeId(blob32(node)?), nonce, blob32(hash)?, key));
+    }
     let ops = triples("SELECT account, nonce, hash FROM ops")?;
     let slashes = triples("SELECT offender, nonce, evidence FROM slashes")?;
-    Ok(LedgerState::restore(
-        accounts, proofs, ops, slashes, minted, burned,
-    ))
+    let rules = conn
+        .query_row("SELECT rules FROM genesis", [], |r| r.get::<_, Vec<u8>>(0))
+        .optional()?
+        .map(|b| Rules::from_bytes(&b).ok_or_else(|| StoreError::Corrupt("genesis rules".into())))
+        .transpose()?
+        .unwrap_or_default();
+    // Registrations are what the applied Register ops say; they are rebuilt from the ops'
+    // signed bytes rather than stored twice.
+    let mut registrations: BTreeMap<NodeId, BTreeSet<u16>> = BTreeMap::new();
+    let mut stmt = conn.prepare("SELECT wire FROM ops")?;
+    let wires = stmt.query_map([], |r| r.get::<_, Vec<u8>>(0))?;
+    for wire in wires {
+        let op = SignedOp::from_bytes(&wire?)
+            .and_then(|s| s.verify())
+            .map_err(|e| StoreError::Corrupt(format!("stored op: {e}")))?;
+        if let Action::Register { stage } = op.action {
+            registrations.entry(op.account).or_default().insert(stage);
+        }
+    }
+    Ok(LedgerState::restore(Restored {
+        rules,
+        accounts,
+        registrations,
+        proofs,
+        ops,
+        slashes,
+        minted,
+        burned,
+    }))
 }
 
 /// History kinds as stored, for callers that want to filter.

@@ -17,6 +17,7 @@ pub fn verified(proof: &Proof, prover: &Identity, neighbour: &Identity) -> Verif
 
 pub fn op(id: &Identity, nonce: u64, timestamp_ms: u64, action: Action) -> VerifiedOp {
     let signed = AccountOp {
+        network: [0; 32],
         account: id.node_id(),
         nonce,
         timestamp_ms,

@@ -58,7 +58,7 @@ proptest! {
     #[test]
     fn mutated_op_wire(kind in any::<u8>(), m in mutations()) {
         let (alice, bob) = (test_identity(1), test_identity(2));
-        let op = AccountOp { account: alice.node_id(), nonce: 0, timestamp_ms: T0, action: action(kind, &bob) };
+        let op = AccountOp { network: [0; 32], account: alice.node_id(), nonce: 0, timestamp_ms: T0, action: action(kind, &bob) };
         let bad = apply(&op.sign(&alice).to_bytes(), &m);
         let (result, largest) = largest_allocation(|| SignedOp::from_bytes(&bad).ok().map(|s| verify_op(&s)));
         prop_assert!(largest <= 2 * bad.len() + FIXED_BUDGET, "{largest} bytes");
@@ -79,7 +79,7 @@ proptest! {
             prop_assert!(ledger.apply_proof(&proof).is_ok());
         }
         for (nonce, kind) in kinds.iter().enumerate() {
-            let op = AccountOp { account: alice.node_id(), nonce: nonce as u64, timestamp_ms: T0, action: action(*kind, &bob) };
+            let op = AccountOp { network: [0; 32], account: alice.node_id(), nonce: nonce as u64, timestamp_ms: T0, action: action(*kind, &bob) };
             let payload = apply(&op.to_canonical_bytes(), &m);
             if let Ok(decoded) = AccountOp::from_canonical_bytes(&payload) {
                 prop_assert_eq!(decoded.to_canonical_bytes(), payload.clone());

@@ -10,6 +10,7 @@ pub mod core;
 pub mod economy;
 pub mod events;
 pub mod genesis_source;
+pub mod network;
 pub mod peers;
 pub mod pipeline;
 pub mod records;
@@ -48,6 +49,10 @@ pub enum NodeError {
     Checkpoint(String),
     #[error("start-up: {0}")]
     Start(#[from] startup::StartError),
+    #[error("network genesis: {0}")]
+    Network(#[from] network::NetworkError),
+    #[error("ledger: {0}")]
+    Economy(#[from] economy::EconomyError),
 }
 
 impl NodeError {

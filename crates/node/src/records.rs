@@ -19,11 +19,16 @@ pub enum Topic {
     Sync(u16),
     /// Proofs of the replicas of a stage, each published by its prover.
     Proof(u16),
+    /// Signed account ops (registrations, stakes, transfers): the one network-wide topic.
+    /// Every node needs every registration to judge proofs, and ops are rare (a few per node
+    /// lifetime), so they cost little to send to all.
+    Ops,
 }
 
 const HEARTBEAT_PREFIX: &str = "neuroshard/heartbeat/2/";
 const SYNC_PREFIX: &str = "neuroshard/sync/2/";
 const PROOF_PREFIX: &str = "neuroshard/proof/2/";
+const OPS_TOPIC: &str = "neuroshard/ops/2";
 
 impl Topic {
     /// The name the transport subscribes to.
@@ -32,6 +37,7 @@ impl Topic {
             Topic::Heartbeat(s) => format!("{HEARTBEAT_PREFIX}{s}"),
             Topic::Sync(s) => format!("{SYNC_PREFIX}{s}"),
             Topic::Proof(s) => format!("{PROOF_PREFIX}{s}"),
+            Topic::Ops => OPS_TOPIC.into(),
         }
     }
 
@@ -43,6 +49,8 @@ impl Topic {
             Topic::Sync(s.parse().ok()?)
         } else if let Some(s) = name.strip_prefix(PROOF_PREFIX) {
             Topic::Proof(s.parse().ok()?)
+        } else if name == OPS_TOPIC {
+            Topic::Ops
         } else {
             return None;
         };
@@ -55,13 +63,15 @@ impl Topic {
             Topic::Heartbeat(_) => "heartbeat",
             Topic::Sync(_) => "sync",
             Topic::Proof(_) => "proof",
+            Topic::Ops => "ops",
         }
     }
 
-    /// The stage a topic belongs to.
-    pub fn stage(&self) -> usize {
+    /// The stage a topic belongs to (none for the network-wide one).
+    pub fn stage(&self) -> Option<usize> {
         match self {
-            Topic::Heartbeat(s) | Topic::Sync(s) | Topic::Proof(s) => usize::from(*s),
+            Topic::Heartbeat(s) | Topic::Sync(s) | Topic::Proof(s) => Some(usize::from(*s)),
+            Topic::Ops => None,
         }
     }
 
@@ -77,6 +87,7 @@ impl Topic {
         if let Ok(s) = u16::try_from(stage) {
             topics.push(Topic::Sync(s));
         }
+        topics.push(Topic::Ops);
         topics
     }
 
@@ -238,33 +249,10 @@ impl Canonical for NodeRecord {
     }
 }
 
-/// The network every node must agree on: model shape, stage count and dataset.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NetworkRecord {
-    pub network: Hash32,
-    pub genesis_root: Hash32,
-    pub stages: u16,
-    pub description: String,
-}
-
-impl Canonical for NetworkRecord {
-    const DOMAIN: &'static str = "neuroshard/network-record/v1";
-
-    fn encode_body(&self, w: &mut Writer) {
-        w.fixed(&self.network);
-        w.fixed(&self.genesis_root);
-        w.u16(self.stages);
-        w.bytes(self.description.as_bytes());
-    }
-
-    fn decode_body(r: &mut Reader<'_>) -> Result<Self, CodecError> {
-        Ok(Self {
-            network: r.array()?,
-            genesis_root: r.array()?,
-            stages: r.u16()?,
-            description: String::from_utf8_lossy(r.bytes(4096)?).into_owned(),
-        })
-    }
+/// DHT key of a network's genesis by its id: the value must hash to the id, so nobody can
+/// replace it, only withhold it.
+pub fn network_key(network: &Hash32) -> Vec<u8> {
+    format!("neuroshard/network/{}", hex::encode(network)).into_bytes()
 }
 
 /// DHT key of a node's record.
@@ -317,6 +305,17 @@ pub fn validate_gossip(topic: &str, author: &NodeId, data: &[u8]) -> Validation 
                 _ => Validation::Reject,
             };
         }
+        // Signed by the account it debits, published by that account (relays come by
+        // anti-entropy); the economy checks the rest.
+        Some(Topic::Ops) => {
+            return match neuroshard_ledger::SignedOp::from_bytes(data)
+                .map_err(|e| e.to_string())
+                .and_then(|s| neuroshard_ledger::verify_op(&s).map_err(|e| e.to_string()))
+            {
+                Ok(op) if op.op().account == *author => Validation::Accept,
+                _ => Validation::Reject,
+            };
+        }
         Some(Topic::Heartbeat(stage)) => stage,
         None => return Validation::Ignore,
     };
@@ -334,10 +333,14 @@ pub fn validate_gossip(topic: &str, author: &NodeId, data: &[u8]) -> Validation 
 }
 
 /// DHT validation: node records under their own key, unexpired, signed by the publisher;
-/// the network record signed by anyone (its contents are compared by each reader).
+/// a network genesis signed by anyone (each reader compares its hash with the id it follows),
+/// and under its id's key only the document with that hash.
 pub fn validate_record(key: &[u8], value: &[u8], publisher: Option<&NodeId>, now_ms: u64) -> bool {
     if key == NETWORK_KEY {
-        return open::<NetworkRecord>(value, None).is_ok();
+        return crate::network::Network::open(value).is_ok();
+    }
+    if key.starts_with(b"neuroshard/network/") {
+        return crate::network::Network::open(value).is_ok_and(|n| network_key(&n.id) == key);
     }
     // A record speaks for the node that signed it, and lives a bounded time: naming another
     // node (its addresses, its θ₀) or living "forever" is refused.
@@ -546,18 +549,19 @@ mod tests {
     fn a_node_hears_its_stage_and_its_neighbours() {
         use Topic::Proof as P;
         use Topic::{Heartbeat as H, Sync as S};
-        assert_eq!(Topic::subscriptions(0, 1), vec![H(0), P(0), S(0)]);
+        let o = Topic::Ops;
+        assert_eq!(Topic::subscriptions(0, 1), vec![H(0), P(0), S(0), o]);
         assert_eq!(
             Topic::subscriptions(0, 4),
-            vec![H(0), H(1), P(0), P(1), S(0)]
+            vec![H(0), H(1), P(0), P(1), S(0), o]
         );
         assert_eq!(
             Topic::subscriptions(2, 4),
-            vec![H(1), H(2), H(3), P(1), P(2), P(3), S(2)]
+            vec![H(1), H(2), H(3), P(1), P(2), P(3), S(2), o]
         );
         assert_eq!(
             Topic::subscriptions(3, 4),
-            vec![H(2), H(3), P(2), P(3), S(3)]
+            vec![H(2), H(3), P(2), P(3), S(3), o]
         );
         for stage in 0..4 {
             for t in [H(0), H(1), H(2), H(3), P(0), P(3), S(0), S(2)] {

@@ -2,6 +2,7 @@
 //! SQLite ledger. It moves bytes, maps node ids to transport ids and wakes the core at its
 //! deadlines; every decision is the core's.
 
+mod genesis;
 mod start;
 
 use std::collections::HashMap;
@@ -14,15 +15,13 @@ use neuroshard_net::{Address, Net, NetConfig, NetEvent, ResponseChannel};
 use neuroshard_proof::{Identity, NodeId};
 use tokio::sync::mpsc;
 
-pub use crate::genesis_source::network_id;
-
 use crate::NodeError;
 use crate::compute;
 use crate::core::{
     CoreConfig, EngineJob, EngineOutput, Inbound, NodeCore, RECORD_TTL, REPUBLISH_EVERY, Token,
     TransferError, Transmit,
 };
-use crate::economy::{Economy, LedgerStore};
+use crate::economy::{Economy, EconomyConfig, LedgerStore};
 use crate::events::{EVENTS_VERSION, NodeEvent};
 use crate::records::{Role, Topic, validate_gossip, validate_record};
 use crate::settings::NodeSettings;
@@ -63,11 +62,14 @@ struct Driver {
 
 /// Runs a node until Ctrl-C or SIGTERM; then it announces its departure, checkpoints its
 /// stage and exits.
-pub async fn run(settings: NodeSettings) -> Result<(), NodeError> {
+pub async fn run(mut settings: NodeSettings) -> Result<(), NodeError> {
     std::fs::create_dir_all(&settings.data_dir)
         .map_err(|e| NodeError::io(&settings.data_dir, e))?;
     let identity = Identity::load_or_create(&settings.data_dir.join(neuroshard_proof::KEY_FILE))?;
     let genesis = Genesis::open(&settings.genesis)?;
+    let (net, mut net_events) = Net::start(identity.secret_bytes(), net_config(&settings)?).await?;
+    let the_network = genesis::resolve(&mut settings, &identity, &net, genesis.root()).await?;
+    let network = the_network.id;
     if genesis.vocab_size() != settings.model.vocab {
         return Err(NodeError::Config(format!(
             "model vocabulary {} differs from the dataset's {}",
@@ -75,8 +77,6 @@ pub async fn run(settings: NodeSettings) -> Result<(), NodeError> {
             genesis.vocab_size()
         )));
     }
-    let network = network_id(&settings, &genesis.root());
-    let (net, mut net_events) = Net::start(identity.secret_bytes(), net_config(&settings)?).await?;
     let addrs = net.listen_addrs().await;
     let s = start::start(
         &settings,
@@ -84,15 +84,26 @@ pub async fn run(settings: NodeSettings) -> Result<(), NodeError> {
         &net,
         &mut net_events,
         &genesis,
-        network,
+        &the_network,
     )
     .await?;
 
     let ledger_path = settings.data_dir.join(neuroshard_ledger::LEDGER_FILE);
-    let (store, snapshot) = LedgerStore::open(&ledger_path, &identity.node_id())
-        .map_err(|e| NodeError::Config(format!("ledger: {e}")))?;
-    let mut economy = Economy::resume(identity.clone(), snapshot);
-    economy.min_interval_ms = settings.sync.proof_interval_ms;
+    let (store, snapshot) = LedgerStore::open(
+        &ledger_path,
+        &identity.node_id(),
+        &the_network.ledger_genesis()?,
+    )?;
+    let economy = Economy::resume(
+        identity.clone(),
+        EconomyConfig::new(
+            network,
+            &settings.model,
+            settings.stages,
+            the_network.genesis.protocol.min_receipts,
+        )?,
+        snapshot,
+    );
 
     let (engine_tx, mut engine_rx) = mpsc::unbounded_channel::<(Token, EngineOutput)>();
     let model_hash = hex::encode(s.engine.model_hash());

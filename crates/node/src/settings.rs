@@ -70,6 +70,13 @@ pub struct NodeSettings {
     /// DiLoCo between the replicas of a stage, and the economy.
     #[serde(default)]
     pub sync: SyncSettings,
+    /// The network's signed genesis file. Without it a node reads the one in its data
+    /// directory, founds a network (no bootstrap peers) or learns it from the DHT.
+    #[serde(default)]
+    pub network_genesis: Option<PathBuf>,
+    /// The network id (hex) a joiner that learns the genesis from the DHT must find.
+    #[serde(default)]
+    pub network: Option<String>,
 }
 
 /// DiLoCo and economy settings (defaults follow the DiLoCo paper where it has one).
@@ -90,8 +97,6 @@ pub struct SyncSettings {
     pub outer_momentum: f32,
     /// Robustness experiments only: send this attack instead of the honest pseudo-gradient.
     pub attack: String,
-    /// Least time between two of this node's proofs (the verifiers' rate limit is 120/hour).
-    pub proof_interval_ms: u64,
 }
 
 impl Default for SyncSettings {
@@ -105,7 +110,6 @@ impl Default for SyncSettings {
             outer_lr: 0.7,
             outer_momentum: 0.9,
             attack: "none".into(),
-            proof_interval_ms: 30_000,
         }
     }
 }
@@ -180,10 +184,10 @@ impl NodeSettings {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn settings(steps: u64) -> NodeSettings {
+    pub(crate) fn settings(steps: u64) -> NodeSettings {
         NodeSettings {
             data_dir: "d".into(),
             genesis: "g".into(),
@@ -210,6 +214,8 @@ mod tests {
             wait_replicas: 0,
             max_frame: 1 << 20,
             sync: SyncSettings::default(),
+            network_genesis: None,
+            network: None,
         }
     }
 

@@ -19,12 +19,13 @@ use std::collections::{BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use neuroshard_model::{ModelConfig, ModelError, StageSpec};
-use neuroshard_proof::{Hash32, Identity, NodeId, PublicKey, Signed};
+use neuroshard_proof::{Hash32, Identity, NodeId, PublicKey};
 
 use crate::core::{TransferError, outer_state_limit};
 use crate::events::{Clock, NodeEvent};
+use crate::network::Network;
 use crate::peers::{PeerTable, choose_stage};
-use crate::records::{Heartbeat, NETWORK_KEY, NetworkRecord, open, stage_key};
+use crate::records::{Heartbeat, NETWORK_KEY, network_key, open, stage_key};
 use crate::sync::{ThetaRecord, theta_key};
 
 /// Bounds on what peers can make a starting node hold: providers per stage, peers in the
@@ -38,7 +39,8 @@ const MAX_JOIN_TRIES: usize = 3;
 pub struct StartupConfig {
     pub identity: Identity,
     pub network: Hash32,
-    pub genesis_root: Hash32,
+    /// The network's signed genesis (its hash is `network`), republished when the DHT lacks it.
+    pub genesis: Vec<u8>,
     pub model: ModelConfig,
     /// The model's stages (`StageSpec::split`).
     pub specs: Vec<StageSpec>,
@@ -386,19 +388,20 @@ impl Startup {
         self.outcome = Some(Err(error));
     }
 
-    /// Writes our network record when the DHT holds none of ours. A record of another model
-    /// or dataset never stops the node (anyone can write one, and the DHT keeps one value per
-    /// key, so refusing would let a stranger veto every start); it is reported as a warning,
-    /// since it usually means this node's flags differ from the network's.
+    /// Publishes our network's genesis when the DHT holds none of it. Another network's
+    /// genesis never stops the node (anyone can write one, and the DHT keeps one value per key,
+    /// so refusing would let a stranger veto every start); it is reported as a warning, since
+    /// it may mean this node was given another network's genesis than its peers.
     fn on_network_records(&mut self, values: &[Vec<u8>], now: Instant) {
-        let found: Vec<NetworkRecord> = values
+        let found: Vec<Network> = values
             .iter()
             .take(MAX_RECORDS)
-            .filter_map(|v| open::<NetworkRecord>(v, None).ok())
+            .filter_map(|v| Network::open(v).ok())
             .collect();
-        if let Some(other) = found.iter().find(|r| r.network != self.cfg.network) {
+        if let Some(other) = found.iter().find(|n| n.id != self.cfg.network) {
             // The description is the record writer's text: printable and short.
             let description: String = other
+                .genesis
                 .description
                 .chars()
                 .filter(|c| !c.is_control())
@@ -406,30 +409,21 @@ impl Startup {
                 .collect();
             self.warn(
                 format!(
-                    "the DHT names another network ({description}; dataset root {}): if this \
-                     node should join it, check the model flags, --stages and --data",
-                    hex::encode(other.genesis_root)
+                    "the DHT also names another network ({description}; id {}); this node \
+                     follows its own genesis, {}",
+                    hex::encode(other.id),
+                    hex::encode(self.cfg.network)
                 ),
                 now,
             );
         }
-        if !found.iter().any(|r| r.network == self.cfg.network) {
-            let rec = NetworkRecord {
-                network: self.cfg.network,
-                genesis_root: self.cfg.genesis_root,
-                stages: u16::try_from(self.cfg.specs.len()).unwrap_or(u16::MAX),
-                description: format!(
-                    "{} layers, d_model {}, vocab {}, {} stages",
-                    self.cfg.model.layers,
-                    self.cfg.model.d_model,
-                    self.cfg.model.vocab,
-                    self.cfg.specs.len()
-                ),
-            };
-            self.requests.push_back(Request::PutRecord {
-                key: NETWORK_KEY.to_vec(),
-                value: Signed::sign(&self.cfg.identity, &rec).to_bytes(),
-            });
+        if !found.iter().any(|n| n.id == self.cfg.network) {
+            for key in [NETWORK_KEY.to_vec(), network_key(&self.cfg.network)] {
+                self.requests.push_back(Request::PutRecord {
+                    key,
+                    value: self.cfg.genesis.clone(),
+                });
+            }
         }
         self.phase = Phase::Listening;
         self.providers_pending = (0..self.cfg.specs.len()).collect();

@@ -13,6 +13,9 @@ pub fn test_identity(seed: u64) -> Identity {
     Identity::generate_with(&mut rand_chacha::ChaCha20Rng::seed_from_u64(seed))
 }
 
+/// The network id the fixtures' proofs name.
+pub const TEST_NETWORK: [u8; 32] = [0; 32];
+
 fn h(tag: &str, nonce: u64) -> [u8; 32] {
     let mut hasher = blake3::Hasher::new();
     hasher.update(tag.as_bytes());
@@ -20,7 +23,7 @@ fn h(tag: &str, nonce: u64) -> [u8; 32] {
     *hasher.finalize().as_bytes()
 }
 
-/// A plausible training proof by `prover`: 8 batches of 2048 tokens over layers 4..8 in 10 s
+/// A plausible training proof by `prover` for round `nonce`: 8 batches of 2048 tokens over layers 4..8 in 10 s
 /// on a consumer GPU, with an activation receipt signed by `neighbour`.
 pub fn training_proof(
     prover: &Identity,
@@ -29,10 +32,11 @@ pub fn training_proof(
     timestamp_ms: u64,
 ) -> Proof {
     let mut proof = Proof {
+        network: TEST_NETWORK,
         node_id: prover.node_id(),
         public_key: prover.public_key(),
         kind: ProofKind::Training,
-        round: nonce / 10,
+        round: nonce,
         timestamp_ms,
         nonce,
         layers: LayerRange { start: 4, end: 8 },
@@ -55,6 +59,7 @@ pub fn training_proof(
     };
     proof.receipts.push(Receipt::sign(
         neighbour,
+        proof.network,
         proof.node_id,
         proof.round,
         ReceiptKind::Activations,
@@ -66,6 +71,7 @@ pub fn training_proof(
 /// A plausible uptime proof (no receipts; cheapest to verify).
 pub fn uptime_proof(prover: &Identity, nonce: u64, timestamp_ms: u64) -> Proof {
     Proof {
+        network: TEST_NETWORK,
         node_id: prover.node_id(),
         public_key: prover.public_key(),
         kind: ProofKind::Uptime,

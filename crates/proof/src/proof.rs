@@ -10,7 +10,7 @@ use crate::identity::Identity;
 use crate::keys::{NodeId, PUBLIC_KEY_LEN, PublicKey, SIGNATURE_LEN, Signature};
 
 /// The only encoding version this build reads and writes.
-pub const PROOF_VERSION: u16 = 1;
+pub const PROOF_VERSION: u16 = 2;
 /// Most shards one proof may cover.
 pub const MAX_SHARDS: usize = 256;
 /// Most neighbour receipts one proof may carry.
@@ -153,9 +153,11 @@ impl ReceiptKind {
     }
 }
 
-/// What a neighbour signs: "I received `hash` of `kind` from `prover` in `round`".
+/// What a neighbour signs: "in network `network`, I received `hash` of `kind` from `prover`
+/// in `round`".
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReceiptBody {
+    pub network: Hash32,
     pub prover: NodeId,
     pub round: u64,
     pub kind: ReceiptKind,
@@ -163,9 +165,10 @@ pub struct ReceiptBody {
 }
 
 impl Canonical for ReceiptBody {
-    const DOMAIN: &'static str = "neuroshard/receipt/v1";
+    const DOMAIN: &'static str = "neuroshard/receipt/v2";
 
     fn encode_body(&self, w: &mut Writer) {
+        w.fixed(&self.network);
         w.fixed(&self.prover.0);
         w.u64(self.round);
         w.u8(self.kind as u8);
@@ -174,6 +177,7 @@ impl Canonical for ReceiptBody {
 
     fn decode_body(r: &mut Reader<'_>) -> Result<Self, CodecError> {
         Ok(Self {
+            network: r.array()?,
             prover: NodeId(r.array()?),
             round: r.u64()?,
             kind: ReceiptKind::from_u8(r.u8()?)?,
@@ -192,15 +196,17 @@ pub struct Receipt {
 }
 
 impl Receipt {
-    /// Signs a receipt as the neighbour `signer` for work by `prover` in `round`.
+    /// Signs a receipt as the neighbour `signer` for work by `prover` in `round` of `network`.
     pub fn sign(
         signer: &Identity,
+        network: Hash32,
         prover: NodeId,
         round: u64,
         kind: ReceiptKind,
         hash: Hash32,
     ) -> Receipt {
         let body = ReceiptBody {
+            network,
             prover,
             round,
             kind,
@@ -215,8 +221,9 @@ impl Receipt {
     }
 
     /// The bytes the neighbour signed, rebuilt from the proof it sits in.
-    pub fn signed_bytes(&self, prover: NodeId, round: u64) -> Vec<u8> {
+    pub fn signed_bytes(&self, network: Hash32, prover: NodeId, round: u64) -> Vec<u8> {
         ReceiptBody {
+            network,
             prover,
             round,
             kind: self.kind,
@@ -229,6 +236,8 @@ impl Receipt {
 /// Proof of Neural Work, version [`PROOF_VERSION`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Proof {
+    /// The network the work was done in (a proof from another network is refused there).
+    pub network: Hash32,
     pub node_id: NodeId,
     pub public_key: PublicKey,
     pub kind: ProofKind,
@@ -265,6 +274,7 @@ impl Canonical for Proof {
 
     fn encode_body(&self, w: &mut Writer) {
         w.u16(PROOF_VERSION);
+        w.fixed(&self.network);
         w.fixed(&self.node_id.0);
         w.fixed(self.public_key.as_bytes());
         w.u8(self.kind as u8);
@@ -306,6 +316,7 @@ impl Canonical for Proof {
                 supported: PROOF_VERSION,
             });
         }
+        let network = r.array()?;
         let node_id = NodeId(r.array()?);
         let public_key = read_public_key(r, "public_key")?;
         let kind = ProofKind::from_u8(r.u8()?)?;
@@ -346,6 +357,7 @@ impl Canonical for Proof {
             });
         }
         Ok(Proof {
+            network,
             node_id,
             public_key,
             kind,

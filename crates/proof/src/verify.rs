@@ -8,7 +8,7 @@
 //! Only a proof that passes every step changes the verifier's memory.
 //!
 //! [`ProofVerifier::check_content`] is the ledger's entry point: it runs only the steps whose
-//! verdict is a function of the proof itself (and of which receipt signers are known), so
+//! verdict is a function of the proof itself, so
 //! every node that holds the same proofs reaches the same ledger whatever the arrival order.
 
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -217,7 +217,7 @@ impl ProofVerifier {
                     .check(plausibility::layer_token_rate(&proof))?;
             }
         }
-        self.check_receipts(&proof)?;
+        self.check_receipts(&proof, true)?;
         Ok(VerifiedProof { proof, hash })
     }
 
@@ -230,8 +230,8 @@ impl ProofVerifier {
     /// receives proofs hours old), replay memory and the hourly rate and cumulative-time
     /// windows (they count arrivals), and the node's rate history (it depends on which of the
     /// node's proofs came first). The ledger dedups by proof hash and (node, nonce) instead.
-    /// The one remaining local input is which receipt signers are known; a caller that gets
-    /// [`ReceiptError::UnknownSigner`] should retry once the signer is learned.
+    /// Whether a receipt's signer may vouch for the prover is not checked here: that is
+    /// ledger state (the signer's registration), which the caller checks.
     pub fn check_content(
         &mut self,
         signed: &SignedProof,
@@ -245,7 +245,7 @@ impl ProofVerifier {
             });
         }
         plausibility::check_static(&proof)?;
-        self.check_receipts(&proof)?;
+        self.check_receipts(&proof, false)?;
         Ok(VerifiedProof { proof, hash })
     }
 
@@ -284,7 +284,8 @@ impl ProofVerifier {
         Ok(())
     }
 
-    fn check_receipts(&mut self, proof: &Proof) -> Result<(), VerifyError> {
+    /// `known_only`: refuse receipts whose signer is not in the verifier's known set.
+    fn check_receipts(&mut self, proof: &Proof, known_only: bool) -> Result<(), VerifyError> {
         let whole_model = proof.roles.contains(Roles::EMBEDDING.with(Roles::LM_HEAD));
         if proof.kind == ProofKind::Training
             && !whole_model
@@ -301,7 +302,7 @@ impl ProofVerifier {
             if receipt.signer == proof.public_key {
                 return Err(ReceiptError::SelfSigned { index }.into());
             }
-            if !self.known.contains(&receipt.signer) {
+            if known_only && !self.known.contains(&receipt.signer) {
                 return Err(ReceiptError::UnknownSigner {
                     index,
                     signer: receipt.signer,
@@ -325,7 +326,7 @@ impl ProofVerifier {
             let vk = self.verifying_key(&receipt.signer)?;
             verify_with_key(
                 &vk,
-                &receipt.signed_bytes(proof.node_id, proof.round),
+                &receipt.signed_bytes(proof.network, proof.node_id, proof.round),
                 &receipt.signature,
             )
             .map_err(|source| ReceiptError::Signature { index, source })?;

@@ -104,6 +104,7 @@ proptest! {
     fn mutated_receipt_bodies(m in mutations()) {
         let s = setup();
         let body = ReceiptBody {
+            network: [5; 32],
             prover: s.prover.node_id(),
             round: 3,
             kind: ReceiptKind::Gradients,

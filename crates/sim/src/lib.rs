@@ -71,9 +71,10 @@ pub fn settings(model: ModelConfig, stages: usize, wait_replicas: usize) -> Node
             compression: "fp32".into(),
             every: 10,
             timeout_ms: 3_000,
-            proof_interval_ms: 5_000,
             ..Default::default()
         },
+        network_genesis: None,
+        network: None,
     }
 }
 

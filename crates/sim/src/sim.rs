@@ -13,8 +13,9 @@ use neuroshard_node::NodeSettings;
 use neuroshard_node::core::{
     BatchSource, CoreConfig, EngineJob, Inbound, NodeCore, Token, TransferError, Transmit,
 };
-use neuroshard_node::economy::{Economy, LedgerSnapshot, LedgerWrite};
+use neuroshard_node::economy::{Economy, EconomyConfig, LedgerSnapshot, LedgerWrite};
 use neuroshard_node::events::NodeEvent;
+use neuroshard_node::network::{FOUNDER_STAKE, Network, NetworkGenesis, Protocol};
 use neuroshard_node::peers::PeerTable;
 use neuroshard_node::records::Topic;
 use neuroshard_proof::{Hash32, Identity, NodeId};
@@ -118,7 +119,13 @@ pub struct Sim {
     costs: EngineCosts,
     pub partitions: Partitions,
     settings: NodeSettings,
+    /// The network id; the genesis naming it is fixed when the first node starts.
     network: Hash32,
+    genesis: Option<Network>,
+    /// Nodes left out of the genesis stakes (Sybils that never paid in).
+    unstaked: BTreeSet<usize>,
+    /// Keys staked in the genesis for nodes added after it (joiners).
+    spare_keys: VecDeque<Identity>,
     nodes: Vec<SimNode>,
     index: HashMap<NodeId, usize>,
     factory: Box<dyn NodeFactory>,
@@ -154,6 +161,9 @@ impl Sim {
             partitions: Partitions::default(),
             settings,
             network,
+            genesis: None,
+            unstaked: BTreeSet::new(),
+            spare_keys: VecDeque::new(),
             nodes: Vec::new(),
             index: HashMap::new(),
             factory,
@@ -189,9 +199,13 @@ impl Sim {
     }
 
     /// Adds a node serving `stage` that starts after `at` of virtual time. Its key comes
-    /// from the simulator's seed.
+    /// from the simulator's seed. Nodes added before the first start, and the first
+    /// [`SPARE_STAKED`] added after it, hold a stake in the network's genesis.
     pub fn add_node(&mut self, stage: usize, at: Duration) -> usize {
-        let identity = Identity::generate_with(&mut self.rng);
+        let identity = match self.spare_keys.pop_front() {
+            Some(id) => id,
+            None => Identity::generate_with(&mut self.rng),
+        };
         let i = self.nodes.len();
         self.index.insert(identity.node_id(), i);
         self.nodes.push(SimNode {
@@ -214,6 +228,28 @@ impl Sim {
         });
         self.push(self.base + at, Ev::Start { node: i });
         i
+    }
+
+    /// Leaves node `i` out of the genesis stakes (call before the first start): it can run,
+    /// but never register, so the network counts none of its work.
+    pub fn without_stake(&mut self, i: usize) {
+        self.unstaked.insert(i);
+    }
+
+    /// The network's genesis (fixed at the first start).
+    pub fn network(&mut self) -> &Network {
+        self.genesis.get_or_insert_with(|| {
+            // Its own randomness: founding the network leaves the trace's stream untouched.
+            let mut rng = ChaCha8Rng::from_seed(self.network);
+            freeze_genesis(
+                &self.settings,
+                &self.network,
+                &self.nodes,
+                &self.unstaked,
+                &mut rng,
+                &mut self.spare_keys,
+            )
+        })
     }
 
     /// Makes node `i` an adversary: everything it sends passes through `tamper`.
@@ -340,6 +376,7 @@ impl Sim {
         if self.nodes[i].core.is_some() {
             return;
         }
+        self.network = self.network().id;
         if self.nodes[i].joining.is_some() {
             return self.start_joiner(i);
         }
@@ -369,9 +406,31 @@ impl Sim {
             },
         };
         let (round, theta) = engine.sync_state();
-        let mut economy =
-            Economy::resume(self.nodes[i].identity.clone(), self.nodes[i].disk.clone());
-        economy.min_interval_ms = self.settings.sync.proof_interval_ms;
+        let network = self.network().clone();
+        if self.nodes[i].disk.state.rules().network != network.id {
+            match network
+                .ledger_genesis()
+                .map_err(|e| e.to_string())
+                .and_then(|g| LedgerSnapshot::genesis(&g).map_err(|e| e.to_string()))
+            {
+                Ok(disk) => self.nodes[i].disk = disk,
+                Err(e) => return self.cannot_start(i, &e),
+            }
+        }
+        let ecfg = match EconomyConfig::new(
+            network.id,
+            &self.settings.model,
+            self.settings.stages,
+            network.genesis.protocol.min_receipts,
+        ) {
+            Ok(c) => c,
+            Err(e) => return self.cannot_start(i, &e.to_string()),
+        };
+        let economy = Economy::resume(
+            self.nodes[i].identity.clone(),
+            ecfg,
+            self.nodes[i].disk.clone(),
+        );
         let mut settings = self.settings.clone();
         settings.data_dir = format!("sim/{i}").into();
         let core = NodeCore::new(
@@ -714,10 +773,67 @@ impl Sim {
 
 /// Applies a ledger write to a node's simulated disk, as the SQLite adapter would.
 fn persist(disk: &mut LedgerSnapshot, w: LedgerWrite) {
-    if disk.state.apply_proof(&w.proof).is_ok() {
-        let p = w.proof.proof();
-        let nonce = disk.last_nonce.entry(p.node_id).or_insert(p.nonce);
-        *nonce = (*nonce).max(p.nonce);
-        disk.wires.insert(w.proof.hash(), w.wire);
+    match w {
+        LedgerWrite::Proof { proof, wire } => {
+            if disk.state.apply_proof(&proof).is_ok() {
+                let p = proof.proof();
+                let nonce = disk.last_nonce.entry(p.node_id).or_insert(p.nonce);
+                *nonce = (*nonce).max(p.nonce);
+                disk.wires.insert(proof.hash(), wire);
+            }
+        }
+        LedgerWrite::Op(op) => {
+            if let Ok(neuroshard_ledger::Outcome::Applied(changes)) = disk.state.apply_op(op) {
+                for record in changes.records {
+                    if let neuroshard_ledger::Record::Op {
+                        account,
+                        nonce,
+                        wire,
+                        ..
+                    } = record
+                    {
+                        disk.ops.insert((account, nonce), wire);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Keys staked in the genesis for nodes added after the first start.
+pub const SPARE_STAKED: usize = 8;
+
+/// The simulated network's genesis: the settings' protocol, every node added so far (but the
+/// unstaked ones) and [`SPARE_STAKED`] keys for later joiners staked, founded at the start of
+/// virtual time.
+fn freeze_genesis(
+    settings: &NodeSettings,
+    tag: &Hash32,
+    nodes: &[SimNode],
+    unstaked: &BTreeSet<usize>,
+    rng: &mut ChaCha8Rng,
+    spare: &mut VecDeque<Identity>,
+) -> Network {
+    spare.extend((0..SPARE_STAKED).map(|_| Identity::generate_with(&mut *rng)));
+    let stakes = nodes
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !unstaked.contains(i))
+        .map(|(_, n)| n.identity.node_id())
+        .chain(spare.iter().map(Identity::node_id))
+        .map(|id| (id, FOUNDER_STAKE))
+        .collect();
+    let founder = Identity::generate_with(&mut *rng);
+    let genesis = NetworkGenesis {
+        dataset_root: *tag,
+        founded_ms: UNIX_START_MS,
+        protocol: Protocol::from_settings(settings),
+        stakes,
+        description: "simulated network".into(),
+    };
+    // Only a malformed model could fail here, and the settings' model built every engine.
+    match Network::found(&founder, genesis) {
+        Ok(n) => n,
+        Err(e) => panic!("simulated genesis: {e}"),
     }
 }

@@ -46,28 +46,21 @@ pub(crate) struct Launch<'a> {
     pub cfg: &'a SwarmConfig,
     pub root: PathBuf,
     pub tx: mpsc::Sender<(usize, Line)>,
+    /// The network's signed genesis file.
+    pub network: PathBuf,
 }
 
 impl Launch<'_> {
-    /// Node `index` starting afresh: no checkpoint to resume and no ledger of an earlier run.
-    /// `keep_key` keeps its key (and with it its data assignment) from an earlier run; a
-    /// joiner gets a new identity.
-    pub fn member(
-        &self,
-        index: usize,
-        bootstrap: Option<&str>,
-        keep_key: bool,
-    ) -> Result<Member, SwarmError> {
+    /// Node `index` starting afresh: no checkpoint to resume and no ledger or network of an
+    /// earlier run. Its key (staked in this run's genesis) stays.
+    pub fn member(&self, index: usize, bootstrap: Option<&str>) -> Result<Member, SwarmError> {
         let dir = self.root.join(format!("node-{index}"));
-        if keep_key {
-            let _ = std::fs::remove_dir_all(dir.join("checkpoint"));
-            for suffix in ["", "-wal", "-shm"] {
-                let ledger = format!("{}{suffix}", neuroshard_ledger::LEDGER_FILE);
-                let _ = std::fs::remove_file(dir.join(ledger));
-            }
-        } else {
-            let _ = std::fs::remove_dir_all(&dir);
+        let _ = std::fs::remove_dir_all(dir.join("checkpoint"));
+        for suffix in ["", "-wal", "-shm"] {
+            let ledger = format!("{}{suffix}", neuroshard_ledger::LEDGER_FILE);
+            let _ = std::fs::remove_file(dir.join(ledger));
         }
+        let _ = std::fs::remove_file(dir.join(neuroshard_node::network::GENESIS_FILE));
         std::fs::create_dir_all(&dir).map_err(|e| SwarmError::io(&dir, e))?;
         let child = self.spawn(&dir, bootstrap, index)?;
         Ok(Member {
@@ -92,6 +85,7 @@ impl Launch<'_> {
         let cfg = self.cfg;
         let mut s = cfg.node.clone();
         s.data_dir = dir.to_path_buf();
+        s.network_genesis = Some(self.network.clone());
         s.listen = vec!["/ip4/127.0.0.1/tcp/0".into()];
         s.bootstrap = bootstrap.map(str::to_string).into_iter().collect();
         s.sync.attack = if cfg.attackers.contains(&index) {

@@ -56,6 +56,10 @@ pub enum SwarmError {
     MissingStages { have: Vec<usize>, stages: usize },
     #[error("{}: {message}", dir.display())]
     Checkpoint { dir: PathBuf, message: String },
+    #[error("identity: {0}")]
+    Identity(#[from] neuroshard_proof::IdentityError),
+    #[error("network genesis: {0}")]
+    Network(#[from] neuroshard_node::network::NetworkError),
 }
 
 impl SwarmError {
@@ -172,10 +176,13 @@ pub fn run(
 ) -> Result<Outcome, SwarmError> {
     cfg.validate()?;
     let (tx, rx) = mpsc::channel::<(usize, Line)>();
+    let root = nodes_dir(&cfg.out);
+    let network = found_network(cfg, genesis, &root)?;
     let launch = Launch {
         cfg,
-        root: nodes_dir(&cfg.out),
+        root,
         tx,
+        network,
     };
     let mut swarm = Swarm {
         cfg,
@@ -214,6 +221,38 @@ pub fn run(
     })
 }
 
+/// Founds the swarm's network: every node that will run (the joiner too) gets its key now
+/// and a stake in the genesis, which node 0 signs. Returns the genesis file every node reads.
+fn found_network(cfg: &SwarmConfig, genesis: &Genesis, root: &Path) -> Result<PathBuf, SwarmError> {
+    use neuroshard_node::network::{FOUNDER_STAKE, Network, NetworkGenesis, Protocol};
+    let members = cfg.nodes + usize::from(cfg.join_at.is_some());
+    let mut keys = Vec::with_capacity(members);
+    for index in 0..members {
+        let dir = root.join(format!("node-{index}"));
+        std::fs::create_dir_all(&dir).map_err(|e| SwarmError::io(&dir, e))?;
+        keys.push(neuroshard_proof::Identity::load_or_create(
+            &dir.join(neuroshard_proof::KEY_FILE),
+        )?);
+    }
+    let m = &cfg.node.model;
+    let network = Network::found(
+        &keys[0],
+        NetworkGenesis {
+            dataset_root: genesis.root(),
+            founded_ms: report::now_ms(),
+            protocol: Protocol::from_settings(&cfg.node),
+            stakes: keys.iter().map(|k| (k.node_id(), FOUNDER_STAKE)).collect(),
+            description: format!(
+                "swarm: {} layers, d_model {}, vocab {}, {} stages, {} nodes",
+                m.layers, m.d_model, m.vocab, cfg.node.stages, cfg.nodes
+            ),
+        },
+    )?;
+    let path = root.join(neuroshard_node::network::GENESIS_FILE);
+    network.save(&path)?;
+    Ok(path)
+}
+
 struct Swarm<'a> {
     cfg: &'a SwarmConfig,
     launch: Launch<'a>,
@@ -240,7 +279,7 @@ impl Swarm<'_> {
         interrupted: &AtomicBool,
     ) -> Result<(), SwarmError> {
         for i in 0..self.cfg.nodes {
-            let member = self.launch.member(i, self.bootstrap.as_deref(), true)?;
+            let member = self.launch.member(i, self.bootstrap.as_deref())?;
             self.members.push(member);
             let deadline = Instant::now() + Duration::from_secs(60);
             loop {
@@ -411,9 +450,7 @@ impl Swarm<'_> {
             return Ok(());
         }
         let index = self.members.len();
-        let member = self
-            .launch
-            .member(index, self.bootstrap.as_deref(), false)?;
+        let member = self.launch.member(index, self.bootstrap.as_deref())?;
         self.members.push(member);
         self.report.joiner = Some((index, now_ms()));
         observer.note(&format!("node {index} joins at step {at}"));

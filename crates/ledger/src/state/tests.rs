@@ -22,6 +22,7 @@ fn verified(proof: &Proof, prover: &Identity, neighbour: &Identity) -> VerifiedP
 
 fn op(id: &Identity, nonce: u64, timestamp_ms: u64, action: Action) -> VerifiedOp {
     let signed = AccountOp {
+        network: [0; 32],
         account: id.node_id(),
         nonce,
         timestamp_ms,
@@ -81,19 +82,33 @@ fn proof_reward_is_credited_once() {
     let id = &w.ids[0];
     let p = verified(&training_proof(id, &w.neighbour, 1, T0), id, &w.neighbour);
     assert!(matches!(w.state.apply_proof(&p), Ok(Outcome::Applied(_))));
-    let expected = crate::reward::reward(p.proof(), 0);
+    let expected = w.state.rules().round_reward;
     assert_eq!(w.state.account(&id.node_id()).balance, expected);
     let before = w.state.state_hash();
     assert_eq!(w.state.apply_proof(&p), Ok(Outcome::Duplicate));
     assert_eq!(w.state.state_hash(), before);
+    // Another proof for the same round, with a fresh nonce and a bigger claim: not paid again.
     let mut other = training_proof(id, &w.neighbour, 1, T0);
-    other.loss_micros += 1;
+    other.nonce = 2;
+    other.batches *= 4;
+    other.tokens *= 4;
     let conflicting = verified(&other, id, &w.neighbour);
     assert_eq!(
         w.state.apply_proof(&conflicting),
+        Err(LedgerError::RoundPaid {
+            node: id.node_id(),
+            round: 1
+        })
+    );
+    let mut uptime = uptime_proof(id, 5, T0);
+    let u = verified(&uptime, id, &w.neighbour);
+    assert!(matches!(w.state.apply_proof(&u), Ok(Outcome::Applied(_))));
+    uptime.claimed_duration_ms += 1;
+    assert_eq!(
+        w.state.apply_proof(&verified(&uptime, id, &w.neighbour)),
         Err(LedgerError::ProofNonceConflict {
             node: id.node_id(),
-            nonce: 1
+            nonce: 5
         })
     );
     assert_eq!(w.state.check_invariants(), Ok(()));
@@ -127,6 +142,7 @@ fn transfer_with_bad_signature_is_rejected() {
     let w = world(2, 1);
     let (alice, bob) = (&w.ids[0], &w.ids[1]);
     let good = AccountOp {
+        network: [0; 32],
         account: alice.node_id(),
         nonce: 0,
         timestamp_ms: T0,

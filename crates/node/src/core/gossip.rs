@@ -14,7 +14,7 @@ use crate::sync::SyncMsg;
 
 impl NodeCore {
     pub(super) fn on_heartbeat(&mut self, from: NodeId, topic: u16, data: &[u8], now: Instant) {
-        let Ok((hb, key)) = open_from::<Heartbeat>(data, &from) else {
+        let Ok((hb, _)) = open_from::<Heartbeat>(data, &from) else {
             self.penalize(from, "heartbeat not signed by its sender");
             return;
         };
@@ -26,10 +26,6 @@ impl NodeCore {
             || !Topic::Heartbeat(topic).heard_by(self.stage, self.stages)
         {
             return;
-        }
-        let summary = self.economy.learn_node(key, data);
-        if summary.applied > 0 {
-            self.ledger_applied_event(now);
         }
         if hb.leaving {
             let actions = self.pipeline.on_peer_down(from, "left the network", now);
@@ -50,13 +46,12 @@ impl NodeCore {
             leaving,
         };
         let data = Signed::sign(&self.identity, &hb).to_bytes();
-        // Our own first heartbeat introduces us to nodes that never hear our stage.
-        self.economy.learn_node(self.identity.public_key(), &data);
         self.transmits.push_back(Transmit::Publish {
             topic: Topic::Heartbeat(hb.stage),
             data,
         });
         if !leaving {
+            self.register(now);
             self.events.push_back(NodeEvent::Stats {
                 stage: self.stage,
                 step: self.pipeline.steps_done(),
@@ -162,6 +157,40 @@ impl NodeCore {
                 time_ms,
             }),
             ProofOutcome::Duplicate => {}
+        }
+    }
+
+    /// Registers for our stage when we are not (checked every heartbeat: a registration can
+    /// lapse with the stake behind it, and a node that moved stage needs a new one).
+    fn register(&mut self, now: Instant) {
+        let Ok(stage) = u16::try_from(self.stage) else {
+            return;
+        };
+        match self.economy.register(stage, self.unix_ms(now)) {
+            Some(Ok(data)) => self.transmits.push_back(Transmit::Publish {
+                topic: Topic::Ops,
+                data,
+            }),
+            Some(Err(e)) => self.warn(format!("registration: {e}"), now),
+            None => {}
+        }
+    }
+
+    pub(super) fn on_op_gossip(&mut self, from: NodeId, data: &[u8], now: Instant) {
+        let time_ms = self.unix_ms(now);
+        let (outcome, retried) = self.economy.on_op(data, time_ms);
+        if retried.applied > 0 {
+            self.ledger_applied_event(now);
+        }
+        if let ProofOutcome::Rejected(reason) = outcome {
+            self.events.push_back(NodeEvent::Dropped {
+                what: Some("op".into()),
+                peer: Some(from.to_string()),
+                stage: None,
+                round: None,
+                reason,
+                time_ms,
+            });
         }
     }
 

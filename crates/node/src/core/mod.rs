@@ -28,7 +28,7 @@ pub use io::{
     Compute, EngineError, EngineJob, EngineOutput, Inbound, Token, TransferError, Transmit,
 };
 use rounds::RoundState;
-pub use rounds::outer_state_limit;
+pub use rounds::{outer_state_limit, stage_claim};
 
 use crate::economy::{Economy, LedgerSyncRequest, LedgerSyncResponse, LedgerWrite};
 use crate::events::{Clock, LedgerSummary, NodeEvent};
@@ -130,12 +130,8 @@ pub struct NodeCore {
 }
 
 impl NodeCore {
-    pub fn new(cfg: CoreConfig, mut economy: Economy, data: Box<dyn BatchSource>) -> Self {
+    pub fn new(cfg: CoreConfig, economy: Economy, data: Box<dyn BatchSource>) -> Self {
         let s = &cfg.settings;
-        // Proofs are judged against this network's stages, whoever made them.
-        if let Ok(specs) = StageSpec::split(&s.model, s.stages) {
-            economy.set_layout(specs.iter().map(rounds::stage_claim).collect());
-        }
         let me = cfg.identity.node_id();
         let clock = Clock::new(cfg.start, cfg.start_unix_ms);
         let pcfg = PipelineConfig {
@@ -273,6 +269,7 @@ impl NodeCore {
                 Some(Topic::Sync(_)) => self.on_sync_gossip(from, &data, now),
                 Some(Topic::Heartbeat(stage)) => self.on_heartbeat(from, stage, &data, now),
                 Some(Topic::Proof(_)) => self.on_proof_gossip(from, &data, now),
+                Some(Topic::Ops) => self.on_op_gossip(from, &data, now),
                 None => {}
             },
             Inbound::Request { token, data } => self.on_request(from, token, &data, now),
@@ -562,9 +559,7 @@ impl NodeCore {
                 let Ok(resp) = resp else {
                     return;
                 };
-                let summary =
-                    self.economy
-                        .on_sync_response(&resp, &self.network, self.unix_ms(now));
+                let summary = self.economy.on_sync_response(&resp, self.unix_ms(now));
                 if summary.applied > 0 || summary.rejected > 0 {
                     let time_ms = self.unix_ms(now);
                     self.events.push_back(NodeEvent::LedgerSync {

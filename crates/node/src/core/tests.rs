@@ -50,6 +50,8 @@ fn settings() -> NodeSettings {
         wait_replicas: 3,
         max_frame: 1 << 20,
         sync: SyncSettings::default(),
+        network_genesis: None,
+        network: None,
     }
 }
 
@@ -65,6 +67,7 @@ fn core_at(identity: &Identity, start: Instant, stage: usize, stages: usize) -> 
     s.stages = stages;
     s.model.layers = stages;
     let spec = StageSpec::split(&s.model, stages).unwrap()[stage];
+    let s_model = s.model.clone();
     NodeCore::new(
         CoreConfig {
             settings: s,
@@ -82,7 +85,19 @@ fn core_at(identity: &Identity, start: Instant, stage: usize, stages: usize) -> 
             addrs: Vec::new(),
             peers: PeerTable::default(),
         },
-        Economy::in_memory(identity.clone()).unwrap(),
+        Economy::in_memory(
+            identity.clone(),
+            crate::economy::EconomyConfig::new(NETWORK, &s_model, stages, 1).unwrap(),
+            &neuroshard_ledger::LedgerGenesis::new(
+                neuroshard_ledger::Rules {
+                    network: NETWORK,
+                    ..Default::default()
+                },
+                Vec::new(),
+            )
+            .unwrap(),
+        )
+        .unwrap(),
         Box::new(NoData),
     )
 }
@@ -252,7 +267,8 @@ fn heartbeats_count_only_on_their_own_stages_topic_and_near_stages() {
             Topic::Heartbeat(1),
             Topic::Proof(0),
             Topic::Proof(1),
-            Topic::Sync(0)
+            Topic::Sync(0),
+            Topic::Ops
         ]
     );
 }

@@ -1,21 +1,17 @@
-//! Ledger anti-entropy: a node asks a random peer for the proofs it lacks. Proofs are not
-//! gossiped to everyone (that costs every node one message per proof of the network); they
-//! spread this way, many per message.
+//! Ledger anti-entropy: a node asks a random peer for the proofs and account ops it lacks.
+//! Proofs are not gossiped to everyone (that costs every node one message per proof of the
+//! network); they spread this way, many per message.
 //!
-//! A proof counts only if its receipt signers are known, and a node hears heartbeats of its
-//! own stage and its neighbours only. So an answer also carries the *introductions* of the
-//! keys its proofs name: the signed heartbeats that made those keys known to the answering
-//! node. The requester checks each one itself (signature, network, signer = node), so an
-//! introduction is worth exactly what a heartbeat heard directly is worth, no more.
+//! A proof counts only once its prover and receipt signers are registered, which is ledger
+//! state carried by signed ops. So a request also says how far it holds each account's ops,
+//! and an answer carries the ops the requester lacks before the proofs that need them; the
+//! requester verifies each op itself, so an answer cannot register anyone.
 
 use std::collections::{BTreeSet, HashMap};
 
-use neuroshard_proof::{
-    Canonical, CodecError, Hash32, NodeId, Proof, PublicKey, Reader, SignedProof, Writer,
-};
+use neuroshard_proof::{Canonical, CodecError, Hash32, NodeId, Proof, Reader, SignedProof, Writer};
 
 use super::{Economy, EconomyError, SyncSummary};
-use crate::records::Heartbeat;
 
 /// Most provers a [`LedgerSyncRequest`] may summarise (3.4 MiB); a larger network's request
 /// leaves some out and their proofs come again (duplicates, never a loss).
@@ -24,10 +20,12 @@ pub const MAX_SYNC_PROVERS: usize = 1 << 16;
 pub const MAX_SYNC_PROOFS: usize = 1024;
 /// Largest wire form of one proof in a [`LedgerSyncResponse`] (real proofs are under 14 KiB).
 pub const MAX_PROOF_WIRE: usize = 64 * 1024;
-/// Most introductions one answer carries.
-pub const MAX_SYNC_INTRODUCTIONS: usize = 4096;
-/// Largest introduction (a signed heartbeat is about 200 bytes).
-pub const MAX_INTRODUCTION: usize = 1024;
+/// Most accounts a request may say it holds ops of.
+pub const MAX_SYNC_ACCOUNTS: usize = 1 << 16;
+/// Most ops one answer carries.
+pub const MAX_SYNC_OPS: usize = 4096;
+/// Largest signed op (real ones are under 300 bytes).
+pub const MAX_OP_WIRE: usize = 1024;
 
 /// What a node holds of one prover's proofs: enough to tell, without listing them, whether
 /// another node holds the same ones.
@@ -40,23 +38,25 @@ pub struct ProverSummary {
     pub digest: u64,
 }
 
-/// "This is what I hold, prover by prover": the receiver answers with what is missing. Its
-/// size grows with the number of provers, not with the number of proofs ever made.
+/// "This is what I hold, prover by prover and account by account": the receiver answers with
+/// what is missing. Its size grows with the number of provers and accounts, not with the
+/// number of proofs ever made.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct LedgerSyncRequest {
     pub provers: Vec<ProverSummary>,
+    /// (account, next op nonce) for every account with at least one applied op.
+    pub accounts: Vec<(NodeId, u64)>,
 }
 
-/// Signed proof wire bytes the requester lacked, and the signed heartbeats that introduce
-/// the keys those proofs name.
+/// Signed proof and op wire bytes the requester lacked.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct LedgerSyncResponse {
     pub proofs: Vec<Vec<u8>>,
-    pub introductions: Vec<Vec<u8>>,
+    pub ops: Vec<Vec<u8>>,
 }
 
 impl Canonical for LedgerSyncRequest {
-    const DOMAIN: &'static str = "neuroshard/ledger-sync-request/v2";
+    const DOMAIN: &'static str = "neuroshard/ledger-sync-request/v3";
 
     fn encode_body(&self, w: &mut Writer) {
         w.len(self.provers.len());
@@ -65,6 +65,11 @@ impl Canonical for LedgerSyncRequest {
             w.u32(p.count);
             w.u64(p.max_nonce);
             w.u64(p.digest);
+        }
+        w.len(self.accounts.len());
+        for (account, next) in &self.accounts {
+            w.fixed(&account.0);
+            w.u64(*next);
         }
     }
 
@@ -80,21 +85,25 @@ impl Canonical for LedgerSyncRequest {
                 })
             })
             .collect::<Result<_, CodecError>>()?;
-        Ok(Self { provers })
+        let n = r.len(MAX_SYNC_ACCOUNTS)?;
+        let accounts = (0..n)
+            .map(|_| Ok((NodeId(r.array()?), r.u64()?)))
+            .collect::<Result<_, CodecError>>()?;
+        Ok(Self { provers, accounts })
     }
 }
 
 impl Canonical for LedgerSyncResponse {
-    const DOMAIN: &'static str = "neuroshard/ledger-sync-response/v2";
+    const DOMAIN: &'static str = "neuroshard/ledger-sync-response/v3";
 
     fn encode_body(&self, w: &mut Writer) {
         w.len(self.proofs.len());
         for p in &self.proofs {
             w.bytes(p);
         }
-        w.len(self.introductions.len());
-        for i in &self.introductions {
-            w.bytes(i);
+        w.len(self.ops.len());
+        for o in &self.ops {
+            w.bytes(o);
         }
     }
 
@@ -103,19 +112,17 @@ impl Canonical for LedgerSyncResponse {
         let proofs = (0..n)
             .map(|_| r.bytes(MAX_PROOF_WIRE).map(<[u8]>::to_vec))
             .collect::<Result<_, _>>()?;
-        let n = r.len(MAX_SYNC_INTRODUCTIONS)?;
-        let introductions = (0..n)
-            .map(|_| r.bytes(MAX_INTRODUCTION).map(<[u8]>::to_vec))
+        let n = r.len(MAX_SYNC_OPS)?;
+        let ops = (0..n)
+            .map(|_| r.bytes(MAX_OP_WIRE).map(<[u8]>::to_vec))
             .collect::<Result<_, _>>()?;
-        Ok(Self {
-            proofs,
-            introductions,
-        })
+        Ok(Self { proofs, ops })
     }
 }
 
 impl Economy {
-    /// This node's holdings, prover by prover (at most [`MAX_SYNC_PROVERS`]).
+    /// This node's holdings, prover by prover (at most [`MAX_SYNC_PROVERS`]) and account by
+    /// account (at most [`MAX_SYNC_ACCOUNTS`]).
     pub fn sync_request(&self) -> Result<LedgerSyncRequest, EconomyError> {
         let provers = self
             .by_prover
@@ -123,7 +130,35 @@ impl Economy {
             .take(MAX_SYNC_PROVERS)
             .map(|(node, held)| summarise(*node, held))
             .collect();
-        Ok(LedgerSyncRequest { provers })
+        let accounts = self
+            .ledger
+            .accounts()
+            .filter(|(_, a)| a.next_nonce > 0)
+            .take(MAX_SYNC_ACCOUNTS)
+            .map(|(id, a)| (*id, a.next_nonce))
+            .collect();
+        Ok(LedgerSyncRequest { provers, accounts })
+    }
+
+    /// Ops the requester lacks: for every account, ours from its next nonce on.
+    fn ops_missing_for(&self, request: &LedgerSyncRequest, max_bytes: usize) -> Vec<Vec<u8>> {
+        let theirs: HashMap<&NodeId, u64> = request.accounts.iter().map(|(a, n)| (a, *n)).collect();
+        let mut out = Vec::new();
+        let mut used = 0usize;
+        for (id, account) in self.ledger.accounts() {
+            let from = theirs.get(id).copied().unwrap_or(0);
+            if account.next_nonce <= from {
+                continue;
+            }
+            for wire in self.ops_from(*id, from) {
+                used = used.saturating_add(wire.len());
+                if out.len() >= MAX_SYNC_OPS || used > max_bytes {
+                    return out;
+                }
+                out.push(wire.clone());
+            }
+        }
+        out
     }
 
     /// Wire bytes of proofs this node holds that the summaries say the requester lacks, at
@@ -180,47 +215,26 @@ impl Economy {
         Ok(out)
     }
 
-    /// The answer to a peer's [`LedgerSyncRequest`]: the proofs it lacks (at most
-    /// `max_bytes`) and the introductions of their provers and receipt signers.
+    /// The answer to a peer's [`LedgerSyncRequest`]: the ops and proofs it lacks, at most
+    /// `max_bytes` of each.
     pub fn answer_sync(
         &self,
         request: &LedgerSyncRequest,
         max_bytes: usize,
     ) -> Result<LedgerSyncResponse, EconomyError> {
-        let proofs = self.proofs_missing_for(request, max_bytes)?;
-        let mut keys = BTreeSet::new();
-        for wire in &proofs {
-            if let Ok(p) = SignedProof::from_bytes(wire)
-                && let Ok(p) = Proof::from_canonical_bytes(p.payload_bytes())
-            {
-                keys.insert(p.public_key);
-                keys.extend(p.receipts.iter().map(|r| r.signer));
-            }
-        }
-        let introductions = keys
-            .iter()
-            .filter_map(|k| self.introductions.get(k).cloned())
-            .take(MAX_SYNC_INTRODUCTIONS)
-            .collect();
         Ok(LedgerSyncResponse {
-            proofs,
-            introductions,
+            proofs: self.proofs_missing_for(request, max_bytes)?,
+            ops: self.ops_missing_for(request, max_bytes),
         })
     }
 
-    /// Learns the keys a sync response introduces (each checked here), then applies its
-    /// proofs as if each arrived on its own.
-    pub fn on_sync_response(
-        &mut self,
-        response: &LedgerSyncResponse,
-        network: &Hash32,
-        now_ms: u64,
-    ) -> SyncSummary {
+    /// Applies a sync response: its ops first (registrations that its proofs may need), then
+    /// its proofs, each as if it arrived on its own.
+    pub fn on_sync_response(&mut self, response: &LedgerSyncResponse, now_ms: u64) -> SyncSummary {
         let mut summary = SyncSummary::default();
-        for intro in &response.introductions {
-            if let Some(key) = introduced_key(intro, network) {
-                summary.add(self.learn_node(key, intro));
-            }
+        for wire in &response.ops {
+            let (_, retried) = self.on_op(wire, now_ms);
+            summary.add(retried);
         }
         for wire in &response.proofs {
             let outcome = self.on_proof(wire, now_ms);
@@ -228,15 +242,6 @@ impl Economy {
         }
         summary
     }
-}
-
-/// The key a signed heartbeat of `network` introduces, if it is one: signed by the node it
-/// names (the same check as a heartbeat heard directly).
-pub fn introduced_key(bytes: &[u8], network: &Hash32) -> Option<PublicKey> {
-    let signed = neuroshard_proof::Signed::<Heartbeat>::from_bytes(bytes).ok()?;
-    let key = signed.signer();
-    let hb = signed.verify().ok()?;
-    (hb.node == key.node_id() && hb.network == *network).then_some(key)
 }
 
 /// What `held` (one prover's proofs: nonce and hash) looks like from outside.

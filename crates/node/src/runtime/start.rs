@@ -46,7 +46,7 @@ pub async fn start(
     net: &Net,
     net_events: &mut mpsc::Receiver<NetEvent>,
     genesis: &Genesis,
-    network: Hash32,
+    network: &crate::network::Network,
 ) -> Result<Started, NodeError> {
     let specs = StageSpec::split(&settings.model, settings.stages)?;
     let ckpt_dir = settings.data_dir.join(CHECKPOINT_DIR);
@@ -57,8 +57,8 @@ pub async fn start(
     });
     let cfg = StartupConfig {
         identity: identity.clone(),
-        network,
-        genesis_root: genesis.root(),
+        network: network.id,
+        genesis: network.signed.clone(),
         model: settings.model.clone(),
         specs: specs.clone(),
         stage: settings.stage,

@@ -8,7 +8,8 @@ use neuroshard_proof::fixtures::test_identity;
 use neuroshard_proof::{Identity, NodeId, Signed};
 
 use super::*;
-use crate::records::{Heartbeat, NETWORK_KEY, NetworkRecord};
+use crate::network::{Network, NetworkGenesis, Protocol};
+use crate::records::{Heartbeat, NETWORK_KEY, network_key};
 use crate::sync::{ThetaRecord, theta_key};
 
 const NET: Hash32 = [7; 32];
@@ -26,11 +27,25 @@ fn model() -> ModelConfig {
     }
 }
 
+/// A signed network genesis described as `description`.
+fn network(description: &str) -> Network {
+    let mut settings = crate::settings::tests::settings(0);
+    settings.model = model();
+    let genesis = NetworkGenesis {
+        dataset_root: [2; 32],
+        founded_ms: UNIX,
+        protocol: Protocol::from_settings(&settings),
+        stakes: Vec::new(),
+        description: description.into(),
+    };
+    Network::found(&test_identity(5), genesis).unwrap()
+}
+
 fn config(stages: usize) -> StartupConfig {
     StartupConfig {
         identity: test_identity(0),
         network: NET,
-        genesis_root: [2; 32],
+        genesis: network("ours").signed,
         model: model(),
         specs: StageSpec::split(&model(), stages).unwrap(),
         stage: None,
@@ -338,23 +353,22 @@ fn heartbeats_count_only_when_signed_by_their_author_for_our_network() {
 }
 
 #[test]
-fn a_planted_foreign_network_record_cannot_stop_a_node() {
-    let other = NetworkRecord {
-        network: [9; 32],
-        genesis_root: [3; 32],
-        stages: 4,
-        description: "another\u{7} model".into(),
+fn a_planted_foreign_network_genesis_cannot_stop_a_node() {
+    let foreign = network("another\u{7} model").signed;
+    let ours = network("ours");
+    let ours_config = |stages| StartupConfig {
+        network: ours.id,
+        ..config(stages)
     };
-    let foreign = Signed::sign(&test_identity(5), &other).to_bytes();
     let t0 = Instant::now();
-    // Only a stranger's record (the DHT keeps one value per key, so it may have replaced
-    // ours): the node starts, warns, and writes our record back.
-    let mut m = Startup::new(config(2), t0, UNIX);
+    // Only a stranger's genesis (the DHT keeps one value per key, so it may have replaced
+    // ours): the node starts, warns, and writes ours back, also under its id's key.
+    let mut m = Startup::new(ours_config(2), t0, UNIX);
     drain(&mut m);
     m.handle_record(NETWORK_KEY, vec![foreign.clone(), vec![1, 2, 3]], t0);
     assert!(
         m.poll_outcome().is_none(),
-        "a foreign record refused the start"
+        "a foreign genesis refused the start"
     );
     let warning = std::iter::from_fn(|| m.poll_event()).find_map(|e| match e {
         NodeEvent::Warning { message, .. } => Some(message),
@@ -363,52 +377,30 @@ fn a_planted_foreign_network_record_cannot_stop_a_node() {
     let warning = warning.expect("a warning names the other network");
     assert!(warning.contains("another model"), "{warning}");
     let requests = drain(&mut m);
-    assert!(
-        requests
-            .iter()
-            .any(|r| matches!(r, Request::PutRecord { key, .. } if key == NETWORK_KEY))
-    );
+    for key in [NETWORK_KEY.to_vec(), network_key(&ours.id)] {
+        assert!(
+            requests.iter().any(
+                |r| matches!(r, Request::PutRecord { key: k, value } if *k == key && *value == ours.signed)
+            ),
+            "ours is published again"
+        );
+    }
     assert!(
         requests
             .iter()
             .any(|r| matches!(r, Request::GetProviders { .. }))
     );
 
-    // Our record beside a foreign one: a stranger cannot lock the network.
-    let ours = NetworkRecord {
-        network: NET,
-        ..other
-    };
-    let ours = Signed::sign(&test_identity(6), &ours).to_bytes();
-    let mut m = Startup::new(config(2), t0, UNIX);
+    // Ours beside a foreign one: nothing to write.
+    let mut m = Startup::new(ours_config(2), t0, UNIX);
     drain(&mut m);
-    m.handle_record(NETWORK_KEY, vec![foreign, ours], t0);
+    m.handle_record(NETWORK_KEY, vec![foreign, ours.signed.clone()], t0);
     assert!(m.poll_outcome().is_none());
     let requests = drain(&mut m);
     assert!(
         requests
             .iter()
             .all(|r| matches!(r, Request::GetProviders { .. }))
-    );
-}
-
-#[test]
-fn without_a_record_the_node_publishes_ours() {
-    let t0 = Instant::now();
-    let mut m = Startup::new(config(2), t0, UNIX);
-    drain(&mut m);
-    // Undecodable values are no record.
-    m.handle_record(NETWORK_KEY, vec![vec![0; 10]], t0);
-    let Some(Request::PutRecord { key, value }) = m.poll_request() else {
-        panic!("no record published");
-    };
-    assert_eq!(key, NETWORK_KEY);
-    let signed = Signed::<NetworkRecord>::from_bytes(&value).unwrap();
-    assert_eq!(signed.signer().node_id(), test_identity(0).node_id());
-    let rec = signed.verify().unwrap();
-    assert_eq!(
-        (rec.network, rec.genesis_root, rec.stages),
-        (NET, [2; 32], 2)
     );
 }
 

@@ -217,7 +217,14 @@ mod tests {
     #[test]
     fn messages_round_trip_and_reject_garbage() {
         let a = Identity::generate();
-        let receipt = Receipt::sign(&a, NodeId([7; 32]), 3, ReceiptKind::Gradients, [9; 32]);
+        let receipt = Receipt::sign(
+            &a,
+            [1; 32],
+            NodeId([7; 32]),
+            3,
+            ReceiptKind::Gradients,
+            [9; 32],
+        );
         let msgs = [
             SyncMsg::Offer(SyncOffer {
                 network: [1; 32],

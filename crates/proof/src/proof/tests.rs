@@ -41,6 +41,7 @@ prop_compose! {
     ) -> Proof {
         let id = test_identity(seed);
         Proof {
+            network: hashes[0],
             node_id: id.node_id(),
             public_key: id.public_key(),
             kind: ProofKind::ALL[kind],
@@ -122,11 +123,11 @@ fn other_versions_are_refused() {
     let proof = training_proof(&prover, &test_identity(2), 1, 0);
     let mut bytes = proof.to_canonical_bytes();
     let at = 4 + <Proof as Canonical>::DOMAIN.len();
-    bytes[at] = 2;
+    bytes[at] = 1;
     assert_eq!(
         Proof::from_canonical_bytes(&bytes),
         Err(CodecError::Version {
-            got: 2,
+            got: 1,
             supported: PROOF_VERSION
         })
     );
@@ -145,11 +146,12 @@ fn unknown_enum_values_and_role_bits_are_refused() {
 }
 
 #[test]
-fn a_receipt_is_bound_to_prover_and_round() {
+fn a_receipt_is_bound_to_network_prover_and_round() {
     let prover = test_identity(1);
     let neighbour = test_identity(2);
     let r = Receipt::sign(
         &neighbour,
+        [3; 32],
         prover.node_id(),
         7,
         ReceiptKind::Activations,
@@ -157,10 +159,14 @@ fn a_receipt_is_bound_to_prover_and_round() {
     );
     let ok = neighbour
         .public_key()
-        .verify(&r.signed_bytes(prover.node_id(), 7), &r.signature);
+        .verify(&r.signed_bytes([3; 32], prover.node_id(), 7), &r.signature);
     assert_eq!(ok, Ok(()));
     let other_round = neighbour
         .public_key()
-        .verify(&r.signed_bytes(prover.node_id(), 8), &r.signature);
+        .verify(&r.signed_bytes([3; 32], prover.node_id(), 8), &r.signature);
     assert!(other_round.is_err());
+    let other_network = neighbour
+        .public_key()
+        .verify(&r.signed_bytes([4; 32], prover.node_id(), 7), &r.signature);
+    assert!(other_network.is_err());
 }

@@ -73,12 +73,13 @@ impl Sim {
         }
     }
 
-    fn startup_config(&self, i: usize) -> Result<StartupConfig, ModelError> {
+    fn startup_config(&mut self, i: usize) -> Result<StartupConfig, ModelError> {
+        let genesis = self.network().signed.clone();
         let s = &self.settings;
         Ok(StartupConfig {
             identity: self.nodes[i].identity.clone(),
             network: self.network,
-            genesis_root: self.network,
+            genesis,
             model: s.model.clone(),
             specs: StageSpec::split(&s.model, s.stages)?,
             stage: None,
@@ -175,7 +176,7 @@ impl Sim {
             .saturating_add(u64::try_from((self.now - self.base).as_millis()).unwrap_or(u64::MAX))
     }
 
-    fn cannot_start(&mut self, i: usize, why: &str) {
+    pub(super) fn cannot_start(&mut self, i: usize, why: &str) {
         let ev = NodeEvent::Warning {
             stage: None,
             message: format!("cannot start: {why}"),

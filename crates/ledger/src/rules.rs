@@ -1,0 +1,187 @@
+//! The network's economic rules and its initial stakes, fixed by the network genesis.
+//!
+//! Every node of a network opens its ledger with the same [`LedgerGenesis`], so they start from
+//! one state and judge every message by the same numbers. Nothing here reads a clock: the one
+//! time-dependent rule (how many rounds can have happened by a proof's timestamp) reads the
+//! proof's signed timestamp and the genesis's founding time.
+
+use neuroshard_proof::{Hash32, NodeId};
+
+use crate::amount::UNITS_PER_NEURO;
+
+/// Most initial stakes one genesis may name.
+pub const MAX_GENESIS_STAKES: usize = 4096;
+/// Stake needed to register for a stage unless the genesis says otherwise (10 NEURO).
+pub const DEFAULT_MIN_STAKE: u64 = 10 * UNITS_PER_NEURO;
+/// Reward of one (node, stage, round) unless the genesis says otherwise (1 NEURO).
+pub const DEFAULT_ROUND_REWARD: u64 = UNITS_PER_NEURO;
+/// Shortest possible DiLoCo round unless the genesis says otherwise: a proof for round r is
+/// refused before `founded_ms + r × min_round_ms`.
+pub const DEFAULT_MIN_ROUND_MS: u64 = 250;
+
+/// Numbers every ledger of one network applies alike.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rules {
+    /// The network's id; proofs, receipts and ops naming another are refused.
+    pub network: Hash32,
+    /// When the network started (the genesis's signed time).
+    pub founded_ms: u64,
+    /// Stake an account needs to register for a stage.
+    pub min_stake: u64,
+    /// What one registered replica earns for one certified round of its stage.
+    pub round_reward: u64,
+    /// Rounds cannot be faster than this (0: no bound).
+    pub min_round_ms: u64,
+}
+
+impl Default for Rules {
+    /// Rules for tests and offline tools: network id zero, founded at time zero.
+    fn default() -> Self {
+        Self {
+            network: [0; 32],
+            founded_ms: 0,
+            min_stake: DEFAULT_MIN_STAKE,
+            round_reward: DEFAULT_ROUND_REWARD,
+            min_round_ms: 0,
+        }
+    }
+}
+
+/// Encoded length of [`Rules`].
+const RULES_LEN: usize = 32 + 4 * 8;
+
+impl Rules {
+    /// The highest round a proof signed at `timestamp_ms` can claim.
+    pub fn max_round_at(&self, timestamp_ms: u64) -> u64 {
+        if self.min_round_ms == 0 {
+            return u64::MAX;
+        }
+        timestamp_ms.saturating_sub(self.founded_ms) / self.min_round_ms
+    }
+
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(RULES_LEN);
+        out.extend_from_slice(&self.network);
+        for v in [
+            self.founded_ms,
+            self.min_stake,
+            self.round_reward,
+            self.min_round_ms,
+        ] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        out
+    }
+
+    pub fn from_bytes(bytes: &[u8]) -> Option<Self> {
+        if bytes.len() != RULES_LEN {
+            return None;
+        }
+        let (network, rest) = bytes.split_at(32);
+        let word = |i: usize| {
+            rest.get(i * 8..i * 8 + 8)
+                .and_then(|b| b.try_into().ok())
+                .map(u64::from_le_bytes)
+        };
+        Some(Self {
+            network: network.try_into().ok()?,
+            founded_ms: word(0)?,
+            min_stake: word(1)?,
+            round_reward: word(2)?,
+            min_round_ms: word(3)?,
+        })
+    }
+}
+
+/// What a network's ledger starts from: its rules and the stakes its founders hold.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LedgerGenesis {
+    pub rules: Rules,
+    /// (account, stake), sorted by account, each account once.
+    pub stakes: Vec<(NodeId, u64)>,
+}
+
+/// Why a genesis cannot start a ledger.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GenesisError {
+    #[error("genesis names {0} stakes (most {MAX_GENESIS_STAKES})")]
+    TooManyStakes(usize),
+    #[error("genesis names account {0} twice")]
+    DuplicateAccount(NodeId),
+    #[error("genesis stakes overflow the supply")]
+    Overflow,
+}
+
+impl LedgerGenesis {
+    /// Sorts the stakes by account and checks them.
+    pub fn new(rules: Rules, mut stakes: Vec<(NodeId, u64)>) -> Result<Self, GenesisError> {
+        if stakes.len() > MAX_GENESIS_STAKES {
+            return Err(GenesisError::TooManyStakes(stakes.len()));
+        }
+        stakes.sort_unstable();
+        if let Some(w) = stakes.windows(2).find(|w| w[0].0 == w[1].0) {
+            return Err(GenesisError::DuplicateAccount(w[0].0));
+        }
+        stakes
+            .iter()
+            .try_fold(0u64, |sum, (_, s)| sum.checked_add(*s))
+            .ok_or(GenesisError::Overflow)?;
+        Ok(Self { rules, stakes })
+    }
+
+    /// BLAKE3 of the rules and stakes: two ledgers with one genesis hash started alike.
+    pub fn hash(&self) -> Hash32 {
+        let mut h = blake3::Hasher::new();
+        h.update(b"neuroshard/ledger-genesis/v1");
+        h.update(&self.rules.to_bytes());
+        h.update(&(self.stakes.len() as u64).to_le_bytes());
+        for (id, stake) in &self.stakes {
+            h.update(&id.0);
+            h.update(&stake.to_le_bytes());
+        }
+        *h.finalize().as_bytes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rules_roundtrip_and_bound_rounds_by_time() {
+        let rules = Rules {
+            network: [7; 32],
+            founded_ms: 1_000,
+            min_stake: 5,
+            round_reward: 9,
+            min_round_ms: 100,
+        };
+        assert_eq!(Rules::from_bytes(&rules.to_bytes()), Some(rules));
+        assert_eq!(Rules::from_bytes(&rules.to_bytes()[1..]), None);
+        assert_eq!(rules.max_round_at(0), 0);
+        assert_eq!(rules.max_round_at(1_099), 0);
+        assert_eq!(rules.max_round_at(1_100), 1);
+        assert_eq!(Rules::default().max_round_at(0), u64::MAX);
+    }
+
+    #[test]
+    fn a_genesis_names_each_account_once() {
+        let a = NodeId([1; 32]);
+        let b = NodeId([2; 32]);
+        let g = LedgerGenesis::new(Rules::default(), vec![(b, 1), (a, 2)]);
+        assert_eq!(
+            g.as_ref().map(|g| g.stakes.clone()),
+            Ok(vec![(a, 2), (b, 1)])
+        );
+        assert_eq!(
+            LedgerGenesis::new(Rules::default(), vec![(a, 1), (a, 2)]),
+            Err(GenesisError::DuplicateAccount(a))
+        );
+        assert_eq!(
+            LedgerGenesis::new(Rules::default(), vec![(a, u64::MAX), (b, 1)]),
+            Err(GenesisError::Overflow)
+        );
+        let other = LedgerGenesis::new(Rules::default(), vec![(a, 3)]);
+        assert_ne!(g.map(|g| g.hash()), other.map(|g| g.hash()));
+    }
+}

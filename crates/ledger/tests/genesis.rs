@@ -1,0 +1,148 @@
+//! The network's genesis, registration and per-round rewards, through the SQLite store.
+
+mod common;
+
+use common::{T0, op, verified};
+use neuroshard_ledger::{
+    Action, Ledger, LedgerError, LedgerGenesis, Rules, StoreError, UNITS_PER_NEURO,
+};
+use neuroshard_proof::fixtures::{test_identity, training_proof, uptime_proof};
+use neuroshard_proof::{Identity, NodeId};
+
+const STAKE: u64 = 50 * UNITS_PER_NEURO;
+
+fn rules() -> Rules {
+    Rules {
+        network: [0; 32],
+        founded_ms: T0 - 3_600_000,
+        min_stake: 10 * UNITS_PER_NEURO,
+        round_reward: 2 * UNITS_PER_NEURO,
+        min_round_ms: 1_000,
+    }
+}
+
+fn genesis(founders: &[&Identity]) -> LedgerGenesis {
+    let stakes = founders.iter().map(|id| (id.node_id(), STAKE)).collect();
+    match LedgerGenesis::new(rules(), stakes) {
+        Ok(g) => g,
+        Err(e) => panic!("fixture genesis: {e}"),
+    }
+}
+
+fn register(id: &Identity, nonce: u64, stage: u16) -> neuroshard_ledger::VerifiedOp {
+    op(id, nonce, T0, Action::Register { stage })
+}
+
+#[test]
+fn a_genesis_stakes_its_founders_and_a_ledger_keeps_its_network()
+-> Result<(), Box<dyn std::error::Error>> {
+    let (a, b) = (test_identity(1), test_identity(2));
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("ledger.db");
+    let g = genesis(&[&a, &b]);
+    let ledger = Ledger::open_genesis(&path, &g)?;
+    assert_eq!(ledger.state().account(&a.node_id()).stake, STAKE);
+    assert_eq!(ledger.state().minted(), 2 * STAKE);
+    assert_eq!(ledger.state().rules(), &rules());
+    let hash = ledger.state_hash();
+    drop(ledger);
+    // Reopened with the same genesis: nothing is minted twice.
+    let ledger = Ledger::open_genesis(&path, &g)?;
+    assert_eq!(ledger.state_hash(), hash);
+    drop(ledger);
+    // Another network's genesis on this database is refused, not merged.
+    let other = genesis(&[&a]);
+    assert!(matches!(
+        Ledger::open_genesis(&path, &other),
+        Err(StoreError::OtherGenesis { .. })
+    ));
+    Ok(())
+}
+
+#[test]
+fn registering_needs_the_minimum_stake_and_survives_a_restart()
+-> Result<(), Box<dyn std::error::Error>> {
+    let (staked, sybil) = (test_identity(3), test_identity(4));
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("ledger.db");
+    let g = genesis(&[&staked]);
+    let mut ledger = Ledger::open_genesis(&path, &g)?;
+    ledger.apply_op(register(&staked, 0, 1))?;
+    assert!(matches!(
+        ledger.apply_op(register(&sybil, 0, 1)),
+        Err(neuroshard_ledger::ApplyError::Rejected(
+            LedgerError::StakeTooLow { .. }
+        ))
+    ));
+    let registered: Vec<NodeId> = ledger.state().registered(1).collect();
+    assert_eq!(registered, vec![staked.node_id()]);
+    assert!(ledger.state().was_registered(&staked.node_id(), 1));
+    assert!(!ledger.state().was_registered(&staked.node_id(), 0));
+    let hash = ledger.state_hash();
+    drop(ledger);
+    let ledger = Ledger::open_genesis(&path, &g)?;
+    assert_eq!(ledger.state_hash(), hash);
+    assert!(ledger.state().is_registered(&staked.node_id(), 1));
+    Ok(())
+}
+
+#[test]
+fn a_round_is_paid_once_in_either_order_and_never_before_it_could_happen()
+-> Result<(), Box<dyn std::error::Error>> {
+    let (prover, neighbour) = (test_identity(5), test_identity(6));
+    let g = genesis(&[&prover]);
+    let honest = training_proof(&prover, &neighbour, 7, T0);
+    let mut greedy = honest.clone();
+    greedy.nonce = 8;
+    greedy.batches *= 4;
+    greedy.tokens *= 4;
+    let (h, gr) = (
+        verified(&honest, &prover, &neighbour),
+        verified(&greedy, &prover, &neighbour),
+    );
+    let mut first = Ledger::in_memory_genesis(&g)?;
+    first.apply_proof(&h)?;
+    assert!(first.apply_proof(&gr).is_err());
+    let mut second = Ledger::in_memory_genesis(&g)?;
+    second.apply_proof(&gr)?;
+    assert!(second.apply_proof(&h).is_err());
+    assert_eq!(first.state_hash(), second.state_hash());
+    assert_eq!(
+        first.state().account(&prover.node_id()).balance,
+        rules().round_reward
+    );
+    // Founded an hour before T0 with 1 s rounds: round 3600 is the last one possible.
+    let mut ledger = Ledger::in_memory_genesis(&g)?;
+    let edge = training_proof(&prover, &neighbour, 3_600, T0);
+    ledger.apply_proof(&verified(&edge, &prover, &neighbour))?;
+    let early = training_proof(&prover, &neighbour, 3_601, T0);
+    assert!(matches!(
+        ledger.apply_proof(&verified(&early, &prover, &neighbour)),
+        Err(neuroshard_ledger::ApplyError::Rejected(
+            LedgerError::RoundTooEarly { max: 3_600, .. }
+        ))
+    ));
+    Ok(())
+}
+
+#[test]
+fn proofs_and_ops_of_another_network_are_refused() -> Result<(), Box<dyn std::error::Error>> {
+    let (prover, neighbour) = (test_identity(7), test_identity(8));
+    let mut g = genesis(&[&prover]);
+    g.rules.network = [9; 32];
+    let mut ledger = Ledger::in_memory_genesis(&g)?;
+    let foreign = uptime_proof(&prover, 1, T0);
+    assert!(matches!(
+        ledger.apply_proof(&verified(&foreign, &prover, &neighbour)),
+        Err(neuroshard_ledger::ApplyError::Rejected(
+            LedgerError::OtherNetwork { .. }
+        ))
+    ));
+    assert!(matches!(
+        ledger.apply_op(register(&prover, 0, 0)),
+        Err(neuroshard_ledger::ApplyError::Rejected(
+            LedgerError::OtherNetwork { .. }
+        ))
+    ));
+    Ok(())
+}

@@ -1,0 +1,85 @@
+//! Signed account ops (register, stake, unstake, transfer, burn) on the wire: verified,
+//! applied in per-account nonce order, persisted, and served to peers by anti-entropy. A
+//! registration may be what parked proofs wait for, so applying one retries them.
+
+use std::collections::BTreeSet;
+
+use neuroshard_ledger::{OP_MAX_CLOCK_SKEW_MS, Outcome, Record, SignedOp, VerifiedOp, verify_op};
+
+use super::{Economy, EconomyError, LedgerWrite, ProofOutcome, SyncSummary};
+
+impl Economy {
+    /// Verifies and applies an op from the network. Never panics on any input. An op may be
+    /// old (anti-entropy delivers history) but not from the future: its signed time decides
+    /// when a stake unlocks, so a post-dated unstake would unlock early.
+    pub fn on_op(&mut self, wire: &[u8], now_ms: u64) -> (ProofOutcome, SyncSummary) {
+        let verified = match SignedOp::from_bytes(wire)
+            .map_err(|e| e.to_string())
+            .and_then(|s| verify_op(&s).map_err(|e| e.to_string()))
+        {
+            Ok(v) => v,
+            Err(reason) => return (ProofOutcome::Rejected(reason), SyncSummary::default()),
+        };
+        let op = *verified.op();
+        if op.timestamp_ms > now_ms.saturating_add(OP_MAX_CLOCK_SKEW_MS) {
+            let reason = format!("op time {} is ahead of {now_ms}", op.timestamp_ms);
+            return (ProofOutcome::Rejected(reason), SyncSummary::default());
+        }
+        match self.apply_op(verified) {
+            Ok(Some(retried)) => (
+                ProofOutcome::Applied {
+                    node: op.account,
+                    reward: 0,
+                },
+                retried,
+            ),
+            Ok(None) => (ProofOutcome::Duplicate, SyncSummary::default()),
+            Err(e) => (
+                ProofOutcome::Rejected(e.to_string()),
+                SyncSummary::default(),
+            ),
+        }
+    }
+
+    /// Applies a verified op (and any waiting successors it unblocks) and queues it for the
+    /// store, which applies the same sequence. `Ok(None)`: already applied or waiting for its
+    /// predecessor. Otherwise what retrying the proofs parked on these accounts gave.
+    pub(super) fn apply_op(&mut self, op: VerifiedOp) -> Result<Option<SyncSummary>, EconomyError> {
+        match self.ledger.apply_op(op.clone())? {
+            Outcome::Duplicate => Ok(None),
+            Outcome::Queued => {
+                // The store's state queues it too, so both apply the same sequence.
+                self.writes.push_back(LedgerWrite::Op(op));
+                Ok(None)
+            }
+            Outcome::Applied(changes) => {
+                self.writes.push_back(LedgerWrite::Op(op));
+                let mut accounts = BTreeSet::new();
+                for record in changes.records {
+                    if let Record::Op {
+                        account,
+                        nonce,
+                        wire,
+                        ..
+                    } = record
+                    {
+                        self.op_wires.insert((account, nonce), wire);
+                        accounts.insert(account);
+                    }
+                }
+                Ok(Some(self.retry_parked(&accounts)))
+            }
+        }
+    }
+
+    /// Signed ops of `account` from `from_nonce` on, in order (what a peer behind lacks).
+    pub(super) fn ops_from(
+        &self,
+        account: neuroshard_proof::NodeId,
+        from_nonce: u64,
+    ) -> impl Iterator<Item = &Vec<u8>> {
+        self.op_wires
+            .range((account, from_nonce)..=(account, u64::MAX))
+            .map(|(_, w)| w)
+    }
+}

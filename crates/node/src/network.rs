@@ -1,0 +1,342 @@
+//! The network genesis: one signed document that names a network. It fixes the dataset, the
+//! model, the protocol parameters every node must share and the stakes the ledger starts from;
+//! the network id is the BLAKE3 hash of its signed bytes.
+//!
+//! Because the id is the hash of the document, a record under the DHT's network key that is
+//! not this document is simply another network: nobody can veto or replace ours by writing
+//! one. A node that joins with `--bootstrap` and no genesis file learns the document from the
+//! DHT (pinned by `--network` when given) and takes its model and protocol from it, so users
+//! no longer repeat the first node's model flags.
+
+use neuroshard_ledger::{LedgerGenesis, Rules, UNITS_PER_NEURO};
+use neuroshard_model::ModelConfig;
+use neuroshard_proof::{Canonical, CodecError, Hash32, Identity, NodeId, Reader, Signed, Writer};
+use serde::{Deserialize, Serialize};
+
+use crate::settings::NodeSettings;
+
+/// File in a node's data directory that holds the signed genesis of its network.
+pub const GENESIS_FILE: &str = "network.genesis";
+/// Largest encoded protocol section.
+const MAX_PROTOCOL_JSON: usize = 16 * 1024;
+/// Largest description.
+const MAX_DESCRIPTION: usize = 1024;
+/// A founder's stake when a node founds a network on its own (100 NEURO).
+pub const FOUNDER_STAKE: u64 = 100 * UNITS_PER_NEURO;
+
+/// What every node of a network must agree on, besides the dataset and the stakes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Protocol {
+    pub model: ModelConfig,
+    pub stages: usize,
+    /// Rows per driver step and their split into micro-batches: the shapes stages accept.
+    pub batch: usize,
+    pub micro_batches: usize,
+    pub seq: usize,
+    /// DiLoCo: inner steps per round, aggregator, Byzantine replicas tolerated, compression,
+    /// outer step.
+    pub sync_every: u64,
+    pub aggregator: String,
+    pub byzantine: usize,
+    pub compression: String,
+    pub outer_lr: f32,
+    pub outer_momentum: f32,
+    /// Economy: stake to register, reward per (node, stage, round), shortest round, and the
+    /// distinct registered co-replicas whose receipts a training proof needs.
+    pub min_stake: u64,
+    pub round_reward: u64,
+    pub min_round_ms: u64,
+    pub min_receipts: usize,
+}
+
+impl Protocol {
+    /// The protocol a founder's settings describe.
+    pub fn from_settings(s: &NodeSettings) -> Self {
+        Self {
+            model: s.model.clone(),
+            stages: s.stages,
+            batch: s.batch,
+            micro_batches: s.micro_batches,
+            seq: s.seq,
+            sync_every: s.sync.every,
+            aggregator: s.sync.aggregator.clone(),
+            byzantine: s.sync.byzantine,
+            compression: s.sync.compression.clone(),
+            outer_lr: s.sync.outer_lr,
+            outer_momentum: s.sync.outer_momentum,
+            min_stake: neuroshard_ledger::rules::DEFAULT_MIN_STAKE,
+            round_reward: neuroshard_ledger::rules::DEFAULT_ROUND_REWARD,
+            min_round_ms: neuroshard_ledger::rules::DEFAULT_MIN_ROUND_MS,
+            min_receipts: 1,
+        }
+    }
+
+    /// Makes `s` follow this protocol (a joiner's own flags for these are overridden).
+    pub fn apply_to(&self, s: &mut NodeSettings) {
+        s.model = self.model.clone();
+        s.stages = self.stages;
+        s.batch = self.batch;
+        s.micro_batches = self.micro_batches;
+        s.seq = self.seq;
+        s.sync.every = self.sync_every;
+        s.sync.aggregator = self.aggregator.clone();
+        s.sync.byzantine = self.byzantine;
+        s.sync.compression = self.compression.clone();
+        s.sync.outer_lr = self.outer_lr;
+        s.sync.outer_momentum = self.outer_momentum;
+    }
+}
+
+/// The network genesis document.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NetworkGenesis {
+    /// Root of the genesis dataset's signed manifest.
+    pub dataset_root: Hash32,
+    pub founded_ms: u64,
+    pub protocol: Protocol,
+    /// (account, stake) the ledger starts with, sorted by account.
+    pub stakes: Vec<(NodeId, u64)>,
+    pub description: String,
+}
+
+/// Why a genesis document cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum NetworkError {
+    #[error("genesis: {0}")]
+    Codec(#[from] CodecError),
+    #[error("genesis envelope: {0}")]
+    Envelope(#[from] neuroshard_proof::EnvelopeError),
+    #[error("genesis stakes: {0}")]
+    Stakes(#[from] neuroshard_ledger::GenesisError),
+    #[error("genesis model: {0}")]
+    Model(#[from] neuroshard_model::ModelError),
+    #[error("genesis names {got} stages for a {layers}-layer model")]
+    Stages { got: usize, layers: usize },
+    #[error("the DHT holds no genesis of network {0}")]
+    NotFound(String),
+    #[error(
+        "the DHT holds {0} different network geneses; pass --network with the id of the one \
+         to join"
+    )]
+    Ambiguous(usize),
+    #[error("genesis file {path}: {source}")]
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
+}
+
+impl Canonical for NetworkGenesis {
+    const DOMAIN: &'static str = "neuroshard/network-genesis/v1";
+
+    fn encode_body(&self, w: &mut Writer) {
+        w.fixed(&self.dataset_root);
+        w.u64(self.founded_ms);
+        w.bytes(&serde_json::to_vec(&self.protocol).unwrap_or_default());
+        w.len(self.stakes.len());
+        for (id, stake) in &self.stakes {
+            w.fixed(&id.0);
+            w.u64(*stake);
+        }
+        w.bytes(self.description.as_bytes());
+    }
+
+    fn decode_body(r: &mut Reader<'_>) -> Result<Self, CodecError> {
+        let dataset_root = r.array()?;
+        let founded_ms = r.u64()?;
+        let protocol = serde_json::from_slice(r.bytes(MAX_PROTOCOL_JSON)?).map_err(|e| {
+            CodecError::Invalid {
+                field: "protocol",
+                reason: e.to_string(),
+            }
+        })?;
+        let n = r.len(neuroshard_ledger::rules::MAX_GENESIS_STAKES)?;
+        let stakes = (0..n)
+            .map(|_| Ok((NodeId(r.array()?), r.u64()?)))
+            .collect::<Result<_, CodecError>>()?;
+        let description = String::from_utf8(r.bytes(MAX_DESCRIPTION)?.to_vec()).map_err(|e| {
+            CodecError::Invalid {
+                field: "description",
+                reason: e.to_string(),
+            }
+        })?;
+        Ok(Self {
+            dataset_root,
+            founded_ms,
+            protocol,
+            stakes,
+            description,
+        })
+    }
+}
+
+/// A genesis with its signed bytes and id, checked for use.
+#[derive(Debug, Clone)]
+pub struct Network {
+    pub genesis: NetworkGenesis,
+    /// The signed document as published.
+    pub signed: Vec<u8>,
+    pub id: Hash32,
+}
+
+impl Network {
+    /// Signs `genesis` as its founder.
+    pub fn found(founder: &Identity, genesis: NetworkGenesis) -> Result<Self, NetworkError> {
+        Self::open(&Signed::sign(founder, &genesis).to_bytes())
+    }
+
+    /// Reads and checks a signed genesis: signature, model, stage count, stakes.
+    pub fn open(signed: &[u8]) -> Result<Self, NetworkError> {
+        let envelope = Signed::<NetworkGenesis>::from_bytes(signed)?;
+        let genesis = envelope.verify()?;
+        genesis.protocol.model.validate()?;
+        let p = &genesis.protocol;
+        if p.stages == 0 || p.stages > p.model.layers {
+            return Err(NetworkError::Stages {
+                got: p.stages,
+                layers: p.model.layers,
+            });
+        }
+        neuroshard_ledger::LedgerGenesis::new(Rules::default(), genesis.stakes.clone())?;
+        Ok(Self {
+            id: envelope.payload_hash(),
+            genesis,
+            signed: signed.to_vec(),
+        })
+    }
+
+    /// What the ledger starts from.
+    pub fn ledger_genesis(&self) -> Result<LedgerGenesis, NetworkError> {
+        let p = &self.genesis.protocol;
+        let rules = Rules {
+            network: self.id,
+            founded_ms: self.genesis.founded_ms,
+            min_stake: p.min_stake,
+            round_reward: p.round_reward,
+            min_round_ms: p.min_round_ms,
+        };
+        Ok(LedgerGenesis::new(rules, self.genesis.stakes.clone())?)
+    }
+
+    /// Reads the genesis file.
+    pub fn load(path: &std::path::Path) -> Result<Self, NetworkError> {
+        let bytes = std::fs::read(path).map_err(|source| NetworkError::Io {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Self::open(&bytes)
+    }
+
+    /// Writes the genesis file.
+    pub fn save(&self, path: &std::path::Path) -> Result<(), NetworkError> {
+        std::fs::write(path, &self.signed).map_err(|source| NetworkError::Io {
+            path: path.display().to_string(),
+            source,
+        })
+    }
+}
+
+/// The genesis a joiner takes from the DHT's values under the network key: the one whose id
+/// is `pin` when given; otherwise the only valid one (several different ones are refused, as
+/// joining a stranger's network by accident would be worse than asking).
+pub fn choose(values: &[Vec<u8>], pin: Option<&Hash32>) -> Result<Network, NetworkError> {
+    let mut found: Vec<Network> = Vec::new();
+    for v in values {
+        if let Ok(n) = Network::open(v)
+            && !found.iter().any(|f| f.id == n.id)
+        {
+            found.push(n);
+        }
+    }
+    if let Some(pin) = pin {
+        return found
+            .into_iter()
+            .find(|n| n.id == *pin)
+            .ok_or_else(|| NetworkError::NotFound(hex::encode(pin)));
+    }
+    match found.len() {
+        0 => Err(NetworkError::NotFound("(any)".into())),
+        1 => Ok(found.remove(0)),
+        n => Err(NetworkError::Ambiguous(n)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use neuroshard_proof::fixtures::test_identity;
+
+    fn genesis(description: &str, stakes: Vec<(NodeId, u64)>) -> NetworkGenesis {
+        NetworkGenesis {
+            dataset_root: [1; 32],
+            founded_ms: 1_000,
+            protocol: Protocol::from_settings(&crate::settings::tests::settings(0)),
+            stakes,
+            description: description.into(),
+        }
+    }
+
+    #[test]
+    fn the_id_is_the_hash_of_the_signed_document() -> Result<(), NetworkError> {
+        let founder = test_identity(1);
+        let a = Network::found(&founder, genesis("a", vec![(founder.node_id(), 5)]))?;
+        let again = Network::open(&a.signed)?;
+        assert_eq!(again.id, a.id);
+        assert_eq!(again.genesis, a.genesis);
+        let b = Network::found(&founder, genesis("b", vec![(founder.node_id(), 5)]))?;
+        assert_ne!(a.id, b.id);
+        let rules = a.ledger_genesis()?.rules;
+        assert_eq!(rules.network, a.id);
+        assert_eq!(rules.founded_ms, 1_000);
+        Ok(())
+    }
+
+    #[test]
+    fn a_joiner_takes_the_pinned_genesis_and_ignores_planted_ones() -> Result<(), NetworkError> {
+        let founder = test_identity(1);
+        let ours = Network::found(&founder, genesis("ours", Vec::new()))?;
+        // A stranger plants another network under the same key, and garbage.
+        let planted = Network::found(&test_identity(9), genesis("planted", Vec::new()))?;
+        let values = vec![
+            planted.signed.clone(),
+            b"garbage".to_vec(),
+            ours.signed.clone(),
+        ];
+        assert_eq!(choose(&values, Some(&ours.id))?.id, ours.id);
+        assert!(matches!(
+            choose(&values, None),
+            Err(NetworkError::Ambiguous(2))
+        ));
+        assert!(matches!(
+            choose(&values[..1], Some(&ours.id)),
+            Err(NetworkError::NotFound(_))
+        ));
+        assert_eq!(choose(&values[1..], None)?.id, ours.id);
+        Ok(())
+    }
+
+    #[test]
+    fn a_bad_genesis_is_refused() {
+        let founder = test_identity(1);
+        let mut g = genesis("bad", Vec::new());
+        g.protocol.stages = g.protocol.model.layers + 1;
+        assert!(matches!(
+            Network::found(&founder, g),
+            Err(NetworkError::Stages { .. })
+        ));
+        let twice = genesis(
+            "twice",
+            vec![(founder.node_id(), 1), (founder.node_id(), 2)],
+        );
+        assert!(matches!(
+            Network::found(&founder, twice),
+            Err(NetworkError::Stakes(_))
+        ));
+        let mut signed = Network::found(&founder, genesis("ok", Vec::new()))
+            .map(|n| n.signed)
+            .unwrap_or_default();
+        let last = signed.len() - 1;
+        signed[last] ^= 1;
+        assert!(Network::open(&signed).is_err());
+    }
+}

@@ -1,0 +1,104 @@
+//! Which network a real node belongs to: its signed genesis from a file, from the data
+//! directory, founded here, or learned from the DHT; the decisions are in
+//! [`crate::network`], here only the files and the lookups.
+
+use std::time::Duration;
+
+use neuroshard_net::Net;
+use neuroshard_proof::{Hash32, Identity};
+
+use super::now_ms;
+use crate::NodeError;
+use crate::network::{
+    self, FOUNDER_STAKE, GENESIS_FILE, Network, NetworkError, NetworkGenesis, Protocol,
+};
+use crate::records::{NETWORK_KEY, network_key};
+use crate::settings::NodeSettings;
+
+/// How long a joiner looks for the network's genesis in the DHT.
+const LOOKUP_FOR: Duration = Duration::from_secs(20);
+
+/// The node's network. A joiner's model and protocol settings are replaced by the genesis's
+/// (and saved with it in the data directory, so a restart needs no lookup).
+pub async fn resolve(
+    settings: &mut NodeSettings,
+    identity: &Identity,
+    net: &Net,
+    dataset_root: Hash32,
+) -> Result<Network, NodeError> {
+    let saved = settings.data_dir.join(GENESIS_FILE);
+    let pin = settings.network.as_deref().map(parse_id).transpose()?;
+    let network = if let Some(path) = &settings.network_genesis {
+        Network::load(path)?
+    } else if saved.exists() {
+        Network::load(&saved)?
+    } else if settings.bootstrap.is_empty() {
+        found(settings, identity, dataset_root)?
+    } else {
+        lookup(net, pin.as_ref()).await?
+    };
+    if pin.is_some_and(|p| p != network.id) {
+        return Err(NodeError::Config(format!(
+            "--network {} differs from the genesis this node holds ({})",
+            settings.network.as_deref().unwrap_or_default(),
+            hex::encode(network.id)
+        )));
+    }
+    if network.genesis.dataset_root != dataset_root {
+        return Err(NodeError::Config(format!(
+            "the network trains on dataset {}, this node's --data is {}",
+            hex::encode(network.genesis.dataset_root),
+            hex::encode(dataset_root)
+        )));
+    }
+    network.genesis.protocol.apply_to(settings);
+    if Network::load(&saved).map_or(true, |n| n.id != network.id) {
+        network.save(&saved)?;
+    }
+    Ok(network)
+}
+
+/// A network founded by this node alone: its own settings, its own stake.
+fn found(
+    settings: &NodeSettings,
+    identity: &Identity,
+    dataset_root: Hash32,
+) -> Result<Network, NodeError> {
+    let m = &settings.model;
+    Ok(Network::found(
+        identity,
+        NetworkGenesis {
+            dataset_root,
+            founded_ms: now_ms(),
+            protocol: Protocol::from_settings(settings),
+            stakes: vec![(identity.node_id(), FOUNDER_STAKE)],
+            description: format!(
+                "{} layers, d_model {}, vocab {}, {} stages",
+                m.layers, m.d_model, m.vocab, settings.stages
+            ),
+        },
+    )?)
+}
+
+/// Looks the genesis up until it is found or [`LOOKUP_FOR`] has passed (a joiner may start
+/// before its bootstrap peer has published).
+async fn lookup(net: &Net, pin: Option<&Hash32>) -> Result<Network, NodeError> {
+    let key = pin.map_or_else(|| NETWORK_KEY.to_vec(), network_key);
+    let deadline = tokio::time::Instant::now() + LOOKUP_FOR;
+    loop {
+        let values = net.get_record(key.clone()).await.unwrap_or_default();
+        match network::choose(&values, pin) {
+            Ok(n) => return Ok(n),
+            Err(e @ NetworkError::Ambiguous(_)) => return Err(e.into()),
+            Err(e) if tokio::time::Instant::now() >= deadline => return Err(e.into()),
+            Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
+        }
+    }
+}
+
+fn parse_id(hex_id: &str) -> Result<Hash32, NodeError> {
+    hex::decode(hex_id)
+        .ok()
+        .and_then(|b| Hash32::try_from(b).ok())
+        .ok_or_else(|| NodeError::Config(format!("--network {hex_id}: not a 64-digit hex id")))
+}
