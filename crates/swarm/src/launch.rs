@@ -46,8 +46,9 @@ pub(crate) struct Launch<'a> {
     pub cfg: &'a SwarmConfig,
     pub root: PathBuf,
     pub tx: mpsc::Sender<(usize, Line)>,
-    /// The network's signed genesis file.
+    /// The network's signed genesis file, and its id.
     pub network: PathBuf,
+    pub network_id: neuroshard_proof::Hash32,
 }
 
 impl Launch<'_> {
@@ -85,7 +86,13 @@ impl Launch<'_> {
         let cfg = self.cfg;
         let mut s = cfg.node.clone();
         s.data_dir = dir.to_path_buf();
-        s.network_genesis = Some(self.network.clone());
+        // The first nodes get the genesis file; a joiner gets only the network id and learns
+        // the genesis (and with it the model) from the DHT, as a real joiner does.
+        if index < cfg.nodes {
+            s.network_genesis = Some(self.network.clone());
+        } else {
+            s.network = Some(hex::encode(self.network_id));
+        }
         s.listen = vec!["/ip4/127.0.0.1/tcp/0".into()];
         s.bootstrap = bootstrap.map(str::to_string).into_iter().collect();
         s.sync.attack = if cfg.attackers.contains(&index) {

@@ -177,12 +177,13 @@ pub fn run(
     cfg.validate()?;
     let (tx, rx) = mpsc::channel::<(usize, Line)>();
     let root = nodes_dir(&cfg.out);
-    let network = found_network(cfg, genesis, &root)?;
+    let (network, network_id) = found_network(cfg, genesis, &root)?;
     let launch = Launch {
         cfg,
         root,
         tx,
         network,
+        network_id,
     };
     let mut swarm = Swarm {
         cfg,
@@ -222,8 +223,13 @@ pub fn run(
 }
 
 /// Founds the swarm's network: every node that will run (the joiner too) gets its key now
-/// and a stake in the genesis, which node 0 signs. Returns the genesis file every node reads.
-fn found_network(cfg: &SwarmConfig, genesis: &Genesis, root: &Path) -> Result<PathBuf, SwarmError> {
+/// and a stake in the genesis, which node 0 signs. Returns the genesis file the first nodes
+/// read, and the network id.
+fn found_network(
+    cfg: &SwarmConfig,
+    genesis: &Genesis,
+    root: &Path,
+) -> Result<(PathBuf, neuroshard_proof::Hash32), SwarmError> {
     use neuroshard_node::network::{FOUNDER_STAKE, Network, NetworkGenesis, Protocol};
     let members = cfg.nodes + usize::from(cfg.join_at.is_some());
     let mut keys = Vec::with_capacity(members);
@@ -250,7 +256,7 @@ fn found_network(cfg: &SwarmConfig, genesis: &Genesis, root: &Path) -> Result<Pa
     )?;
     let path = root.join(neuroshard_node::network::GENESIS_FILE);
     network.save(&path)?;
-    Ok(path)
+    Ok((path, network.id))
 }
 
 struct Swarm<'a> {

@@ -1,6 +1,7 @@
 //! Gossip and periodic duties of the core: heartbeats, the node's DHT record, proofs and
 //! ledger anti-entropy, and the sync gossip that drives the rounds.
 
+use std::collections::VecDeque;
 use std::time::Instant;
 
 use neuroshard_proof::{Canonical, NodeId, Signed};
@@ -82,12 +83,53 @@ impl NodeCore {
         });
     }
 
+    fn hold_unregistered(&mut self, from: NodeId, data: &[u8], now: Instant) {
+        if self.unregistered.len() >= super::MAX_UNREGISTERED_HELD {
+            self.unregistered.pop_front();
+        }
+        self.unregistered.push_back((from, data.to_vec()));
+        let due = self
+            .asked
+            .get(&from)
+            .is_none_or(|t| now >= *t + super::ASK_REGISTRATION_EVERY);
+        if due {
+            // Bounded like the buffer: a flood of fresh keys cannot grow it.
+            if self.asked.len() >= super::MAX_UNREGISTERED_HELD {
+                self.asked
+                    .retain(|_, t| now < *t + super::ASK_REGISTRATION_EVERY);
+            }
+            if self.asked.len() < super::MAX_UNREGISTERED_HELD {
+                self.asked.insert(from, now);
+                self.ledger_request(from);
+            }
+        }
+    }
+
+    /// Replays held sync messages whose senders are now registered (after ops applied).
+    pub(super) fn replay_registered(&mut self, now: Instant) {
+        let Ok(stage) = u16::try_from(self.stage) else {
+            return;
+        };
+        let ledger = self.economy.ledger();
+        let (ready, held): (VecDeque<_>, VecDeque<_>) = std::mem::take(&mut self.unregistered)
+            .into_iter()
+            .partition(|(n, _)| ledger.is_registered(n, stage));
+        self.unregistered = held;
+        for (from, data) in ready {
+            self.on_sync_gossip(from, &data, now);
+        }
+    }
+
     /// Anti-entropy: asks one random live peer for the proofs this ledger lacks, so a node
     /// that was down or joined late ends with the same ledger as the others.
     pub(super) fn ledger_anti_entropy(&mut self) {
         let Some(peer) = self.pipeline.peers.live_peers().choose(&mut self.rng) else {
             return;
         };
+        self.ledger_request(peer);
+    }
+
+    fn ledger_request(&mut self, peer: NodeId) {
         let Ok(request) = self.economy.sync_request() else {
             return;
         };
@@ -182,6 +224,9 @@ impl NodeCore {
         if retried.applied > 0 {
             self.ledger_applied_event(now);
         }
+        if matches!(outcome, ProofOutcome::Applied { .. }) {
+            self.replay_registered(now);
+        }
         if let ProofOutcome::Rejected(reason) = outcome {
             self.events.push_back(NodeEvent::Dropped {
                 what: Some("op".into()),
@@ -210,6 +255,15 @@ impl NodeCore {
             return;
         };
         if *msg.network() != self.network || usize::from(msg.stage()) != self.stage {
+            return;
+        }
+        // Offers and outcomes count only from replicas registered for the stage: a key
+        // without stake cannot put its pseudo-gradient into the average or vouch for a round.
+        // No penalty: its registration may simply not have reached us yet (a node that
+        // started after it was gossiped). The message waits, and the sender, which holds its
+        // own registration, is asked for its ledger.
+        if !self.economy.ledger().is_registered(&from, msg.stage()) {
+            self.hold_unregistered(from, data, now);
             return;
         }
         match msg {

@@ -46,6 +46,10 @@ pub const REPUBLISH_EVERY: Duration = Duration::from_secs(20);
 pub const ANTI_ENTROPY_EVERY: Duration = HEARTBEAT_EVERY;
 /// How often a due proof is looked for.
 pub const PROOF_POLL_EVERY: Duration = Duration::from_millis(500);
+/// Sync messages held while their sender's registration is on its way (oldest dropped).
+pub const MAX_UNREGISTERED_HELD: usize = 64;
+/// Least time between two ledger requests prompted by one unregistered sender.
+pub const ASK_REGISTRATION_EVERY: Duration = Duration::from_secs(5);
 
 /// Why a batch could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -127,6 +131,10 @@ pub struct NodeCore {
     last_saved: Option<Result<String, EngineError>>,
     /// The latest `now` handled: deadlines before it are due at once, never in a loop.
     last_now: Instant,
+    /// Sync messages from senders not (yet) registered for our stage, replayed once their
+    /// registration arrives, and when we last asked each such sender for its ledger.
+    unregistered: VecDeque<(NodeId, Vec<u8>)>,
+    asked: HashMap<NodeId, Instant>,
 }
 
 impl NodeCore {
@@ -194,6 +202,8 @@ impl NodeCore {
             checkpoint_started: HashMap::new(),
             last_saved: None,
             last_now: start,
+            unregistered: VecDeque::new(),
+            asked: HashMap::new(),
         }
     }
 
@@ -560,6 +570,9 @@ impl NodeCore {
                     return;
                 };
                 let summary = self.economy.on_sync_response(&resp, self.unix_ms(now));
+                if !resp.ops.is_empty() {
+                    self.replay_registered(now);
+                }
                 if summary.applied > 0 || summary.rejected > 0 {
                     let time_ms = self.unix_ms(now);
                     self.events.push_back(NodeEvent::LedgerSync {

@@ -153,11 +153,16 @@ impl RoundState {
 impl NodeCore {
     /// Drives the rounds: after an optimizer step, a round result, sync gossip and timers.
     pub(super) fn poll_rounds(&mut self, now: Instant) {
+        // Co-replicas count (a round waits for them, their votes move us) only while they are
+        // alive and registered for the stage with stake behind them.
+        let stage = u16::try_from(self.stage).unwrap_or(u16::MAX);
+        let ledger = self.economy.ledger();
         let live: BTreeSet<NodeId> = self
             .pipeline
             .peers
             .in_stage(self.stage)
             .map(|(n, _)| *n)
+            .filter(|n| ledger.is_registered(n, stage))
             .collect();
         let steps = self.pipeline.steps_done();
         let actions = self.rounds.syncer.poll(now, steps, &live);

@@ -594,3 +594,54 @@ fn unproduced_proof_kinds_and_claims_beyond_a_stage_mint_nothing() {
         ProofOutcome::Applied { .. }
     ));
 }
+
+/// Attacks on minting: a key without stake cannot register, so receipts it signs back
+/// nothing (a colluding prover's proof waits forever for a registration that cannot come);
+/// a round re-signed with a fresh nonce, a bigger claim or a later timestamp is not paid
+/// again; a round that cannot have happened yet is not paid at all.
+#[test]
+fn sybil_receipts_resigned_rounds_and_future_rounds_mint_nothing() {
+    let (mut a, mut b) = (economy(60), economy(61));
+    registered(&mut [&mut a, &mut b]);
+    let mut sybil = economy(SYBIL_SEEDS);
+    assert!(sybil.register(0, T).is_none(), "no stake, no registration");
+
+    // `a` colludes with the Sybil: it signs a proof backed only by the Sybil's receipt.
+    let ida = test_identity(60);
+    let mut forged = decode(&prove(&mut a, &b, 1, T));
+    forged.round = 2;
+    forged.nonce += 1;
+    forged.receipts = vec![sybil.receipt_for(a.node_id(), 2, forged.pseudo_gradient_hash)];
+    let forged = forged.sign(&ida).to_bytes();
+    assert!(matches!(b.on_proof(&forged, T), ProofOutcome::Parked(_)));
+    assert_eq!(b.balance(&a.node_id()), 0);
+
+    // Round 1 again: new nonce, four times the claim, a later time.
+    let honest = prove(&mut a, &b, 3, T);
+    assert!(matches!(
+        b.on_proof(&honest, T),
+        ProofOutcome::Applied { .. }
+    ));
+    let mut again = decode(&honest);
+    again.nonce += 10;
+    again.tokens *= 4;
+    again.batches *= 4;
+    again.timestamp_ms += 60_000;
+    let again = again.sign(&ida).to_bytes();
+    match b.on_proof(&again, T + 60_000) {
+        ProofOutcome::Rejected(why) => assert!(why.contains("already paid"), "{why}"),
+        other => panic!("a re-signed round was {other:?}"),
+    }
+    assert_eq!(b.balance(&a.node_id()), rules().round_reward);
+
+    // Founded a day before T with rounds of at least 1 s: round 86 401 is in the future.
+    let mut early = decode(&honest);
+    early.round = 86_401;
+    early.nonce += 20;
+    early.receipts = vec![b.receipt_for(a.node_id(), 86_401, early.pseudo_gradient_hash)];
+    match b.on_proof(&early.sign(&ida).to_bytes(), T) {
+        ProofOutcome::Rejected(why) => assert!(why.contains("cannot have happened"), "{why}"),
+        other => panic!("a future round was {other:?}"),
+    }
+    assert_eq!(b.balance(&a.node_id()), rules().round_reward);
+}
