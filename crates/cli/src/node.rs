@@ -93,6 +93,10 @@ pub struct NodeArgs {
     /// Id (hex) of the network to join: the genesis found in the DHT must hash to it.
     #[arg(long)]
     network: Option<String>,
+    /// When this node founds the network: also stake the node with this id (hex, from
+    /// `neuroshard wallet show`), so it can register and be paid. Repeatable.
+    #[arg(long = "stake-for")]
+    stake_for: Vec<neuroshard_proof::NodeId>,
     #[arg(long, default_value_t = 2)]
     stages: usize,
     /// Serve this stage (0 = driver) instead of the one with the fewest live replicas.
@@ -181,6 +185,7 @@ impl NodeArgs {
             sync: self.sync.settings(&self.attack),
             network_genesis: self.network_genesis.clone(),
             network: self.network.clone(),
+            stake_for: self.stake_for.clone(),
         })
     }
 }

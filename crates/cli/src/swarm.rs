@@ -123,6 +123,7 @@ impl SwarmArgs {
             // The swarm founds the network and hands every node its genesis file.
             network_genesis: None,
             network: None,
+            stake_for: Vec::new(),
         };
         let kill = self
             .kill

@@ -77,6 +77,10 @@ pub struct NodeSettings {
     /// The network id (hex) a joiner that learns the genesis from the DHT must find.
     #[serde(default)]
     pub network: Option<String>,
+    /// A founding node's genesis also stakes these nodes (their keys can then register and
+    /// be paid); ignored when the network already exists.
+    #[serde(default)]
+    pub stake_for: Vec<NodeId>,
 }
 
 /// DiLoCo and economy settings (defaults follow the DiLoCo paper where it has one).
@@ -216,6 +220,7 @@ pub(crate) mod tests {
             sync: SyncSettings::default(),
             network_genesis: None,
             network: None,
+            stake_for: Vec::new(),
         }
     }
 

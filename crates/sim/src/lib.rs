@@ -75,6 +75,7 @@ pub fn settings(model: ModelConfig, stages: usize, wait_replicas: usize) -> Node
         },
         network_genesis: None,
         network: None,
+        stake_for: Vec::new(),
     }
 }
 

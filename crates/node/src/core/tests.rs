@@ -52,6 +52,7 @@ fn settings() -> NodeSettings {
         sync: SyncSettings::default(),
         network_genesis: None,
         network: None,
+        stake_for: Vec::new(),
     }
 }
 

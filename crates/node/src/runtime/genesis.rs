@@ -58,7 +58,7 @@ pub async fn resolve(
     Ok(network)
 }
 
-/// A network founded by this node alone: its own settings, its own stake.
+/// A network founded by this node: its own settings; its stake and that of `stake_for`.
 fn found(
     settings: &NodeSettings,
     identity: &Identity,
@@ -71,7 +71,12 @@ fn found(
             dataset_root,
             founded_ms: now_ms(),
             protocol: Protocol::from_settings(settings),
-            stakes: vec![(identity.node_id(), FOUNDER_STAKE)],
+            stakes: std::iter::once(identity.node_id())
+                .chain(settings.stake_for.iter().copied())
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .map(|id| (id, FOUNDER_STAKE))
+                .collect(),
             description: format!(
                 "{} layers, d_model {}, vocab {}, {} stages",
                 m.layers, m.d_model, m.vocab, settings.stages
