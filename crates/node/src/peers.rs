@@ -22,6 +22,9 @@ pub struct PeerInfo {
     pub latency: Option<Duration>,
     /// Our requests to it whose answer (gradient) has not come back.
     pub in_flight: u32,
+    /// Whether micro-batches may be routed to it (the core clears it for a peer that is not
+    /// registered for its stage: its gradients would not be taken).
+    pub routable: bool,
 }
 
 /// The live peers of the network as this node sees them.
@@ -57,6 +60,7 @@ impl PeerTable {
                         last_seen: now,
                         latency: None,
                         in_flight: 0,
+                        routable: true,
                     },
                 );
                 true
@@ -73,6 +77,7 @@ impl PeerTable {
             last_seen: now,
             latency: None,
             in_flight: 0,
+            routable: true,
         });
     }
 

@@ -23,7 +23,7 @@ pub fn candidates(
 ) -> Vec<NodeId> {
     let mut ranked: Vec<(Duration, NodeId)> = table
         .in_stage(stage)
-        .filter(|(id, _)| !exclude.contains(id))
+        .filter(|(id, p)| p.routable && !exclude.contains(id))
         .map(|(id, p)| {
             let ahead = p.queue.saturating_add(p.in_flight);
             (p.latency.unwrap_or(UNMEASURED) + service * ahead, *id)

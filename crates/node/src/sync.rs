@@ -179,15 +179,29 @@ impl Syncer {
     }
 
     /// A signed offer from a co-replica (network and stage already checked by the caller).
-    pub fn on_offer(&mut self, peer: NodeId, node: NodeId, offer: SyncOffer) {
+    pub fn on_offer(
+        &mut self,
+        peer: NodeId,
+        node: NodeId,
+        offer: SyncOffer,
+        now: Instant,
+    ) -> Vec<SyncAction> {
         // Offers of the round just finished still matter: they vouch for the contributors of
         // a larger outcome someone may announce. Round 0 is the genesis state, never offered.
-        if offer.round >= self.round && offer.round > 0 && node != self.me {
-            self.offers
-                .entry(offer.round)
-                .or_default()
-                .insert(node, (peer, offer));
+        if offer.round < self.round || offer.round == 0 || node == self.me {
+            return Vec::new();
         }
+        let round = offer.round;
+        self.offers
+            .entry(round)
+            .or_default()
+            .insert(node, (peer, offer));
+        // An offer that arrives after a larger outcome naming it was announced (it was late,
+        // or held until its sender's registration arrived) lets us recompute that outcome.
+        if round == self.round && self.phase == Phase::Idle && self.dones.contains_key(&round) {
+            return self.compare_outcomes(now);
+        }
+        Vec::new()
     }
 
     /// A signed round outcome from a co-replica.

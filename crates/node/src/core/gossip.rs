@@ -33,6 +33,16 @@ impl NodeCore {
             self.run_actions(actions, now);
         } else {
             self.pipeline.peers.on_heartbeat(from, &hb, now);
+            // Only registered replicas are routed to: an unstaked node that took micro-batches
+            // would hold them until they time out (its gradients are not taken). Its
+            // registration may be on its way: ask it.
+            let registered = self.economy.ledger().is_registered(&from, hb.stage);
+            if let Some(p) = self.pipeline.peers.get_mut(&from) {
+                p.routable = registered;
+            }
+            if !registered {
+                self.ask_registration(from, now);
+            }
         }
     }
 
@@ -88,6 +98,12 @@ impl NodeCore {
             self.unregistered.pop_front();
         }
         self.unregistered.push_back((from, data.to_vec()));
+        self.ask_registration(from, now);
+    }
+
+    /// Asks `from` for its ledger (it holds its own registration), at most once per
+    /// [`super::ASK_REGISTRATION_EVERY`].
+    pub(super) fn ask_registration(&mut self, from: NodeId, now: Instant) {
         let due = self
             .asked
             .get(&from)
@@ -267,7 +283,10 @@ impl NodeCore {
             return;
         }
         match msg {
-            SyncMsg::Offer(offer) => self.rounds.syncer.on_offer(from, from, offer),
+            SyncMsg::Offer(offer) => {
+                let actions = self.rounds.syncer.on_offer(from, from, offer, now);
+                self.run_sync_actions(actions, now);
+            }
             SyncMsg::Done(done) => {
                 for (_, receipt) in done.receipts.iter().filter(|(p, _)| *p == self.me) {
                     // A refused receipt changes nothing; the proof waits for a good one.

@@ -518,6 +518,23 @@ impl NodeCore {
             return;
         }
         let ack = match Msg::from_canonical_bytes(data) {
+            Ok(msg) if !self.sent_by_neighbour_stage(from, &msg) => {
+                // Activations and targets come only from replicas registered for the stage
+                // before, gradients only from the stage after: a key without stake cannot get
+                // its data trained in. Busy, not refused, and no penalty: an honest sender's
+                // registration may not have reached us yet, so we ask it for its ledger.
+                self.ask_registration(from, now);
+                let time_ms = self.unix_ms(now);
+                self.events.push_back(NodeEvent::Dropped {
+                    what: Some(format!("{} message", msg.kind())),
+                    peer: Some(from.to_string()),
+                    stage: Some(self.stage),
+                    round: None,
+                    reason: "sender is not registered for a neighbouring stage".into(),
+                    time_ms,
+                });
+                Ack::Busy
+            }
             Ok(msg) => {
                 let (ack, actions) = self.pipeline.on_message(from, msg, now);
                 self.run_actions(actions, now);
@@ -542,6 +559,17 @@ impl NodeCore {
             token,
             data: ack.to_canonical_bytes(),
         });
+    }
+
+    /// Whether `from` may send `msg`: registered for the stage that sends this kind to us.
+    fn sent_by_neighbour_stage(&self, from: NodeId, msg: &Msg) -> bool {
+        let sender = match msg {
+            Msg::Forward { .. } => self.stage.checked_sub(1),
+            Msg::Backward { .. } => self.stage.checked_add(1),
+        };
+        sender
+            .and_then(|s| u16::try_from(s).ok())
+            .is_some_and(|s| self.economy.ledger().is_registered(&from, s))
     }
 
     /// `_from` is the peer the transport matched the answer to: the one we asked, since

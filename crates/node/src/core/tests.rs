@@ -86,20 +86,49 @@ fn core_at(identity: &Identity, start: Instant, stage: usize, stages: usize) -> 
             addrs: Vec::new(),
             peers: PeerTable::default(),
         },
-        Economy::in_memory(
-            identity.clone(),
-            crate::economy::EconomyConfig::new(NETWORK, &s_model, stages, 1).unwrap(),
-            &neuroshard_ledger::LedgerGenesis::new(
-                neuroshard_ledger::Rules {
-                    network: NETWORK,
-                    ..Default::default()
-                },
-                Vec::new(),
-            )
-            .unwrap(),
-        )
-        .unwrap(),
+        registered_economy(identity, &s_model, stages),
         Box::new(NoData),
+    )
+}
+
+/// An economy whose ledger stakes test identities 0..32 and registers each for every stage
+/// (the core only routes to, and counts, registered replicas).
+fn registered_economy(
+    identity: &Identity,
+    model: &neuroshard_model::ModelConfig,
+    stages: usize,
+) -> Economy {
+    use neuroshard_ledger::{AccountOp, Action, LedgerGenesis, Rules, verify_op};
+    let ids: Vec<Identity> = (0..32).map(test_identity).collect();
+    let rules = Rules {
+        network: NETWORK,
+        ..Default::default()
+    };
+    let stakes = ids
+        .iter()
+        .map(|id| (id.node_id(), rules.min_stake))
+        .collect();
+    let genesis = LedgerGenesis::new(rules, stakes).unwrap();
+    let (mut state, _) = neuroshard_ledger::LedgerState::from_genesis(&genesis).unwrap();
+    for id in &ids {
+        for (nonce, stage) in (0..stages as u16).enumerate() {
+            let op = AccountOp {
+                network: NETWORK,
+                account: id.node_id(),
+                nonce: nonce as u64,
+                timestamp_ms: 1_800_000_000_000,
+                action: Action::Register { stage },
+            };
+            state.apply_op(verify_op(&op.sign(id)).unwrap()).unwrap();
+        }
+    }
+    Economy::resume(
+        identity.clone(),
+        crate::economy::EconomyConfig::new(NETWORK, model, stages, 1).unwrap(),
+        crate::economy::LedgerSnapshot {
+            state,
+            ..Default::default()
+        },
     )
 }
 

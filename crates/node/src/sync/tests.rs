@@ -70,7 +70,7 @@ fn prepare_and_offer(all: &mut [Replica], i: usize, now: Instant) {
     let (node, peer) = (all[i].node, all[i].peer);
     for (j, r) in all.iter_mut().enumerate() {
         if j != i {
-            r.s.on_offer(peer, node, offer.clone());
+            r.s.on_offer(peer, node, offer.clone(), Instant::now());
         }
     }
 }
@@ -290,8 +290,12 @@ fn a_replica_behind_fetches_the_latest_outer_state() {
     all[0].s.on_adopted(3, [7; 32], 0, "behind", Instant::now());
     assert_eq!(all[0].s.round(), 3);
     // Offers of round 5 mean round 4 exists: its base is fetched from an offerer.
-    all[0].s.on_offer(peer2, node2, offer(5, [8; 32]));
-    all[0].s.on_offer(peer, node, offer(5, [8; 32]));
+    all[0]
+        .s
+        .on_offer(peer2, node2, offer(5, [8; 32]), Instant::now());
+    all[0]
+        .s
+        .on_offer(peer, node, offer(5, [8; 32]), Instant::now());
     let acts = all[0].s.poll(now, 1, &l0);
     assert!(matches!(
         acts.as_slice(),
@@ -310,11 +314,11 @@ fn one_dissenting_offer_does_not_move_a_replica_but_a_majority_does() {
     let odd = |base| offer(1, base);
     let l0 = live(&all, 0);
     let (p1, n1, p2, n2) = (all[1].peer, all[1].node, all[2].peer, all[2].node);
-    all[0].s.on_offer(p1, n1, odd([3; 32]));
+    all[0].s.on_offer(p1, n1, odd([3; 32]), Instant::now());
     // One of two co-replicas disagrees: no adoption; the replica follows the offer instead
     // only if it shares the base, which it does not.
     assert!(all[0].s.poll(now, 0, &l0).is_empty());
-    all[0].s.on_offer(p2, n2, odd([3; 32]));
+    all[0].s.on_offer(p2, n2, odd([3; 32]), Instant::now());
     let acts = all[0].s.poll(now, 0, &l0);
     assert!(matches!(
         acts.as_slice(),
@@ -346,7 +350,9 @@ fn a_replica_that_took_its_state_from_a_peer_fetches_a_better_outcome_instead_of
     let (p1, n1, p2, n2) = (all[1].peer, all[1].node, all[2].peer, all[2].node);
     // Both co-replicas offered in round 2 (against θ₀ [3; 32] of round 1) while we were away.
     for (peer, node) in [(p1, n1), (p2, n2)] {
-        all[0].s.on_offer(peer, node, offer(2, [3; 32]));
+        all[0]
+            .s
+            .on_offer(peer, node, offer(2, [3; 32]), Instant::now());
     }
     for (peer, node) in [(p1, n1), (p2, n2)] {
         all[0]
@@ -398,8 +404,10 @@ fn an_outcome_built_on_another_base_is_not_recomputed() {
     let other = [7; 32];
     let bpeer = all[1].peer;
     // b and d offered again against another base (replayed into our view).
-    all[0].s.on_offer(bpeer, b, offer(1, other));
-    all[0].s.on_offer(NodeId([45; 32]), d, offer(1, other));
+    all[0].s.on_offer(bpeer, b, offer(1, other), Instant::now());
+    all[0]
+        .s
+        .on_offer(NodeId([45; 32]), d, offer(1, other), Instant::now());
     all[0].s.on_applied(1, [5; 32], vec![a, c], 4, now);
     let acts = all[0]
         .s
@@ -415,7 +423,9 @@ fn a_round_zero_offer_is_ignored() {
     let mut all = replicas(2);
     let now = Instant::now();
     let (peer, node) = (all[1].peer, all[1].node);
-    all[0].s.on_offer(peer, node, offer(0, [66; 32]));
+    all[0]
+        .s
+        .on_offer(peer, node, offer(0, [66; 32]), Instant::now());
     let l = live(&all, 0);
     let acts = all[0].s.poll(now, 1, &l);
     assert!(
@@ -446,7 +456,9 @@ fn a_single_key_cannot_move_a_stage_to_a_later_round() {
             done(r, [66; 32], vec![b, c]),
             Instant::now(),
         );
-        all[0].s.on_offer(mallory, mallory, offer(r + 1, [66; 32]));
+        all[0]
+            .s
+            .on_offer(mallory, mallory, offer(r + 1, [66; 32]), Instant::now());
     }
     all[0].s.on_hint(mallory, u64::MAX, [66; 32]);
     all[0].s.on_hint(n1, u64::MAX - 1, [66; 32]);
@@ -482,6 +494,47 @@ fn a_stalled_replica_takes_one_live_voucher_and_only_a_live_one() {
             peer: p1,
             hash: [7; 32],
             included: false
+        }]
+    );
+}
+
+/// An offer that arrives after a larger outcome naming it (it was late, or held until its
+/// sender's registration arrived) lets the replica recompute that outcome; before, the
+/// outcome was skipped once and the stage stayed split for the round.
+#[test]
+fn an_offer_arriving_after_a_larger_outcome_lets_the_replica_recompute_it() {
+    let mut all = replicas(3);
+    let now = Instant::now();
+    for i in 0..3 {
+        let l = live(&all, i);
+        all[i].s.poll(now, 4, &l);
+    }
+    prepare_and_offer(&mut all, 0, now);
+    prepare_and_offer(&mut all, 1, now);
+    // Replica 2's offer reaches replica 1 only.
+    let late = offer_of(&all[2].s.on_prepared(1, [12; 32], 100, 12_800, now));
+    let (a, b, c) = (all[0].node, all[1].node, all[2].node);
+    let (peer1, peer2) = (all[1].peer, all[2].peer);
+    all[1].s.on_offer(peer2, c, late.clone(), now);
+    // Replica 0's deadline passes: it aggregates {0, 1}.
+    let after = now + cfg().timeout + Duration::from_millis(1);
+    let l0 = live(&all, 0);
+    assert_eq!(aggregate_of(&all[0].s.poll(after, 4, &l0)), vec![a, b]);
+    all[0].s.on_applied(1, [5; 32], vec![a, b], 4, after);
+    // Replica 1 announces {0, 1, 2}: replica 0 lacks 2's offer, so it cannot check it yet.
+    let acts = all[0]
+        .s
+        .on_done(peer1, b, done(1, [9; 32], vec![a, b, c]), after);
+    assert!(acts.is_empty(), "{acts:?}");
+    let acts = all[0].s.on_offer(peer2, c, late, after);
+    assert_eq!(
+        acts,
+        vec![SyncAction::Verify {
+            round: 1,
+            fetch: vec![(c, peer2, [12; 32])],
+            set: vec![a, b, c],
+            theta: [9; 32],
+            announcer: peer1,
         }]
     );
 }
