@@ -139,7 +139,37 @@ pub struct Syncer {
     last_progress: Option<Instant>,
 }
 
+/// Rounds of offers (and of outcomes) kept per sender: its latest ones. Replicas are at most
+/// a round or two apart, and a replica behind needs only the latest rounds to catch up, so a
+/// sender that announces thousands of future rounds holds this many entries, not thousands.
+pub const ROUNDS_PER_SENDER: usize = 4;
+
+/// Drops `node`'s entries of `by_round` beyond its [`ROUNDS_PER_SENDER`] latest rounds.
+fn keep_latest_per_sender<T>(by_round: &mut BTreeMap<u64, BTreeMap<NodeId, T>>, node: &NodeId) {
+    let mine: Vec<u64> = by_round
+        .iter()
+        .filter(|(_, m)| m.contains_key(node))
+        .map(|(r, _)| *r)
+        .collect();
+    let excess = mine.len().saturating_sub(ROUNDS_PER_SENDER);
+    for round in mine.into_iter().take(excess) {
+        if let Some(m) = by_round.get_mut(&round) {
+            m.remove(node);
+            if m.is_empty() {
+                by_round.remove(&round);
+            }
+        }
+    }
+}
+
 impl Syncer {
+    /// Offers and outcomes held (what a flooding sender could grow).
+    pub fn held(&self) -> usize {
+        let offers: usize = self.offers.values().map(BTreeMap::len).sum();
+        let dones: usize = self.dones.values().map(BTreeMap::len).sum();
+        offers + dones
+    }
+
     pub fn new(cfg: SyncConfig, me: NodeId, round: u64, theta: Hash32, steps: u64) -> Self {
         Self {
             cfg,
@@ -196,6 +226,7 @@ impl Syncer {
             .entry(round)
             .or_default()
             .insert(node, (peer, offer));
+        keep_latest_per_sender(&mut self.offers, &node);
         // An offer that arrives after a larger outcome naming it was announced (it was late,
         // or held until its sender's registration arrived) lets us recompute that outcome.
         if round == self.round && self.phase == Phase::Idle && self.dones.contains_key(&round) {
@@ -220,6 +251,7 @@ impl Syncer {
             .entry(round)
             .or_default()
             .insert(node, (peer, done));
+        keep_latest_per_sender(&mut self.dones, &node);
         if round == self.round && self.phase == Phase::Idle {
             return self.compare_outcomes(now);
         }

@@ -538,3 +538,26 @@ fn an_offer_arriving_after_a_larger_outcome_lets_the_replica_recompute_it() {
         }]
     );
 }
+
+/// A sender that announces offers and outcomes for thousands of future rounds is held to its
+/// latest few; before, every one was kept until the replica reached that round (never).
+#[test]
+fn a_flood_of_future_rounds_from_one_sender_holds_a_few_entries() {
+    let mut all = replicas(3);
+    let (p1, n1) = (all[1].peer, all[1].node);
+    let mallory = NodeId([66; 32]);
+    for r in 1..10_000u64 {
+        all[0]
+            .s
+            .on_offer(mallory, mallory, offer(r, [66; 32]), Instant::now());
+        all[0].s.on_done(
+            mallory,
+            mallory,
+            done(r, [66; 32], vec![mallory]),
+            Instant::now(),
+        );
+    }
+    // An honest co-replica's entries are its own: the flood does not push them out.
+    all[0].s.on_offer(p1, n1, offer(1, BASE), Instant::now());
+    assert_eq!(all[0].s.held(), 2 * ROUNDS_PER_SENDER + 1);
+}
