@@ -49,6 +49,9 @@ pub enum NodeEvent {
     Ready {
         version: u32,
         node: String,
+        /// The network id (hash of its signed genesis).
+        #[serde(default)]
+        network: String,
         /// Transport address book entry (libp2p peer id in real processes).
         peer: Option<String>,
         stage: usize,

@@ -316,6 +316,21 @@ mod tests {
     }
 
     #[test]
+    fn a_joiner_takes_model_and_protocol_from_the_genesis() -> Result<(), NetworkError> {
+        let founder = test_identity(1);
+        let mut g = genesis("ours", Vec::new());
+        g.protocol.model.d_model = 48;
+        g.protocol.sync_every = 7;
+        let ours = Network::found(&founder, g)?;
+        let mut joiner = crate::settings::tests::settings(0);
+        joiner.stages = 9;
+        ours.genesis.protocol.apply_to(&mut joiner);
+        assert_eq!(Protocol::from_settings(&joiner), ours.genesis.protocol);
+        assert_eq!((joiner.model.d_model, joiner.sync.every), (48, 7));
+        Ok(())
+    }
+
+    #[test]
     fn a_bad_genesis_is_refused() {
         let founder = test_identity(1);
         let mut g = genesis("bad", Vec::new());

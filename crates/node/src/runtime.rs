@@ -116,6 +116,7 @@ pub async fn run(mut settings: NodeSettings) -> Result<(), NodeError> {
     emit(&NodeEvent::Ready {
         version: EVENTS_VERSION,
         node: identity.node_id().to_string(),
+        network: hex::encode(network),
         peer: Some(net.transport_id()),
         stage: s.stage,
         role: role.name().into(),
