@@ -42,7 +42,7 @@ pub struct SyncArgs {
     pub byzantine: usize,
     /// Per-input norm bound: a pseudo-gradient longer than this multiple of the round's median
     /// input norm is clipped to it before aggregation (0: off).
-    #[arg(long, default_value_t = 2.0)]
+    #[arg(long, default_value_t = 3.0)]
     pub norm_bound: f64,
     /// Pseudo-gradient compression, e.g. randk:0.25:sign, topk:0.01:int2, fp32.
     #[arg(long, default_value = "randk:0.25:sign")]

@@ -85,8 +85,9 @@ pub struct SyncSettings {
     /// Byzantine replicas per stage the aggregator must tolerate.
     pub byzantine: usize,
     /// No pseudo-gradient counts longer than this multiple of the round's median input norm
-    /// (longer ones are clipped to it before aggregation; 0: off). 2 leaves honest replicas
-    /// that trained more steps than their co-replicas room, and caps a scaled input.
+    /// (longer ones are clipped to it before aggregation; 0: off). At 3, honest offers of the
+    /// simulated networks were over it in 0–1.4% of rounds (at 2: 6–11%: replicas that
+    /// trained more steps than their co-replicas), and a scaled offer counts at most 3×.
     pub norm_bound: f64,
     /// Pseudo-gradient compression, e.g. `randk:0.25:sign`, `topk:0.01:int2`, `fp32`.
     pub compression: String,
@@ -105,7 +106,7 @@ impl Default for SyncSettings {
             timeout_ms: 5_000,
             aggregator: "trimmed-mean".into(),
             byzantine: 1,
-            norm_bound: 2.0,
+            norm_bound: 3.0,
             compression: "randk:0.25:sign".into(),
             outer_lr: 0.7,
             outer_momentum: 0.9,
@@ -244,7 +245,7 @@ mod tests {
         let mut json = serde_json::to_value(settings(0)).unwrap();
         json["sync"].as_object_mut().unwrap().remove("norm_bound");
         let back: NodeSettings = serde_json::from_value(json).unwrap();
-        assert_eq!(back.sync.norm_bound, 2.0);
+        assert_eq!(back.sync.norm_bound, 3.0);
     }
 
     #[test]
