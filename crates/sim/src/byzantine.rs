@@ -123,6 +123,11 @@ impl Adversary {
         for (key, offers) in ready {
             self.answered.insert(key);
             self.forge_round(sim, key, &offers);
+            // Answered rounds are never forged again: their blobs can go.
+            let mut board = self.board.borrow_mut();
+            for o in &offers {
+                board.blobs.remove(&o.blob);
+            }
         }
     }
 
