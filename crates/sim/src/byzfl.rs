@@ -177,3 +177,25 @@ pub fn run(scenario: &Scenario, attack: Attack, seed: u64) -> Result<Outcome, Ru
             .count(),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sybils_are_the_last_replicas_of_their_stage_and_bad_shapes_are_refused() {
+        // Node i serves stage i mod 3: stage 1 is 1, 4, 7, 10, 13.
+        let sc = Scenario::new(3, 5).with_sybils(1, 2).with_sybils(2, 1);
+        assert_eq!(sc.sybil_nodes(), vec![10, 13, 14]);
+        for bad in [
+            Scenario::new(2, 2).with_sybils(1, 2),
+            Scenario::new(2, 3).with_sybils(2, 1),
+            Scenario::new(0, 3),
+        ] {
+            assert!(
+                matches!(run(&bad, Attack::SignFlip, 1), Err(RunError::Shape { .. })),
+                "{bad:?}"
+            );
+        }
+    }
+}
