@@ -12,6 +12,7 @@ mod distance;
 mod error;
 mod krum;
 mod membership;
+mod norm;
 mod weiszfeld;
 
 pub use attack::{Attack, AttackParseError, alie_z, inverse_normal_cdf};
@@ -20,6 +21,7 @@ pub use coord::{mean, median, trim_count, trimmed_mean};
 pub use error::AggregateError;
 pub use krum::{krum, krum_scores, multi_krum};
 pub use membership::{byzantine_count, check_quorum};
+pub use norm::{Clipped, clip_to_median_norm, l2_norm};
 pub use weiszfeld::{CenteredClipping, GeometricMedian, centered_clipping, geometric_median};
 
 /// Coordinates per parallel work item. Fixed so that the order of floating-point reductions is

@@ -18,6 +18,9 @@ pub enum BenchCommand {
     /// A simulated network of N nodes (stand-in compute) running DiLoCo rounds: wall time,
     /// messages and bytes per node per round, peak memory.
     Sim(crate::bench_sim::SimArgs),
+    /// ByzFL attacks (sign-flip, ALIE, IPM, scale, Gaussian) from Sybil replicas in simulated
+    /// networks on the real engine: validation loss against the clean run.
+    Byzantine(crate::bench_byzantine::ByzantineArgs),
 }
 
 #[derive(Args)]
@@ -73,6 +76,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
     match cmd {
         BenchCommand::Step(args) => step(args),
         BenchCommand::Sim(args) => crate::bench_sim::run(args),
+        BenchCommand::Byzantine(args) => crate::bench_byzantine::run(args),
     }
 }
 

@@ -61,6 +61,10 @@ pub struct DilocoArgs {
     /// Byzantine replicas among --replicas; also the f the aggregator is told.
     #[arg(long, default_value_t = 0)]
     byzantine: usize,
+    /// Per-input norm bound as a multiple of the round's median input norm (0: off), as nodes
+    /// apply it (`--norm-bound` of `node`).
+    #[arg(long, default_value_t = 3.0)]
+    norm_bound: f64,
     /// What Byzantine replicas send: none, sign-flip, scale:K, gaussian[:SIGMA], alie, ipm[:EPS], zeros.
     #[arg(long, default_value = "none")]
     attack: String,
@@ -347,6 +351,7 @@ fn run_diloco(
                 outer_momentum: args.outer_momentum,
                 seed: args.seed,
                 attack: Attack::None,
+                norm_bound: args.norm_bound,
             };
             let d = Diloco::new(cfg, t.stage.params()).map_err(anyhow::Error::msg)?;
             Ok((t, d))

@@ -5,6 +5,7 @@ use clap::{Parser, Subcommand};
 
 mod alloc;
 mod bench;
+mod bench_byzantine;
 mod bench_sim;
 mod eval;
 mod experiment;

@@ -40,6 +40,10 @@ pub struct SyncArgs {
     /// least this many and ⌊(n−1)/3⌋ (at least 1), and is refused when n < 2·byzantine + 1.
     #[arg(long, default_value_t = 1)]
     pub byzantine: usize,
+    /// Per-input norm bound: a pseudo-gradient longer than this multiple of the round's median
+    /// input norm is clipped to it before aggregation (0: off).
+    #[arg(long, default_value_t = 3.0)]
+    pub norm_bound: f64,
     /// Pseudo-gradient compression, e.g. randk:0.25:sign, topk:0.01:int2, fp32.
     #[arg(long, default_value = "randk:0.25:sign")]
     pub compression: String,
@@ -56,6 +60,7 @@ impl SyncArgs {
             timeout_ms: self.sync_timeout_ms,
             aggregator: self.aggregator.clone(),
             byzantine: self.byzantine,
+            norm_bound: self.norm_bound,
             compression: self.compression.clone(),
             outer_lr: self.outer_lr,
             outer_momentum: self.outer_momentum,

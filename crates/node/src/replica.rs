@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use neuroshard_aggregate::{Aggregator, Attack};
+use neuroshard_aggregate::{Aggregator, Attack, clip_to_median_norm};
 use neuroshard_model::{AdamW, AdamWConfig, ParamSet};
 use neuroshard_proof::NodeId;
 use neuroshard_train::{CompressSpec, Compressor, DilocoRound, OuterOptimizer, decode};
@@ -45,6 +45,9 @@ pub struct DilocoConfig {
     pub seed: u64,
     /// For robustness experiments: the pseudo-gradient this replica sends instead of its own.
     pub attack: Attack,
+    /// Per-input norm bound as a multiple of the round's median input norm, applied before
+    /// the aggregator (0: off; see `neuroshard_aggregate::clip_to_median_norm`).
+    pub norm_bound: f64,
 }
 
 /// Our offer of a round.
@@ -63,6 +66,8 @@ pub struct Applied {
     pub outer: Arc<Vec<u8>>,
     pub contributors: Vec<NodeId>,
     pub rejected: Vec<(NodeId, String)>,
+    /// Inputs shortened by the norm bound: (sender, norm before, bound).
+    pub clipped: Vec<(NodeId, f64, f64)>,
     pub delta_norm: f64,
 }
 
@@ -469,7 +474,7 @@ impl Diloco {
     }
 
     /// Applies the outer step of `round` from the state `from` over `dense` (in node-id
-    /// order) and shifts the parameters from the current θ₀ to the result. Refused, with
+    /// order, each clipped to the norm bound first) and shifts the parameters from the current θ₀ to the result. Refused, with
     /// nothing changed, when the inputs are too few for the Byzantine count or the step would
     /// leave θ₀ non-finite: the caller keeps θ₀ and treats the round as failed.
     fn aggregate(
@@ -485,8 +490,18 @@ impl Diloco {
         }
         let mut next = from.clone();
         next.set_aggregator(aggregator(&self.cfg, dense.len())?);
-        let inputs: Vec<&Vec<f32>> = dense.values().collect();
-        let outcome = next.apply(&inputs)?;
+        let mut clipped = Vec::new();
+        let outcome = if self.cfg.norm_bound > 0.0 {
+            let mut inputs: Vec<Vec<f32>> = dense.values().cloned().collect();
+            let senders: Vec<NodeId> = dense.keys().copied().collect();
+            for c in clip_to_median_norm(&mut inputs, self.cfg.norm_bound)? {
+                clipped.push((senders[c.index], c.norm, c.bound));
+            }
+            next.apply(&inputs)?
+        } else {
+            let inputs: Vec<&Vec<f32>> = dense.values().collect();
+            next.apply(&inputs)?
+        };
         let included = dense.contains_key(&self.cfg.me);
         self.shift(&next, included, params)?;
         self.outer = next;
@@ -498,6 +513,7 @@ impl Diloco {
             outer,
             contributors: dense.keys().copied().collect(),
             rejected,
+            clipped,
             delta_norm: outcome.delta_norm,
         })
     }

@@ -26,6 +26,8 @@ pub trait SimEngine: Compute {
     fn distance(&self) -> Option<f32> {
         None
     }
+    /// θ₀, the stage's agreed outer parameters (None with DiLoCo off).
+    fn theta(&self) -> Option<Vec<f32>>;
 }
 
 impl SimEngine for StandIn {
@@ -48,6 +50,10 @@ impl SimEngine for StandIn {
 
     fn distance(&self) -> Option<f32> {
         Some(StandIn::distance(self))
+    }
+
+    fn theta(&self) -> Option<Vec<f32>> {
+        self.diloco().map(|d| d.theta().to_vec())
     }
 }
 
@@ -108,6 +114,10 @@ impl SimEngine for RealEngine {
 
     fn spec(&self) -> StageSpec {
         self.spec
+    }
+
+    fn theta(&self) -> Option<Vec<f32>> {
+        self.engine.diloco().map(|d| d.theta().to_vec())
     }
 }
 

@@ -7,17 +7,21 @@
 //! restart, and lets a test rewrite what a node sends (an adversary). One seed gives one
 //! event trace, bit for bit ([`Sim::trace_hash`]).
 
+pub mod byzantine;
+pub mod byzfl;
 mod data;
 mod engine;
 mod link;
 mod sim;
 mod standin;
+mod validate;
 
 pub use data::PatternBatches;
 pub use engine::{EngineCosts, RealEngine, SimEngine};
 pub use link::{LinkModel, Partitions};
 pub use sim::{Built, FactoryError, NodeFactory, Sim, Tamper, Traffic, UNIX_START_MS};
 pub use standin::StandIn;
+pub use validate::validation_loss;
 
 use neuroshard_model::{ModelConfig, StageSpec};
 use neuroshard_node::core::BatchSource;

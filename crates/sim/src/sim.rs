@@ -2,6 +2,7 @@
 //! link model, engines run in place with a virtual cost per job. Nothing reads the wall
 //! clock or an unseeded RNG, so one seed gives one event trace, bit for bit.
 
+mod inject;
 mod joiner;
 
 use std::cmp::Reverse;

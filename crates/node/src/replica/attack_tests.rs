@@ -222,6 +222,50 @@ fn a_declared_byzantine_count_the_inputs_cannot_tolerate_refuses_the_round() {
     assert!(two.apply(1, others(1), &mut q).is_ok());
 }
 
+/// The default swarm's two-replica stage: trimmed mean of two is a plain mean, so one key's
+/// pseudo-gradient scaled by 10⁶ would carry θ₀ with it. The norm bound (3, the default)
+/// clips it to 3× the honest norm first, so θ₀ moves by at most lr·(1 + μ)·(1 + 3)/2·|Δ|
+/// per coordinate.
+#[test]
+fn a_scaled_offer_from_one_of_two_replicas_moves_theta_only_a_bounded_step() {
+    let start = params(17);
+    let n = start.numel();
+    let run = |norm_bound: f64| {
+        let mut config = cfg(1, "fp32");
+        config.aggregator = "trimmed-mean".into();
+        config.byzantine = 1;
+        config.norm_bound = norm_bound;
+        let mut p = start.clone();
+        let mut d = Diloco::new(config, &start).unwrap();
+        let honest = 0.01f32;
+        let flat: Vec<f32> = p.flatten().iter().map(|x| x - honest).collect();
+        p.set_flat(&flat).unwrap();
+        d.prepare(1, &p).unwrap();
+        let forged = Attack::Scale(1e6)
+            .forge(&[vec![honest; n]], 1, &mut rand::rng())
+            .pop()
+            .unwrap();
+        let mut c = Compressor::new("fp32".parse().unwrap(), n);
+        let liar = vec![(NodeId([2; 32]), c.compress(&forged).unwrap())];
+        let applied = d.apply(1, liar, &mut p).unwrap();
+        let moved = d
+            .theta()
+            .iter()
+            .zip(start.flatten())
+            .map(|(t, s)| (t - s).abs())
+            .fold(0.0f32, f32::max);
+        (moved, applied.clipped)
+    };
+    let (moved, clipped) = run(3.0);
+    assert!(moved <= 0.7 * 1.9 * 2.0 * 0.01 * 1.001, "θ₀ moved {moved}");
+    assert_eq!(clipped.len(), 1);
+    assert_eq!(clipped[0].0, NodeId([2; 32]));
+    // Without the bound the same offer moves θ₀ by about 0.7·1.9·10⁶·0.01/2 ≈ 6650.
+    let (unbounded, none) = run(0.0);
+    assert!(unbounded > 1000.0, "θ₀ moved {unbounded}");
+    assert!(none.is_empty());
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 

@@ -33,6 +33,7 @@ pub(crate) fn cfg(me: u8, compression: &str) -> DilocoConfig {
         outer_momentum: 0.9,
         seed: 5,
         attack: Attack::None,
+        norm_bound: 0.0,
     }
 }
 
