@@ -19,7 +19,9 @@ use crate::train::{ModelArgs, StepArgs, open_or_build_default};
 
 #[derive(Args)]
 pub struct SwarmArgs {
-    #[arg(long, default_value_t = 4)]
+    /// Node processes. Six make 2 stages × 3 replicas: the fewest replicas a stage needs for
+    /// the robust aggregator to tolerate one Byzantine replica (two allow no robust rule).
+    #[arg(long, default_value_t = 6)]
     nodes: usize,
     #[arg(long, default_value_t = 2)]
     stages: usize,

@@ -362,22 +362,12 @@ impl Ledger {
 
     /// Every stored op envelope by (account, nonce).
     pub fn all_ops(&self) -> Result<BTreeMap<(NodeId, u64), Vec<u8>>, StoreError> {
-        let mut stmt = self
-            .conn
-            .prepare_cached("SELECT account, nonce, wire FROM ops")?;
-        let rows = stmt.query_map([], |r| {
-            Ok((
-                r.get::<_, Vec<u8>>(0)?,
-                from_sql(r.get(1)?),
-                r.get::<_, Vec<u8>>(2)?,
-            ))
-        })?;
-        let mut out = BTreeMap::new();
-        for row in rows {
-            let (account, nonce, wire) = row?;
-            out.insert((NodeId(blob32(account)?), nonce), wire);
-        }
-        Ok(out)
+        Ok(
+            keyed_blobs(&self.conn, "SELECT account, nonce, wire FROM ops")?
+                .into_iter()
+                .map(|(account, nonce, wire)| ((account, nonce), wire))
+                .collect(),
+        )
     }
 
     /// Signed op envelopes stored for an account, in nonce order (for audit and re-gossip).
@@ -523,20 +513,10 @@ fn load(conn: &Connection) -> Result<LedgerState, StoreError> {
     }
 
     let triples = |sql: &str| -> Result<Vec<(NodeId, u64, Hash32)>, StoreError> {
-        let mut stmt = conn.prepare(sql)?;
-        let rows = stmt.query_map([], |r| {
-            Ok((
-                r.get::<_, Vec<u8>>(0)?,
-                from_sql(r.get(1)?),
-                r.get::<_, Vec<u8>>(2)?,
-            ))
-        })?;
-        let mut out = Vec::new();
-        for row in rows {
-            let (node, nonce, hash) = row?;
-            out.push((NodeId(blob32(node)?), nonce, blob32(hash)?));
-        }
-        Ok(out)
+        keyed_blobs(conn, sql)?
+            .into_iter()
+            .map(|(node, nonce, hash)| Ok((node, nonce, blob32(hash)?)))
+            .collect()
     };
     let mut proofs = Vec::new();
     let mut stmt = conn.prepare("SELECT node, nonce, hash, round_key FROM proofs")?;
@@ -584,6 +564,24 @@ fn load(conn: &Connection) -> Result<LedgerState, StoreError> {
         minted,
         burned,
     }))
+}
+
+/// Rows of (node id, integer, blob) from `sql`.
+fn keyed_blobs(conn: &Connection, sql: &str) -> Result<Vec<(NodeId, u64, Vec<u8>)>, StoreError> {
+    let mut stmt = conn.prepare_cached(sql)?;
+    let rows = stmt.query_map([], |r| {
+        Ok((
+            r.get::<_, Vec<u8>>(0)?,
+            from_sql(r.get(1)?),
+            r.get::<_, Vec<u8>>(2)?,
+        ))
+    })?;
+    let mut out = Vec::new();
+    for row in rows {
+        let (node, n, blob) = row?;
+        out.push((NodeId(blob32(node)?), n, blob));
+    }
+    Ok(out)
 }
 
 /// History kinds as stored, for callers that want to filter.

@@ -6,20 +6,19 @@ use std::time::Duration;
 use neuroshard_node::events::NodeEvent;
 use neuroshard_sim::{EngineCosts, EngineKind, Factory, LinkModel, Sim, settings, tiny_model};
 
-/// 2 stages × 3 replicas on the stand-in, plain mean (no robustness to hide behind), node 5
-/// (a replica of stage 1) sending its pseudo-gradient scaled ×1000.
-fn run(staked: bool) -> Sim {
+/// 2 stages × 3 replicas on the stand-in (nodes alternate stages), with `aggregator`, whose
+/// drivers stop after `steps` and whose `attacker` sends `attack`.
+fn network(seed: u64, aggregator: &str, steps: u64, attacker: usize, attack: &str) -> Sim {
     let (stages, n) = (2, 6);
-    // The unstaked node never counts as a live replica: wait for the two staked ones.
+    // An unstaked node never counts as a live replica: wait for the two staked ones.
     let mut s = settings(tiny_model(), stages, 2);
-    s.sync.aggregator = "mean".into();
-    // The drivers stop, so the last proofs settle before the ledgers are compared.
-    s.steps = 100;
+    s.sync.aggregator = aggregator.into();
+    s.steps = steps;
     let mut factory = Factory::new(s.clone(), EngineKind::StandIn);
-    factory.attack = "scale:1000".into();
+    factory.attack = attack.into();
     let attackers = factory.attackers.clone();
     let mut sim = Sim::new(
-        5,
+        seed,
         s,
         LinkModel::lan(),
         EngineCosts::default(),
@@ -28,7 +27,15 @@ fn run(staked: bool) -> Sim {
     for i in 0..n {
         sim.add_node(i % stages, Duration::from_millis(10 * i as u64));
     }
-    attackers.lock().unwrap().insert(sim.node_id(5));
+    attackers.lock().unwrap().insert(sim.node_id(attacker));
+    sim
+}
+
+/// Plain mean (no robustness to hide behind), node 5 (a replica of stage 1) sending its
+/// pseudo-gradient scaled ×1000; the drivers stop, so the last proofs settle before the
+/// ledgers are compared.
+fn run(staked: bool) -> Sim {
+    let mut sim = network(5, "mean", 100, 5, "scale:1000");
     if !staked {
         sim.without_stake(5);
     }
