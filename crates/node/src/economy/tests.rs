@@ -248,14 +248,6 @@ proptest! {
         let reference = replay(&[0, 1, 2, 3, 4, 5], false);
         prop_assert_eq!(replay(&order, learn_late), reference);
     }
-
-    #[test]
-    fn random_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
-        let mut e = economy(20);
-        prop_assert!(matches!(e.on_proof(&bytes, T), ProofOutcome::Rejected(_)));
-        let _ = LedgerSyncRequest::from_canonical_bytes(&bytes);
-        let _ = LedgerSyncResponse::from_canonical_bytes(&bytes);
-    }
 }
 
 #[test]
