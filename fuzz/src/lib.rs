@@ -3,6 +3,18 @@
 
 use std::sync::LazyLock;
 
+#[cfg(feature = "node")]
+pub mod node;
+
+/// What the transport targets serve and fetch (feature `net`).
+#[cfg(feature = "net")]
+pub mod net {
+    /// The blob the fetch target asks for: one chunk, so a seed holds a whole fetch.
+    pub const BLOB: &[u8] = b"a pseudo-gradient blob, small enough that one chunk carries it";
+    /// The fetch cap: a lying total up to three chunks is allocated, a larger one refused.
+    pub const BLOB_MAX: usize = 3 * neuroshard_net::CHUNK_SIZE;
+}
+
 use neuroshard_data::{
     BuildParams, Dtype, HexHash, MANIFEST_FORMAT, Manifest, ManifestError, ShardEntry, ShardError,
     ShardView, Split, SplitCounts, Stats, TOKENIZER_FILE, TokenizerInfo, encode_shard, merkle_root,
@@ -46,10 +58,12 @@ pub fn sample_ops() -> Vec<AccountOp> {
         },
         Action::Unstake { amount: 100 },
         Action::Burn { amount: 7 },
+        Action::Register { stage: 1 },
     ];
     actions
         .into_iter()
         .map(|action| AccountOp {
+            network: neuroshard_proof::fixtures::TEST_NETWORK,
             account: ALICE.node_id(),
             nonce: 0,
             timestamp_ms: T0,

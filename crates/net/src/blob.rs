@@ -172,8 +172,9 @@ where
             max: max_len,
         });
     }
-    // total <= max_len, so it fits in usize.
-    let mut out = Vec::with_capacity(total as usize);
+    // Grow with the chunks actually received: a first response that merely claims `max_len`
+    // must not make us allocate it. (total <= max_len, so it fits in usize.)
+    let mut out = Vec::with_capacity((total as usize).min(PARALLEL_CHUNKS * CHUNK_SIZE));
     out.extend_from_slice(data);
     drop(first);
 
@@ -267,5 +268,70 @@ mod tests {
         long.extend_from_slice(&[0; 11]);
         assert!(decode_response(&long, 0, None).is_err());
         assert!(decode_response(&header(OK, u64::MAX), u64::MAX, None).is_err());
+    }
+
+    /// A fetch from a peer that answers the i-th chunk request with `responses[i]`.
+    fn fetch_scripted(
+        responses: &[Vec<u8>],
+        hash: [u8; 32],
+        max_len: usize,
+    ) -> Result<Vec<u8>, NetError> {
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let send = |_req: Vec<u8>| {
+            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let resp = responses.get(i).cloned().unwrap_or_default();
+            async move { Ok(resp) }
+        };
+        futures::executor::block_on(fetch(send, hash, max_len))
+    }
+
+    #[test]
+    fn a_claimed_length_is_not_allocated_up_front() {
+        // 10 bytes of response claim a 1 GiB blob the cap allows.
+        let max = 1 << 30;
+        let mut first = header(OK, max as u64);
+        first.extend_from_slice(&[0; CHUNK_SIZE]);
+        let (result, largest) = neuroshard_mutate::largest_allocation(|| {
+            fetch_scripted(&[first.clone()], [3; 32], max)
+        });
+        assert!(result.is_err());
+        assert!(largest <= 8 * CHUNK_SIZE, "{largest} bytes allocated");
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(128))]
+
+        /// Valid chunk requests and responses of a small and a multi-chunk blob, mutated: the
+        /// server answers within one chunk, a fetch returns the blob or an error, and nothing
+        /// allocates beyond a few chunks.
+        #[test]
+        fn mutated_requests_and_responses(
+            len in proptest::prop_oneof![0usize..100, (CHUNK_SIZE - 2)..(CHUNK_SIZE + 3)],
+            which in 0usize..3,
+            m in neuroshard_mutate::mutations(),
+        ) {
+            let store = BlobStore::default();
+            let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+            let hash = store.insert(Arc::new(data.clone()));
+            let count = chunk_count(len as u64);
+            let bad_request = neuroshard_mutate::apply(&encode_request(&hash, count - 1), &m);
+            let served = store.serve(&bad_request);
+            proptest::prop_assert!(served.len() >= HEADER_LEN);
+            proptest::prop_assert!(served.len() <= MAX_RESPONSE);
+            if served[0] == OK {
+                proptest::prop_assert!(bad_request.starts_with(&hash));
+            }
+            let mut responses: Vec<Vec<u8>> =
+                (0..count).map(|i| store.serve(&encode_request(&hash, i))).collect();
+            let i = which % responses.len();
+            responses[i] = neuroshard_mutate::apply(&responses[i], &m);
+            let (fetched, largest) = neuroshard_mutate::largest_allocation(|| {
+                fetch_scripted(&responses, hash, 4 * CHUNK_SIZE)
+            });
+            proptest::prop_assert!(largest <= 8 * CHUNK_SIZE, "{largest} bytes");
+            if let Ok(blob) = fetched {
+                proptest::prop_assert_eq!(blob, data);
+            }
+        }
     }
 }

@@ -287,6 +287,63 @@ mod tests {
         });
     }
 
+    /// Reads request frames until the stream ends or one is refused.
+    fn read_all(c: &mut FrameCodec, stream: &[u8]) -> Vec<io::Result<Vec<u8>>> {
+        let mut buf = Cursor::new(stream);
+        let mut out = Vec::new();
+        futures::executor::block_on(async {
+            while (buf.position() as usize) < stream.len() {
+                let frame = c.read_request(&proto(), &mut buf).await;
+                let stop = frame.is_err();
+                out.push(frame);
+                if stop {
+                    break;
+                }
+            }
+        });
+        out
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+        /// A stream of valid frames, mutated: every frame read is within the cap and is the
+        /// bytes that followed its header; a refused header is over the cap; a length field
+        /// claiming more than arrived allocates no more than arrived (plus one read buffer).
+        #[test]
+        fn mutated_frame_streams(
+            frames in proptest::collection::vec(proptest::collection::vec(0u8..=255, 0..300), 1..4),
+            cap in 1usize..400,
+            m in neuroshard_mutate::mutations(),
+        ) {
+            let mut c = codec(cap);
+            let mut stream = Cursor::new(Vec::new());
+            futures::executor::block_on(async {
+                for f in &frames {
+                    let _ = c.write_request(&proto(), &mut stream, f.clone()).await;
+                }
+            });
+            let bad = neuroshard_mutate::apply(stream.get_ref(), &m);
+            let (read, largest) = neuroshard_mutate::largest_allocation(|| read_all(&mut c, &bad));
+            proptest::prop_assert!(largest <= 2 * bad.len() + 64 * 1024, "{largest} bytes");
+            let mut at = 0;
+            for frame in read {
+                match frame {
+                    Ok(f) => {
+                        proptest::prop_assert!(f.len() <= cap);
+                        proptest::prop_assert_eq!(&bad[at + 4..at + 4 + f.len()], &f[..]);
+                        at += 4 + f.len();
+                    }
+                    Err(e) => {
+                        if let Some((len, max)) = frame_too_large(&e) {
+                            proptest::prop_assert!(len > max && max == cap);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn truncated_frames_are_errors() {
         futures::executor::block_on(async {

@@ -7,6 +7,8 @@ mod blob;
 mod codec;
 mod config;
 mod error;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 mod ids;
 mod net;
 mod task;
@@ -21,3 +23,8 @@ pub use config::{
 pub use error::NetError;
 pub use net::{Net, NetEvent, ResponseChannel};
 pub use neuroshard_proof::NodeId;
+
+// Decoder tests measure their largest allocation; the allocator forwards to the system's.
+#[cfg(test)]
+#[global_allocator]
+static ALLOC: neuroshard_mutate::TrackingAlloc = neuroshard_mutate::TrackingAlloc;

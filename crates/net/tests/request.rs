@@ -1,7 +1,4 @@
 mod common;
-
-use std::time::{Duration, Instant};
-
 use common::*;
 use neuroshard_net::{Net, NetConfig, NetError, NetEvent};
 use tokio::sync::mpsc::Receiver;
@@ -101,16 +98,12 @@ async fn request_to_a_stopped_node_fails_fast() {
         matches!(e, NetEvent::PeerDisconnected(p) if p == b_id).then_some(())
     })
     .await;
-    let t = Instant::now();
-    let err = a.request(b_id, vec![1]).await.unwrap_err();
+    // Failing fast shows in the error, not the clock: a request left to hang would end in
+    // NetError::Timeout (or trip the bound), never in a dial failure or a closed connection.
+    let err = bounded(a.request(b_id, vec![1])).await.unwrap_err();
     assert!(
         matches!(err, NetError::DialFailure(_) | NetError::ConnectionClosed),
         "{err}"
-    );
-    assert!(
-        t.elapsed() < Duration::from_secs(3),
-        "took {:?}",
-        t.elapsed()
     );
     // A node never met, with no address: refused at once, not a hang.
     let stranger = neuroshard_proof::Identity::from_secret_bytes(&secret(99))

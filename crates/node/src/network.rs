@@ -34,13 +34,15 @@ pub struct Protocol {
     pub micro_batches: usize,
     pub seq: usize,
     /// DiLoCo: inner steps per round, aggregator, Byzantine replicas tolerated, compression,
-    /// outer step.
+    /// outer step, norm bound.
     pub sync_every: u64,
     pub aggregator: String,
     pub byzantine: usize,
     pub compression: String,
     pub outer_lr: f32,
     pub outer_momentum: f32,
+    /// Offers longer than this multiple of the round's lower-median norm are clipped.
+    pub norm_bound: f64,
     /// Economy: stake to register, reward per (node, stage, round), shortest round, and the
     /// distinct registered co-replicas whose receipts a training proof needs.
     pub min_stake: u64,
@@ -64,6 +66,7 @@ impl Protocol {
             compression: s.sync.compression.clone(),
             outer_lr: s.sync.outer_lr,
             outer_momentum: s.sync.outer_momentum,
+            norm_bound: s.sync.norm_bound,
             min_stake: neuroshard_ledger::rules::DEFAULT_MIN_STAKE,
             round_reward: neuroshard_ledger::rules::DEFAULT_ROUND_REWARD,
             min_round_ms: neuroshard_ledger::rules::DEFAULT_MIN_ROUND_MS,
@@ -84,6 +87,7 @@ impl Protocol {
         s.sync.compression = self.compression.clone();
         s.sync.outer_lr = self.outer_lr;
         s.sync.outer_momentum = self.outer_momentum;
+        s.sync.norm_bound = self.norm_bound;
     }
 }
 

@@ -141,6 +141,10 @@ pub struct Pipeline {
     pub peers: PeerTable,
     stash: BTreeMap<MicroBatchId, Stashed>,
     outstanding: BTreeMap<MicroBatchId, Outstanding>,
+    /// Every replica each recent micro-batch was sent to, and when it was last sent: a
+    /// gradient from one that timed out before the micro-batch was re-sent is a slow answer,
+    /// not a forged one.
+    sent_to: BTreeMap<MicroBatchId, (BTreeSet<NodeId>, Instant)>,
     backward_jobs: VecDeque<Job>,
     forward_jobs: VecDeque<Job>,
     step_job: Option<Job>,
@@ -164,6 +168,7 @@ impl Pipeline {
             peers: PeerTable::default(),
             stash: BTreeMap::new(),
             outstanding: BTreeMap::new(),
+            sent_to: BTreeMap::new(),
             backward_jobs: VecDeque::new(),
             forward_jobs: VecDeque::new(),
             step_job: None,
@@ -360,18 +365,32 @@ impl Pipeline {
         if self.is_last() {
             return Err("the last stage takes no gradient".into());
         }
+        let sent_earlier = self
+            .sent_to
+            .get(&mb)
+            .is_some_and(|(to, _)| to.contains(&from));
         let Some(out) = self.outstanding.get(&mb) else {
+            if sent_earlier {
+                // Re-sent after a timeout and answered elsewhere first: slow, not dishonest.
+                return Ok(Ack::Rejected(format!(
+                    "micro-batch {} was already answered",
+                    mb.short()
+                )));
+            }
             return Err(format!(
                 "gradient for micro-batch {} this node never sent",
                 mb.short()
             ));
         };
-        if out.to != Some(from) {
+        // A replica it was sent to before a failover may still answer first; its gradient is
+        // as good as the new one's.
+        if out.to != Some(from) && !sent_earlier {
             return Err(format!(
                 "gradient for micro-batch {} from a replica it was not sent to",
                 mb.short()
             ));
         }
+        let waiting_on = out.to;
         grad.validate(&self.cfg.model).map_err(|e| e.to_string())?;
         if !loss.is_finite() {
             return Err(format!("loss {loss} is not finite"));
@@ -393,8 +412,9 @@ impl Pipeline {
         stashed.loss = Some(loss);
         let input = stashed.input.clone();
         self.outstanding.remove(&mb);
-        if let Some(p) = self.peers.get_mut(&from) {
-            p.in_flight = p.in_flight.saturating_sub(1);
+        // The replica it waited on (a timed-out one was released when it timed out).
+        if let Some(to) = waiting_on {
+            self.release(&to);
         }
         self.backward_jobs.push_back(Job::Backward {
             mb,
@@ -478,13 +498,7 @@ impl Pipeline {
                 {
                     losses.push(l);
                 }
-                self.accumulated += 1;
-                if self.accumulated >= self.cfg.micro_batches {
-                    self.accumulated = 0;
-                    self.step_job = Some(Job::Step {
-                        step: self.steps_done,
-                    });
-                }
+                self.count_backward();
             }
             JobDone::Step {
                 step,
@@ -526,15 +540,39 @@ impl Pipeline {
                 }
             }
             JobDone::Failed { mb, error } => {
-                // Bad work is dropped; the sender's timeout routes it again elsewhere.
+                // Bad work is dropped; the sender's timeout routes it again elsewhere. The
+                // driver's own micro-batches have no sender: one that fails is given up and
+                // counted toward the step (it adds no gradient), or the step, and training,
+                // would wait for it forever.
                 if let Some(mb) = mb {
+                    let own = self.is_first()
+                        && mb.origin == self.node
+                        && self.stash.contains_key(&mb)
+                        && self
+                            .driver_step
+                            .as_ref()
+                            .is_some_and(|(step, _, _)| *step == mb.step);
                     self.stash.remove(&mb);
+                    if own {
+                        self.count_backward();
+                    }
                 }
                 actions.push(self.warning(now, format!("compute failed: {error}")));
             }
         }
         actions.extend(self.dispatch());
         actions
+    }
+
+    /// One more micro-batch done toward the optimizer step.
+    fn count_backward(&mut self) {
+        self.accumulated += 1;
+        if self.accumulated >= self.cfg.micro_batches {
+            self.accumulated = 0;
+            self.step_job = Some(Job::Step {
+                step: self.steps_done,
+            });
+        }
     }
 
     /// Sends (or re-sends) an outstanding micro-batch to the best replica not yet tried.
@@ -572,6 +610,12 @@ impl Pipeline {
             )];
         }
         let to = picks.remove(0);
+        let sent = self
+            .sent_to
+            .entry(mb)
+            .or_insert_with(|| (BTreeSet::new(), now));
+        sent.0.insert(to);
+        sent.1 = now;
         out.tried.insert(to);
         out.to = Some(to);
         out.state = SendState::Sending;
@@ -747,6 +791,13 @@ impl Pipeline {
                 || outstanding.contains_key(mb)
                 || now.saturating_duration_since(s.since) < horizon
         });
+        // A replica still answering this long after its last send has no answer worth taking.
+        self.sent_to.retain(|mb, (_, at)| {
+            outstanding.contains_key(mb) || now.saturating_duration_since(*at) < horizon
+        });
         actions
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -189,9 +189,31 @@ proptest! {
         }
     }
 
+    /// A valid message, mutated, read by a receiver that expects another length: an Ok
+    /// vector has the expected length, whatever the message claims.
     #[test]
-    fn random_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..64), len in 0usize..40) {
-        let _ = decode(&bytes, len);
+    fn mutated_messages_for_another_length(
+        a in prop::collection::vec(-1e3f32..1e3, 1..200),
+        spec in prop_oneof![
+            Just("topk:0.1:int8:chunk=64"),
+            Just("randk:0.25:int2:chunk=50"),
+            Just("topk:0.5:int8:chunk=16:dct"),
+            Just("topk:1:fp32:chunk=300"),
+        ],
+        expected in 0usize..400,
+        mutations in neuroshard_mutate::mutations(),
+    ) {
+        let spec: CompressSpec = spec.parse().unwrap();
+        let msg = Compressor::with_seed(spec, a.len(), 3).compress(&a).unwrap();
+        let bad = neuroshard_mutate::apply(&msg, &mutations);
+        let (decoded, largest) = neuroshard_mutate::largest_allocation(|| decode(&bad, expected));
+        prop_assert!(largest <= 8 * expected + 1024, "{largest} bytes for {expected} values");
+        if let Ok(v) = decoded {
+            prop_assert_eq!(v.len(), expected);
+        }
+        if expected != a.len() {
+            prop_assert!(decode(&msg, expected).is_err());
+        }
     }
 }
 

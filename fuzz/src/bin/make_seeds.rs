@@ -1,6 +1,11 @@
-//! Writes a seed corpus of valid messages for every fuzz target:
-//! `cargo run --manifest-path fuzz/Cargo.toml --bin make-seeds -- fuzz/corpus`.
-//! The `model_meta` seeds are plain JSON written here, so this needs no model crate.
+//! Writes a seed corpus of valid messages for every fuzz target into the directory named by
+//! the first argument (default `corpus`), then exits: `make-seeds fuzz/corpus`.
+//!
+//! It is built like the targets, by `cargo fuzz build`, because a plain binary cannot link
+//! against crates built with coverage instrumentation; so it is a libFuzzer binary whose
+//! initialisation does the work and exits before any fuzzing. The `model_meta` seeds are plain
+//! JSON written here, so this needs no model crate.
+#![no_main]
 
 use std::fs;
 use std::path::Path;
@@ -16,9 +21,28 @@ fn write(root: &Path, target: &str, name: &str, bytes: &[u8]) -> std::io::Result
     fs::write(dir.join(name), bytes)
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let root = std::env::args().nth(1).unwrap_or_else(|| "corpus".into());
-    let root = Path::new(&root);
+libfuzzer_sys::fuzz_target!(
+    init: {
+        let root = std::env::args().nth(1).unwrap_or_else(|| "corpus".into());
+        let code = match write_all(Path::new(&root)) {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("make-seeds: {e}");
+                1
+            }
+        };
+        exit(code);
+    },
+    |_data: &[u8]| {}
+);
+
+/// Ends the process before libFuzzer starts (a `()` function, so the macro's fuzzing code
+/// after the init block does not read as unreachable).
+fn exit(code: i32) {
+    std::process::exit(code)
+}
+
+fn write_all(root: &Path) -> Result<(), Box<dyn std::error::Error>> {
     for (i, proof) in sample_proofs().iter().enumerate() {
         write(
             root,
@@ -108,5 +132,141 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "meta.json",
         &serde_json::to_vec_pretty(&meta)?,
     )?;
+    #[cfg(feature = "net")]
+    net_seeds(root)?;
+    #[cfg(feature = "node")]
+    node_seeds(root)?;
+    Ok(())
+}
+
+/// `mode || payload`: the first byte selects what a target does with the rest.
+fn moded(mode: u8, payload: &[u8]) -> Vec<u8> {
+    let mut out = vec![mode];
+    out.extend_from_slice(payload);
+    out
+}
+
+#[cfg(feature = "net")]
+fn net_seeds(root: &Path) -> Result<(), Box<dyn std::error::Error>> {
+    use neuroshard_fuzz::net::BLOB;
+    use neuroshard_net::fuzzing::{blob_request, peer_bytes_of, write_frame};
+
+    let mut stream = vec![0, 16];
+    for frame in [&b"hello"[..], &[], &[7; 200]] {
+        stream.extend(write_frame(frame, 256)?);
+    }
+    write(root, "net_frame", "frames", &stream)?;
+    let hash = *blake3::hash(BLOB).as_bytes();
+    for index in [0, 1] {
+        write(
+            root,
+            "net_frame",
+            &format!("request{index}"),
+            &moded(1, &blob_request(&hash, index)),
+        )?;
+    }
+    let mut response = vec![0];
+    response.extend((BLOB.len() as u64).to_be_bytes());
+    response.extend(BLOB);
+    write(
+        root,
+        "net_frame",
+        "fetch",
+        &moded(2, &write_frame(&response, usize::MAX)?),
+    )?;
+    let peer = peer_bytes_of(&ALICE.public_key().to_bytes())?;
+    write(root, "net_frame", "peer", &moded(3, &peer))?;
+    Ok(())
+}
+
+#[cfg(feature = "node")]
+fn node_seeds(root: &Path) -> Result<(), Box<dyn std::error::Error>> {
+    use neuroshard_fuzz::node::*;
+
+    for (i, m) in sample_msgs().iter().enumerate() {
+        write(
+            root,
+            "node_wire",
+            &format!("msg{i}"),
+            &m.to_canonical_bytes(),
+        )?;
+    }
+    for (i, a) in sample_acks().iter().enumerate() {
+        write(
+            root,
+            "node_wire",
+            &format!("ack{i}"),
+            &a.to_canonical_bytes(),
+        )?;
+    }
+    for (i, m) in sample_sync().iter().enumerate() {
+        let wire = Signed::sign(&ALICE, m).to_bytes();
+        write(root, "node_sync", &format!("wire{i}"), &moded(0, &wire))?;
+        let payload = m.to_canonical_bytes();
+        write(
+            root,
+            "node_sync",
+            &format!("payload{i}"),
+            &moded(1, &payload),
+        )?;
+    }
+    let theta = sample_theta_record();
+    let wire = Signed::sign(&ALICE, &theta).to_bytes();
+    write(root, "node_sync", "theta_wire", &moded(0, &wire))?;
+    let payload = theta.to_canonical_bytes();
+    write(root, "node_sync", "theta_payload", &moded(1, &payload))?;
+
+    let hb = sample_heartbeat();
+    let node = sample_node_record();
+    let net = sample_network_genesis();
+    write(
+        root,
+        "node_records",
+        "hb_wire",
+        &moded(0, &Signed::sign(&ALICE, &hb).to_bytes()),
+    )?;
+    write(
+        root,
+        "node_records",
+        "node_wire",
+        &moded(0, &Signed::sign(&ALICE, &node).to_bytes()),
+    )?;
+    write(
+        root,
+        "node_records",
+        "net_wire",
+        &moded(0, &Signed::sign(&ALICE, &net).to_bytes()),
+    )?;
+    write(
+        root,
+        "node_records",
+        "hb",
+        &moded(1, &hb.to_canonical_bytes()),
+    )?;
+    write(
+        root,
+        "node_records",
+        "node",
+        &moded(2, &node.to_canonical_bytes()),
+    )?;
+    write(
+        root,
+        "node_records",
+        "net",
+        &moded(3, &net.to_canonical_bytes()),
+    )?;
+
+    let request = sample_sync_request().to_canonical_bytes();
+    write(root, "ledger_sync", "request", &moded(0, &request))?;
+    let response = sample_sync_response().to_canonical_bytes();
+    write(root, "ledger_sync", "response", &moded(1, &response))?;
+
+    if let Some(outer) = sample_outer() {
+        write(root, "replica_state", "outer_mean", &moded(0, &outer))?;
+        write(root, "replica_state", "outer_median", &moded(2, &outer))?;
+    }
+    if let Some(adamw) = sample_adamw() {
+        write(root, "replica_state", "adamw", &moded(1, &adamw))?;
+    }
     Ok(())
 }

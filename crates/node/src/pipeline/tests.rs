@@ -1,0 +1,247 @@
+//! The driver's pipeline against a scripted engine and downstream stage: what happens when
+//! compute fails and when a slow replica answers after a failover.
+
+use std::collections::VecDeque;
+
+use super::*;
+use crate::records::Heartbeat;
+
+const D: usize = 8;
+const TIMEOUT: Duration = Duration::from_secs(1);
+
+fn model() -> ModelConfig {
+    ModelConfig {
+        layers: 2,
+        d_model: D,
+        heads: 2,
+        kv_heads: 2,
+        ffn: 16,
+        vocab: 16,
+        max_seq: 8,
+        tie_embeddings: false,
+        rope_theta: 10_000.0,
+        norm_eps: 1e-5,
+    }
+}
+
+/// Stage 0 of 2: the driver.
+fn driver(micro_batches: usize) -> Pipeline {
+    let cfg = PipelineConfig {
+        stage: 0,
+        stages: 2,
+        model: model(),
+        micro_batches,
+        queue_capacity: 8,
+        candidates: 3,
+        grad_timeout: TIMEOUT,
+        retry_after: Duration::from_millis(10),
+        steps: 0,
+        clock: Clock::new(Instant::now(), 0),
+    };
+    Pipeline::new(cfg, [1; 32], 0)
+}
+
+fn batch(step: u64) -> Batch {
+    let windows: Vec<Vec<u32>> = (0..4u32)
+        .map(|r| (0..5u32).map(|i| (r * 5 + i + step as u32) % 16).collect())
+        .collect();
+    Batch::from_windows(&windows, 4).expect("batch")
+}
+
+fn shape(input: &StageInput) -> (usize, usize) {
+    match input {
+        StageInput::Tokens(t) => (t.batch, t.seq),
+        StageInput::Hidden(a) => (a.batch, a.seq),
+    }
+}
+
+/// The engine's answer to a job: outputs of the right shape, or a failure when asked.
+fn run(job: &Job, fail: bool) -> JobDone {
+    match job {
+        Job::Forward { mb, input } => {
+            let (batch, seq) = shape(input);
+            JobDone::Forward {
+                mb: *mb,
+                output: Activations {
+                    batch,
+                    seq,
+                    dim: D,
+                    data: vec![0.5; batch * seq * D],
+                },
+            }
+        }
+        Job::Backward { mb, .. } if fail => JobDone::Failed {
+            mb: Some(*mb),
+            error: "non-finite parameter gradient".into(),
+        },
+        Job::Backward { mb, .. } => JobDone::Backward {
+            mb: *mb,
+            input_grad: None,
+            loss: None,
+        },
+        Job::Step { step } => JobDone::Step {
+            step: *step,
+            lr: 1e-3,
+            grad_norm: 1.0,
+            model_hash: [0; 32],
+        },
+    }
+}
+
+/// The gradient a stage-1 replica sends back for a forward request.
+fn gradient(forward: &Msg) -> Msg {
+    let Msg::Forward {
+        mb,
+        input: Payload::Hidden(a),
+        ..
+    } = forward
+    else {
+        panic!("not a hidden-state forward: {forward:?}");
+    };
+    Msg::Backward {
+        mb: *mb,
+        grad: Activations {
+            data: vec![0.01; a.data.len()],
+            ..a.clone()
+        },
+        loss: 2.5,
+    }
+}
+
+/// The driver, its clock, and what it asked of the world.
+struct World {
+    p: Pipeline,
+    now: Instant,
+    /// Forward requests accepted downstream whose gradient has not been delivered.
+    sent: Vec<(NodeId, Msg)>,
+    asked: Vec<u64>,
+    penalties: Vec<(NodeId, String)>,
+    /// Backward jobs still to fail.
+    failing: usize,
+}
+
+impl World {
+    fn new(p: Pipeline) -> Self {
+        Self {
+            p,
+            now: Instant::now(),
+            sent: Vec::new(),
+            asked: Vec::new(),
+            penalties: Vec::new(),
+            failing: 0,
+        }
+    }
+
+    fn beat(&mut self, peer: NodeId) {
+        let hb = Heartbeat {
+            node: peer,
+            network: [0; 32],
+            stage: 1,
+            step: 0,
+            queue: 0,
+            time_ms: 0,
+            leaving: false,
+        };
+        self.p.peers.on_heartbeat(peer, &hb, self.now);
+    }
+
+    /// Carries out actions (compute at once, sends accepted at once) until none is left.
+    fn handle(&mut self, actions: Vec<Action>) {
+        let mut queue: VecDeque<Action> = actions.into();
+        while let Some(action) = queue.pop_front() {
+            match action {
+                Action::Compute(job) => {
+                    let fail = self.failing > 0 && matches!(job, Job::Backward { .. });
+                    self.failing -= usize::from(fail);
+                    queue.extend(self.p.on_job_done(run(&job, fail), self.now));
+                }
+                Action::Send { to, msg } => {
+                    let (mb, kind) = (msg.mb(), msg.kind());
+                    self.sent.push((to, msg));
+                    queue.extend(
+                        self.p
+                            .on_send_result(to, mb, kind, Ok(Ack::Accepted), self.now),
+                    );
+                }
+                Action::NeedBatch { step } => self.asked.push(step),
+                Action::Penalize { peer, reason } => self.penalties.push((peer, reason)),
+                Action::Event(_) => {}
+            }
+        }
+    }
+
+    /// The replica holding the i-th undelivered request sends its gradient now.
+    fn answer(&mut self, i: usize) -> Ack {
+        let (from, forward) = self.sent.remove(i);
+        let (ack, actions) = self.p.on_message(from, gradient(&forward), self.now);
+        self.handle(actions);
+        ack
+    }
+
+    fn tick(&mut self, by: Duration) {
+        self.now += by;
+        let actions = self.p.on_tick(self.now);
+        self.handle(actions);
+    }
+}
+
+#[test]
+fn a_failed_backward_on_the_driver_does_not_stall_training() {
+    let mut w = World::new(driver(2));
+    let next = NodeId([7; 32]);
+    w.beat(next);
+    let start = w.p.start();
+    w.handle(start);
+    assert_eq!(w.asked, [0]);
+    let first = w.p.on_batch(0, batch(0));
+    w.handle(first);
+    assert_eq!(w.sent.len(), 2, "both micro-batches go downstream");
+    // The first gradient's backward pass fails on the driver, the second succeeds.
+    w.failing = 1;
+    assert_eq!(w.answer(0), Ack::Accepted);
+    assert_eq!(w.failing, 0);
+    assert_eq!(w.answer(0), Ack::Accepted);
+    // Nothing is left that a timeout could re-send; wait past every deadline anyway.
+    w.beat(next);
+    w.tick(TIMEOUT * 4);
+    assert_eq!(w.asked, [0, 1], "the driver must go on to step 1");
+    assert_eq!(w.p.steps_done(), 1);
+    assert!(w.penalties.is_empty(), "{:?}", w.penalties);
+}
+
+#[test]
+fn a_replica_answering_after_a_failover_is_not_penalised() {
+    let mut w = World::new(driver(1));
+    let (x, y) = (NodeId([7; 32]), NodeId([8; 32]));
+    // More rounds than the penalties it takes to ban a peer (about five).
+    for step in 0..8u64 {
+        w.beat(x);
+        w.beat(y);
+        let actions = w.p.on_batch(step, batch(step));
+        w.handle(actions);
+        assert_eq!(w.sent.len(), 1);
+        let slow = w.sent[0].0;
+        // No gradient within the timeout: the micro-batch goes to the other replica.
+        w.tick(TIMEOUT + Duration::from_millis(10));
+        assert_eq!(w.sent.len(), 2, "step {step}: re-sent after the timeout");
+        assert_ne!(w.sent[1].0, slow);
+        // The slow replica was honest: its gradient arrives now and is used; the other
+        // replica's answer comes second and is declined, with no penalty for either.
+        assert_eq!(w.answer(0), Ack::Accepted, "step {step}");
+        assert!(matches!(w.answer(0), Ack::Rejected(_)), "step {step}");
+        assert!(w.penalties.is_empty(), "step {step}: {:?}", w.penalties);
+        assert_eq!(w.asked.last(), Some(&(step + 1)));
+    }
+    // A replica the micro-batch never went to is still refused and penalised.
+    let actions = w.p.on_batch(8, batch(8));
+    w.handle(actions);
+    let (_, forward) = w.sent.remove(0);
+    let stranger = NodeId([9; 32]);
+    let (ack, actions) = w.p.on_message(stranger, gradient(&forward), w.now);
+    assert!(matches!(ack, Ack::Rejected(_)));
+    assert!(
+        actions
+            .iter()
+            .any(|a| matches!(a, Action::Penalize { peer, .. } if *peer == stranger))
+    );
+}

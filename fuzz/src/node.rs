@@ -1,0 +1,324 @@
+//! Samples of the node's messages and state blobs (feature `node`): seeds for the node
+//! targets and the fixed context (network, parameters, an economy holding proofs) they
+//! decode against.
+
+use std::sync::LazyLock;
+
+use neuroshard_aggregate::Attack;
+use neuroshard_model::{Activations, AdamW, AdamWConfig, ModelConfig, ParamSet, StageSpec, Tokens};
+use neuroshard_ledger::{AccountOp, Action, LedgerGenesis, Rules};
+use neuroshard_node::economy::{
+    Economy, EconomyConfig, LedgerSyncRequest, LedgerSyncResponse, ProverSummary,
+};
+use neuroshard_node::network::{NetworkGenesis, Protocol};
+use neuroshard_node::records::{Heartbeat, NodeRecord};
+use neuroshard_node::replica::{Diloco, DilocoConfig, encode_adamw};
+use neuroshard_node::sync::{SyncDone, SyncMsg, SyncOffer, ThetaRecord};
+use neuroshard_node::wire::{Ack, MicroBatchId, Msg, Payload};
+use neuroshard_proof::fixtures::{TEST_NETWORK, training_proof};
+use neuroshard_proof::{Hash32, LayerRange, Receipt, ReceiptKind, Roles};
+
+use crate::{ALICE, BOB, NEIGHBOUR, T0};
+
+/// The network every sample belongs to.
+pub const NETWORK: Hash32 = [0x4e; 32];
+
+fn mb() -> MicroBatchId {
+    MicroBatchId {
+        origin: ALICE.node_id().0,
+        step: 12,
+        index: 3,
+    }
+}
+
+pub fn sample_msgs() -> Vec<Msg> {
+    vec![
+        Msg::Forward {
+            mb: mb(),
+            input: Payload::Tokens(Tokens {
+                batch: 2,
+                seq: 4,
+                ids: (0..8).collect(),
+            }),
+            targets: (1..9).collect(),
+        },
+        Msg::Forward {
+            mb: mb(),
+            input: Payload::Hidden(Activations {
+                batch: 1,
+                seq: 2,
+                dim: 4,
+                data: vec![0.5, -1.0, 2.0, 1e-9, 0.0, -0.0, 3.5, 7.25],
+            }),
+            targets: vec![4, 5],
+        },
+        Msg::Backward {
+            mb: mb(),
+            grad: Activations {
+                batch: 1,
+                seq: 2,
+                dim: 2,
+                data: vec![0.25, -0.5, 1e-3, 4.0],
+            },
+            loss: 3.25,
+        },
+    ]
+}
+
+pub fn sample_acks() -> Vec<Ack> {
+    vec![
+        Ack::Accepted,
+        Ack::Busy,
+        Ack::Rejected("wrong stage".into()),
+    ]
+}
+
+pub fn sample_sync() -> Vec<SyncMsg> {
+    let receipt = Receipt::sign(
+        &NEIGHBOUR,
+        NETWORK,
+        ALICE.node_id(),
+        4,
+        ReceiptKind::Gradients,
+        [9; 32],
+    );
+    vec![
+        SyncMsg::Offer(SyncOffer {
+            network: NETWORK,
+            stage: 1,
+            round: 4,
+            base: [1; 32],
+            blob: [2; 32],
+            bytes: 1_000,
+            dense_bytes: 8_000,
+        }),
+        SyncMsg::Done(SyncDone {
+            network: NETWORK,
+            stage: 1,
+            round: 4,
+            theta: [3; 32],
+            contributors: vec![ALICE.node_id(), NEIGHBOUR.node_id()],
+            receipts: vec![(ALICE.node_id(), receipt)],
+        }),
+    ]
+}
+
+pub fn sample_theta_record() -> ThetaRecord {
+    ThetaRecord {
+        node: ALICE.node_id(),
+        network: NETWORK,
+        stage: 1,
+        round: 4,
+        theta: [3; 32],
+        optimizer: [5; 32],
+        expires_ms: T0 + 60_000,
+    }
+}
+
+pub fn sample_heartbeat() -> Heartbeat {
+    Heartbeat {
+        node: ALICE.node_id(),
+        network: NETWORK,
+        stage: 1,
+        step: 12,
+        queue: 2,
+        time_ms: T0,
+        leaving: false,
+    }
+}
+
+pub fn sample_node_record() -> NodeRecord {
+    NodeRecord {
+        node: ALICE.node_id(),
+        network: NETWORK,
+        stage: 1,
+        expires_ms: T0 + 60_000,
+        addrs: vec![
+            "/ip4/10.0.0.2/tcp/4001".into(),
+            "/ip4/10.0.0.2/udp/4001/quic-v1".into(),
+        ],
+    }
+}
+
+/// A network genesis (what the DHT's network key holds).
+pub fn sample_network_genesis() -> NetworkGenesis {
+    let model = ModelConfig {
+        layers: 2,
+        d_model: 16,
+        heads: 2,
+        kv_heads: 2,
+        ffn: 32,
+        max_seq: 8,
+        ..ModelConfig::tiny(32)
+    };
+    NetworkGenesis {
+        dataset_root: [6; 32],
+        founded_ms: T0,
+        protocol: Protocol {
+            model,
+            stages: 2,
+            batch: 2,
+            micro_batches: 1,
+            seq: 8,
+            sync_every: 20,
+            aggregator: "trimmed-mean".into(),
+            byzantine: 1,
+            compression: "fp32".into(),
+            outer_lr: 0.7,
+            outer_momentum: 0.9,
+            norm_bound: 3.0,
+            min_stake: 10,
+            round_reward: 1,
+            min_round_ms: 0,
+            min_receipts: 1,
+        },
+        stakes: vec![(ALICE.node_id(), 1 << 40)],
+        description: "fuzz".into(),
+    }
+}
+
+/// ALICE's and NEIGHBOUR's registrations for the sample proofs' stage.
+pub fn sample_registrations() -> Vec<Vec<u8>> {
+    [&*ALICE, &*NEIGHBOUR]
+        .iter()
+        .map(|id| {
+            AccountOp {
+                network: TEST_NETWORK,
+                account: id.node_id(),
+                nonce: 0,
+                timestamp_ms: T0,
+                action: Action::Register { stage: 0 },
+            }
+            .sign(id)
+            .to_bytes()
+        })
+        .collect()
+}
+
+/// Wire bytes of a few training proofs by ALICE with gradient receipts by NEIGHBOUR.
+pub fn sample_proof_wires() -> Vec<Vec<u8>> {
+    (0..3)
+        .map(|nonce| {
+            let mut p = training_proof(&ALICE, &NEIGHBOUR, nonce, T0 + nonce);
+            p.receipts = vec![Receipt::sign(
+                &NEIGHBOUR,
+                p.network,
+                p.node_id,
+                p.round,
+                ReceiptKind::Gradients,
+                p.pseudo_gradient_hash,
+            )];
+            p.sign(&ALICE).to_bytes()
+        })
+        .collect()
+}
+
+pub fn sample_sync_request() -> LedgerSyncRequest {
+    LedgerSyncRequest {
+        provers: vec![ProverSummary {
+            node: ALICE.node_id(),
+            count: 1,
+            max_nonce: 0,
+            digest: 0x1234,
+        }],
+        accounts: vec![(NEIGHBOUR.node_id(), 1)],
+    }
+}
+
+pub fn sample_sync_response() -> LedgerSyncResponse {
+    LedgerSyncResponse {
+        proofs: sample_proof_wires(),
+        ops: sample_registrations(),
+    }
+}
+
+/// An economy (BOB's) on a fresh ledger that stakes ALICE and NEIGHBOUR (their registrations
+/// come in the sync response).
+pub fn fresh_economy() -> Option<Economy> {
+    let rules = Rules {
+        network: TEST_NETWORK,
+        ..Rules::default()
+    };
+    let stakes = vec![
+        (ALICE.node_id(), rules.min_stake),
+        (NEIGHBOUR.node_id(), rules.min_stake),
+    ];
+    let genesis = LedgerGenesis::new(rules, stakes).ok()?;
+    let cfg = EconomyConfig {
+        network: TEST_NETWORK,
+        layout: vec![(LayerRange { start: 4, end: 8 }, Roles::NONE)],
+        min_receipts: 1,
+    };
+    Economy::in_memory(BOB.clone(), cfg, &genesis).ok()
+}
+
+/// An economy holding the sample proofs, to answer fuzzed sync requests.
+pub fn economy_with_proofs() -> Option<Economy> {
+    let mut economy = fresh_economy()?;
+    for op in sample_registrations() {
+        economy.on_op(&op, T0);
+    }
+    for wire in sample_proof_wires() {
+        economy.on_proof(&wire, T0 + 10);
+    }
+    Some(economy)
+}
+
+/// A one-layer model of 4 dimensions: outer and optimizer blobs of a few KiB.
+fn micro_config() -> ModelConfig {
+    ModelConfig {
+        layers: 1,
+        d_model: 4,
+        heads: 1,
+        kv_heads: 1,
+        ffn: 4,
+        vocab: 8,
+        max_seq: 4,
+        tie_embeddings: false,
+        rope_theta: 10_000.0,
+        norm_eps: 1e-5,
+    }
+}
+
+/// The parameters replica blobs are decoded for.
+pub static PARAMS: LazyLock<ParamSet> = LazyLock::new(|| {
+    let config = micro_config();
+    ParamSet::init(StageSpec::full(&config).param_specs(&config), 1)
+});
+
+pub fn diloco_config(aggregator: &str) -> Option<DilocoConfig> {
+    Some(DilocoConfig {
+        me: BOB.node_id(),
+        aggregator: aggregator.into(),
+        byzantine: 0,
+        compression: "topk:0.25:int8".parse().ok()?,
+        outer_lr: 0.7,
+        outer_momentum: 0.9,
+        seed: 5,
+        attack: Attack::None,
+    })
+}
+
+/// The outer state of a fresh replica over [`PARAMS`].
+pub fn sample_outer() -> Option<Vec<u8>> {
+    Some(
+        Diloco::new(diloco_config("mean")?, &PARAMS)
+            .ok()?
+            .outer_bytes(),
+    )
+}
+
+/// AdamW state with moments an honest run could hold.
+pub fn sample_adamw() -> Option<Vec<u8>> {
+    let m: Vec<Vec<f32>> = PARAMS
+        .values()
+        .iter()
+        .map(|p| p.iter().map(|x| x * 1e-3).collect())
+        .collect();
+    let v: Vec<Vec<f32>> = m
+        .iter()
+        .map(|t| t.iter().map(|x| x * x).collect())
+        .collect();
+    let opt = AdamW::from_state(AdamWConfig::default(), &PARAMS, 17, m, v).ok()?;
+    Some(encode_adamw(&opt))
+}
