@@ -12,7 +12,6 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use neuroshard_proof::{Hash32, NodeId, Proof, ProofKind, VerifiedProof};
-use serde::Serialize;
 
 use crate::amount::bps_of;
 use crate::ops::{Action, MIN_STAKE_LOCK_MS, VerifiedOp, VerifiedSlash};
@@ -20,127 +19,15 @@ use crate::pending::{Parked, PendingError, PendingOps};
 use crate::reward;
 use crate::rules::{LedgerGenesis, Rules};
 
+mod records;
+pub use records::{Account, Changes, Entry, EntryKind, Outcome, Record};
+
 /// Share of every transfer that is burned (5 %).
 pub const TRANSFER_BURN_BPS: u64 = 500;
 /// Share of the offender's stake a proven fraud takes (50 %).
 pub const SLASH_STAKE_BPS: u64 = 5_000;
 /// Share of the slashed amount paid to the reporter (10 %); the rest is burned.
 pub const SLASH_REPORTER_BPS: u64 = 1_000;
-
-/// One account: spendable balance, locked stake and the next op nonce it accepts.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct Account {
-    pub balance: u64,
-    pub stake: u64,
-    pub unlock_at_ms: u64,
-    pub next_nonce: u64,
-}
-
-/// What a history line records.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum EntryKind {
-    Reward,
-    TransferOut,
-    TransferIn,
-    Burn,
-    Stake,
-    Unstake,
-    Slashed,
-    SlashReward,
-}
-
-impl EntryKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EntryKind::Reward => "reward",
-            EntryKind::TransferOut => "transfer_out",
-            EntryKind::TransferIn => "transfer_in",
-            EntryKind::Burn => "burn",
-            EntryKind::Stake => "stake",
-            EntryKind::Unstake => "unstake",
-            EntryKind::Slashed => "slashed",
-            EntryKind::SlashReward => "slash_reward",
-        }
-    }
-}
-
-/// One line of an account's history.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Entry {
-    pub account: NodeId,
-    pub kind: EntryKind,
-    pub amount: u64,
-    pub counterparty: Option<NodeId>,
-    /// Hash of the proof, op or slash evidence that caused it.
-    pub reference: Hash32,
-    pub timestamp_ms: u64,
-}
-
-/// A message that was applied, as the storage adapter persists it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Record {
-    Proof {
-        hash: Hash32,
-        node: NodeId,
-        nonce: u64,
-        kind: ProofKind,
-        reward: u64,
-        timestamp_ms: u64,
-        /// Training proofs: the (node, stage, round) they were paid for, hashed.
-        round_key: Option<Hash32>,
-    },
-    /// The ledger's genesis: its hash and rules (the stakes are in the account changes).
-    Genesis { hash: Hash32, rules: Rules },
-    Op {
-        account: NodeId,
-        nonce: u64,
-        hash: Hash32,
-        wire: Vec<u8>,
-    },
-    Slash {
-        slash: VerifiedSlash,
-        slashed: u64,
-        to_reporter: u64,
-    },
-}
-
-/// Everything one or more applies changed: final account values, new records, history lines
-/// and the new supply totals.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Changes {
-    pub accounts: BTreeMap<NodeId, Account>,
-    pub records: Vec<Record>,
-    pub entries: Vec<Entry>,
-    pub minted: u64,
-    pub burned: u64,
-}
-
-impl Changes {
-    /// Folds `later` into `self` (later account values win), for batched writes.
-    pub fn merge(&mut self, later: Changes) {
-        self.accounts.extend(later.accounts);
-        self.records.extend(later.records);
-        self.entries.extend(later.entries);
-        self.minted = later.minted;
-        self.burned = later.burned;
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.records.is_empty()
-    }
-}
-
-/// The result of an apply that did not fail.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
-    /// State changed; persist these changes.
-    Applied(Changes),
-    /// Already applied before: nothing changed (re-delivery is harmless).
-    Duplicate,
-    /// Op arrived ahead of its predecessor and waits in the pending queue.
-    Queued,
-}
 
 /// Why a message was refused; the state is unchanged.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -19,7 +19,9 @@ mod validate;
 pub use data::PatternBatches;
 pub use engine::{EngineCosts, RealEngine, SimEngine};
 pub use link::{LinkModel, Partitions};
-pub use sim::{Built, FactoryError, NodeFactory, Sim, Tamper, Traffic, UNIX_START_MS};
+pub use sim::{
+    Built, FactoryError, NodeFactory, SPARE_STAKED, Sim, Tamper, Traffic, UNIX_START_MS,
+};
 pub use standin::StandIn;
 pub use validate::validation_loss;
 

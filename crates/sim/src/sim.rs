@@ -2,8 +2,13 @@
 //! link model, engines run in place with a virtual cost per job. Nothing reads the wall
 //! clock or an unseeded RNG, so one seed gives one event trace, bit for bit.
 
+mod genesis;
 mod inject;
 mod joiner;
+mod start;
+
+pub use genesis::SPARE_STAKED;
+use genesis::{freeze_genesis, persist};
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, VecDeque};
@@ -12,11 +17,11 @@ use std::time::{Duration, Instant};
 
 use neuroshard_node::NodeSettings;
 use neuroshard_node::core::{
-    BatchSource, CoreConfig, EngineJob, Inbound, NodeCore, Token, TransferError, Transmit,
+    BatchSource, EngineJob, Inbound, NodeCore, Token, TransferError, Transmit,
 };
-use neuroshard_node::economy::{Economy, EconomyConfig, LedgerSnapshot, LedgerWrite};
+use neuroshard_node::economy::{LedgerSnapshot, LedgerWrite};
 use neuroshard_node::events::NodeEvent;
-use neuroshard_node::network::{FOUNDER_STAKE, Network, NetworkGenesis, Protocol};
+use neuroshard_node::network::Network;
 use neuroshard_node::peers::PeerTable;
 use neuroshard_node::records::Topic;
 use neuroshard_proof::{Hash32, Identity, NodeId};
@@ -373,117 +378,6 @@ impl Sim {
         }
     }
 
-    fn start(&mut self, i: usize) {
-        if self.nodes[i].core.is_some() {
-            return;
-        }
-        self.network = self.network().id;
-        if self.nodes[i].joining.is_some() {
-            return self.start_joiner(i);
-        }
-        let (node, stage) = (self.nodes[i].identity.node_id(), self.nodes[i].stage);
-        let (prepared, peers) = self.nodes[i]
-            .prepared
-            .take()
-            .map_or((None, PeerTable::default()), |(b, p)| (Some(b), p));
-        let restored = self.nodes[i].engine.take().and_then(|e| e.restore_saved());
-        let (engine, data, steps) = match (prepared, restored) {
-            (Some((engine, data)), _) => (engine, data, 0),
-            (None, Some(engine)) => (
-                engine,
-                self.factory.data(node, stage),
-                self.nodes[i].saved_step,
-            ),
-            (None, None) => match self.factory.engine(node, stage) {
-                Ok((e, d)) => (e, d, 0),
-                Err(message) => {
-                    self.nodes[i].events.push(NodeEvent::Warning {
-                        stage: Some(stage),
-                        message: format!("cannot start: {message}"),
-                        time_ms: UNIX_START_MS + (self.now - self.base).as_millis() as u64,
-                    });
-                    return;
-                }
-            },
-        };
-        let (round, theta) = engine.sync_state();
-        let network = self.network().clone();
-        if self.nodes[i].disk.state.rules().network != network.id {
-            match network
-                .ledger_genesis()
-                .map_err(|e| e.to_string())
-                .and_then(|g| LedgerSnapshot::genesis(&g).map_err(|e| e.to_string()))
-            {
-                Ok(disk) => self.nodes[i].disk = disk,
-                Err(e) => return self.cannot_start(i, &e),
-            }
-        }
-        let ecfg = match EconomyConfig::new(
-            network.id,
-            &self.settings.model,
-            self.settings.stages,
-            network.genesis.protocol.min_receipts,
-        ) {
-            Ok(c) => c,
-            Err(e) => return self.cannot_start(i, &e.to_string()),
-        };
-        let economy = Economy::resume(
-            self.nodes[i].identity.clone(),
-            ecfg,
-            self.nodes[i].disk.clone(),
-        );
-        let mut settings = self.settings.clone();
-        settings.data_dir = format!("sim/{i}").into();
-        let core = NodeCore::new(
-            CoreConfig {
-                settings,
-                identity: self.nodes[i].identity.clone(),
-                network: self.network,
-                stage,
-                spec: engine.spec(),
-                numel: engine.numel(),
-                steps_done: steps,
-                sync_round: round,
-                sync_theta: theta,
-                seed: self.seq ^ i as u64,
-                start: self.now,
-                start_unix_ms: UNIX_START_MS + (self.now - self.base).as_millis() as u64,
-                addrs: vec![format!("sim/{i}")],
-                peers,
-            },
-            economy,
-            data,
-        );
-        for topic in core.topics() {
-            self.subscribers.entry(topic).or_default().insert(i);
-        }
-        let n = &mut self.nodes[i];
-        n.core = Some(core);
-        n.engine = Some(engine);
-        n.engine_busy = false;
-        n.engine_queue.clear();
-        n.timer = None;
-        // A restarted node learns of its stage's newer θ₀ from the DHT record.
-        let key = neuroshard_node::sync::theta_key(&self.network, stage);
-        let hint = self.dht.get(&key).and_then(|recs| {
-            recs.values()
-                .filter_map(|v| {
-                    neuroshard_proof::Signed::<neuroshard_node::sync::ThetaRecord>::from_bytes(v)
-                        .ok()?
-                        .verify()
-                        .ok()
-                })
-                .filter(|r| r.node != node)
-                .max_by_key(|r| r.round)
-        });
-        if let (Some(rec), Some(core)) = (hint, self.nodes[i].core.as_mut())
-            && rec.round > round
-        {
-            core.hint_theta(rec.node, rec.round, rec.theta);
-        }
-        self.after(i);
-    }
-
     fn crash(&mut self, i: usize) {
         let n = &mut self.nodes[i];
         if n.core.take().is_none() {
@@ -769,72 +663,5 @@ impl Sim {
                     .or_default() += 1;
             }
         }
-    }
-}
-
-/// Applies a ledger write to a node's simulated disk, as the SQLite adapter would.
-fn persist(disk: &mut LedgerSnapshot, w: LedgerWrite) {
-    match w {
-        LedgerWrite::Proof { proof, wire } => {
-            if disk.state.apply_proof(&proof).is_ok() {
-                let p = proof.proof();
-                let nonce = disk.last_nonce.entry(p.node_id).or_insert(p.nonce);
-                *nonce = (*nonce).max(p.nonce);
-                disk.wires.insert(proof.hash(), wire);
-            }
-        }
-        LedgerWrite::Op(op) => {
-            if let Ok(neuroshard_ledger::Outcome::Applied(changes)) = disk.state.apply_op(op) {
-                for record in changes.records {
-                    if let neuroshard_ledger::Record::Op {
-                        account,
-                        nonce,
-                        wire,
-                        ..
-                    } = record
-                    {
-                        disk.ops.insert((account, nonce), wire);
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// Keys staked in the genesis for nodes added after the first start.
-pub const SPARE_STAKED: usize = 8;
-
-/// The simulated network's genesis: the settings' protocol, every node added so far (but the
-/// unstaked ones) and [`SPARE_STAKED`] keys for later joiners staked, founded at the start of
-/// virtual time.
-fn freeze_genesis(
-    settings: &NodeSettings,
-    tag: &Hash32,
-    nodes: &[SimNode],
-    unstaked: &BTreeSet<usize>,
-    rng: &mut ChaCha8Rng,
-    spare: &mut VecDeque<Identity>,
-) -> Network {
-    spare.extend((0..SPARE_STAKED).map(|_| Identity::generate_with(&mut *rng)));
-    let stakes = nodes
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| !unstaked.contains(i))
-        .map(|(_, n)| n.identity.node_id())
-        .chain(spare.iter().map(Identity::node_id))
-        .map(|id| (id, FOUNDER_STAKE))
-        .collect();
-    let founder = Identity::generate_with(&mut *rng);
-    let genesis = NetworkGenesis {
-        dataset_root: *tag,
-        founded_ms: UNIX_START_MS,
-        protocol: Protocol::from_settings(settings),
-        stakes,
-        description: "simulated network".into(),
-    };
-    // Only a malformed model could fail here, and the settings' model built every engine.
-    match Network::found(&founder, genesis) {
-        Ok(n) => n,
-        Err(e) => panic!("simulated genesis: {e}"),
     }
 }

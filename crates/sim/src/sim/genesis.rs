@@ -1,0 +1,78 @@
+//! The simulated network's genesis and each node's simulated disk.
+
+use std::collections::{BTreeSet, VecDeque};
+
+use neuroshard_node::NodeSettings;
+use neuroshard_node::economy::{LedgerSnapshot, LedgerWrite};
+use neuroshard_node::network::{FOUNDER_STAKE, Network, NetworkGenesis, Protocol};
+use neuroshard_proof::{Hash32, Identity};
+use rand_chacha::ChaCha8Rng;
+
+use super::{SimNode, UNIX_START_MS};
+
+/// Applies a ledger write to a node's simulated disk, as the SQLite adapter would.
+pub(super) fn persist(disk: &mut LedgerSnapshot, w: LedgerWrite) {
+    match w {
+        LedgerWrite::Proof { proof, wire } => {
+            if disk.state.apply_proof(&proof).is_ok() {
+                let p = proof.proof();
+                let nonce = disk.last_nonce.entry(p.node_id).or_insert(p.nonce);
+                *nonce = (*nonce).max(p.nonce);
+                disk.wires.insert(proof.hash(), wire);
+            }
+        }
+        LedgerWrite::Op(op) => {
+            if let Ok(neuroshard_ledger::Outcome::Applied(changes)) = disk.state.apply_op(op) {
+                for record in changes.records {
+                    if let neuroshard_ledger::Record::Op {
+                        account,
+                        nonce,
+                        wire,
+                        ..
+                    } = record
+                    {
+                        disk.ops.insert((account, nonce), wire);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Keys staked in the genesis for nodes added after the first start.
+pub const SPARE_STAKED: usize = 8;
+
+/// The simulated network's genesis: the settings' protocol, every node added so far (but the
+/// unstaked ones) and [`SPARE_STAKED`] keys for later joiners staked, founded at the start of
+/// virtual time.
+pub(super) fn freeze_genesis(
+    settings: &NodeSettings,
+    tag: &Hash32,
+    nodes: &[SimNode],
+    unstaked: &BTreeSet<usize>,
+    rng: &mut ChaCha8Rng,
+    spare: &mut VecDeque<Identity>,
+) -> Network {
+    spare.extend((0..SPARE_STAKED).map(|_| Identity::generate_with(&mut *rng)));
+    let stakes = nodes
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !unstaked.contains(i))
+        .map(|(_, n)| n.identity.node_id())
+        .chain(spare.iter().map(Identity::node_id))
+        .map(|id| (id, FOUNDER_STAKE))
+        .collect();
+    let founder = Identity::generate_with(&mut *rng);
+    let genesis = NetworkGenesis {
+        dataset_root: *tag,
+        founded_ms: UNIX_START_MS,
+        protocol: Protocol::from_settings(settings),
+        stakes,
+        description: "simulated network".into(),
+    };
+    // Only a malformed model could fail here, and the settings' model built every engine.
+    match Network::found(&founder, genesis) {
+        Ok(n) => n,
+        Err(e) => panic!("simulated genesis: {e}"),
+    }
+}
