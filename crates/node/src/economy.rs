@@ -547,6 +547,20 @@ impl Economy {
         self.balance(&self.identity.node_id())
     }
 
+    /// What a store that persisted every write so far would hold (the simulator's disk).
+    pub fn snapshot(&self) -> LedgerSnapshot {
+        LedgerSnapshot {
+            state: self.ledger.clone(),
+            wires: self.wires.clone(),
+            ops: self.op_wires.clone(),
+            last_nonce: self
+                .last_nonce
+                .map(|n| (self.node_id(), n))
+                .into_iter()
+                .collect(),
+        }
+    }
+
     /// The ledger state, for read-only queries (totals, accounts, registrations).
     pub fn ledger(&self) -> &LedgerState {
         &self.ledger

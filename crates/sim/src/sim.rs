@@ -8,7 +8,7 @@ mod joiner;
 mod start;
 
 pub use genesis::SPARE_STAKED;
-use genesis::{freeze_genesis, persist};
+use genesis::freeze_genesis;
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, VecDeque};
@@ -19,7 +19,7 @@ use neuroshard_node::NodeSettings;
 use neuroshard_node::core::{
     BatchSource, EngineJob, Inbound, NodeCore, Token, TransferError, Transmit,
 };
-use neuroshard_node::economy::{LedgerSnapshot, LedgerWrite};
+use neuroshard_node::economy::LedgerSnapshot;
 use neuroshard_node::events::NodeEvent;
 use neuroshard_node::network::Network;
 use neuroshard_node::peers::PeerTable;
@@ -380,9 +380,11 @@ impl Sim {
 
     fn crash(&mut self, i: usize) {
         let n = &mut self.nodes[i];
-        if n.core.take().is_none() {
+        let Some(core) = n.core.take() else {
             return;
-        }
+        };
+        // What the node's SQLite would hold: every write it made (they are persisted at once).
+        n.disk = core.economy().snapshot();
         for subs in self.subscribers.values_mut() {
             subs.remove(&i);
         }
@@ -425,10 +427,9 @@ impl Sim {
         while let Some(j) = core.poll_engine_job() {
             jobs.push(j);
         }
-        let mut writes: Vec<LedgerWrite> = Vec::new();
-        while let Some(w) = core.poll_ledger_write() {
-            writes.push(w);
-        }
+        // The disk is the economy's state at a crash (`crash`): writes are persisted at once
+        // here, so a second copy of each would only double the memory.
+        while core.poll_ledger_write().is_some() {}
         let mut events = Vec::new();
         while let Some(ev) = core.poll_event() {
             events.push(ev);
@@ -438,9 +439,6 @@ impl Sim {
             self.trace.update(&(i as u64).to_le_bytes());
             self.trace.update(ev.to_json_line().as_bytes());
             self.nodes[i].events.push(ev);
-        }
-        for w in writes {
-            persist(&mut self.nodes[i].disk, w);
         }
         for t in transmits {
             let t = match self.nodes[i].tamper.as_mut() {

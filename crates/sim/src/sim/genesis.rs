@@ -1,43 +1,13 @@
-//! The simulated network's genesis and each node's simulated disk.
+//! The simulated network's genesis.
 
 use std::collections::{BTreeSet, VecDeque};
 
 use neuroshard_node::NodeSettings;
-use neuroshard_node::economy::{LedgerSnapshot, LedgerWrite};
 use neuroshard_node::network::{FOUNDER_STAKE, Network, NetworkGenesis, Protocol};
 use neuroshard_proof::{Hash32, Identity};
 use rand_chacha::ChaCha8Rng;
 
 use super::{SimNode, UNIX_START_MS};
-
-/// Applies a ledger write to a node's simulated disk, as the SQLite adapter would.
-pub(super) fn persist(disk: &mut LedgerSnapshot, w: LedgerWrite) {
-    match w {
-        LedgerWrite::Proof { proof, wire } => {
-            if disk.state.apply_proof(&proof).is_ok() {
-                let p = proof.proof();
-                let nonce = disk.last_nonce.entry(p.node_id).or_insert(p.nonce);
-                *nonce = (*nonce).max(p.nonce);
-                disk.wires.insert(proof.hash(), wire);
-            }
-        }
-        LedgerWrite::Op(op) => {
-            if let Ok(neuroshard_ledger::Outcome::Applied(changes)) = disk.state.apply_op(op) {
-                for record in changes.records {
-                    if let neuroshard_ledger::Record::Op {
-                        account,
-                        nonce,
-                        wire,
-                        ..
-                    } = record
-                    {
-                        disk.ops.insert((account, nonce), wire);
-                    }
-                }
-            }
-        }
-    }
-}
 
 /// Keys staked in the genesis for nodes added after the first start.
 pub const SPARE_STAKED: usize = 8;
