@@ -1,25 +1,10 @@
-//! What names a network and what its drivers train on: the network id (model shape, stage
-//! count and dataset root, hashed) and the genesis dataset as the core's batch source.
+//! What a network's drivers train on: the genesis dataset as the core's batch source (the
+//! network itself is named by its signed genesis, `crate::network`).
 
 use neuroshard_data::Genesis;
-use neuroshard_proof::Hash32;
 
 use crate::core::{BatchError, BatchSource};
-use crate::settings::{DataOrder, NodeSettings};
-
-/// The network id: model shape, stage count and dataset root, hashed.
-pub fn network_id(settings: &NodeSettings, genesis_root: &Hash32) -> Hash32 {
-    let mut h = blake3::Hasher::new();
-    h.update(b"neuroshard/network/v1");
-    h.update(
-        serde_json::to_string(&settings.model)
-            .unwrap_or_default()
-            .as_bytes(),
-    );
-    h.update(&(settings.stages as u64).to_le_bytes());
-    h.update(genesis_root);
-    *h.finalize().as_bytes()
-}
+use crate::settings::DataOrder;
 
 /// The genesis dataset as the core's batch source.
 pub struct GenesisBatches {

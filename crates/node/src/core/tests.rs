@@ -324,3 +324,41 @@ fn a_proof_gossiped_by_another_node_than_its_prover_is_dropped() {
     assert!(dropped);
     assert_eq!(c.economy().proof_count(), 0);
 }
+
+/// Sync messages from keys not registered for the stage are held for a replay and their
+/// senders asked for their ledger, both bounded: a flood of fresh Sybil keys holds at most
+/// [`MAX_UNREGISTERED_HELD`] messages and sends at most as many ledger requests.
+#[test]
+fn a_flood_of_sync_messages_from_unregistered_keys_is_held_within_a_bound() {
+    let now = Instant::now();
+    let mut c = core(&test_identity(1), now);
+    drain(&mut c);
+    for seed in 100..300u64 {
+        let sybil = test_identity(seed);
+        let offer = crate::sync::SyncMsg::Offer(crate::sync::SyncOffer {
+            network: NETWORK,
+            stage: 1,
+            round: 1,
+            base: [0; 32],
+            blob: [seed as u8; 32],
+            bytes: 10,
+            dense_bytes: 40,
+        });
+        let data = Signed::sign(&sybil, &offer).to_bytes();
+        let inbound = Inbound::Gossip {
+            topic: Topic::Sync(1).name(),
+            data,
+        };
+        c.handle_message(sybil.node_id(), inbound, now);
+    }
+    let asks = drain(&mut c)
+        .into_iter()
+        .filter(|t| matches!(t, Transmit::Request { .. }))
+        .count();
+    assert!(
+        asks > 0 && asks <= MAX_UNREGISTERED_HELD,
+        "{asks} ledger requests"
+    );
+    assert_eq!(c.unregistered.len(), MAX_UNREGISTERED_HELD);
+    assert!(c.asked.len() <= MAX_UNREGISTERED_HELD);
+}

@@ -645,3 +645,35 @@ fn sybil_receipts_resigned_rounds_and_future_rounds_mint_nothing() {
     }
     assert_eq!(b.balance(&a.node_id()), rules().round_reward);
 }
+
+/// An op signed with a time beyond the clock skew is refused: its signed time decides when a
+/// stake unlocks, so a stake still locked now could be unstaked by post-dating the op. The
+/// same op applies once its time has come.
+#[test]
+fn a_post_dated_unstake_is_refused_until_its_time() {
+    use neuroshard_ledger::{AccountOp, Action};
+    let mut b = economy(71);
+    let id = test_identity(70);
+    // Genesis stakes unlock a day after the founding, which is T.
+    let (before, after) = (T - 3_600_000, T + 3_600_000);
+    let unstake = AccountOp {
+        network: NET,
+        account: id.node_id(),
+        nonce: 0,
+        timestamp_ms: after,
+        action: Action::Unstake { amount: 1 },
+    }
+    .sign(&id)
+    .to_bytes();
+    let stake = b.ledger().account(&id.node_id()).stake;
+    assert!(matches!(
+        b.on_op(&unstake, before).0,
+        ProofOutcome::Rejected(_)
+    ));
+    assert_eq!(b.ledger().account(&id.node_id()).stake, stake);
+    assert!(matches!(
+        b.on_op(&unstake, after).0,
+        ProofOutcome::Applied { .. }
+    ));
+    assert_eq!(b.ledger().account(&id.node_id()).stake, stake - 1);
+}
