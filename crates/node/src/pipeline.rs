@@ -110,6 +110,15 @@ struct Stashed {
     since: Instant,
 }
 
+/// A backward pass's answer, kept for a sender that asks again (its copy was lost).
+#[derive(Debug, Clone)]
+struct Answered {
+    mb: MicroBatchId,
+    to: NodeId,
+    grad: Activations,
+    loss: f32,
+}
+
 #[derive(Debug, Clone)]
 enum SendState {
     /// Request on the wire, no answer yet.
@@ -149,7 +158,15 @@ pub struct Pipeline {
     forward_jobs: VecDeque<Job>,
     step_job: Option<Job>,
     busy: bool,
+    /// The micro-batch of the job the engine is running, if any.
+    running: Option<MicroBatchId>,
     accumulated: usize,
+    /// Micro-batches whose forward pass ran on the current weights and whose backward has not:
+    /// the optimizer step waits for them, so every backward uses its forward's weights.
+    forwarded: BTreeSet<MicroBatchId>,
+    /// Recent input gradients by (micro-batch, who asked): a repeated request from the same
+    /// sender gets the answer again instead of a second, double-counted backward pass.
+    answered: VecDeque<Answered>,
     steps_done: u64,
     /// Driver: the step in progress, its losses so far and its tokens.
     driver_step: Option<(u64, Vec<f32>, u64)>,
@@ -173,7 +190,10 @@ impl Pipeline {
             forward_jobs: VecDeque::new(),
             step_job: None,
             busy: false,
+            running: None,
             accumulated: 0,
+            forwarded: BTreeSet::new(),
+            answered: VecDeque::new(),
             steps_done,
             driver_step: None,
             finished: false,
@@ -246,14 +266,18 @@ impl Pipeline {
     /// A request from another replica; returns the answer and what to do next.
     pub fn on_message(&mut self, from: NodeId, msg: Msg, now: Instant) -> (Ack, Vec<Action>) {
         let kind = msg.kind();
+        let mut answer = Vec::new();
         let result = match msg {
             Msg::Forward { mb, input, targets } => {
-                self.accept_forward(from, mb, input, targets, now)
+                self.accept_forward(from, mb, input, targets, now, &mut answer)
             }
             Msg::Backward { mb, grad, loss } => self.accept_backward(from, mb, grad, loss),
         };
         match result {
-            Ok(Ack::Accepted) => (Ack::Accepted, self.dispatch()),
+            Ok(Ack::Accepted) => {
+                answer.extend(self.dispatch());
+                (Ack::Accepted, answer)
+            }
             Ok(other) => (other, Vec::new()),
             Err(reason) => {
                 let actions = vec![
@@ -282,6 +306,7 @@ impl Pipeline {
         input: Payload,
         targets: Vec<u32>,
         now: Instant,
+        answer: &mut Vec<Action>,
     ) -> Result<Ack, String> {
         if self.is_first() {
             return Err(format!(
@@ -310,14 +335,84 @@ impl Pipeline {
         {
             return Err(format!("target id {bad} outside the vocabulary"));
         }
-        if self.forward_jobs.len() >= self.cfg.queue_capacity && !self.stash.contains_key(&mb) {
+        if let Some(ack) = self.repeated_forward(from, mb, &acts, &targets, answer) {
+            return Ok(ack);
+        }
+        if self.forward_jobs.len() >= self.cfg.queue_capacity {
             return Ok(Ack::Busy);
         }
-        let input = StageInput::Hidden(acts);
-        // A repeated micro-batch (the sender failed over) replaces the old entry.
-        let job = self.admit(mb, input, targets, Some(from), now);
+        // On the last stage this is its forward-and-backward job, queued as forward work.
+        let job = self.admit(mb, StageInput::Hidden(acts), targets, Some(from), now);
         self.forward_jobs.push_back(job);
         Ok(Ack::Accepted)
+    }
+
+    /// A micro-batch this replica already holds or answered (its sender failed over or lost
+    /// the answer) is computed at most once, so its gradient is never counted twice: the same
+    /// sender gets the kept answer again; a new sender (its upstream failed over) takes the
+    /// queued job over while it has not run, and is declined once the weights were used on
+    /// another sender's input (it routes elsewhere). `None`: a new micro-batch.
+    fn repeated_forward(
+        &mut self,
+        from: NodeId,
+        mb: MicroBatchId,
+        acts: &Activations,
+        targets: &[u32],
+        answer: &mut Vec<Action>,
+    ) -> Option<Ack> {
+        if let Some(kept) = self.answered.iter().find(|a| a.mb == mb) {
+            if kept.to != from {
+                return Some(Ack::Rejected(format!(
+                    "micro-batch {} was already computed for another sender",
+                    mb.short()
+                )));
+            }
+            answer.push(Action::Send {
+                to: from,
+                msg: Msg::Backward {
+                    mb,
+                    grad: kept.grad.clone(),
+                    loss: kept.loss,
+                },
+            });
+            return Some(Ack::Accepted);
+        }
+        let used = self.forwarded.contains(&mb) || self.in_progress(&mb);
+        let stashed = self.stash.get_mut(&mb)?;
+        if stashed.upstream == Some(from) {
+            return Some(Ack::Accepted);
+        }
+        if used {
+            return Some(Ack::Rejected(format!(
+                "micro-batch {} is being computed for another sender",
+                mb.short()
+            )));
+        }
+        // Still queued: the new sender's input replaces the old one in the queued job.
+        let input = StageInput::Hidden(acts.clone());
+        stashed.input = input.clone();
+        stashed.targets = targets.to_vec();
+        stashed.upstream = Some(from);
+        for job in self.forward_jobs.iter_mut().chain(&mut self.backward_jobs) {
+            match job {
+                Job::Forward { mb: m, input: i } if *m == mb => *i = input.clone(),
+                Job::Backward {
+                    mb: m,
+                    input: i,
+                    upstream,
+                } if *m == mb => {
+                    *i = input.clone();
+                    *upstream = Upstream::Targets(targets.to_vec());
+                }
+                _ => {}
+            }
+        }
+        Some(Ack::Accepted)
+    }
+
+    /// Whether the engine is running `mb`'s job now.
+    fn in_progress(&self, mb: &MicroBatchId) -> bool {
+        self.busy && self.running == Some(*mb)
     }
 
     /// Stashes a micro-batch's input (the backward pass recomputes from it) and returns its
@@ -430,13 +525,27 @@ impl Pipeline {
         if self.busy {
             return Vec::new();
         }
+        // A forward pass joins the current step only while the step has room for it: the step
+        // then waits for no backward but those of its own micro-batches, never runs between a
+        // micro-batch's forward and backward, and counts exactly `micro_batches` of them.
+        let room = self.accumulated + self.forwarded.len() < self.cfg.micro_batches;
         let job = self
             .step_job
             .take()
             .or_else(|| self.backward_jobs.pop_front())
-            .or_else(|| self.forward_jobs.pop_front());
+            .or_else(|| room.then(|| self.forward_jobs.pop_front()).flatten());
         match job {
             Some(job) => {
+                self.running = match &job {
+                    Job::Forward { mb, .. } => {
+                        if !self.is_last() {
+                            self.forwarded.insert(*mb);
+                        }
+                        Some(*mb)
+                    }
+                    Job::Backward { mb, .. } => Some(*mb),
+                    Job::Step { .. } => None,
+                };
                 self.busy = true;
                 self.job_started = Some(Instant::now());
                 vec![Action::Compute(job)]
@@ -448,6 +557,7 @@ impl Pipeline {
     /// The engine finished a job.
     pub fn on_job_done(&mut self, done: JobDone, now: Instant) -> Vec<Action> {
         self.busy = false;
+        self.running = None;
         if let Some(t) = self.job_started.take() {
             self.service = (self.service * 3 + now.saturating_duration_since(t)) / 4;
         }
@@ -471,6 +581,9 @@ impl Pipeline {
                     };
                     self.outstanding.insert(mb, out);
                     actions.extend(self.route(mb, now));
+                } else {
+                    // Forgotten while it ran: no backward will come for it.
+                    self.forwarded.remove(&mb);
                 }
             }
             JobDone::Backward {
@@ -479,10 +592,17 @@ impl Pipeline {
                 loss,
             } => {
                 let stashed = self.stash.remove(&mb);
+                self.forwarded.remove(&mb);
                 let loss = loss.or(stashed.as_ref().and_then(|s| s.loss));
                 if let (Some(st), Some(grad)) = (&stashed, input_grad)
                     && let Some(up) = st.upstream
                 {
+                    self.keep_answer(Answered {
+                        mb,
+                        to: up,
+                        grad: grad.clone(),
+                        loss: loss.unwrap_or(f32::NAN),
+                    });
                     actions.push(Action::Send {
                         to: up,
                         msg: Msg::Backward {
@@ -545,6 +665,7 @@ impl Pipeline {
                 // counted toward the step (it adds no gradient), or the step, and training,
                 // would wait for it forever.
                 if let Some(mb) = mb {
+                    self.forwarded.remove(&mb);
                     let own = self.is_first()
                         && mb.origin == self.node
                         && self.stash.contains_key(&mb)
@@ -562,6 +683,16 @@ impl Pipeline {
         }
         actions.extend(self.dispatch());
         actions
+    }
+
+    /// Keeps a sent answer for a repeated request, the last `2 · micro_batches` of them (at
+    /// least 4): enough for the micro-batches a failing-over sender can still have in flight.
+    fn keep_answer(&mut self, answer: Answered) {
+        let cap = (2 * self.cfg.micro_batches).max(4);
+        while self.answered.len() >= cap {
+            self.answered.pop_front();
+        }
+        self.answered.push_back(answer);
     }
 
     /// One more micro-batch done toward the optimizer step.

@@ -26,9 +26,14 @@ fn model() -> ModelConfig {
 
 /// Stage 0 of 2: the driver.
 fn driver(micro_batches: usize) -> Pipeline {
+    replica(0, 2, micro_batches)
+}
+
+/// Stage `stage` of `stages`.
+fn replica(stage: usize, stages: usize, micro_batches: usize) -> Pipeline {
     let cfg = PipelineConfig {
-        stage: 0,
-        stages: 2,
+        stage,
+        stages,
         model: model(),
         micro_batches,
         queue_capacity: 8,
@@ -74,10 +79,20 @@ fn run(job: &Job, fail: bool) -> JobDone {
             mb: Some(*mb),
             error: "non-finite parameter gradient".into(),
         },
-        Job::Backward { mb, .. } => JobDone::Backward {
+        Job::Backward {
+            mb,
+            input,
+            upstream,
+        } => JobDone::Backward {
             mb: *mb,
-            input_grad: None,
-            loss: None,
+            input_grad: match input {
+                StageInput::Hidden(a) => Some(Activations {
+                    data: vec![0.02; a.data.len()],
+                    ..a.clone()
+                }),
+                StageInput::Tokens(_) => None,
+            },
+            loss: matches!(upstream, Upstream::Targets(_)).then_some(2.0),
         },
         Job::Step { step } => JobDone::Step {
             step: *step,
@@ -118,6 +133,10 @@ struct World {
     penalties: Vec<(NodeId, String)>,
     /// Backward jobs still to fail.
     failing: usize,
+    /// Every job the engine ran, in order.
+    ran: Vec<Job>,
+    /// Gradients sent back upstream.
+    answers: Vec<(NodeId, Msg)>,
 }
 
 impl World {
@@ -129,14 +148,20 @@ impl World {
             asked: Vec::new(),
             penalties: Vec::new(),
             failing: 0,
+            ran: Vec::new(),
+            answers: Vec::new(),
         }
     }
 
     fn beat(&mut self, peer: NodeId) {
+        self.beat_as(peer, 1);
+    }
+
+    fn beat_as(&mut self, peer: NodeId, stage: u16) {
         let hb = Heartbeat {
             node: peer,
             network: [0; 32],
-            stage: 1,
+            stage,
             step: 0,
             queue: 0,
             time_ms: 0,
@@ -154,6 +179,10 @@ impl World {
                     let fail = self.failing > 0 && matches!(job, Job::Backward { .. });
                     self.failing -= usize::from(fail);
                     queue.extend(self.p.on_job_done(run(&job, fail), self.now));
+                    self.ran.push(job);
+                }
+                Action::Send { to, msg } if msg.kind() == "backward" => {
+                    self.answers.push((to, msg))
                 }
                 Action::Send { to, msg } => {
                     let (mb, kind) = (msg.mb(), msg.kind());
@@ -243,5 +272,144 @@ fn a_replica_answering_after_a_failover_is_not_penalised() {
         actions
             .iter()
             .any(|a| matches!(a, Action::Penalize { peer, .. } if *peer == stranger))
+    );
+}
+
+/// A forward request from a stage-0 replica for its micro-batch `index` of `step`.
+fn forward_from(origin: u8, step: u64, index: u32) -> Msg {
+    Msg::Forward {
+        mb: MicroBatchId {
+            origin: [origin; 32],
+            step,
+            index,
+        },
+        input: Payload::Hidden(Activations {
+            batch: 2,
+            seq: 4,
+            dim: D,
+            data: vec![0.1 * f32::from(origin); 2 * 4 * D],
+        }),
+        targets: vec![1; 8],
+    }
+}
+
+/// Every backward pass ran on the weights of its own forward pass: no optimizer step between
+/// them, and each step counted exactly `micro_batches` backward passes.
+fn assert_exact(ran: &[Job], micro_batches: usize) {
+    let mut open = BTreeSet::new();
+    let mut since_step = 0;
+    for job in ran {
+        match job {
+            Job::Forward { mb, .. } => {
+                open.insert(*mb);
+            }
+            Job::Backward { mb, .. } => {
+                open.remove(mb);
+                since_step += 1;
+            }
+            Job::Step { step } => {
+                assert!(open.is_empty(), "step {step} ran with {open:?} forwarded");
+                assert_eq!(since_step, micro_batches, "step {step}");
+                since_step = 0;
+            }
+        }
+    }
+}
+
+#[test]
+fn a_middle_stage_fed_by_two_drivers_never_steps_between_a_forward_and_its_backward() {
+    // Stage 1 of 3, two micro-batches per step, two drivers sending alternately.
+    let mut w = World::new(replica(1, 3, 2));
+    let (a, b, next) = (NodeId([1; 32]), NodeId([2; 32]), NodeId([7; 32]));
+    w.beat_as(next, 2);
+    for step in 0..3 {
+        for index in 0..2 {
+            for (from, origin) in [(a, 1), (b, 2)] {
+                let (ack, actions) =
+                    w.p.on_message(from, forward_from(origin, step, index), w.now);
+                assert_eq!(ack, Ack::Accepted);
+                w.handle(actions);
+            }
+        }
+        // Downstream answers whatever it holds, oldest first, until nothing is left.
+        while !w.sent.is_empty() {
+            w.beat_as(next, 2);
+            assert_eq!(w.answer(0), Ack::Accepted);
+        }
+    }
+    assert_eq!(w.p.steps_done(), 6, "12 micro-batches, 2 per step");
+    assert_exact(&w.ran, 2);
+    assert_eq!(w.answers.len(), 12, "every sender gets its gradient");
+}
+
+#[test]
+fn a_repeated_micro_batch_is_computed_and_counted_once() {
+    // The last stage of 2, two micro-batches per step.
+    let mut w = World::new(replica(1, 2, 2));
+    let (a, b) = (NodeId([1; 32]), NodeId([2; 32]));
+    let send = |w: &mut World, from: NodeId, msg: Msg| {
+        let (ack, actions) = w.p.on_message(from, msg, w.now);
+        w.handle(actions);
+        ack
+    };
+    assert_eq!(send(&mut w, a, forward_from(1, 0, 0)), Ack::Accepted);
+    assert_eq!(w.answers.len(), 1);
+    // The sender lost the answer and asks again: it gets the same answer, nothing is recomputed.
+    assert_eq!(send(&mut w, a, forward_from(1, 0, 0)), Ack::Accepted);
+    assert_eq!(w.answers.len(), 2);
+    assert_eq!(w.answers[0], w.answers[1]);
+    // Another sender with the same micro-batch is declined: this replica's weights already
+    // counted it, so it goes to another replica (never a penalty: failover makes this).
+    assert!(matches!(
+        send(&mut w, b, forward_from(1, 0, 0)),
+        Ack::Rejected(_)
+    ));
+    assert!(w.penalties.is_empty());
+    assert_eq!(w.p.steps_done(), 0, "one micro-batch counted, not three");
+    assert_eq!(send(&mut w, a, forward_from(1, 0, 1)), Ack::Accepted);
+    assert_eq!(w.p.steps_done(), 1);
+    assert_exact(&w.ran, 2);
+    assert_eq!(
+        w.ran
+            .iter()
+            .filter(|j| matches!(j, Job::Backward { .. }))
+            .count(),
+        2
+    );
+}
+
+#[test]
+fn a_micro_batch_repeated_while_queued_runs_once_for_the_latest_sender() {
+    // Stage 1 of 3: the engine is kept busy so requests queue.
+    let mut w = World::new(replica(1, 3, 2));
+    let (a, b, next) = (NodeId([1; 32]), NodeId([2; 32]), NodeId([7; 32]));
+    w.beat_as(next, 2);
+    // Two micro-batches fill the step; the third waits for it.
+    for index in 0..2 {
+        let (_, actions) = w.p.on_message(a, forward_from(1, 0, index), w.now);
+        w.handle(actions);
+    }
+    let (ack, actions) = w.p.on_message(a, forward_from(1, 1, 0), w.now);
+    assert_eq!(ack, Ack::Accepted);
+    w.handle(actions);
+    // Its sender failed over: the same micro-batch arrives from b; it replaces the queued one.
+    let (ack, actions) = w.p.on_message(b, forward_from(1, 1, 0), w.now);
+    assert_eq!(ack, Ack::Accepted);
+    w.handle(actions);
+    while !w.sent.is_empty() {
+        w.beat_as(next, 2);
+        w.answer(0);
+    }
+    let forwards: Vec<&Job> = w
+        .ran
+        .iter()
+        .filter(|j| matches!(j, Job::Forward { .. }))
+        .collect();
+    assert_eq!(forwards.len(), 3, "the repeat ran once");
+    assert_exact(&w.ran, 2);
+    let last = w.answers.last().expect("answered");
+    assert_eq!(
+        last.0, b,
+        "the gradient goes to the sender that holds the path now"
     );
 }
