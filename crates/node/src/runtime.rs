@@ -136,6 +136,10 @@ pub async fn run(mut settings: NodeSettings) -> Result<(), NodeError> {
         seed: settings.seed,
         batch: settings.batch,
         seq: settings.seq,
+        round_steps: match settings.sync.every {
+            0 => crate::genesis_source::ROUND_STEPS_WITHOUT_SYNC,
+            every => every,
+        },
     };
     let started_at = Instant::now();
     let mut core = NodeCore::new(

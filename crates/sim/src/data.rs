@@ -17,7 +17,7 @@ pub struct PatternBatches {
 }
 
 impl BatchSource for PatternBatches {
-    fn batch(&self, origin: &[u8; 32], step: u64) -> Result<Batch, BatchError> {
+    fn batch(&self, origin: &[u8; 32], step: u64, _: &[[u8; 32]]) -> Result<Batch, BatchError> {
         if self.vocab < 2 || self.rows == 0 || self.seq == 0 {
             return Err(BatchError("empty pattern configuration".into()));
         }

@@ -34,7 +34,7 @@ pub fn validation_loss(
     let mut count = 0usize;
     for step in 0..batches {
         let batch: Batch = data
-            .batch(&HELD_OUT, step)
+            .batch(&HELD_OUT, step, &[HELD_OUT])
             .map_err(|e| ModelError::Input(e.0))?;
         let mut input = StageInput::Tokens(Tokens {
             batch: batch.rows,

@@ -58,8 +58,15 @@ pub struct BatchError(pub String);
 
 /// The batches a driver trains on: a pure function of the genesis dataset.
 pub trait BatchSource: Send {
-    /// The batch the driver `origin` trains on at `step`.
-    fn batch(&self, origin: &[u8; 32], step: u64) -> Result<neuroshard_data::Batch, BatchError>;
+    /// The batch the driver `origin` trains on at `step`, when `drivers` (sorted, `origin`
+    /// among them) are the network's drivers: drivers of a round share the data without
+    /// overlap.
+    fn batch(
+        &self,
+        origin: &[u8; 32],
+        step: u64,
+        drivers: &[[u8; 32]],
+    ) -> Result<neuroshard_data::Batch, BatchError>;
 }
 
 /// Everything the core starts from; the runtime (or simulator) prepares it.
@@ -435,6 +442,16 @@ impl NodeCore {
         });
     }
 
+    /// The network's drivers as this node's ledger knows them (registered for stage 0), with
+    /// `origin`: the set the genesis data is shared out over.
+    pub(super) fn drivers_with(&self, origin: &[u8; 32]) -> Vec<[u8; 32]> {
+        let mut drivers: Vec<[u8; 32]> = self.economy.ledger().registered(0).map(|n| n.0).collect();
+        drivers.push(*origin);
+        drivers.sort_unstable();
+        drivers.dedup();
+        drivers
+    }
+
     fn penalize(&mut self, peer: NodeId, reason: impl Into<String>) {
         self.transmits.push_back(Transmit::Penalize {
             peer,
@@ -489,18 +506,23 @@ impl NodeCore {
                 Action::Compute(job) => {
                     self.engine(EngineJob::Run(job));
                 }
-                Action::NeedBatch { step } => match self.data.batch(&self.me.0, step) {
-                    Ok(b) => queue.extend(self.pipeline.on_batch(
-                        step,
-                        Batch {
-                            batch: b.rows,
-                            seq: self.settings.seq,
-                            inputs: b.inputs,
-                            targets: b.targets,
-                        },
-                    )),
-                    Err(e) => self.warn(format!("loading batch {step}: {e}"), now),
-                },
+                Action::NeedBatch { step } => {
+                    match self
+                        .data
+                        .batch(&self.me.0, step, &self.drivers_with(&self.me.0))
+                    {
+                        Ok(b) => queue.extend(self.pipeline.on_batch(
+                            step,
+                            Batch {
+                                batch: b.rows,
+                                seq: self.settings.seq,
+                                inputs: b.inputs,
+                                targets: b.targets,
+                            },
+                        )),
+                        Err(e) => self.warn(format!("loading batch {step}: {e}"), now),
+                    }
+                }
                 Action::Penalize { peer, reason } => self.penalize(peer, reason),
                 Action::Event(ev) => self.events.push_back(ev),
             }

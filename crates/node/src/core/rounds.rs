@@ -525,7 +525,10 @@ impl NodeCore {
             .data
             .iter()
             .filter_map(|(origin, step)| {
-                let b = self.data.batch(origin, *step).ok()?;
+                let b = self
+                    .data
+                    .batch(origin, *step, &self.drivers_with(origin))
+                    .ok()?;
                 Some(ShardWork {
                     shard_id: b.windows.first()?.shard as u64,
                     batch_token_hash: b.token_hash,

@@ -15,7 +15,12 @@ use crate::settings::{DataOrder, SyncSettings};
 struct NoData;
 
 impl BatchSource for NoData {
-    fn batch(&self, _: &[u8; 32], _: u64) -> Result<neuroshard_data::Batch, BatchError> {
+    fn batch(
+        &self,
+        _: &[u8; 32],
+        _: u64,
+        _: &[[u8; 32]],
+    ) -> Result<neuroshard_data::Batch, BatchError> {
         Err(BatchError("no data in this test".into()))
     }
 }
