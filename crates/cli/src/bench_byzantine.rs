@@ -39,6 +39,11 @@ pub struct ByzantineArgs {
     byzantine: Option<usize>,
     #[arg(long)]
     norm_bound: Option<f64>,
+    /// Outer step (default: the nodes' defaults).
+    #[arg(long)]
+    outer_lr: Option<f32>,
+    #[arg(long)]
+    outer_momentum: Option<f32>,
     /// Also run each attack against a plain mean with no norm bound (what the defence buys).
     #[arg(long)]
     baseline: bool,
@@ -159,6 +164,8 @@ pub fn run(args: ByzantineArgs) -> Result<()> {
         }
         sc.byzantine = args.byzantine.unwrap_or(sc.byzantine);
         sc.norm_bound = args.norm_bound.unwrap_or(sc.norm_bound);
+        sc.outer_lr = args.outer_lr.unwrap_or(sc.outer_lr);
+        sc.outer_momentum = args.outer_momentum.unwrap_or(sc.outer_momentum);
         defaults = sc.clone();
         let clean = measure(&sc, Attack::None, args.seeds)?;
         let naive = Scenario {

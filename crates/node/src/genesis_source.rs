@@ -97,7 +97,10 @@ mod tests {
                 let b = src.batch(d, step, &drivers).expect("batch");
                 let s = shards(&b);
                 assert_eq!(s.len(), 1, "one shard per driver and round");
-                assert!(taken.is_disjoint(&s), "round {round}: two drivers on one shard");
+                assert!(
+                    taken.is_disjoint(&s),
+                    "round {round}: two drivers on one shard"
+                );
                 taken.extend(s.iter().copied());
                 seen[i].extend(s);
             }

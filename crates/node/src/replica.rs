@@ -491,7 +491,10 @@ impl Diloco {
         let mut next = from.clone();
         next.set_aggregator(aggregator(&self.cfg, dense.len())?);
         let mut clipped = Vec::new();
-        let outcome = if self.cfg.norm_bound > 0.0 {
+        let outcome = if let [only] = dense.values().collect::<Vec<_>>()[..] {
+            // Decided by the set alone, so every replica recomputing it agrees.
+            next.apply_alone(only)?
+        } else if self.cfg.norm_bound > 0.0 {
             let mut inputs: Vec<Vec<f32>> = dense.values().cloned().collect();
             let senders: Vec<NodeId> = dense.keys().copied().collect();
             for c in clip_to_median_norm(&mut inputs, self.cfg.norm_bound)? {

@@ -44,6 +44,9 @@ pub struct Scenario {
     pub aggregator: String,
     pub byzantine: usize,
     pub norm_bound: f64,
+    /// The outer step every replica applies to the aggregate.
+    pub outer_lr: f32,
+    pub outer_momentum: f32,
 }
 
 impl Scenario {
@@ -59,6 +62,8 @@ impl Scenario {
             aggregator: defaults.aggregator,
             byzantine: defaults.byzantine,
             norm_bound: defaults.norm_bound,
+            outer_lr: defaults.outer_lr,
+            outer_momentum: defaults.outer_momentum,
         }
     }
 
@@ -120,6 +125,8 @@ pub fn run(scenario: &Scenario, attack: Attack, seed: u64) -> Result<Outcome, Ru
     s.sync.aggregator = sc.aggregator.clone();
     s.sync.byzantine = sc.byzantine;
     s.sync.norm_bound = sc.norm_bound;
+    s.sync.outer_lr = sc.outer_lr;
+    s.sync.outer_momentum = sc.outer_momentum;
     let spec = s.sync.compression.parse()?;
     let data = PatternBatches {
         vocab: model.vocab,

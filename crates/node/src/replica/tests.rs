@@ -87,14 +87,18 @@ fn replicas_that_aggregate_the_same_offers_hold_the_same_outer_state() {
 #[test]
 fn dense_round_without_drift_restarts_exactly_at_the_new_theta() {
     let start = params(2);
-    let mut p = start.clone();
-    let mut d = Diloco::new(cfg(1, "fp32"), &start).unwrap();
-    train(&mut p, 0.02);
-    d.prepare(1, &p).unwrap();
-    d.apply(1, Vec::new(), &mut p).unwrap();
-    assert!(max_diff(&p.flatten(), d.theta()) < 1e-6);
+    let (mut p1, mut p2) = (start.clone(), start.clone());
+    let mut d1 = Diloco::new(cfg(1, "fp32"), &start).unwrap();
+    let mut d2 = Diloco::new(cfg(2, "fp32"), &start).unwrap();
+    train(&mut p1, 0.02);
+    train(&mut p2, 0.02);
+    d1.prepare(1, &p1).unwrap();
+    let o2 = d2.prepare(1, &p2).unwrap();
+    d1.apply(1, vec![(NodeId([2; 32]), o2.blob.to_vec())], &mut p1)
+        .unwrap();
+    assert!(max_diff(&p1.flatten(), d1.theta()) < 1e-6);
     // θ₀ moved by lr·(Δ + μ·v) = 0.7·(1 + 0.9)·0.02 along the training direction.
-    let moved = d.theta()[0] - start.flatten()[0];
+    let moved = d1.theta()[0] - start.flatten()[0];
     assert!((moved - 0.7 * 1.9 * 0.02).abs() < 1e-5, "{moved}");
 }
 
@@ -223,4 +227,33 @@ fn recomputing_over_a_larger_set_reaches_the_same_state_as_the_replica_that_used
     let unknown = vec![NodeId([9; 32])];
     assert!(d[0].reapply(1, Vec::new(), &unknown, &mut p[0]).is_err());
     assert_eq!(d[0].hash(), before);
+}
+
+#[test]
+fn a_lone_replica_moves_theta_to_exactly_where_it_trained() {
+    let start = params(4);
+    let mut p = start.clone();
+    let mut d = Diloco::new(cfg(1, "fp32"), &start).unwrap();
+    for round in 1..=3 {
+        train(&mut p, 0.02);
+        let trained = p.flatten();
+        d.prepare(round, &p).unwrap();
+        d.apply(round, Vec::new(), &mut p).unwrap();
+        // Up to the rounding of θ₀ − (θ₀ − θ): a stage with one replica trains as if it had
+        // no sync at all (the outer step, lr 0.7 with momentum 0.9, would overshoot it).
+        assert!(max_diff(d.theta(), &trained) < 1e-6, "round {round}");
+        assert!(max_diff(&p.flatten(), &trained) < 1e-6, "round {round}");
+    }
+    // No velocity built up while alone: a second replica's first round is a plain outer step.
+    let mut q = p.clone();
+    let mut e = Diloco::restore(cfg(2, "fp32"), &d.outer_bytes(), start.numel()).unwrap();
+    let before = d.theta()[0];
+    train(&mut p, 0.01);
+    train(&mut q, 0.01);
+    d.prepare(4, &p).unwrap();
+    let o = e.prepare(4, &q).unwrap();
+    d.apply(4, vec![(NodeId([2; 32]), o.blob.to_vec())], &mut p)
+        .unwrap();
+    let moved = d.theta()[0] - before;
+    assert!((moved - 0.7 * 1.9 * 0.01).abs() < 1e-5, "{moved}");
 }
