@@ -348,10 +348,12 @@ impl Pipeline {
     }
 
     /// A micro-batch this replica already holds or answered (its sender failed over or lost
-    /// the answer) is computed at most once, so its gradient is never counted twice: the same
-    /// sender gets the kept answer again; a new sender (its upstream failed over) takes the
-    /// queued job over while it has not run, and is declined once the weights were used on
-    /// another sender's input (it routes elsewhere). `None`: a new micro-batch.
+    /// the answer) is computed once per sender, so a lost answer never adds its gradient
+    /// twice: the same sender gets the kept answer again; a new sender (its upstream failed
+    /// over) takes a queued job over while it has not run, is declined while the weights are
+    /// in use on another sender's input (it retries), and is computed for afresh once that
+    /// one was answered — counted twice, like a backup worker, because its input differs and
+    /// refusing it would stall a stage with one replica here. `None`: compute it as new.
     fn repeated_forward(
         &mut self,
         from: NodeId,
@@ -360,13 +362,7 @@ impl Pipeline {
         targets: &[u32],
         answer: &mut Vec<Action>,
     ) -> Option<Ack> {
-        if let Some(kept) = self.answered.iter().find(|a| a.mb == mb) {
-            if kept.to != from {
-                return Some(Ack::Rejected(format!(
-                    "micro-batch {} was already computed for another sender",
-                    mb.short()
-                )));
-            }
+        if let Some(kept) = self.answered.iter().find(|a| a.mb == mb && a.to == from) {
             answer.push(Action::Send {
                 to: from,
                 msg: Msg::Backward {
