@@ -33,6 +33,10 @@ pub struct Protocol {
     pub batch: usize,
     pub micro_batches: usize,
     pub seq: usize,
+    /// How activations and gradients cross stage boundaries; geneses written before the field
+    /// existed ran uncompressed.
+    #[serde(default = "crate::act_codec::ActSpec::uncompressed")]
+    pub activations: crate::act_codec::ActSpec,
     /// DiLoCo: inner steps per round, aggregator, Byzantine replicas tolerated, compression,
     /// outer step, norm bound.
     pub sync_every: u64,
@@ -60,6 +64,7 @@ impl Protocol {
             batch: s.batch,
             micro_batches: s.micro_batches,
             seq: s.seq,
+            activations: s.activations,
             sync_every: s.sync.every,
             aggregator: s.sync.aggregator.clone(),
             byzantine: s.sync.byzantine,
@@ -81,6 +86,7 @@ impl Protocol {
         s.batch = self.batch;
         s.micro_batches = self.micro_batches;
         s.seq = self.seq;
+        s.activations = self.activations;
         s.sync.every = self.sync_every;
         s.sync.aggregator = self.aggregator.clone();
         s.sync.byzantine = self.byzantine;
