@@ -58,6 +58,10 @@ pub struct SwarmArgs {
     /// int8, int4, bf16 or f32, one name for both directions or forward/backward.
     #[arg(long, default_value_t = ActSpec::default())]
     activations: ActSpec,
+    /// Run node i inside network namespace PREFIX<i> at 10.77.0.<i+1>, as set up by
+    /// `bench/links.sh` (shaped links between the nodes); needs root.
+    #[arg(long)]
+    netns: Option<String>,
     /// Engine threads per node.
     #[arg(long, default_value_t = 1)]
     threads: usize,
@@ -149,6 +153,7 @@ impl SwarmArgs {
             kill,
             settle: Duration::from_secs(self.settle_s),
             timeout: (self.timeout_s > 0).then(|| Duration::from_secs(self.timeout_s)),
+            netns: self.netns.clone(),
         };
         cfg.validate()?;
         Ok(cfg)
