@@ -47,6 +47,9 @@ struct SyncSample {
     expected: u64,
 }
 
+/// A node's engine time at one of its steps: (wall clock ms, engine busy ms).
+type BusyAt = (u64, f64);
+
 /// One failover: (wall clock ms, failover ms, reason).
 type FailoverSample = (u64, f64, String);
 
@@ -88,7 +91,7 @@ pub struct Report {
     /// Latest ledger summary per node, and when its state hash last changed.
     ledgers: BTreeMap<usize, (LedgerSummary, u64)>,
     /// Per node: (stage, first step's (wall ms, engine busy ms), latest step's).
-    busy: BTreeMap<usize, (usize, (u64, f64), (u64, f64))>,
+    busy: BTreeMap<usize, (usize, BusyAt, BusyAt)>,
 }
 
 impl Report {

@@ -96,10 +96,10 @@ proptest! {
             prop_assert!(id > 3);
             return Ok(());
         };
-        if let Ok(p) = Packed::from_parts(scheme, b, s, d, bytes) {
-            if let Ok(a) = p.unpack(&expect(scheme, d)) {
-                prop_assert!(a.data.iter().all(|x| x.is_finite() && x.abs() <= MAX_MAGNITUDE));
-            }
+        if let Ok(p) = Packed::from_parts(scheme, b, s, d, bytes)
+            && let Ok(a) = p.unpack(&expect(scheme, d))
+        {
+            prop_assert!(a.data.iter().all(|x| x.is_finite() && x.abs() <= MAX_MAGNITUDE));
         }
     }
 
