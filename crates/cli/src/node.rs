@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
+use neuroshard_node::act_codec::ActSpec;
 use neuroshard_node::settings::SyncSettings;
 use neuroshard_node::{DataOrder, NodeSettings};
 
@@ -147,6 +148,11 @@ pub struct NodeArgs {
     /// Largest request or response frame, in MiB.
     #[arg(long, default_value_t = MAX_FRAME_MB)]
     max_frame_mb: usize,
+    /// When this node founds the network: how activations and their gradients cross stage
+    /// boundaries (`int8/int4`, `int8`, `int4`, `bf16`, `f32`; forward/backward). A joiner
+    /// takes the network's.
+    #[arg(long, default_value_t = ActSpec::default())]
+    activations: ActSpec,
 }
 
 impl NodeArgs {
@@ -169,6 +175,7 @@ impl NodeArgs {
             stage: self.stage,
             memory_budget: self.memory_mb << 20,
             micro_batches: self.step.micro_batches,
+            activations: self.activations,
             batch: self.step.batch,
             seq: self.step.seq,
             steps: self.steps,

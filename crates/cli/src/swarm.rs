@@ -11,6 +11,7 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use neuroshard_data::Genesis;
 use neuroshard_model::{ParamSet, Stage, StageSpec};
+use neuroshard_node::act_codec::ActSpec;
 use neuroshard_node::{DataOrder, NodeSettings};
 use neuroshard_swarm::{Kill, Observer, Outcome, SwarmConfig};
 
@@ -53,6 +54,14 @@ pub struct SwarmArgs {
     /// After the drivers finish: wait up to this long for every ledger to agree.
     #[arg(long, default_value_t = 30)]
     settle_s: u64,
+    /// How activations and their gradients cross stage boundaries: int8/int4 (default),
+    /// int8, int4, bf16 or f32, one name for both directions or forward/backward.
+    #[arg(long, default_value_t = ActSpec::default())]
+    activations: ActSpec,
+    /// Run node i inside network namespace PREFIX<i> at 10.77.0.<i+1>, as set up by
+    /// `bench/links.sh` (shaped links between the nodes); needs root.
+    #[arg(long)]
+    netns: Option<String>,
     /// Engine threads per node.
     #[arg(long, default_value_t = 1)]
     threads: usize,
@@ -102,6 +111,7 @@ impl SwarmArgs {
             stage: None,
             memory_budget: node::MEMORY_MB << 20,
             micro_batches: self.step.micro_batches,
+            activations: self.activations,
             batch: self.step.batch,
             seq: self.step.seq,
             steps: self.steps,
@@ -143,6 +153,7 @@ impl SwarmArgs {
             kill,
             settle: Duration::from_secs(self.settle_s),
             timeout: (self.timeout_s > 0).then(|| Duration::from_secs(self.timeout_s)),
+            netns: self.netns.clone(),
         };
         cfg.validate()?;
         Ok(cfg)

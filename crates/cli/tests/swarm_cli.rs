@@ -180,9 +180,12 @@ fn three_stage_pipeline_matches_one_process() {
         "240",
         "--gen-tokens",
         "0",
-        // One replica per stage: no DiLoCo, so the pipeline must equal one process.
+        // One replica per stage: no DiLoCo, and raw activations, so the pipeline must equal
+        // one process.
         "--sync-every",
         "0",
+        "--activations",
+        "f32",
     ];
     args.extend(common);
     args.extend(TINY);

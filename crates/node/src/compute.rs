@@ -2,6 +2,7 @@
 //! thread of its own so the network stays responsive while a job runs.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, mpsc};
 
 use neuroshard_model::{AdamW, Stage, checkpoint};
@@ -272,11 +273,28 @@ impl Compute for Engine {
     }
 }
 
-/// Starts the engine thread: jobs in, results out, one at a time in order.
+/// Nanoseconds an engine thread has spent executing jobs, shared with whoever reports it.
+#[derive(Debug, Clone, Default)]
+pub struct BusyTime(Arc<AtomicU64>);
+
+impl BusyTime {
+    pub fn add(&self, d: std::time::Duration) {
+        let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        self.0.fetch_add(ns, Ordering::Relaxed);
+    }
+
+    pub fn ms(&self) -> f64 {
+        self.0.load(Ordering::Relaxed) as f64 / 1e6
+    }
+}
+
+/// Starts the engine thread: jobs in, results out, one at a time in order. `busy` counts the
+/// time spent in jobs (the node's compute utilization).
 pub fn spawn<C: Compute + Send + 'static>(
     mut engine: C,
     threads: usize,
     done: UnboundedSender<(Token, EngineOutput)>,
+    busy: BusyTime,
 ) -> std::io::Result<mpsc::Sender<(Token, EngineJob)>> {
     let (tx, rx) = mpsc::channel::<(Token, EngineJob)>();
     std::thread::Builder::new()
@@ -284,7 +302,10 @@ pub fn spawn<C: Compute + Send + 'static>(
         .spawn(move || {
             neuroshard_model::with_threads(threads, move || {
                 while let Ok((token, job)) = rx.recv() {
-                    if done.send((token, engine.execute(job))).is_err() {
+                    let started = std::time::Instant::now();
+                    let out = engine.execute(job);
+                    busy.add(started.elapsed());
+                    if done.send((token, out)).is_err() {
                         break;
                     }
                 }

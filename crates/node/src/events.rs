@@ -74,6 +74,11 @@ pub enum NodeEvent {
         lr: f64,
         grad_norm: f64,
         model_hash: String,
+        /// Milliseconds the node's engine has spent computing since it started (real
+        /// processes only): its utilization between two steps is the difference over the
+        /// wall time between them.
+        #[serde(default)]
+        busy_ms: Option<f64>,
         time_ms: u64,
     },
     /// A micro-batch went to another replica after `from` failed or timed out.

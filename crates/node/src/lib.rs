@@ -5,6 +5,7 @@
 //! The protocol modules (`pipeline`, `peers`, `router`, `records`, `wire`) are sans-IO: they
 //! take messages, time and results and return actions, so tests drive them without sockets.
 
+pub mod act_codec;
 pub mod compute;
 pub mod core;
 pub mod economy;

@@ -33,6 +33,10 @@ pub struct Protocol {
     pub batch: usize,
     pub micro_batches: usize,
     pub seq: usize,
+    /// How activations and gradients cross stage boundaries; geneses written before the field
+    /// existed ran uncompressed.
+    #[serde(default = "crate::act_codec::ActSpec::uncompressed")]
+    pub activations: crate::act_codec::ActSpec,
     /// DiLoCo: inner steps per round, aggregator, Byzantine replicas tolerated, compression,
     /// outer step, norm bound.
     pub sync_every: u64,
@@ -60,6 +64,7 @@ impl Protocol {
             batch: s.batch,
             micro_batches: s.micro_batches,
             seq: s.seq,
+            activations: s.activations,
             sync_every: s.sync.every,
             aggregator: s.sync.aggregator.clone(),
             byzantine: s.sync.byzantine,
@@ -81,6 +86,7 @@ impl Protocol {
         s.batch = self.batch;
         s.micro_batches = self.micro_batches;
         s.seq = self.seq;
+        s.activations = self.activations;
         s.sync.every = self.sync_every;
         s.sync.aggregator = self.aggregator.clone();
         s.sync.byzantine = self.byzantine;
@@ -325,13 +331,29 @@ mod tests {
         let mut g = genesis("ours", Vec::new());
         g.protocol.model.d_model = 48;
         g.protocol.sync_every = 7;
+        g.protocol.activations = "bf16/int4".parse().expect("spec");
         let ours = Network::found(&founder, g)?;
         let mut joiner = crate::settings::tests::settings(0);
         joiner.stages = 9;
+        joiner.activations = "f32".parse().expect("spec");
         ours.genesis.protocol.apply_to(&mut joiner);
         assert_eq!(Protocol::from_settings(&joiner), ours.genesis.protocol);
         assert_eq!((joiner.model.d_model, joiner.sync.every), (48, 7));
+        assert_eq!(joiner.activations.to_string(), "bf16/int4");
         Ok(())
+    }
+
+    #[test]
+    fn activation_schemes_in_a_genesis_are_checked_and_default_to_raw() {
+        let protocol = Protocol::from_settings(&crate::settings::tests::settings(0));
+        let mut json = serde_json::to_value(&protocol).expect("json");
+        assert_eq!(json["activations"], "int8/int4");
+        // Written before the field existed: those networks ran raw f32.
+        json.as_object_mut().expect("object").remove("activations");
+        let old: Protocol = serde_json::from_value(json.clone()).expect("old protocol");
+        assert_eq!(old.activations, crate::act_codec::ActSpec::UNCOMPRESSED);
+        json["activations"] = "int3".into();
+        assert!(serde_json::from_value::<Protocol>(json).is_err());
     }
 
     #[test]

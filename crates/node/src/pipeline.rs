@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use neuroshard_model::{Activations, Batch, ModelConfig, StageInput, Tokens, Upstream};
 use neuroshard_proof::{Hash32, NodeId};
 
+use crate::act_codec::{self, ActSpec, Expect, Scheme};
 use crate::events::{Clock, NodeEvent};
 use crate::peers::PeerTable;
 use crate::records::Role;
@@ -38,6 +39,10 @@ pub struct PipelineConfig {
     pub steps: u64,
     /// Time of the events it reports.
     pub clock: Clock,
+    /// How activations and gradients travel, and the most rows a peer may send in one
+    /// micro-batch (rows per driver step / micro-batches, rounded up).
+    pub activations: ActSpec,
+    pub max_rows: usize,
 }
 
 /// Work for the compute engine.
@@ -115,7 +120,7 @@ struct Stashed {
 struct Answered {
     mb: MicroBatchId,
     to: NodeId,
-    grad: Activations,
+    grad: act_codec::Packed,
     loss: f32,
 }
 
@@ -314,12 +319,15 @@ impl Pipeline {
                 mb.short()
             ));
         }
-        let Payload::Hidden(acts) = input else {
+        let Payload::Hidden(packed) = input else {
             return Err(format!(
                 "stage {} takes hidden states, got token ids",
                 self.cfg.stage
             ));
         };
+        let acts = packed
+            .unpack(&self.expect(self.cfg.activations.forward))
+            .map_err(|e| e.to_string())?;
         acts.validate(&self.cfg.model).map_err(|e| e.to_string())?;
         if self.is_last() && targets.len() != acts.batch * acts.seq {
             return Err(format!(
@@ -450,7 +458,7 @@ impl Pipeline {
         &mut self,
         from: NodeId,
         mb: MicroBatchId,
-        grad: Activations,
+        grad: act_codec::Packed,
         loss: f32,
     ) -> Result<Ack, String> {
         if self.is_last() {
@@ -482,6 +490,9 @@ impl Pipeline {
             ));
         }
         let waiting_on = out.to;
+        let grad = grad
+            .unpack(&self.expect(self.cfg.activations.backward))
+            .map_err(|e| e.to_string())?;
         grad.validate(&self.cfg.model).map_err(|e| e.to_string())?;
         if !loss.is_finite() {
             return Err(format!("loss {loss} is not finite"));
@@ -513,6 +524,16 @@ impl Pipeline {
             upstream: Upstream::Grad(grad),
         });
         Ok(Ack::Accepted)
+    }
+
+    /// What a peer's packed tensor in `scheme` must fit: one micro-batch of this network.
+    fn expect(&self, scheme: Scheme) -> Expect {
+        Expect {
+            scheme,
+            dim: self.cfg.model.d_model,
+            max_batch: self.cfg.max_rows,
+            max_seq: self.cfg.model.max_seq,
+        }
     }
 
     /// Hands the engine its next job when it is idle: the optimizer step first, then
@@ -560,6 +581,21 @@ impl Pipeline {
         let mut actions = Vec::new();
         match done {
             JobDone::Forward { mb, output } => {
+                // The receiver computes on the unpacked values; what cannot be packed (out of
+                // range) is a failed job.
+                let output = match act_codec::pack(&output, self.cfg.activations.forward) {
+                    Ok(p) => p,
+                    Err(e) => {
+                        let error = format!("packing the output: {e}");
+                        return self.on_job_done(
+                            JobDone::Failed {
+                                mb: Some(mb),
+                                error,
+                            },
+                            now,
+                        );
+                    }
+                };
                 if let Some(st) = self.stash.get(&mb) {
                     let msg = Msg::Forward {
                         mb,
@@ -593,20 +629,28 @@ impl Pipeline {
                 if let (Some(st), Some(grad)) = (&stashed, input_grad)
                     && let Some(up) = st.upstream
                 {
-                    self.keep_answer(Answered {
-                        mb,
-                        to: up,
-                        grad: grad.clone(),
-                        loss: loss.unwrap_or(f32::NAN),
-                    });
-                    actions.push(Action::Send {
-                        to: up,
-                        msg: Msg::Backward {
-                            mb,
-                            grad,
-                            loss: loss.unwrap_or(f32::NAN),
-                        },
-                    });
+                    // Unpackable: nothing goes back and the sender's timeout routes it again.
+                    match act_codec::pack(&grad, self.cfg.activations.backward) {
+                        Ok(grad) => {
+                            self.keep_answer(Answered {
+                                mb,
+                                to: up,
+                                grad: grad.clone(),
+                                loss: loss.unwrap_or(f32::NAN),
+                            });
+                            actions.push(Action::Send {
+                                to: up,
+                                msg: Msg::Backward {
+                                    mb,
+                                    grad,
+                                    loss: loss.unwrap_or(f32::NAN),
+                                },
+                            })
+                        }
+                        Err(e) => {
+                            actions.push(self.warning(now, format!("packing a gradient: {e}")))
+                        }
+                    }
                 }
                 if let (Some((step, losses, _)), Some(l)) = (self.driver_step.as_mut(), loss)
                     && *step == mb.step
@@ -639,6 +683,7 @@ impl Pipeline {
                     lr,
                     grad_norm,
                     model_hash: hex::encode(model_hash),
+                    busy_ms: None,
                     time_ms: self.cfg.clock.unix_ms(now),
                 }));
                 if self.is_first() {

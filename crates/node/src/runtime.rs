@@ -51,6 +51,7 @@ struct Done {
 struct Driver {
     net: Net,
     engine: std::sync::mpsc::Sender<(Token, EngineJob)>,
+    busy: compute::BusyTime,
     store: LedgerStore,
     /// Inbound requests waiting for the core's answer.
     channels: HashMap<Token, ResponseChannel>,
@@ -107,7 +108,8 @@ pub async fn run(mut settings: NodeSettings) -> Result<(), NodeError> {
 
     let (engine_tx, mut engine_rx) = mpsc::unbounded_channel::<(Token, EngineOutput)>();
     let model_hash = hex::encode(s.engine.model_hash());
-    let engine = compute::spawn(s.engine, settings.threads, engine_tx)
+    let busy = compute::BusyTime::default();
+    let engine = compute::spawn(s.engine, settings.threads, engine_tx, busy.clone())
         .map_err(|e| NodeError::io(&settings.data_dir, e))?;
     let _ = net
         .start_providing(crate::records::stage_key(&network, s.stage))
@@ -168,6 +170,7 @@ pub async fn run(mut settings: NodeSettings) -> Result<(), NodeError> {
     let mut driver = Driver {
         net: net.clone(),
         engine,
+        busy,
         store,
         channels: HashMap::new(),
         next_inbound: 1,
@@ -298,6 +301,27 @@ impl Driver {
                     sync_round,
                     theta,
                     ledger,
+                    time_ms,
+                },
+                NodeEvent::Step {
+                    stage,
+                    step,
+                    loss,
+                    tokens,
+                    lr,
+                    grad_norm,
+                    model_hash,
+                    time_ms,
+                    ..
+                } => NodeEvent::Step {
+                    stage,
+                    step,
+                    loss,
+                    tokens,
+                    lr,
+                    grad_norm,
+                    model_hash,
+                    busy_ms: Some(self.busy.ms()),
                     time_ms,
                 },
                 other => other,

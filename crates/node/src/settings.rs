@@ -43,6 +43,9 @@ pub struct NodeSettings {
     /// Memory this node may use for its stage, in bytes.
     pub memory_budget: u64,
     pub micro_batches: usize,
+    /// How activations and their gradients cross stage boundaries (`int8/int4`, `f32`...).
+    #[serde(default)]
+    pub activations: crate::act_codec::ActSpec,
     /// Rows per driver step (split into `micro_batches`).
     pub batch: usize,
     pub seq: usize,
@@ -218,6 +221,7 @@ pub(crate) mod tests {
             stage: None,
             memory_budget: 0,
             micro_batches: 2,
+            activations: Default::default(),
             batch: 8,
             seq: 16,
             steps,

@@ -1,13 +1,19 @@
 //! Messages between stage replicas (request–response) and their canonical encoding.
 //!
-//! Activations and gradients travel as raw little-endian f32; every decoded tensor is checked
-//! for shape and NaN/Inf by the receiver before it reaches the engine.
+//! Activations and gradients travel packed in the network's scheme ([`crate::act_codec`]);
+//! decoding here checks only that the byte count fits the declared shape. The receiving stage
+//! unpacks against the micro-batch shape it expects, and checks the values, before anything
+//! reaches its engine.
 
-use neuroshard_model::{Activations, Tokens};
+use neuroshard_model::Tokens;
 use neuroshard_proof::{Canonical, CodecError, Reader, Writer};
 
-/// Largest tensor a message may carry (elements); the transport frame limit is the real cap.
+use crate::act_codec::{Packed, Scheme};
+
+/// Largest tensor a message may carry (elements, bytes); the transport frame limit is the
+/// real cap.
 const MAX_ELEMS: usize = 1 << 26;
+const MAX_BYTES: usize = MAX_ELEMS * 4;
 const MAX_REASON: usize = 1024;
 
 /// One micro-batch of one driver step, named the same at every stage it passes through.
@@ -44,11 +50,11 @@ impl MicroBatchId {
     }
 }
 
-/// What flows into a stage: token ids (first stage) or hidden states.
+/// What flows into a stage: token ids (first stage) or packed hidden states.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Payload {
     Tokens(Tokens),
-    Hidden(Activations),
+    Hidden(Packed),
 }
 
 /// A request from one replica to another.
@@ -64,7 +70,7 @@ pub enum Msg {
     /// micro-batch loss measured by the last stage.
     Backward {
         mb: MicroBatchId,
-        grad: Activations,
+        grad: Packed,
         loss: f32,
     },
 }
@@ -94,28 +100,6 @@ pub enum Ack {
     Rejected(String),
 }
 
-/// Same bytes as `w.bytes(le_bytes)`, without building the intermediate buffer.
-fn put_f32s(w: &mut Writer, v: &[f32]) {
-    w.len(v.len() * 4);
-    for x in v {
-        w.fixed(&x.to_le_bytes());
-    }
-}
-
-fn get_f32s(r: &mut Reader<'_>) -> Result<Vec<f32>, CodecError> {
-    let bytes = r.bytes(MAX_ELEMS * 4)?;
-    if bytes.len() % 4 != 0 {
-        return Err(CodecError::Invalid {
-            field: "f32 data",
-            reason: format!("{} bytes is not a multiple of 4", bytes.len()),
-        });
-    }
-    Ok(bytes
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect())
-}
-
 fn put_u32s(w: &mut Writer, v: &[u32]) {
     w.len(v.len());
     for x in v {
@@ -139,32 +123,28 @@ fn dim(r: &mut Reader<'_>, field: &'static str) -> Result<usize, CodecError> {
     Ok(v)
 }
 
-fn put_acts(w: &mut Writer, a: &Activations) {
-    w.u32(a.batch as u32);
-    w.u32(a.seq as u32);
-    w.u32(a.dim as u32);
-    put_f32s(w, &a.data);
+fn put_packed(w: &mut Writer, p: &Packed) {
+    let (batch, seq, dim) = p.shape();
+    w.u8(p.scheme().id());
+    w.u32(batch as u32);
+    w.u32(seq as u32);
+    w.u32(dim as u32);
+    w.bytes(p.bytes());
 }
 
-fn get_acts(r: &mut Reader<'_>) -> Result<Activations, CodecError> {
-    let (batch, seq, d) = (dim(r, "batch")?, dim(r, "seq")?, dim(r, "dim")?);
-    let data = get_f32s(r)?;
-    if batch.checked_mul(seq).and_then(|x| x.checked_mul(d)) != Some(data.len()) {
-        return Err(CodecError::Invalid {
-            field: "activations",
-            reason: format!("{} values for shape [{batch}, {seq}, {d}]", data.len()),
-        });
-    }
-    Ok(Activations {
-        batch,
-        seq,
-        dim: d,
-        data,
-    })
+fn get_packed(r: &mut Reader<'_>) -> Result<Packed, CodecError> {
+    let invalid = |field, e: crate::act_codec::ActCodecError| CodecError::Invalid {
+        field,
+        reason: e.to_string(),
+    };
+    let scheme = Scheme::from_id(r.u8()?).map_err(|e| invalid("activation scheme", e))?;
+    let (batch, seq, dim) = (dim(r, "batch")?, dim(r, "seq")?, dim(r, "dim")?);
+    let bytes = r.bytes(MAX_BYTES)?.to_vec();
+    Packed::from_parts(scheme, batch, seq, dim, bytes).map_err(|e| invalid("activations", e))
 }
 
 impl Canonical for Msg {
-    const DOMAIN: &'static str = "neuroshard/pipe/v1";
+    const DOMAIN: &'static str = "neuroshard/pipe/v2";
 
     fn encode_body(&self, w: &mut Writer) {
         match self {
@@ -180,7 +160,7 @@ impl Canonical for Msg {
                     }
                     Payload::Hidden(a) => {
                         w.u8(1);
-                        put_acts(w, a);
+                        put_packed(w, a);
                     }
                 }
                 put_u32s(w, targets);
@@ -188,7 +168,7 @@ impl Canonical for Msg {
             Msg::Backward { mb, grad, loss } => {
                 w.u8(2);
                 mb.encode(w);
-                put_acts(w, grad);
+                put_packed(w, grad);
                 w.u32(loss.to_bits());
             }
         }
@@ -210,7 +190,7 @@ impl Canonical for Msg {
                         }
                         Payload::Tokens(Tokens { batch, seq, ids })
                     }
-                    1 => Payload::Hidden(get_acts(r)?),
+                    1 => Payload::Hidden(get_packed(r)?),
                     k => {
                         return Err(CodecError::Invalid {
                             field: "payload kind",
@@ -223,7 +203,7 @@ impl Canonical for Msg {
             }
             2 => {
                 let mb = MicroBatchId::decode(r)?;
-                let grad = get_acts(r)?;
+                let grad = get_packed(r)?;
                 let loss = f32::from_bits(r.u32()?);
                 Ok(Msg::Backward { mb, grad, loss })
             }
@@ -277,29 +257,53 @@ mod tests {
         }
     }
 
+    fn grad(batch: usize, seq: usize, dim: usize, scheme: Scheme) -> Packed {
+        let data = (0..batch * seq * dim).map(|i| i as f32 - 1.5).collect();
+        let a = neuroshard_model::Activations {
+            batch,
+            seq,
+            dim,
+            data,
+        };
+        crate::act_codec::pack(&a, scheme).unwrap()
+    }
+
+    /// A backward message whose tensor fields are written by hand.
+    fn raw_backward(scheme: u8, shape: [u32; 3], payload: &[u8]) -> Vec<u8> {
+        let mut w = Writer::new();
+        w.bytes(Msg::DOMAIN.as_bytes());
+        w.u8(2);
+        mb().encode(&mut w);
+        w.u8(scheme);
+        shape.iter().for_each(|d| w.u32(*d));
+        w.bytes(payload);
+        w.u32(1f32.to_bits());
+        w.into_bytes()
+    }
+
     #[test]
     fn messages_round_trip() {
-        let msgs = [
-            Msg::Forward {
+        let mut msgs = vec![Msg::Forward {
+            mb: mb(),
+            input: Payload::Tokens(Tokens {
+                batch: 2,
+                seq: 3,
+                ids: vec![1, 2, 3, 4, 5, 6],
+            }),
+            targets: vec![2, 3, 4, 5, 6, 7],
+        }];
+        for scheme in Scheme::ALL {
+            msgs.push(Msg::Backward {
                 mb: mb(),
-                input: Payload::Tokens(Tokens {
-                    batch: 2,
-                    seq: 3,
-                    ids: vec![1, 2, 3, 4, 5, 6],
-                }),
-                targets: vec![2, 3, 4, 5, 6, 7],
-            },
-            Msg::Backward {
-                mb: mb(),
-                grad: Activations {
-                    batch: 1,
-                    seq: 2,
-                    dim: 2,
-                    data: vec![0.5, -1.0, 2.0, 1e-9],
-                },
+                grad: grad(1, 2, 3, scheme),
                 loss: 3.25,
-            },
-        ];
+            });
+            msgs.push(Msg::Forward {
+                mb: mb(),
+                input: Payload::Hidden(grad(2, 1, 5, scheme)),
+                targets: vec![1, 2],
+            });
+        }
         for m in msgs {
             let bytes = m.to_canonical_bytes();
             assert_eq!(Msg::from_canonical_bytes(&bytes), Ok(m));
@@ -307,21 +311,38 @@ mod tests {
         for a in [Ack::Accepted, Ack::Busy, Ack::Rejected("no".into())] {
             assert_eq!(Ack::from_canonical_bytes(&a.to_canonical_bytes()), Ok(a));
         }
+        // The hand-written form is the encoder's.
+        let m = Msg::Backward {
+            mb: mb(),
+            grad: grad(1, 2, 3, Scheme::Int8),
+            loss: 1.0,
+        };
+        let Msg::Backward { grad: g, .. } = &m else {
+            unreachable!()
+        };
+        assert_eq!(
+            raw_backward(2, [1, 2, 3], g.bytes()),
+            m.to_canonical_bytes()
+        );
     }
 
     #[test]
-    fn shape_mismatch_is_refused() {
-        let m = Msg::Backward {
-            mb: mb(),
-            grad: Activations {
-                batch: 1,
-                seq: 2,
-                dim: 3,
-                data: vec![0.0; 5],
-            },
-            loss: 1.0,
-        };
-        assert!(Msg::from_canonical_bytes(&m.to_canonical_bytes()).is_err());
+    fn shape_mismatch_and_unknown_schemes_are_refused() {
+        let g = grad(1, 2, 3, Scheme::Int8);
+        assert!(Msg::from_canonical_bytes(&raw_backward(2, [1, 2, 3], g.bytes())).is_ok());
+        // Bytes for one shape declared as another, as a huge one, or as an empty one.
+        for shape in [[1, 2, 4], [1, 3, 3], [u32::MAX, u32::MAX, 3], [0, 2, 3]] {
+            assert!(Msg::from_canonical_bytes(&raw_backward(2, shape, g.bytes())).is_err());
+        }
+        // Scheme ids no build knows.
+        for id in [4, 9, 255] {
+            let err = Msg::from_canonical_bytes(&raw_backward(id, [1, 2, 3], g.bytes()));
+            assert!(
+                err.as_ref()
+                    .is_err_and(|e| e.to_string().contains("activation scheme")),
+                "{err:?}"
+            );
+        }
     }
 
     // Mutated valid messages: tests/decode_mutations.rs.
@@ -330,7 +351,7 @@ mod tests {
         fn truncations_are_errors(cut in 0usize..60) {
             let bytes = Msg::Backward {
                 mb: mb(),
-                grad: Activations { batch: 1, seq: 1, dim: 2, data: vec![1.0, 2.0] },
+                grad: grad(1, 1, 2, Scheme::F32),
                 loss: 0.5,
             }.to_canonical_bytes();
             let cut = cut.min(bytes.len() - 1);

@@ -11,6 +11,7 @@ use neuroshard_ledger::{AccountOp, Action, LedgerGenesis, Rules};
 use neuroshard_model::{Activations, AdamW, AdamWConfig, ModelConfig, ParamSet, StageSpec, Tokens};
 use neuroshard_mutate::{Mutation, TrackingAlloc, apply, largest_allocation, mutations};
 use neuroshard_net::Validation;
+use neuroshard_node::act_codec::{Packed, Scheme, pack};
 use neuroshard_node::economy::{
     Economy, EconomyConfig, LedgerSyncRequest, LedgerSyncResponse, MAX_SYNC_PROOFS, ProofOutcome,
     ProverSummary,
@@ -65,29 +66,43 @@ fn msg(kind: u8) -> Msg {
         },
         1 => Msg::Forward {
             mb,
-            input: Payload::Hidden(Activations {
-                batch: 1,
-                seq: 2,
-                dim: 4,
-                data: vec![0.5, -1.0, 2.0, 1e-9, 0.0, -0.0, 3.5, 7.25],
-            }),
+            input: Payload::Hidden(packed(
+                Activations {
+                    batch: 1,
+                    seq: 2,
+                    dim: 4,
+                    data: vec![0.5, -1.0, 2.0, 1e-9, 0.0, -0.0, 3.5, 7.25],
+                },
+                Scheme::Int8,
+            )),
             targets: vec![4, 5],
         },
         _ => Msg::Backward {
             mb,
-            grad: Activations {
-                batch: 1,
-                seq: 2,
-                dim: 2,
-                data: vec![0.25, -0.5, 1e-3, 4.0],
-            },
+            grad: packed(
+                Activations {
+                    batch: 1,
+                    seq: 2,
+                    dim: 2,
+                    data: vec![0.25, -0.5, 1e-3, 4.0],
+                },
+                Scheme::Int4,
+            ),
             loss: 3.25,
         },
     }
 }
 
+fn packed(a: Activations, scheme: Scheme) -> Packed {
+    pack(&a, scheme).expect("finite values")
+}
+
+/// A decoded tensor's bytes are what its declared shape needs in its scheme.
 fn shape_ok(m: &Msg) -> bool {
-    let acts = |a: &Activations| a.data.len() == a.batch * a.seq * a.dim;
+    let fits = |p: &Packed| {
+        let (b, s, d) = p.shape();
+        p.scheme().encoded_len(b * s, d) == Some(p.bytes().len())
+    };
     match m {
         Msg::Forward {
             input: Payload::Tokens(t),
@@ -96,8 +111,8 @@ fn shape_ok(m: &Msg) -> bool {
         Msg::Forward {
             input: Payload::Hidden(a),
             ..
-        } => acts(a),
-        Msg::Backward { grad, .. } => acts(grad),
+        } => fits(a),
+        Msg::Backward { grad, .. } => fits(grad),
     }
 }
 

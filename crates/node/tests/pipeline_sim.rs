@@ -5,6 +5,7 @@ use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use neuroshard_model::{AdamW, AdamWConfig, Batch, ModelConfig, Stage, StageSpec, Trainer};
+use neuroshard_node::act_codec::{ActSpec, Packed, Scheme, pack};
 use neuroshard_node::compute::Engine;
 use neuroshard_node::events::{Clock, NodeEvent};
 use neuroshard_node::records::Heartbeat;
@@ -66,7 +67,7 @@ struct Sim {
 }
 
 impl Sim {
-    fn new(layout: &[usize], steps: u64, micro: usize) -> Self {
+    fn new(layout: &[usize], steps: u64, micro: usize, activations: ActSpec) -> Self {
         let cfg = config();
         let specs = StageSpec::split(&cfg, layout.len()).expect("split");
         let mut replicas = Vec::new();
@@ -86,6 +87,8 @@ impl Sim {
                     retry_after: Duration::from_millis(1),
                     steps,
                     clock: Clock::new(std::time::Instant::now(), 0),
+                    activations,
+                    max_rows: 4,
                 };
                 let mut node = [0u8; 32];
                 node[0] = s as u8;
@@ -217,16 +220,43 @@ impl Sim {
     }
 }
 
+/// One process's losses over `steps`, and its trainer after them.
+fn reference(steps: u64) -> (Vec<f32>, Trainer) {
+    let mut trainer = Trainer::new(config(), optim(), 7).expect("trainer");
+    trainer.micro_batches = 2;
+    let losses = (0..steps)
+        .map(|s| trainer.step(&batch(s)).expect("step").loss)
+        .collect();
+    (losses, trainer)
+}
+
+/// Compressed boundaries: every step runs, the losses stay near the exact ones, and two runs
+/// give the same bits (packing is deterministic and both sides compute on what was sent).
+#[test]
+fn compressed_pipelines_train_close_to_one_process_and_reproducibly() {
+    let steps = 12;
+    let (reference, _) = reference(steps);
+    for spec in ["bf16", "int8", "int8/int4", "int4"] {
+        let spec: ActSpec = spec.parse().expect("spec");
+        let mut sim = Sim::new(&[1, 1, 1], steps, 2, spec);
+        sim.run(None);
+        assert_eq!(sim.losses.len(), steps as usize, "{spec}");
+        for (got, want) in sim.losses.iter().zip(&reference) {
+            assert!((got - want).abs() <= 0.05 * want, "{spec}: {got} vs {want}");
+        }
+        let mut again = Sim::new(&[1, 1, 1], steps, 2, spec);
+        again.run(None);
+        let bits = |s: &Sim| s.losses.iter().map(|l| l.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&sim), bits(&again), "{spec}");
+    }
+}
+
 #[test]
 fn three_stage_pipeline_matches_one_process() {
     let steps = 12;
-    let mut sim = Sim::new(&[1, 1, 1], steps, 2);
+    let mut sim = Sim::new(&[1, 1, 1], steps, 2, ActSpec::UNCOMPRESSED);
     sim.run(None);
-    let mut trainer = Trainer::new(config(), optim(), 7).expect("trainer");
-    trainer.micro_batches = 2;
-    let reference: Vec<f32> = (0..steps)
-        .map(|s| trainer.step(&batch(s)).expect("step").loss)
-        .collect();
+    let (reference, trainer) = reference(steps);
     assert_eq!(sim.losses.len(), steps as usize);
     for (got, want) in sim.losses.iter().zip(&reference) {
         eprintln!(
@@ -262,7 +292,7 @@ fn training_survives_a_dead_replica() {
     // Driver, two replicas of the middle stage, one validator; the middle replica that gets
     // work first dies early in the run.
     let steps = 5;
-    let mut sim = Sim::new(&[1, 2, 1], steps, 2);
+    let mut sim = Sim::new(&[1, 2, 1], steps, 2, ActSpec::default());
     sim.run(Some((3, 1)));
     assert_eq!(
         sim.losses.len(),
@@ -274,15 +304,19 @@ fn training_survives_a_dead_replica() {
 
 #[test]
 fn forged_gradient_is_rejected_without_state_change() {
-    let mut sim = Sim::new(&[1, 1], 1, 1);
+    let mut sim = Sim::new(&[1, 1], 1, 1, ActSpec::default());
     let stranger = NodeId(rand::random());
     let driver = &mut sim.replicas[0].pipeline;
-    let grad = neuroshard_model::Activations {
-        batch: 1,
-        seq: 2,
-        dim: 32,
-        data: vec![0.0; 64],
-    };
+    let grad = pack(
+        &neuroshard_model::Activations {
+            batch: 1,
+            seq: 2,
+            dim: 32,
+            data: vec![0.0; 64],
+        },
+        Scheme::Int4,
+    )
+    .expect("pack");
     let mb = neuroshard_node::wire::MicroBatchId {
         origin: [9; 32],
         step: 0,
@@ -315,6 +349,8 @@ fn a_full_queue_answers_busy() {
         retry_after: Duration::from_millis(1),
         steps: 0,
         clock: Clock::new(std::time::Instant::now(), 0),
+        activations: "f32".parse().expect("spec"),
+        max_rows: 1,
     };
     let mut validator = Pipeline::new(pcfg, [1; 32], 0);
     let driver = NodeId(rand::random());
@@ -327,12 +363,7 @@ fn a_full_queue_answers_busy() {
             step: 0,
             index,
         },
-        input: neuroshard_node::wire::Payload::Hidden(neuroshard_model::Activations {
-            batch: 1,
-            seq: 4,
-            dim: 32,
-            data: vec![0.1; 128],
-        }),
+        input: neuroshard_node::wire::Payload::Hidden(hidden(0.1)),
         targets: vec![1, 2, 3, 4],
     };
     use neuroshard_node::wire::Ack;
@@ -357,11 +388,24 @@ fn a_full_queue_answers_busy() {
         ..
     } = &mut bad
     {
-        a.data[5] = f32::NAN;
+        let mut bytes = a.bytes().to_vec();
+        bytes[20..24].copy_from_slice(&f32::NAN.to_le_bytes());
+        let (b, s, d) = a.shape();
+        *a = Packed::from_parts(Scheme::F32, b, s, d, bytes).expect("same length");
     }
     let (ack, actions) = validator.on_message(driver, bad, Instant::now());
     assert!(matches!(ack, Ack::Rejected(_)), "{ack:?}");
     assert!(actions.iter().any(|a| matches!(a, Action::Penalize { .. })));
+}
+
+fn hidden(x: f32) -> Packed {
+    let a = neuroshard_model::Activations {
+        batch: 1,
+        seq: 4,
+        dim: 32,
+        data: vec![x; 128],
+    };
+    pack(&a, Scheme::F32).expect("pack")
 }
 
 fn heartbeat_of(stage: u16) -> Heartbeat {
@@ -374,4 +418,104 @@ fn heartbeat_of(stage: u16) -> Heartbeat {
         time_ms: 0,
         leaving: false,
     }
+}
+
+/// The last stage of a 2-stage network taking `spec`, and a driver it heard from.
+fn last_stage(spec: &str) -> (Pipeline, NodeId) {
+    let pcfg = PipelineConfig {
+        stage: 1,
+        stages: 2,
+        model: config(),
+        micro_batches: 1,
+        queue_capacity: 4,
+        candidates: 3,
+        grad_timeout: Duration::from_secs(30),
+        retry_after: Duration::from_millis(1),
+        steps: 0,
+        clock: Clock::new(std::time::Instant::now(), 0),
+        activations: spec.parse().expect("spec"),
+        max_rows: 2,
+    };
+    let mut p = Pipeline::new(pcfg, [1; 32], 0);
+    let driver = NodeId([3; 32]);
+    p.peers
+        .on_heartbeat(driver, &heartbeat_of(0), Instant::now());
+    (p, driver)
+}
+
+fn forward_of(hidden: Packed, rows: usize) -> Msg {
+    Msg::Forward {
+        mb: neuroshard_node::wire::MicroBatchId {
+            origin: [2; 32],
+            step: 0,
+            index: 0,
+        },
+        input: neuroshard_node::wire::Payload::Hidden(hidden),
+        targets: vec![1; rows * 4],
+    }
+}
+
+fn values(rows: usize) -> neuroshard_model::Activations {
+    neuroshard_model::Activations {
+        batch: rows,
+        seq: 4,
+        dim: 32,
+        data: (0..rows * 128).map(|i| (i as f32 * 0.7).sin()).collect(),
+    }
+}
+
+/// The receiving stage computes on exactly the values the packed bytes decode to.
+#[test]
+fn the_receiver_computes_on_the_decoded_values() {
+    let (mut p, driver) = last_stage("int4/int8");
+    let packed = pack(&values(1), Scheme::Int4).expect("pack");
+    let (ack, actions) = p.on_message(driver, forward_of(packed.clone(), 1), Instant::now());
+    assert_eq!(ack, neuroshard_node::wire::Ack::Accepted);
+    let [Action::Compute(neuroshard_node::Job::Backward { input, .. })] = actions.as_slice() else {
+        panic!("{actions:?}");
+    };
+    let decoded = packed
+        .unpack(&neuroshard_node::act_codec::Expect {
+            scheme: Scheme::Int4,
+            dim: 32,
+            max_batch: 1,
+            max_seq: 4,
+        })
+        .expect("valid");
+    assert_ne!(decoded, values(1), "int4 is lossy");
+    assert_eq!(
+        input,
+        &neuroshard_model::StageInput::Hidden(decoded),
+        "bit for bit"
+    );
+}
+
+/// Activations in a scheme other than the network's, or more rows than a micro-batch has,
+/// are refused and the sender penalised, before anything is queued.
+#[test]
+fn another_scheme_or_an_oversized_micro_batch_is_refused() {
+    let (mut p, driver) = last_stage("int8/int4");
+    for (msg, why) in [
+        (
+            forward_of(pack(&values(1), Scheme::F32).expect("pack"), 1),
+            "f32",
+        ),
+        (
+            forward_of(pack(&values(3), Scheme::Int8).expect("pack"), 3),
+            "larger than a micro-batch",
+        ),
+    ] {
+        let (ack, actions) = p.on_message(driver, msg, Instant::now());
+        let neuroshard_node::wire::Ack::Rejected(reason) = ack else {
+            panic!("{ack:?}");
+        };
+        assert!(reason.contains(why), "{reason}");
+        assert!(actions.iter().any(|a| matches!(a, Action::Penalize { .. })));
+        assert_eq!(p.queue_depth(), 0);
+    }
+    let ok = forward_of(pack(&values(2), Scheme::Int8).expect("pack"), 2);
+    assert_eq!(
+        p.on_message(driver, ok, Instant::now()).0,
+        neuroshard_node::wire::Ack::Accepted
+    );
 }

@@ -56,6 +56,9 @@ pub fn settings(model: ModelConfig, stages: usize, wait_replicas: usize) -> Node
         stage: None,
         memory_budget: u64::MAX,
         micro_batches: 2,
+        // The stand-in engine's tensors are not activations; raw keeps the simulated runs
+        // comparable with those before compression existed.
+        activations: neuroshard_node::act_codec::ActSpec::UNCOMPRESSED,
         batch: 4,
         steps: 0,
         lr: 3e-3,

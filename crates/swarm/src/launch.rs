@@ -33,6 +33,11 @@ pub(crate) enum Line {
     Unparsed { line: String, error: String },
 }
 
+/// Node `index`'s address in its own network namespace (`bench/links.sh` assigns them).
+pub fn netns_addr(index: usize) -> String {
+    format!("10.77.0.{}", index + 1)
+}
+
 /// Node data directories live beside the output.
 pub fn nodes_dir(out: &Path) -> PathBuf {
     let name = out
@@ -93,7 +98,10 @@ impl Launch<'_> {
         } else {
             s.network = Some(hex::encode(self.network_id));
         }
-        s.listen = vec!["/ip4/127.0.0.1/tcp/0".into()];
+        s.listen = vec![match &cfg.netns {
+            Some(_) => format!("/ip4/{}/tcp/0", netns_addr(index)),
+            None => "/ip4/127.0.0.1/tcp/0".into(),
+        }];
         s.bootstrap = bootstrap.map(str::to_string).into_iter().collect();
         s.sync.attack = if cfg.attackers.contains(&index) {
             cfg.attack.clone()
@@ -109,7 +117,17 @@ impl Launch<'_> {
             .map_err(|e| SwarmError::io(&config, e))?;
         let log_path = dir.join("node.log");
         let log = File::create(&log_path).map_err(|e| SwarmError::io(&log_path, e))?;
-        let mut child = Command::new(&cfg.exe)
+        let mut command = match &cfg.netns {
+            // `ip netns exec` execs the node, so the child's pid is the node's (signals work).
+            Some(prefix) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", &format!("{prefix}{index}")])
+                    .arg(&cfg.exe);
+                c
+            }
+            None => Command::new(&cfg.exe),
+        };
+        let mut child = command
             .arg("node")
             .arg("--config")
             .arg(&config)

@@ -114,6 +114,9 @@ pub struct SwarmConfig {
     pub settle: Duration,
     /// Give up after this long (None: never).
     pub timeout: Option<Duration>,
+    /// Run node `i` in network namespace `{prefix}{i}` at address `10.77.0.{i+1}` (made by
+    /// `bench/links.sh`), instead of all on loopback.
+    pub netns: Option<String>,
 }
 
 impl SwarmConfig {

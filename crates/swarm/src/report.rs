@@ -47,6 +47,9 @@ struct SyncSample {
     expected: u64,
 }
 
+/// A node's engine time at one of its steps: (wall clock ms, engine busy ms).
+type BusyAt = (u64, f64);
+
 /// One failover: (wall clock ms, failover ms, reason).
 type FailoverSample = (u64, f64, String);
 
@@ -87,6 +90,8 @@ pub struct Report {
     caught_up: Option<u64>,
     /// Latest ledger summary per node, and when its state hash last changed.
     ledgers: BTreeMap<usize, (LedgerSummary, u64)>,
+    /// Per node: (stage, first step's (wall ms, engine busy ms), latest step's).
+    busy: BTreeMap<usize, (usize, BusyAt, BusyAt)>,
 }
 
 impl Report {
@@ -118,10 +123,23 @@ impl Report {
                 }
             }
             NodeEvent::Step {
-                step, loss, tokens, ..
+                stage,
+                step,
+                loss,
+                tokens,
+                busy_ms,
+                ..
             } => {
                 if restarted && self.recovered.1.is_none() {
                     self.recovered.1 = Some(t);
+                }
+                if let Some(b) = busy_ms {
+                    // A restarted process counts from zero again: measure it afresh.
+                    let e = self.busy.entry(i).or_insert((*stage, (t, *b), (t, *b)));
+                    if *b < e.2.1 {
+                        *e = (*stage, (t, *b), (t, *b));
+                    }
+                    e.2 = (t, *b);
                 }
                 if let Some(loss) = loss {
                     let list = self.losses.entry(i).or_default();
@@ -420,6 +438,29 @@ impl Report {
         })
     }
 
+    /// Per node: the fraction of wall time its engine computed, from its first optimizer step
+    /// to its latest (the training window, without start-up and the settling at the end).
+    fn node_utilization(&self) -> BTreeMap<usize, (usize, f64)> {
+        self.busy
+            .iter()
+            .filter(|(_, (_, a, b))| b.0 > a.0)
+            .map(|(i, (stage, a, b))| (*i, (*stage, (b.1 - a.1) / (b.0 - a.0) as f64)))
+            .collect()
+    }
+
+    /// Mean utilization of each stage's replicas.
+    pub fn stage_utilization(&self) -> BTreeMap<usize, f64> {
+        let mut sums: BTreeMap<usize, (f64, usize)> = BTreeMap::new();
+        for (stage, u) in self.node_utilization().into_values() {
+            let e = sums.entry(stage).or_default();
+            e.0 += u;
+            e.1 += 1;
+        }
+        sums.into_iter()
+            .map(|(s, (sum, n))| (s, sum / n as f64))
+            .collect()
+    }
+
     fn bytes_per_step(&self) -> Option<f64> {
         let steps = self.driver_steps_total();
         let sent: u64 = self.stopped_net.values().map(Counters::sent_bytes).sum();
@@ -439,6 +480,12 @@ impl Report {
             "driver_steps": self.driver_steps_total(),
             "tokens": self.tokens,
             "tokens_per_s": self.tokens_per_s(),
+            "utilization": {
+                "per_stage": self.stage_utilization(),
+                "per_node": self.node_utilization().into_iter()
+                    .map(|(i, (stage, u))| (i.to_string(), json!({"stage": stage, "busy": u})))
+                    .collect::<BTreeMap<_, _>>(),
+            },
             "losses": losses,
             "initial_val_loss": self.initial_val,
             "final_val_loss": self.final_val,
@@ -467,6 +514,17 @@ impl Report {
             self.train_secs(),
             self.tokens_per_s()
         )];
+        let util = self.stage_utilization();
+        if !util.is_empty() {
+            let parts: Vec<String> = util
+                .iter()
+                .map(|(s, u)| format!("stage {s} {:.0}%", u * 100.0))
+                .collect();
+            out.push(format!(
+                "compute utilization (engine busy / wall time, mean of each stage's replicas): {}",
+                parts.join(", ")
+            ));
+        }
         if let (Some(a), Some(b)) = (self.initial_val, self.final_val) {
             out.push(format!("validation loss {a:.4} → {b:.4}"));
         }

@@ -64,6 +64,7 @@ fn report_follows_steps_rounds_traffic_and_ledgers() {
                 lr: 1e-3,
                 grad_norm: 1.0,
                 model_hash: String::new(),
+                busy_ms: None,
                 time_ms: 1_000 * step,
             },
         );
@@ -113,6 +114,37 @@ fn report_follows_steps_rounds_traffic_and_ledgers() {
     // Equal hashes, but they only just changed: not settled yet.
     assert!(!r.ledgers_settled(&[0, 1]));
     assert_eq!(r.ledger_figures()["all_equal"], true);
+}
+
+#[test]
+fn utilization_is_busy_time_over_the_training_window_per_stage() {
+    let step = |stage, busy: f64, time_ms| NodeEvent::Step {
+        stage,
+        step: 1,
+        loss: None,
+        tokens: 0,
+        lr: 1e-3,
+        grad_norm: 1.0,
+        model_hash: String::new(),
+        busy_ms: Some(busy),
+        time_ms,
+    };
+    let mut r = Report::new(10);
+    // Node 0 (stage 0): 5 s of its engine's start-up before the window, then 800 of 1000 ms.
+    r.on_event(0, &step(0, 5_000.0, 10_000));
+    r.on_event(0, &step(0, 5_800.0, 11_000));
+    // Stage 1: replicas busy 50% and 30%; node 3 restarted (its counter went back) and is
+    // measured from its restart.
+    r.on_event(1, &step(1, 0.0, 10_000));
+    r.on_event(1, &step(1, 1_000.0, 12_000));
+    r.on_event(3, &step(1, 9_000.0, 10_000));
+    r.on_event(3, &step(1, 100.0, 11_000));
+    r.on_event(3, &step(1, 400.0, 12_000));
+    // One step only: no window, not counted.
+    r.on_event(2, &step(1, 10.0, 10_000));
+    let u = r.stage_utilization();
+    assert!((u[&0] - 0.8).abs() < 1e-9, "{u:?}");
+    assert!((u[&1] - 0.4).abs() < 1e-9, "{u:?}");
 }
 
 #[test]

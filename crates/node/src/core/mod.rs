@@ -160,6 +160,8 @@ impl NodeCore {
             retry_after: Duration::from_millis(100),
             steps: s.steps,
             clock,
+            activations: s.activations,
+            max_rows: s.batch.div_ceil(s.micro_batches.max(1)),
         };
         let syncer = Syncer::new(
             SyncConfig {

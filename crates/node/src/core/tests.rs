@@ -39,6 +39,7 @@ fn settings() -> NodeSettings {
         stage: None,
         memory_budget: u64::MAX,
         micro_batches: 2,
+        activations: Default::default(),
         batch: 2,
         seq: 8,
         steps: 0,

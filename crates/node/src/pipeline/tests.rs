@@ -4,6 +4,7 @@
 use std::collections::VecDeque;
 
 use super::*;
+use crate::act_codec;
 use crate::records::Heartbeat;
 
 const D: usize = 8;
@@ -42,6 +43,8 @@ fn replica(stage: usize, stages: usize, micro_batches: usize) -> Pipeline {
         retry_after: Duration::from_millis(10),
         steps: 0,
         clock: Clock::new(Instant::now(), 0),
+        activations: ActSpec::default(),
+        max_rows: 4,
     };
     Pipeline::new(cfg, [1; 32], 0)
 }
@@ -113,12 +116,16 @@ fn gradient(forward: &Msg) -> Msg {
     else {
         panic!("not a hidden-state forward: {forward:?}");
     };
+    let (batch, seq, dim) = a.shape();
+    let grad = Activations {
+        batch,
+        seq,
+        dim,
+        data: vec![0.01; batch * seq * dim],
+    };
     Msg::Backward {
         mb: *mb,
-        grad: Activations {
-            data: vec![0.01; a.data.len()],
-            ..a.clone()
-        },
+        grad: act_codec::pack(&grad, ActSpec::default().backward).expect("finite"),
         loss: 2.5,
     }
 }
