@@ -115,15 +115,6 @@ struct Stashed {
     since: Instant,
 }
 
-/// A backward pass's answer, kept for a sender that asks again (its copy was lost).
-#[derive(Debug, Clone)]
-struct Answered {
-    mb: MicroBatchId,
-    to: NodeId,
-    grad: act_codec::Packed,
-    loss: f32,
-}
-
 #[derive(Debug, Clone)]
 enum SendState {
     /// Request on the wire, no answer yet.
@@ -171,7 +162,7 @@ pub struct Pipeline {
     forwarded: BTreeSet<MicroBatchId>,
     /// Recent input gradients by (micro-batch, who asked): a repeated request from the same
     /// sender gets the answer again instead of a second, double-counted backward pass.
-    answered: VecDeque<Answered>,
+    answered: VecDeque<repeat::Answered>,
     steps_done: u64,
     /// Driver: the step in progress, its losses so far and its tokens.
     driver_step: Option<(u64, Vec<f32>, u64)>,
@@ -353,70 +344,6 @@ impl Pipeline {
         let job = self.admit(mb, StageInput::Hidden(acts), targets, Some(from), now);
         self.forward_jobs.push_back(job);
         Ok(Ack::Accepted)
-    }
-
-    /// A micro-batch this replica already holds or answered (its sender failed over or lost
-    /// the answer) is computed once per sender, so a lost answer never adds its gradient
-    /// twice: the same sender gets the kept answer again; a new sender (its upstream failed
-    /// over) takes a queued job over while it has not run, is declined while the weights are
-    /// in use on another sender's input (it retries), and is computed for afresh once that
-    /// one was answered — counted twice, like a backup worker, because its input differs and
-    /// refusing it would stall a stage with one replica here. `None`: compute it as new.
-    fn repeated_forward(
-        &mut self,
-        from: NodeId,
-        mb: MicroBatchId,
-        acts: &Activations,
-        targets: &[u32],
-        answer: &mut Vec<Action>,
-    ) -> Option<Ack> {
-        if let Some(kept) = self.answered.iter().find(|a| a.mb == mb && a.to == from) {
-            answer.push(Action::Send {
-                to: from,
-                msg: Msg::Backward {
-                    mb,
-                    grad: kept.grad.clone(),
-                    loss: kept.loss,
-                },
-            });
-            return Some(Ack::Accepted);
-        }
-        let used = self.forwarded.contains(&mb) || self.in_progress(&mb);
-        let stashed = self.stash.get_mut(&mb)?;
-        if stashed.upstream == Some(from) {
-            return Some(Ack::Accepted);
-        }
-        if used {
-            return Some(Ack::Rejected(format!(
-                "micro-batch {} is being computed for another sender",
-                mb.short()
-            )));
-        }
-        // Still queued: the new sender's input replaces the old one in the queued job.
-        let input = StageInput::Hidden(acts.clone());
-        stashed.input = input.clone();
-        stashed.targets = targets.to_vec();
-        stashed.upstream = Some(from);
-        for job in self.forward_jobs.iter_mut().chain(&mut self.backward_jobs) {
-            match job {
-                Job::Forward { mb: m, input: i } if *m == mb => *i = input.clone(),
-                Job::Backward {
-                    mb: m,
-                    input: i,
-                    upstream,
-                } if *m == mb => {
-                    *i = input.clone();
-                    *upstream = Upstream::Targets(targets.to_vec());
-                }
-                _ => {}
-            }
-        }
-        Some(Ack::Accepted)
-    }
-
-    /// Whether the engine is running `mb`'s job now.
-    fn in_progress(&self, mb: &MicroBatchId) -> bool {
-        self.busy && self.running == Some(*mb)
     }
 
     /// Stashes a micro-batch's input (the backward pass recomputes from it) and returns its
@@ -632,7 +559,7 @@ impl Pipeline {
                     // Unpackable: nothing goes back and the sender's timeout routes it again.
                     match act_codec::pack(&grad, self.cfg.activations.backward) {
                         Ok(grad) => {
-                            self.keep_answer(Answered {
+                            self.keep_answer(repeat::Answered {
                                 mb,
                                 to: up,
                                 grad: grad.clone(),
@@ -726,16 +653,6 @@ impl Pipeline {
         actions
     }
 
-    /// Keeps a sent answer for a repeated request, the last `2 · micro_batches` of them (at
-    /// least 4): enough for the micro-batches a failing-over sender can still have in flight.
-    fn keep_answer(&mut self, answer: Answered) {
-        let cap = (2 * self.cfg.micro_batches).max(4);
-        while self.answered.len() >= cap {
-            self.answered.pop_front();
-        }
-        self.answered.push_back(answer);
-    }
-
     /// One more micro-batch done toward the optimizer step.
     fn count_backward(&mut self) {
         self.accumulated += 1;
@@ -748,6 +665,7 @@ impl Pipeline {
     }
 }
 
+mod repeat;
 mod routing;
 #[cfg(test)]
 mod tests;

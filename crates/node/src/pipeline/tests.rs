@@ -290,12 +290,18 @@ fn forward_from(origin: u8, step: u64, index: u32) -> Msg {
             step,
             index,
         },
-        input: Payload::Hidden(Activations {
-            batch: 2,
-            seq: 4,
-            dim: D,
-            data: vec![0.1 * f32::from(origin); 2 * 4 * D],
-        }),
+        input: Payload::Hidden(
+            act_codec::pack(
+                &Activations {
+                    batch: 2,
+                    seq: 4,
+                    dim: D,
+                    data: vec![0.1 * f32::from(origin); 2 * 4 * D],
+                },
+                ActSpec::default().forward,
+            )
+            .expect("finite"),
+        ),
         targets: vec![1; 8],
     }
 }
