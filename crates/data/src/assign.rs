@@ -131,8 +131,9 @@ pub fn rotate(
 /// of a walk that steps `a` windows at a time (mod `len`), `a` coprime to `len` and near
 /// `len/φ`. The walk visits every window of the section once per `len` reads and scatters
 /// consecutive ones over the section, so a batch is not 8 neighbouring passages and a
-/// round's batches are not one passage read onwards (reading in order cost 2% bits/byte
-/// against random windows on Shakespeare). When a shard has fewer windows than laps the
+/// round's batches are not one passage read onwards. On Shakespeare (one driver, sync off,
+/// 1.0M tokens) reading in order ended 2.0% above one process on random windows in held-out
+/// bits/byte; this walk 0.6%. When a shard has fewer windows than laps the
 /// sections cannot be disjoint: lap `l` then gets the single window `l mod W`. `None` when
 /// `windows` is 0.
 pub fn rotation_window(
