@@ -18,7 +18,9 @@ use crate::ops::{Action, MIN_STAKE_LOCK_MS, VerifiedOp, VerifiedSlash};
 use crate::pending::{Parked, PendingError, PendingOps};
 use crate::reward;
 use crate::rules::{LedgerGenesis, Rules};
+use digest::Set;
 
+mod digest;
 mod records;
 pub use records::{Account, Changes, Entry, EntryKind, Outcome, Record};
 
@@ -86,6 +88,9 @@ pub struct LedgerState {
     minted: u64,
     burned: u64,
     pending: PendingOps,
+    /// The accounts and the sets above but `proof_hashes` of paid proofs, kept as they
+    /// change, so that [`Self::state_hash`] costs the same whatever the ledger holds.
+    digest: digest::Digest,
 }
 
 fn add(a: u64, b: u64) -> Result<u64, LedgerError> {
@@ -107,13 +112,14 @@ impl LedgerState {
         let unlock_at_ms = genesis.rules.founded_ms.saturating_add(MIN_STAKE_LOCK_MS);
         for (id, stake) in &genesis.stakes {
             s.minted = add(s.minted, *stake)?;
-            s.accounts.insert(
+            s.put_account(
                 *id,
                 Account {
                     stake: *stake,
                     unlock_at_ms,
                     ..Account::default()
                 },
+                None,
             );
         }
         let mut changes = s.changes_with(genesis.stakes.iter().map(|(id, _)| *id));
@@ -236,15 +242,17 @@ impl LedgerState {
         account.balance = add(account.balance, amount)?;
         let minted = add(self.minted, amount)?;
 
-        self.accounts.insert(proof.node_id, account);
+        self.put_account(proof.node_id, account, None);
         self.minted = minted;
         self.proof_hashes.insert(hash);
         match round_key {
             Some(key) => {
                 self.paid_rounds.insert(key, hash);
+                self.digest.insert(Set::Round, &key);
             }
             None => {
                 self.proof_nonces.insert((proof.node_id, proof.nonce), hash);
+                self.digest.insert(Set::Proof, &hash);
             }
         }
         let mut changes = self.changes_with([proof.node_id]);
@@ -333,6 +341,7 @@ impl LedgerState {
             timestamp_ms: op.timestamp_ms,
         };
         let mut burned = self.burned;
+        let mut registers = None;
         match op.action {
             Action::Transfer { to, amount } => {
                 if amount == 0 {
@@ -346,7 +355,7 @@ impl LedgerState {
                 let mut recipient = self.account(&to);
                 recipient.balance = add(recipient.balance, amount - burn)?;
                 burned = add(burned, burn)?;
-                self.accounts.insert(to, recipient);
+                self.put_account(to, recipient, None);
                 touched.push(to);
                 entries.push(entry(op.account, EntryKind::TransferOut, amount, Some(to)));
                 entries.push(entry(
@@ -401,16 +410,14 @@ impl LedgerState {
                         available: from.stake,
                     });
                 }
-                self.registrations
-                    .entry(op.account)
-                    .or_default()
-                    .insert(stage);
+                registers = Some(stage);
             }
         }
         from.next_nonce = op.nonce + 1;
-        self.accounts.insert(op.account, from);
+        self.put_account(op.account, from, registers);
         self.burned = burned;
         self.op_hashes.insert((op.account, op.nonce), hash);
+        self.digest.insert(Set::Op, &hash);
         let mut changes = self.changes_with(touched);
         changes.records.push(Record::Op {
             account: op.account,
@@ -437,10 +444,11 @@ impl LedgerState {
         let burned = add(self.burned, burn)?;
         let mut reporter = self.account(&slash.reporter);
         reporter.balance = add(reporter.balance, to_reporter)?;
-        self.accounts.insert(slash.offender, offender);
-        self.accounts.insert(slash.reporter, reporter);
+        self.put_account(slash.offender, offender, None);
+        self.put_account(slash.reporter, reporter, None);
         self.burned = burned;
         self.slashes.insert(key, slash.evidence_hash);
+        self.digest.insert(Set::Slash, &slash.evidence_hash);
         let mut changes = self.changes_with([slash.offender, slash.reporter]);
         let entry = |account, kind, amount, counterparty| Entry {
             account,
@@ -473,6 +481,43 @@ impl LedgerState {
         Ok(Outcome::Applied(changes))
     }
 
+    /// Sets an account (and adds `register` to its stages), keeping the digest in step.
+    fn put_account(&mut self, id: NodeId, account: Account, register: Option<u16>) {
+        let stages = self.registrations.get(&id);
+        if let Some(old) = self.accounts.get(&id) {
+            self.digest
+                .remove_account(&id, old, stages.into_iter().flatten());
+        }
+        if let Some(stage) = register {
+            self.registrations.entry(id).or_default().insert(stage);
+        }
+        let stages = self.registrations.get(&id);
+        self.digest
+            .add_account(&id, &account, stages.into_iter().flatten());
+        self.accounts.insert(id, account);
+    }
+
+    /// The digest rebuilt from every account and set (a restored ledger; tests).
+    fn rebuilt_digest(&self) -> digest::Digest {
+        let mut d = digest::Digest::default();
+        for (id, a) in &self.accounts {
+            d.add_account(id, a, self.registrations.get(id).into_iter().flatten());
+        }
+        for h in self.proof_nonces.values() {
+            d.insert(Set::Proof, h);
+        }
+        for k in self.paid_rounds.keys() {
+            d.insert(Set::Round, k);
+        }
+        for h in self.op_hashes.values() {
+            d.insert(Set::Op, h);
+        }
+        for h in self.slashes.values() {
+            d.insert(Set::Slash, h);
+        }
+        d
+    }
+
     fn changes_with(&self, touched: impl IntoIterator<Item = NodeId>) -> Changes {
         Changes {
             accounts: touched
@@ -486,47 +531,33 @@ impl LedgerState {
         }
     }
 
-    /// BLAKE3 over the whole ledger in canonical order: totals, every account by node id,
-    /// then the sorted hashes of applied proofs, ops and slash evidence.
+    /// BLAKE3 over the totals, the rules, the size of each set and the digest of every
+    /// account and every applied proof, op and slash evidence. Training proofs count by their
+    /// round key: which of two proofs for one round was paid depends on arrival order, that
+    /// the round was paid does not. Costs the same whatever the ledger holds.
     pub fn state_hash(&self) -> Hash32 {
         let mut h = blake3::Hasher::new();
-        h.update(b"neuroshard/ledger-state/v2");
+        h.update(b"neuroshard/ledger-state/v3");
         h.update(&self.rules.to_bytes());
         h.update(&self.minted.to_le_bytes());
         h.update(&self.burned.to_le_bytes());
-        h.update(&(self.accounts.len() as u64).to_le_bytes());
-        for (id, a) in &self.accounts {
-            h.update(&id.0);
-            for v in [a.balance, a.stake, a.unlock_at_ms, a.next_nonce] {
-                h.update(&v.to_le_bytes());
-            }
-            let stages = self.registrations.get(id);
-            h.update(&(stages.map_or(0, BTreeSet::len) as u64).to_le_bytes());
-            for stage in stages.into_iter().flatten() {
-                h.update(&stage.to_le_bytes());
-            }
-        }
-        // Training proofs count by their round key: which of two proofs for one round was
-        // paid depends on arrival order, that the round was paid does not.
-        let paid: HashSet<Hash32> = self.paid_rounds.values().copied().collect();
-        for set in [
-            self.proof_hashes
-                .iter()
-                .filter(|h| !paid.contains(*h))
-                .copied()
-                .collect::<Vec<_>>(),
-            self.paid_rounds.keys().copied().collect(),
-            self.op_hashes.values().copied().collect(),
-            self.slashes.values().copied().collect(),
+        for n in [
+            self.accounts.len(),
+            self.proof_nonces.len(),
+            self.paid_rounds.len(),
+            self.op_hashes.len(),
+            self.slashes.len(),
         ] {
-            let mut sorted = set;
-            sorted.sort_unstable();
-            h.update(&(sorted.len() as u64).to_le_bytes());
-            for x in &sorted {
-                h.update(x);
-            }
+            h.update(&(n as u64).to_le_bytes());
         }
+        h.update(&self.digest.bytes());
         *h.finalize().as_bytes()
+    }
+
+    /// Whether the incrementally kept digest equals one rebuilt from scratch (tests).
+    #[cfg(test)]
+    pub(crate) fn digest_is_consistent(&self) -> bool {
+        self.digest == self.rebuilt_digest()
     }
 
     /// Supply conservation: minted − burned = Σ balances + Σ stakes.
@@ -579,6 +610,7 @@ impl LedgerState {
         }
         s.op_hashes = ops.into_iter().map(|(a, n, h)| ((a, n), h)).collect();
         s.slashes = slashes.into_iter().map(|(a, n, h)| ((a, n), h)).collect();
+        s.digest = s.rebuilt_digest();
         s
     }
 }

@@ -18,6 +18,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::Path;
+use std::sync::Arc;
 
 use neuroshard_ledger::{
     ApplyError, Ledger, LedgerError, LedgerGenesis, LedgerState, OpError, Outcome, Record,
@@ -189,7 +190,7 @@ pub enum LedgerWrite {
 #[derive(Debug, Clone, Default)]
 pub struct LedgerSnapshot {
     pub state: LedgerState,
-    pub wires: BTreeMap<Hash32, Vec<u8>>,
+    pub wires: BTreeMap<Hash32, Arc<[u8]>>,
     /// Applied account ops by (account, nonce).
     pub ops: BTreeMap<(NodeId, u64), Vec<u8>>,
     /// Highest nonce of each node's proofs (own nonces continue above it).
@@ -211,7 +212,7 @@ impl LedgerSnapshot {
         let mut wires = BTreeMap::new();
         for hash in ledger.proof_hashes()? {
             if let Some(wire) = ledger.proof_wire(&hash)? {
-                wires.insert(hash, wire);
+                wires.insert(hash, intern::intern(hash, &wire));
             }
         }
         let mut last_nonce = BTreeMap::new();
@@ -267,7 +268,7 @@ impl LedgerStore {
 #[derive(Debug)]
 pub struct Economy {
     ledger: LedgerState,
-    wires: BTreeMap<Hash32, Vec<u8>>,
+    wires: BTreeMap<Hash32, Arc<[u8]>>,
     op_wires: BTreeMap<(NodeId, u64), Vec<u8>>,
     writes: VecDeque<LedgerWrite>,
     verifier: ProofVerifier,
@@ -281,7 +282,7 @@ pub struct Economy {
     last_nonce: Option<u64>,
     parked: VecDeque<ParkedProof>,
     /// Applied proofs by prover, as (nonce, hash): what anti-entropy summarises.
-    by_prover: BTreeMap<NodeId, BTreeSet<(u64, Hash32)>>,
+    by_prover: BTreeMap<NodeId, antientropy::Held>,
 }
 
 impl Economy {
@@ -303,10 +304,13 @@ impl Economy {
         // Own nonces continue above what the ledger holds, so a restart never reuses one even
         // if the clock went back.
         let last_nonce = snapshot.last_nonce.get(&identity.node_id()).copied();
-        let mut by_prover: BTreeMap<NodeId, BTreeSet<(u64, Hash32)>> = BTreeMap::new();
+        let mut by_prover: BTreeMap<NodeId, antientropy::Held> = BTreeMap::new();
         for (hash, wire) in &snapshot.wires {
             if let Some((node, nonce)) = antientropy::prover_and_nonce(wire) {
-                by_prover.entry(node).or_default().insert((nonce, *hash));
+                by_prover
+                    .entry(node)
+                    .or_insert_with(|| antientropy::Held::new(node))
+                    .insert(nonce, *hash);
             }
         }
         Self {
@@ -481,12 +485,13 @@ impl Economy {
         }
         let outcome = self.ledger.apply_proof(verified)?;
         if matches!(outcome, Outcome::Applied(_)) {
-            self.wires.insert(verified.hash(), wire.to_vec());
+            let hash = verified.hash();
+            self.wires.insert(hash, intern::intern(hash, wire));
             let p = verified.proof();
             self.by_prover
                 .entry(p.node_id)
-                .or_default()
-                .insert((p.nonce, verified.hash()));
+                .or_insert_with(|| antientropy::Held::new(p.node_id))
+                .insert(p.nonce, verified.hash());
             self.writes.push_back(LedgerWrite::Proof {
                 proof: Box::new(verified.clone()),
                 wire: wire.to_vec(),
@@ -568,6 +573,7 @@ impl Economy {
 }
 
 mod antientropy;
+mod intern;
 mod ops;
 mod produce;
 #[cfg(test)]

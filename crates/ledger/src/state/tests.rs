@@ -597,6 +597,7 @@ proptest! {
                 prop_assert_eq!(state.state_hash(), before, "refused step changed state");
             }
             prop_assert_eq!(state.check_invariants(), Ok(()));
+            prop_assert!(state.digest_is_consistent(), "kept digest differs from a rebuilt one");
             let after = state.state_hash();
             let again = apply(&mut state, &msg);
             prop_assert!(!matches!(again, Ok(Outcome::Applied(_))), "second apply applied: {:?}", again);

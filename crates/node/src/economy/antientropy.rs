@@ -128,7 +128,7 @@ impl Economy {
             .by_prover
             .iter()
             .take(MAX_SYNC_PROVERS)
-            .map(|(node, held)| summarise(*node, held))
+            .map(|(_, held)| held.summary)
             .collect();
         let accounts = self
             .ledger
@@ -176,20 +176,22 @@ impl Economy {
         let mut holes = Vec::new();
         for (node, held) in &self.by_prover {
             let summary = theirs.get(node);
-            if summary.is_some_and(|s| **s == summarise(*node, held)) {
+            if summary.is_some_and(|s| **s == held.summary) {
                 continue;
             }
             let Some(s) = summary else {
-                newer.extend(held.iter().map(|(_, h)| *h));
+                newer.extend(held.proofs.iter().map(|(_, h)| *h));
                 continue;
             };
             let older: BTreeSet<(u64, Hash32)> = held
+                .proofs
                 .iter()
                 .filter(|(nonce, _)| *nonce <= s.max_nonce)
                 .copied()
                 .collect();
             newer.extend(
-                held.iter()
+                held.proofs
+                    .iter()
                     .filter(|(nonce, _)| *nonce > s.max_nonce)
                     .map(|(_, h)| *h),
             );
@@ -210,7 +212,7 @@ impl Economy {
             if out.len() >= MAX_SYNC_PROOFS || used > max_bytes {
                 break;
             }
-            out.push(wire.clone());
+            out.push(wire.to_vec());
         }
         Ok(out)
     }
@@ -244,13 +246,43 @@ impl Economy {
     }
 }
 
+/// One prover's applied proofs (nonce, hash) and their summary, kept as proofs arrive:
+/// answering a request compares summaries without walking every prover's proofs.
+#[derive(Debug, Clone)]
+pub(super) struct Held {
+    pub proofs: BTreeSet<(u64, Hash32)>,
+    pub summary: ProverSummary,
+}
+
+impl Held {
+    pub fn new(node: NodeId) -> Self {
+        Self {
+            proofs: BTreeSet::new(),
+            summary: summarise(node, &BTreeSet::new()),
+        }
+    }
+
+    pub fn insert(&mut self, nonce: u64, hash: Hash32) {
+        if self.proofs.insert((nonce, hash)) {
+            let s = &mut self.summary;
+            s.count = s.count.saturating_add(1);
+            s.max_nonce = s.max_nonce.max(nonce);
+            s.digest ^= digest_word(&hash);
+        }
+    }
+}
+
+fn digest_word(hash: &Hash32) -> u64 {
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&hash[..8]);
+    u64::from_le_bytes(first)
+}
+
 /// What `held` (one prover's proofs: nonce and hash) looks like from outside.
 fn summarise(node: NodeId, held: &BTreeSet<(u64, Hash32)>) -> ProverSummary {
     let mut digest = 0u64;
     for (_, hash) in held {
-        let mut first = [0u8; 8];
-        first.copy_from_slice(&hash[..8]);
-        digest ^= u64::from_le_bytes(first);
+        digest ^= digest_word(hash);
     }
     ProverSummary {
         node,
@@ -258,6 +290,18 @@ fn summarise(node: NodeId, held: &BTreeSet<(u64, Hash32)>) -> ProverSummary {
         max_nonce: held.last().map_or(0, |(n, _)| *n),
         digest,
     }
+}
+
+#[cfg(test)]
+#[test]
+fn a_kept_summary_equals_one_rebuilt() {
+    let node = NodeId([5; 32]);
+    let mut held = Held::new(node);
+    for (nonce, byte) in [(3u64, 1u8), (1, 2), (3, 1), (7, 9)] {
+        held.insert(nonce, [byte; 32]);
+    }
+    assert_eq!(held.summary, summarise(node, &held.proofs));
+    assert_eq!(held.summary.count, 3);
 }
 
 /// The prover and nonce of a proof's wire bytes (no signature check: for indexing proofs
