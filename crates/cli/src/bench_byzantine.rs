@@ -11,7 +11,8 @@ use serde::Serialize;
 
 #[derive(Args)]
 pub struct ByzantineArgs {
-    /// Shapes: `default` (2 stages × 2 replicas, 1 Sybil in stage 1: no robust rule exists for two, so it fails by design; `swarm` now defaults to 2 × 3),
+    /// Shapes: `default` (2 stages × 2 replicas, 1 Sybil in stage 1: no robust rule exists
+    /// for two, only the norm bound, so sign-flip and scale get through; `swarm` now runs 2 × 3),
     /// `2x3` (1 Sybil in stage 1), `3x5` (2 Sybils in stage 1), `3x5-spread` (1 Sybil in
     /// stage 1 and 1 in stage 2), or `SxR:stage=k[/stage=k...]`.
     #[arg(
