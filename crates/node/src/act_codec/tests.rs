@@ -54,11 +54,18 @@ fn bound(scheme: Scheme, a: &Activations, i: usize) -> f32 {
     match scheme {
         Scheme::F32 => 0.0,
         Scheme::Bf16 => x.abs() / 256.0,
-        Scheme::Int8 => absmax(row) / 127.0 * 0.5 * (1.0 + 1e-5),
+        // Half a quantization step, plus a few ulps of the largest value for the rounding of
+        // x / scale and q · scale in f32 (without it a value next to the row's maximum can
+        // miss the bound by 1e-6 of it).
+        Scheme::Int8 => {
+            let m = absmax(row);
+            m / 127.0 * 0.5 * (1.0 + 1e-5) + 4.0 * f32::EPSILON * m
+        }
         Scheme::Int4 => {
             let col = i % a.dim;
             let g = col / INT4_GROUP * INT4_GROUP;
-            absmax(&row[g..(g + INT4_GROUP).min(a.dim)]) / 7.0 * (1.0 + 1e-5)
+            let m = absmax(&row[g..(g + INT4_GROUP).min(a.dim)]);
+            m / 7.0 * (1.0 + 1e-5) + 4.0 * f32::EPSILON * m
         }
     }
 }
