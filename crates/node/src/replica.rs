@@ -491,7 +491,8 @@ impl Diloco {
         let mut next = from.clone();
         next.set_aggregator(aggregator(&self.cfg, dense.len())?);
         let mut clipped = Vec::new();
-        let outcome = if let [only] = dense.values().collect::<Vec<_>>()[..] {
+        let only = dense.values().next().filter(|_| dense.len() == 1);
+        let outcome = if let Some(only) = only {
             // Decided by the set alone, so every replica recomputing it agrees.
             next.apply_alone(only)?
         } else if self.cfg.norm_bound > 0.0 {

@@ -278,54 +278,14 @@ impl Driver {
                 });
             }
         }
-        while let Some(ev) = core.poll_event() {
-            emit(&match ev {
-                NodeEvent::Stats {
-                    stage,
-                    step,
-                    queue,
-                    peers,
-                    replicas,
-                    sync_round,
-                    theta,
-                    ledger,
-                    time_ms,
-                    ..
-                } => NodeEvent::Stats {
-                    stage,
-                    step,
-                    queue,
-                    peers,
-                    replicas,
-                    net: Some(Box::new(self.net.counters())),
-                    sync_round,
-                    theta,
-                    ledger,
-                    time_ms,
-                },
-                NodeEvent::Step {
-                    stage,
-                    step,
-                    loss,
-                    tokens,
-                    lr,
-                    grad_norm,
-                    model_hash,
-                    time_ms,
-                    ..
-                } => NodeEvent::Step {
-                    stage,
-                    step,
-                    loss,
-                    tokens,
-                    lr,
-                    grad_norm,
-                    model_hash,
-                    busy_ms: Some(self.busy.ms()),
-                    time_ms,
-                },
-                other => other,
-            });
+        while let Some(mut ev) = core.poll_event() {
+            // What only the driver knows: the transport's counters and the engine's busy time.
+            match &mut ev {
+                NodeEvent::Stats { net, .. } => *net = Some(Box::new(self.net.counters())),
+                NodeEvent::Step { busy_ms, .. } => *busy_ms = Some(self.busy.ms()),
+                _ => {}
+            }
+            emit(&ev);
         }
     }
 

@@ -205,6 +205,22 @@ impl DilocoRound {
         let delta = self
             .aggregator
             .aggregate(contributions, self.previous.as_deref())?;
+        self.advance(delta, false)
+    }
+
+    /// A round with a single input: θ₀ follows it exactly (θ₀ ← θ₀ − Δ) and the velocity is
+    /// left as it was. With one replica there is no one else's progress to weigh and no noise
+    /// between replicas for momentum to filter, and the outer step would only move θ₀ away
+    /// from where the replica trained (DiLoCo's lr 0.7 with Nesterov 0.9 moves it 1.33× as
+    /// far at the first round and more as the velocity builds: +8.8% bits/byte on
+    /// Shakespeare for a stage of one replica). The previous aggregate becomes Δ.
+    pub fn apply_alone(&mut self, delta: &[f32]) -> Result<RoundOutcome, DilocoError> {
+        self.advance(delta.to_vec(), true)
+    }
+
+    /// Moves θ₀ by the round's aggregate: by the outer optimizer, or (`follow`) by exactly
+    /// −Δ. A wrong length or a step that would leave θ₀ non-finite changes nothing.
+    fn advance(&mut self, delta: Vec<f32>, follow: bool) -> Result<RoundOutcome, DilocoError> {
         if delta.len() != self.theta.len() {
             return Err(DilocoError::Length {
                 len: delta.len(),
@@ -221,50 +237,23 @@ impl DilocoRound {
                 index,
             });
         }
-        self.optimizer.step(&mut self.theta, &delta)?;
+        if follow {
+            let next: Vec<f32> = self.theta.iter().zip(&delta).map(|(t, d)| t - d).collect();
+            if let Some(index) = next.iter().position(|t| !t.is_finite()) {
+                return Err(DilocoError::NonFinite {
+                    what: "θ₀", index
+                });
+            }
+            self.theta = next;
+        } else {
+            self.optimizer.step(&mut self.theta, &delta)?;
+        }
         let delta_norm = delta
             .iter()
             .map(|&d| f64::from(d).powi(2))
             .sum::<f64>()
             .sqrt();
         self.previous = Some(delta);
-        self.round = round;
-        Ok(RoundOutcome {
-            round: self.round,
-            delta_norm,
-        })
-    }
-
-    /// A round with a single input: θ₀ follows it exactly (θ₀ ← θ₀ − Δ) and the velocity is
-    /// left as it was. With one replica there is no one else's progress to weigh and no noise
-    /// between replicas for momentum to filter, and the outer step would only move θ₀ away
-    /// from where the replica trained (DiLoCo's lr 0.7 with Nesterov 0.9 moves it 1.33× as
-    /// far at the first round and more as the velocity builds: +8.8% bits/byte on
-    /// Shakespeare for a stage of one replica). The previous aggregate becomes Δ.
-    pub fn apply_alone(&mut self, delta: &[f32]) -> Result<RoundOutcome, DilocoError> {
-        if delta.len() != self.theta.len() {
-            return Err(DilocoError::Length {
-                len: delta.len(),
-                expected: self.theta.len(),
-            });
-        }
-        let round = self
-            .round
-            .checked_add(1)
-            .ok_or(DilocoError::RoundOverflow(self.round))?;
-        let next: Vec<f32> = self.theta.iter().zip(delta).map(|(t, d)| t - d).collect();
-        if let Some(index) = next.iter().position(|t| !t.is_finite()) {
-            return Err(DilocoError::NonFinite {
-                what: "θ₀", index
-            });
-        }
-        let delta_norm = delta
-            .iter()
-            .map(|&d| f64::from(d).powi(2))
-            .sum::<f64>()
-            .sqrt();
-        self.theta = next;
-        self.previous = Some(delta.to_vec());
         self.round = round;
         Ok(RoundOutcome {
             round: self.round,
@@ -319,6 +308,14 @@ mod tests {
         ));
         assert_eq!(round.theta(), &before[..]);
         assert_eq!(round.round(), 1);
+        // A finite Δ that pushes θ₀ past f32::MAX is refused too.
+        let mut edge =
+            DilocoRound::new(vec![f32::MAX; 3], OuterOptimizer::new(3), Aggregator::Mean);
+        assert!(matches!(
+            edge.apply_alone(&[-f32::MAX; 3]),
+            Err(DilocoError::NonFinite { what: "θ₀", .. })
+        ));
+        assert_eq!(edge.theta(), &[f32::MAX; 3][..]);
     }
 
     #[test]

@@ -447,11 +447,12 @@ impl NodeCore {
     /// The network's drivers as this node's ledger knows them (registered for stage 0), with
     /// `origin`: the set the genesis data is shared out over.
     pub(super) fn drivers_with(&self, origin: &[u8; 32]) -> Vec<[u8; 32]> {
-        let mut drivers: Vec<[u8; 32]> = self.economy.ledger().registered(0).map(|n| n.0).collect();
-        drivers.push(*origin);
-        drivers.sort_unstable();
-        drivers.dedup();
-        drivers
+        with_driver(self.registered_drivers(), origin)
+    }
+
+    /// The registered stage-0 replicas, sorted.
+    pub(super) fn registered_drivers(&self) -> Vec<[u8; 32]> {
+        self.economy.ledger().registered(0).map(|n| n.0).collect()
     }
 
     fn penalize(&mut self, peer: NodeId, reason: impl Into<String>) {
@@ -683,3 +684,11 @@ pub fn blob_hash(data: &[u8]) -> Hash32 {
 
 /// Shared by the rounds module.
 pub(crate) type SharedBlob = Arc<Vec<u8>>;
+
+/// `drivers` (sorted) with `origin` in its place.
+pub(super) fn with_driver(mut drivers: Vec<[u8; 32]>, origin: &[u8; 32]) -> Vec<[u8; 32]> {
+    if let Err(at) = drivers.binary_search(origin) {
+        drivers.insert(at, *origin);
+    }
+    drivers
+}

@@ -519,16 +519,15 @@ impl NodeCore {
         gradient_hash: Hash32,
         now: Instant,
     ) {
+        let registered = self.registered_drivers();
         let shards = self
             .rounds
             .work
             .data
             .iter()
             .filter_map(|(origin, step)| {
-                let b = self
-                    .data
-                    .batch(origin, *step, &self.drivers_with(origin))
-                    .ok()?;
+                let drivers = super::with_driver(registered.clone(), origin);
+                let b = self.data.batch(origin, *step, &drivers).ok()?;
                 Some(ShardWork {
                     shard_id: b.windows.first()?.shard as u64,
                     batch_token_hash: b.token_hash,
