@@ -6,10 +6,10 @@
 use libfuzzer_sys::fuzz_target;
 use neuroshard_fuzz::{ALICE, T0, signed_by};
 use neuroshard_net::Validation;
+use neuroshard_node::network::NetworkGenesis;
 use neuroshard_node::records::{
     Heartbeat, NETWORK_KEY, NodeRecord, Topic, node_key, validate_gossip, validate_record,
 };
-use neuroshard_node::network::{Network, NetworkGenesis};
 use neuroshard_proof::{Canonical, Signed};
 
 fuzz_target!(|data: &[u8]| {

@@ -1,10 +1,27 @@
 //! Pipeline requests and their acks between stage replicas: a decoded message re-encodes to
-//! its input and every tensor it carries has the shape it declares.
+//! its input, every tensor it carries has the bytes its shape and scheme need, and unpacking
+//! one (as a stage does, against the shape it accepts) gives an error or finite values.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use neuroshard_node::act_codec::{Expect, Packed};
 use neuroshard_node::wire::{Ack, Msg, Payload};
 use neuroshard_proof::Canonical;
+
+fn check(p: &Packed) {
+    let (b, s, d) = p.shape();
+    assert_eq!(Some(p.bytes().len()), p.scheme().encoded_len(b * s, d));
+    let expect = Expect {
+        scheme: p.scheme(),
+        dim: d,
+        max_batch: 64,
+        max_seq: 64,
+    };
+    if let Ok(a) = p.unpack(&expect) {
+        assert_eq!(a.data.len(), b * s * d);
+        assert!(a.data.iter().all(|x| x.is_finite()));
+    }
+}
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(msg) = Msg::from_canonical_bytes(data) {
@@ -12,11 +29,9 @@ fuzz_target!(|data: &[u8]| {
         match &msg {
             Msg::Forward { input, .. } => match input {
                 Payload::Tokens(t) => assert_eq!(t.ids.len(), t.batch * t.seq),
-                Payload::Hidden(a) => assert_eq!(a.data.len(), a.batch * a.seq * a.dim),
+                Payload::Hidden(p) => check(p),
             },
-            Msg::Backward { grad, .. } => {
-                assert_eq!(grad.data.len(), grad.batch * grad.seq * grad.dim);
-            }
+            Msg::Backward { grad, .. } => check(grad),
         }
     }
     if let Ok(ack) = Ack::from_canonical_bytes(data) {

@@ -5,8 +5,9 @@
 use std::sync::LazyLock;
 
 use neuroshard_aggregate::Attack;
-use neuroshard_model::{Activations, AdamW, AdamWConfig, ModelConfig, ParamSet, StageSpec, Tokens};
 use neuroshard_ledger::{AccountOp, Action, LedgerGenesis, Rules};
+use neuroshard_model::{Activations, AdamW, AdamWConfig, ModelConfig, ParamSet, StageSpec, Tokens};
+use neuroshard_node::act_codec::{ActSpec, Packed, Scheme, pack};
 use neuroshard_node::economy::{
     Economy, EconomyConfig, LedgerSyncRequest, LedgerSyncResponse, ProverSummary,
 };
@@ -44,25 +45,52 @@ pub fn sample_msgs() -> Vec<Msg> {
         },
         Msg::Forward {
             mb: mb(),
-            input: Payload::Hidden(Activations {
-                batch: 1,
-                seq: 2,
-                dim: 4,
-                data: vec![0.5, -1.0, 2.0, 1e-9, 0.0, -0.0, 3.5, 7.25],
-            }),
+            input: Payload::Hidden(packed(
+                Activations {
+                    batch: 1,
+                    seq: 2,
+                    dim: 4,
+                    data: vec![0.5, -1.0, 2.0, 1e-9, 0.0, -0.0, 3.5, 7.25],
+                },
+                Scheme::Int8,
+            )),
             targets: vec![4, 5],
         },
         Msg::Backward {
             mb: mb(),
-            grad: Activations {
-                batch: 1,
-                seq: 2,
-                dim: 2,
-                data: vec![0.25, -0.5, 1e-3, 4.0],
-            },
+            grad: packed(
+                Activations {
+                    batch: 1,
+                    seq: 2,
+                    dim: 2,
+                    data: vec![0.25, -0.5, 1e-3, 4.0],
+                },
+                Scheme::Int4,
+            ),
             loss: 3.25,
         },
+        Msg::Backward {
+            mb: mb(),
+            grad: packed(
+                Activations {
+                    batch: 1,
+                    seq: 1,
+                    dim: 3,
+                    data: vec![1.0, -2.5, 0.125],
+                },
+                Scheme::F32,
+            ),
+            loss: 1.5,
+        },
     ]
+}
+
+/// Sample values pack: they are finite and small.
+fn packed(a: Activations, scheme: Scheme) -> Packed {
+    match pack(&a, scheme) {
+        Ok(p) => p,
+        Err(e) => panic!("sample activations must pack: {e}"),
+    }
 }
 
 pub fn sample_acks() -> Vec<Ack> {
@@ -166,6 +194,7 @@ pub fn sample_network_genesis() -> NetworkGenesis {
             compression: "fp32".into(),
             outer_lr: 0.7,
             outer_momentum: 0.9,
+            activations: ActSpec::default(),
             norm_bound: 3.0,
             min_stake: 10,
             round_reward: 1,
@@ -296,6 +325,7 @@ pub fn diloco_config(aggregator: &str) -> Option<DilocoConfig> {
         outer_momentum: 0.9,
         seed: 5,
         attack: Attack::None,
+        norm_bound: 3.0,
     })
 }
 
