@@ -49,6 +49,9 @@ struct SimReport {
     bytes: u64,
     messages_per_node_per_round: f64,
     bytes_per_node_per_round: f64,
+    /// Per node per virtual second: the rate a peer's link and CPU see, whatever a round lasts.
+    messages_per_node_per_s: f64,
+    bytes_per_node_per_s: f64,
     /// Messages per round against n·log2(n).
     messages_per_round_over_n_log_n: f64,
     messages_by_kind_per_round: std::collections::BTreeMap<String, f64>,
@@ -84,6 +87,8 @@ pub fn run(mut args: SimArgs) -> Result<()> {
         EngineCosts::default(),
         Box::new(factory),
     );
+    // Only start-up warnings are read below; one event per applied proof would be n² per round.
+    sim.keep_events(|e| matches!(e, neuroshard_node::events::NodeEvent::Warning { .. }));
     for i in 0..args.nodes {
         sim.add_node(i % args.stages, Duration::from_millis(i as u64 % 1000));
     }
@@ -119,16 +124,19 @@ pub fn run(mut args: SimArgs) -> Result<()> {
     let traffic = sim.traffic();
     let per_round = |x: u64| x as f64 / args.rounds as f64;
     let n = args.nodes as f64;
+    let virtual_s = sim.elapsed().as_secs_f64().max(f64::MIN_POSITIVE);
     let report = SimReport {
         nodes: args.nodes,
         stages: args.stages,
         rounds: args.rounds,
         wall_s: wall,
-        virtual_s: sim.elapsed().as_secs_f64(),
+        virtual_s,
         messages: traffic.messages,
         bytes: traffic.bytes,
         messages_per_node_per_round: per_round(traffic.messages) / n,
         bytes_per_node_per_round: per_round(traffic.bytes) / n,
+        messages_per_node_per_s: traffic.messages as f64 / n / virtual_s,
+        bytes_per_node_per_s: traffic.bytes as f64 / n / virtual_s,
         messages_per_round_over_n_log_n: per_round(traffic.messages) / (n * n.log2()),
         messages_by_kind_per_round: traffic
             .by_kind
@@ -141,7 +149,7 @@ pub fn run(mut args: SimArgs) -> Result<()> {
         println!("{}", serde_json::to_string(&report)?);
     } else {
         println!(
-            "{} nodes, {} stages, {} rounds: {:.1} s wall ({:.0} s virtual); per node per round {:.0} messages, {:.0} bytes; messages/round = {:.2} × n·log2 n; peak RSS {:.0} MiB",
+            "{} nodes, {} stages, {} rounds: {:.1} s wall ({:.0} s virtual); per node per round {:.0} messages, {:.0} bytes; per node per virtual second {:.1} messages, {:.0} bytes; messages/round = {:.2} × n·log2 n; peak RSS {:.0} MiB",
             report.nodes,
             report.stages,
             report.rounds,
@@ -149,6 +157,8 @@ pub fn run(mut args: SimArgs) -> Result<()> {
             report.virtual_s,
             report.messages_per_node_per_round,
             report.bytes_per_node_per_round,
+            report.messages_per_node_per_s,
+            report.bytes_per_node_per_s,
             report.messages_per_round_over_n_log_n,
             report.peak_rss_mib
         );

@@ -31,7 +31,8 @@ pub struct PipelineConfig {
     pub queue_capacity: usize,
     /// Replicas of the next stage considered per send.
     pub candidates: usize,
-    /// A sent micro-batch whose gradient has not come back by then is sent elsewhere.
+    /// Budget per downstream stage: a sent micro-batch whose gradient has not come back
+    /// within this times the stages after this one is sent elsewhere (see `grad_wait`).
     pub grad_timeout: Duration,
     /// Pause before retrying when every candidate was busy or none is alive.
     pub retry_after: Duration,
@@ -208,6 +209,16 @@ impl Pipeline {
 
     fn is_last(&self) -> bool {
         self.cfg.stage + 1 == self.cfg.stages
+    }
+
+    /// How long a gradient may take to come back: its forward crosses every later stage and
+    /// the gradient every one back, so a fixed wait would time out the early stages of a deep
+    /// pipeline on every step and resend (cascading duplicate work through all later stages).
+    fn grad_wait(&self) -> Duration {
+        let downstream = self.cfg.stages.saturating_sub(self.cfg.stage + 1).max(1);
+        self.cfg
+            .grad_timeout
+            .saturating_mul(u32::try_from(downstream).unwrap_or(u32::MAX))
     }
 
     pub fn steps_done(&self) -> u64 {

@@ -59,8 +59,8 @@ pub struct Traffic {
     pub messages: u64,
     pub bytes: u64,
     /// Messages by kind: "heartbeat", "sync", "proof" (gossip of every stage), "request",
-    /// "response", "blob"; penalties as
-    /// "penalty: <reason>".
+    /// "response", "blob"; penalties as "penalty: <reason>" with every word holding a digit
+    /// (ids, rounds) written `#`, so reasons count by kind.
     pub by_kind: BTreeMap<String, u64>,
 }
 
@@ -143,6 +143,8 @@ pub struct Sim {
     dht: BTreeMap<Vec<u8>, BTreeMap<Vec<u8>, Vec<u8>>>,
     /// Who hears each gossip topic: the running nodes that subscribe to it.
     subscribers: BTreeMap<Topic, BTreeSet<usize>>,
+    /// Which events `events` keeps (all of them unless a scale run says otherwise).
+    keep_event: fn(&NodeEvent) -> bool,
 }
 
 impl Sim {
@@ -179,7 +181,15 @@ impl Sim {
             trace: blake3::Hasher::new(),
             dht: BTreeMap::new(),
             subscribers: BTreeMap::new(),
+            keep_event: |_| true,
         }
+    }
+
+    /// Keeps only the events `keep` accepts for [`Sim::events`]; every event still enters the
+    /// trace hash. Scale runs keep few: a node logs one event per proof it applies, n² of
+    /// them per round across the network.
+    pub fn keep_events(&mut self, keep: fn(&NodeEvent) -> bool) {
+        self.keep_event = keep;
     }
 
     /// Virtual time since the start.
@@ -438,7 +448,9 @@ impl Sim {
         for ev in events {
             self.trace.update(&(i as u64).to_le_bytes());
             self.trace.update(ev.to_json_line().as_bytes());
-            self.nodes[i].events.push(ev);
+            if (self.keep_event)(&ev) {
+                self.nodes[i].events.push(ev);
+            }
         }
         for t in transmits {
             let t = match self.nodes[i].tamper.as_mut() {
@@ -657,9 +669,24 @@ impl Sim {
                 *self
                     .traffic
                     .by_kind
-                    .entry(format!("penalty: {reason}"))
+                    .entry(format!("penalty: {}", penalty_kind(&reason)))
                     .or_default() += 1;
             }
         }
     }
+}
+
+/// A penalty's reason without its ids and numbers.
+fn penalty_kind(reason: &str) -> String {
+    reason
+        .split(' ')
+        .map(|w| {
+            if w.chars().any(|c| c.is_ascii_digit()) {
+                "#"
+            } else {
+                w
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }

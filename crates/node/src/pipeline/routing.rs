@@ -182,7 +182,7 @@ impl Pipeline {
     pub fn next_deadline(&self) -> Option<Instant> {
         let sends = self.outstanding.values().filter_map(|o| match o.state {
             SendState::Waiting(at) => Some(at),
-            SendState::Accepted => Some(o.sent_at + self.cfg.grad_timeout),
+            SendState::Accepted => Some(o.sent_at + self.grad_wait()),
             SendState::Sending => None,
         });
         sends.chain(self.peers.next_expiry()).min()
@@ -194,13 +194,14 @@ impl Pipeline {
         for peer in self.peers.expire(now) {
             actions.extend(self.on_peer_down(peer, "missed 3 heartbeats", now));
         }
+        let wait = self.grad_wait();
         let due: Vec<(MicroBatchId, Option<NodeId>)> = self
             .outstanding
             .iter()
             .filter(|(_, o)| match o.state {
                 SendState::Waiting(at) => at <= now,
                 SendState::Accepted => {
-                    now.saturating_duration_since(o.sent_at) > self.cfg.grad_timeout
+                    now.saturating_duration_since(o.sent_at) > wait
                 }
                 SendState::Sending => false,
             })
@@ -216,7 +217,7 @@ impl Pipeline {
             }
         }
         // Inputs whose gradient can no longer come (their path died) are forgotten.
-        let horizon = self.cfg.grad_timeout * 3;
+        let horizon = wait.saturating_mul(3);
         let outstanding = &self.outstanding;
         let is_first = self.is_first();
         self.stash.retain(|mb, s| {

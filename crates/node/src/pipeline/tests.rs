@@ -282,6 +282,29 @@ fn a_replica_answering_after_a_failover_is_not_penalised() {
     );
 }
 
+#[test]
+fn the_gradient_wait_grows_with_the_stages_downstream() {
+    // Stage 0 of 4: the gradient crosses three later stages and back, so it may take three
+    // per-stage budgets; a fixed wait resent every micro-batch of a deep pipeline.
+    let mut w = World::new(replica(0, 4, 1));
+    let x = NodeId([7; 32]);
+    w.beat(x);
+    let start = w.p.start();
+    w.handle(start);
+    let actions = w.p.on_batch(0, batch(0));
+    w.handle(actions);
+    assert_eq!(w.sent.len(), 1);
+    for _ in 0..2 {
+        w.tick(TIMEOUT + Duration::from_millis(10));
+        w.beat(x);
+    }
+    assert_eq!(w.sent.len(), 1, "not resent within three budgets");
+    w.tick(TIMEOUT);
+    w.beat(NodeId([8; 32]));
+    w.tick(Duration::from_millis(10));
+    assert_eq!(w.sent.len(), 2, "resent once three budgets passed");
+}
+
 /// A forward request from a stage-0 replica for its micro-batch `index` of `step`.
 fn forward_from(origin: u8, step: u64, index: u32) -> Msg {
     Msg::Forward {
