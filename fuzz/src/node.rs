@@ -151,6 +151,7 @@ pub fn sample_heartbeat() -> Heartbeat {
         step: 12,
         queue: 2,
         time_ms: T0,
+        every_ms: 2_000,
         leaving: false,
     }
 }

@@ -7,9 +7,29 @@ use neuroshard_proof::NodeId;
 
 use crate::records::Heartbeat;
 
-/// Heartbeat period; a peer silent for `MISSED_BEATS` periods leaves routing.
+/// Heartbeat period of a small stage; a peer silent for `MISSED_BEATS` of its periods leaves
+/// routing.
 pub const HEARTBEAT_EVERY: Duration = Duration::from_secs(2);
 pub const MISSED_BEATS: u32 = 3;
+/// Heartbeats a stage publishes per `HEARTBEAT_EVERY`, whatever its size: each heartbeat is
+/// heard by three stages' replicas, so a fixed period costs n² deliveries per second.
+pub const STAGE_BEATS: usize = 8;
+/// The longest period: liveness must still be learnt within a few minutes.
+pub const MAX_HEARTBEAT_EVERY: Duration = Duration::from_secs(30);
+
+/// Heartbeat period of a replica in a stage of `replicas` registered replicas.
+pub fn heartbeat_every(replicas: usize) -> Duration {
+    let periods = replicas.div_ceil(STAGE_BEATS).max(1);
+    HEARTBEAT_EVERY
+        .saturating_mul(u32::try_from(periods).unwrap_or(u32::MAX))
+        .min(MAX_HEARTBEAT_EVERY)
+}
+
+/// The period a heartbeat claims, as held: a peer cannot stay in routing longer than
+/// `MISSED_BEATS × MAX_HEARTBEAT_EVERY` after its last beat, whatever it claims.
+fn claimed_period(every_ms: u32) -> Duration {
+    Duration::from_millis(u64::from(every_ms)).clamp(HEARTBEAT_EVERY, MAX_HEARTBEAT_EVERY)
+}
 
 #[derive(Debug, Clone)]
 pub struct PeerInfo {
@@ -18,6 +38,8 @@ pub struct PeerInfo {
     /// Queue depth the peer last reported.
     pub queue: u32,
     pub last_seen: Instant,
+    /// The heartbeat period it announced (clamped); it expires after `MISSED_BEATS` of them.
+    pub beat_every: Duration,
     /// Smoothed time from sending it a request to its acknowledgement.
     pub latency: Option<Duration>,
     /// Our requests to it whose answer (gradient) has not come back.
@@ -25,6 +47,12 @@ pub struct PeerInfo {
     /// Whether micro-batches may be routed to it (the core clears it for a peer that is not
     /// registered for its stage: its gradients would not be taken).
     pub routable: bool,
+}
+
+impl PeerInfo {
+    fn silence_limit(&self) -> Duration {
+        self.beat_every.saturating_mul(MISSED_BEATS)
+    }
 }
 
 /// The live peers of the network as this node sees them.
@@ -48,6 +76,7 @@ impl PeerTable {
                 p.step = hb.step;
                 p.queue = hb.queue;
                 p.last_seen = now;
+                p.beat_every = claimed_period(hb.every_ms);
                 false
             }
             None => {
@@ -58,6 +87,7 @@ impl PeerTable {
                         step: hb.step,
                         queue: hb.queue,
                         last_seen: now,
+                        beat_every: claimed_period(hb.every_ms),
                         latency: None,
                         in_flight: 0,
                         routable: true,
@@ -75,6 +105,7 @@ impl PeerTable {
             step: 0,
             queue: 0,
             last_seen: now,
+            beat_every: HEARTBEAT_EVERY,
             latency: None,
             in_flight: 0,
             routable: true,
@@ -87,11 +118,10 @@ impl PeerTable {
 
     /// Drops peers silent for too long and returns them.
     pub fn expire(&mut self, now: Instant) -> Vec<NodeId> {
-        let limit = HEARTBEAT_EVERY * MISSED_BEATS;
         let dead: Vec<NodeId> = self
             .peers
             .iter()
-            .filter(|(_, p)| now.saturating_duration_since(p.last_seen) > limit)
+            .filter(|(_, p)| now.saturating_duration_since(p.last_seen) > p.silence_limit())
             .map(|(id, _)| *id)
             .collect();
         for id in &dead {
@@ -102,8 +132,10 @@ impl PeerTable {
 
     /// When the first live peer expires unless it is heard from.
     pub fn next_expiry(&self) -> Option<Instant> {
-        let limit = HEARTBEAT_EVERY * MISSED_BEATS;
-        self.peers.values().map(|p| p.last_seen + limit).min()
+        self.peers
+            .values()
+            .map(|p| p.last_seen + p.silence_limit())
+            .min()
     }
 
     pub fn get(&self, peer: &NodeId) -> Option<&PeerInfo> {
@@ -178,6 +210,7 @@ mod tests {
             step: 1,
             queue: 0,
             time_ms: 0,
+            every_ms: 2_000,
             leaving,
         }
     }
@@ -194,6 +227,68 @@ mod tests {
             vec![p]
         );
         assert!(t.is_empty());
+    }
+
+    #[test]
+    fn large_stages_beat_less_often_within_bounds() {
+        assert_eq!(heartbeat_every(0), HEARTBEAT_EVERY);
+        assert_eq!(heartbeat_every(STAGE_BEATS), HEARTBEAT_EVERY);
+        assert_eq!(heartbeat_every(STAGE_BEATS + 1), HEARTBEAT_EVERY * 2);
+        assert_eq!(heartbeat_every(usize::MAX), MAX_HEARTBEAT_EVERY);
+        // What a stage publishes per base period stays at STAGE_BEATS up to the cap.
+        for replicas in 1..=120usize {
+            let per_period = replicas as f64 * HEARTBEAT_EVERY.as_secs_f64()
+                / heartbeat_every(replicas).as_secs_f64();
+            assert!(per_period <= STAGE_BEATS as f64, "{replicas}: {per_period}");
+        }
+    }
+
+    #[test]
+    fn a_peer_expires_after_three_of_its_own_periods_and_no_later_than_the_cap() {
+        let mut t = PeerTable::default();
+        let t0 = Instant::now();
+        let slow = NodeId([1; 32]);
+        let liar = NodeId([2; 32]);
+        let eager = NodeId([3; 32]);
+        t.on_heartbeat(
+            slow,
+            &Heartbeat {
+                every_ms: 10_000,
+                ..hb(1, false)
+            },
+            t0,
+        );
+        // Claiming a period of 50 days, to stay routable long after it died.
+        t.on_heartbeat(
+            liar,
+            &Heartbeat {
+                every_ms: u32::MAX,
+                ..hb(1, false)
+            },
+            t0,
+        );
+        t.on_heartbeat(
+            eager,
+            &Heartbeat {
+                every_ms: 0,
+                ..hb(1, false)
+            },
+            t0,
+        );
+        // A period under the base one is held as the base one.
+        assert_eq!(t.expire(t0 + HEARTBEAT_EVERY * 3), Vec::<NodeId>::new());
+        let mut gone = t.expire(t0 + HEARTBEAT_EVERY * 3 + Duration::from_millis(1));
+        assert_eq!(gone, vec![eager]);
+        // A large stage's replica beating every 10 s is alive at 29 s.
+        assert!(t.expire(t0 + Duration::from_secs(29)).is_empty());
+        gone = t.expire(t0 + Duration::from_secs(31));
+        assert_eq!(gone, vec![slow]);
+        assert_eq!(
+            t.next_expiry(),
+            Some(t0 + MAX_HEARTBEAT_EVERY * MISSED_BEATS)
+        );
+        gone = t.expire(t0 + MAX_HEARTBEAT_EVERY * MISSED_BEATS + Duration::from_millis(1));
+        assert_eq!(gone, vec![liar]);
     }
 
     #[test]

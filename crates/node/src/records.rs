@@ -25,7 +25,7 @@ pub enum Topic {
     Ops,
 }
 
-const HEARTBEAT_PREFIX: &str = "neuroshard/heartbeat/2/";
+const HEARTBEAT_PREFIX: &str = "neuroshard/heartbeat/3/";
 const SYNC_PREFIX: &str = "neuroshard/sync/2/";
 const PROOF_PREFIX: &str = "neuroshard/proof/2/";
 const OPS_TOPIC: &str = "neuroshard/ops/2";
@@ -152,7 +152,8 @@ impl Role {
     }
 }
 
-/// Liveness and load, every 2 s; `leaving` marks the deathrattle of a clean shutdown.
+/// Liveness and load, every `every_ms` (2 s in small stages, longer in large ones:
+/// `peers::heartbeat_every`); `leaving` marks the deathrattle of a clean shutdown.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Heartbeat {
     pub node: NodeId,
@@ -161,11 +162,13 @@ pub struct Heartbeat {
     pub step: u64,
     pub queue: u32,
     pub time_ms: u64,
+    /// The sender's heartbeat period: it counts as gone after three silent ones.
+    pub every_ms: u32,
     pub leaving: bool,
 }
 
 impl Canonical for Heartbeat {
-    const DOMAIN: &'static str = "neuroshard/heartbeat/v1";
+    const DOMAIN: &'static str = "neuroshard/heartbeat/v2";
 
     fn encode_body(&self, w: &mut Writer) {
         w.fixed(&self.node.0);
@@ -174,6 +177,7 @@ impl Canonical for Heartbeat {
         w.u64(self.step);
         w.u32(self.queue);
         w.u64(self.time_ms);
+        w.u32(self.every_ms);
         w.u8(u8::from(self.leaving));
     }
 
@@ -185,6 +189,7 @@ impl Canonical for Heartbeat {
             step: r.u64()?,
             queue: r.u32()?,
             time_ms: r.u64()?,
+            every_ms: r.u32()?,
             leaving: match r.u8()? {
                 0 => false,
                 1 => true,
@@ -392,6 +397,7 @@ mod tests {
             step: 5,
             queue: 2,
             time_ms: 10,
+            every_ms: 2_000,
             leaving: false,
         }
     }

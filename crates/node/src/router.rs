@@ -49,6 +49,7 @@ mod tests {
             step: 0,
             queue,
             time_ms: 0,
+            every_ms: 2_000,
             leaving: false,
         };
         table.on_heartbeat(peer, &hb, Instant::now());

@@ -160,6 +160,7 @@ fn heartbeat(node: NodeId) -> Heartbeat {
         step: 12,
         queue: 2,
         time_ms: T0,
+        every_ms: 2_000,
         leaving: false,
     }
 }

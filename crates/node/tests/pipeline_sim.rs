@@ -416,6 +416,7 @@ fn heartbeat_of(stage: u16) -> Heartbeat {
         step: 0,
         queue: 0,
         time_ms: 0,
+        every_ms: 2_000,
         leaving: false,
     }
 }

@@ -2,7 +2,7 @@
 //! ledger anti-entropy, and the sync gossip that drives the rounds.
 
 use std::collections::VecDeque;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use neuroshard_proof::{Canonical, NodeId, Signed};
 use rand::seq::IteratorRandom;
@@ -10,6 +10,7 @@ use rand::seq::IteratorRandom;
 use super::{NodeCore, Pending, RECORD_TTL, Transmit, open_from};
 use crate::economy::ProofOutcome;
 use crate::events::NodeEvent;
+use crate::peers::heartbeat_every;
 use crate::records::{Heartbeat, NodeRecord, Topic, node_key};
 use crate::sync::SyncMsg;
 
@@ -46,6 +47,14 @@ impl NodeCore {
         }
     }
 
+    /// This node's heartbeat period: longer as its stage gains registered replicas, so what
+    /// each listener receives per second stays bounded (`peers::heartbeat_every`).
+    pub(super) fn heartbeat_every(&self) -> Duration {
+        let replicas = u16::try_from(self.stage)
+            .map_or(0, |stage| self.economy.ledger().registered(stage).count());
+        heartbeat_every(replicas)
+    }
+
     pub(super) fn heartbeat(&mut self, leaving: bool, now: Instant) {
         let hb = Heartbeat {
             node: self.me,
@@ -54,6 +63,7 @@ impl NodeCore {
             step: self.pipeline.steps_done(),
             queue: self.pipeline.queue_depth() as u32,
             time_ms: self.unix_ms(now),
+            every_ms: u32::try_from(self.heartbeat_every().as_millis()).unwrap_or(u32::MAX),
             leaving,
         };
         let data = Signed::sign(&self.identity, &hb).to_bytes();

@@ -349,7 +349,7 @@ impl NodeCore {
     pub fn handle_timeout(&mut self, now: Instant) {
         self.last_now = self.last_now.max(now);
         if now >= self.next_beat {
-            self.next_beat = now + HEARTBEAT_EVERY;
+            self.next_beat = now + self.heartbeat_every();
             self.heartbeat(false, now);
         }
         if now >= self.next_anti_entropy {

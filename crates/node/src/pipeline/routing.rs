@@ -200,9 +200,7 @@ impl Pipeline {
             .iter()
             .filter(|(_, o)| match o.state {
                 SendState::Waiting(at) => at <= now,
-                SendState::Accepted => {
-                    now.saturating_duration_since(o.sent_at) > wait
-                }
+                SendState::Accepted => now.saturating_duration_since(o.sent_at) > wait,
                 SendState::Sending => false,
             })
             .map(|(mb, o)| (*mb, o.to))

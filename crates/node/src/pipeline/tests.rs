@@ -172,6 +172,7 @@ impl World {
             step: 0,
             queue: 0,
             time_ms: 0,
+            every_ms: 2_000,
             leaving: false,
         };
         self.p.peers.on_heartbeat(peer, &hb, self.now);

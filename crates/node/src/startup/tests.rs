@@ -123,6 +123,7 @@ fn heartbeat(signer: &Identity, network: Hash32, stage: u16) -> Vec<u8> {
         step: 3,
         queue: 0,
         time_ms: UNIX,
+        every_ms: 2_000,
         leaving: false,
     };
     Signed::sign(signer, &hb).to_bytes()
@@ -325,6 +326,7 @@ fn heartbeats_count_only_when_signed_by_their_author_for_our_network() {
         step: 1,
         queue: 0,
         time_ms: UNIX,
+        every_ms: 2_000,
         leaving: false,
     };
     m.handle_gossip(a.node_id(), &Signed::sign(&a, &naming_b).to_bytes(), t0);
