@@ -220,6 +220,26 @@ impl Receipt {
         }
     }
 
+    /// Its wire form inside a proof or a round outcome: kind, signer, hash, signature.
+    pub fn encode(&self, w: &mut Writer) {
+        w.u8(self.kind as u8);
+        w.fixed(self.signer.as_bytes());
+        w.fixed(&self.hash);
+        w.fixed(&self.signature.0);
+    }
+
+    /// Reads [`Self::encode`]'s form. The signer is checked for framing only: whether it is
+    /// a point on the curve is learnt when the signature is verified, which saves a point
+    /// decompression per receipt on every node that merely relays or stores it.
+    pub fn decode(r: &mut Reader<'_>) -> Result<Self, CodecError> {
+        Ok(Receipt {
+            kind: ReceiptKind::from_u8(r.u8()?)?,
+            signer: read_public_key(r, "receipt signer")?,
+            hash: r.array()?,
+            signature: Signature(r.array::<SIGNATURE_LEN>()?),
+        })
+    }
+
     /// The bytes the neighbour signed, rebuilt from the proof it sits in.
     pub fn signed_bytes(&self, network: Hash32, prover: NodeId, round: u64) -> Vec<u8> {
         ReceiptBody {
@@ -301,10 +321,7 @@ impl Canonical for Proof {
         w.u64(self.claimed_duration_ms);
         w.len(self.receipts.len());
         for receipt in &self.receipts {
-            w.u8(receipt.kind as u8);
-            w.fixed(receipt.signer.as_bytes());
-            w.fixed(&receipt.hash);
-            w.fixed(&receipt.signature.0);
+            receipt.encode(w);
         }
     }
 
@@ -349,12 +366,7 @@ impl Canonical for Proof {
         let n_receipts = r.len(MAX_RECEIPTS)?;
         let mut receipts = Vec::with_capacity(n_receipts);
         for _ in 0..n_receipts {
-            receipts.push(Receipt {
-                kind: ReceiptKind::from_u8(r.u8()?)?,
-                signer: read_public_key(r, "receipt signer")?,
-                hash: r.array()?,
-                signature: Signature(r.array::<SIGNATURE_LEN>()?),
-            });
+            receipts.push(Receipt::decode(r)?);
         }
         Ok(Proof {
             network,

@@ -1,10 +1,7 @@
 //! What replicas of a stage gossip to run a DiLoCo round, and the DHT record of a stage's
 //! latest θ₀. Every message travels in a signed envelope whose signer must be the gossip author.
 
-use neuroshard_proof::{
-    Canonical, CodecError, Hash32, NodeId, PublicKey, Reader, Receipt, ReceiptKind, Signature,
-    Writer,
-};
+use neuroshard_proof::{Canonical, CodecError, Hash32, NodeId, Reader, Receipt, Writer};
 
 /// Most contributors (and receipts) one round lists.
 pub const MAX_CONTRIBUTORS: usize = 256;
@@ -58,36 +55,6 @@ impl SyncMsg {
     }
 }
 
-fn encode_receipt(w: &mut Writer, r: &Receipt) {
-    w.u8(r.kind as u8);
-    w.fixed(r.signer.as_bytes());
-    w.fixed(&r.hash);
-    w.fixed(&r.signature.0);
-}
-
-fn decode_receipt(r: &mut Reader<'_>) -> Result<Receipt, CodecError> {
-    let kind = match r.u8()? {
-        0 => ReceiptKind::Activations,
-        1 => ReceiptKind::Gradients,
-        other => {
-            return Err(CodecError::Invalid {
-                field: "receipt kind",
-                reason: format!("unknown receipt kind {other}"),
-            });
-        }
-    };
-    let signer = PublicKey::from_bytes(&r.array::<33>()?).map_err(|e| CodecError::Invalid {
-        field: "receipt signer",
-        reason: e.to_string(),
-    })?;
-    Ok(Receipt {
-        kind,
-        signer,
-        hash: r.array()?,
-        signature: Signature(r.array()?),
-    })
-}
-
 impl Canonical for SyncMsg {
     const DOMAIN: &'static str = "neuroshard/sync/v1";
 
@@ -116,7 +83,7 @@ impl Canonical for SyncMsg {
                 w.len(d.receipts.len());
                 for (prover, receipt) in &d.receipts {
                     w.fixed(&prover.0);
-                    encode_receipt(w, receipt);
+                    receipt.encode(w);
                 }
             }
         }
@@ -144,7 +111,7 @@ impl Canonical for SyncMsg {
                     .collect::<Result<Vec<_>, _>>()?;
                 let n = r.len(MAX_CONTRIBUTORS)?;
                 let receipts = (0..n)
-                    .map(|_| Ok((NodeId(r.array()?), decode_receipt(r)?)))
+                    .map(|_| Ok((NodeId(r.array()?), Receipt::decode(r)?)))
                     .collect::<Result<Vec<_>, CodecError>>()?;
                 Ok(SyncMsg::Done(SyncDone {
                     network,
@@ -212,7 +179,7 @@ pub fn theta_key(network: &Hash32, stage: usize) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use neuroshard_proof::Identity;
+    use neuroshard_proof::{Identity, ReceiptKind};
 
     #[test]
     fn messages_round_trip_and_reject_garbage() {
@@ -261,5 +228,46 @@ mod tests {
         let bytes = rec.to_canonical_bytes();
         assert_eq!(ThetaRecord::from_canonical_bytes(&bytes).unwrap(), rec);
         assert!(SyncMsg::from_canonical_bytes(&[0xff; 40]).is_err());
+    }
+
+    /// Receipt signers are framed, not decompressed, when a round outcome is decoded (every
+    /// replica decodes every co-replica's receipts, most of them for others); a signer that is
+    /// no curve point is caught where a receipt is used: its signature check fails cleanly.
+    #[test]
+    fn a_receipt_signer_off_the_curve_decodes_but_never_verifies() {
+        let a = Identity::generate();
+        let receipt = Receipt::sign(
+            &a,
+            [1; 32],
+            NodeId([7; 32]),
+            3,
+            ReceiptKind::Gradients,
+            [9; 32],
+        );
+        let mut off_curve = [0xff; 33];
+        off_curve[0] = 0x02;
+        let done = SyncMsg::Done(SyncDone {
+            network: [1; 32],
+            stage: 0,
+            round: 3,
+            theta: [4; 32],
+            contributors: vec![NodeId([7; 32])],
+            receipts: vec![(NodeId([7; 32]), receipt)],
+        });
+        let mut bytes = done.to_canonical_bytes();
+        let at = bytes
+            .windows(33)
+            .position(|w| w == a.public_key().to_bytes())
+            .expect("the signer is in the bytes");
+        bytes[at..at + 33].copy_from_slice(&off_curve);
+        let Ok(SyncMsg::Done(decoded)) = SyncMsg::from_canonical_bytes(&bytes) else {
+            panic!("framing is valid");
+        };
+        let r = decoded.receipts[0].1;
+        let signed = r.signed_bytes([1; 32], NodeId([7; 32]), 3);
+        assert!(r.signer.verify(&signed, &r.signature).is_err());
+        // A wrong SEC1 prefix is refused at decoding.
+        bytes[at] = 0x05;
+        assert!(SyncMsg::from_canonical_bytes(&bytes).is_err());
     }
 }
