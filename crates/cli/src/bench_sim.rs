@@ -55,6 +55,7 @@ struct SimReport {
     /// Messages per round against n·log2(n).
     messages_per_round_over_n_log_n: f64,
     messages_by_kind_per_round: std::collections::BTreeMap<String, f64>,
+    bytes_by_kind_per_round: std::collections::BTreeMap<String, f64>,
     peak_rss_mib: f64,
 }
 
@@ -143,6 +144,11 @@ pub fn run(mut args: SimArgs) -> Result<()> {
             .iter()
             .map(|(k, v)| (k.clone(), per_round(*v)))
             .collect(),
+        bytes_by_kind_per_round: traffic
+            .bytes_by_kind
+            .iter()
+            .map(|(k, v)| (k.clone(), per_round(*v)))
+            .collect(),
         peak_rss_mib: peak_rss_mib(),
     };
     if args.json {
@@ -163,7 +169,12 @@ pub fn run(mut args: SimArgs) -> Result<()> {
             report.peak_rss_mib
         );
         for (k, v) in &report.messages_by_kind_per_round {
-            println!("  {k}: {v:.0} per round");
+            let bytes = report
+                .bytes_by_kind_per_round
+                .get(k)
+                .copied()
+                .unwrap_or(0.0);
+            println!("  {k}: {v:.0} messages, {bytes:.0} bytes per round");
         }
     }
     Ok(())

@@ -22,6 +22,7 @@ pub use ops::{
 };
 pub use rules::{GenesisError, LedgerGenesis, Rules};
 pub use state::{
-    Account, Changes, Entry, EntryKind, LedgerError, LedgerState, Outcome, Record, round_key,
+    Account, Changes, Entry, EntryKind, Generation, LedgerError, LedgerState, Outcome, Record,
+    round_key,
 };
 pub use store::{ApplyError, HistoryLine, LEDGER_FILE, Ledger, Message, StoreError};

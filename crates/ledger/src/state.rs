@@ -91,6 +91,26 @@ pub struct LedgerState {
     /// The accounts and the sets above but `proof_hashes` of paid proofs, kept as they
     /// change, so that [`Self::state_hash`] costs the same whatever the ledger holds.
     digest: digest::Digest,
+    /// Changes whenever who [`Self::is_registered`] may have changed.
+    registry: Generation,
+}
+
+/// A number no other ledger state in this process has had: drawn afresh at every change, so
+/// a cache keyed by it can never mistake one state (or one ledger) for another.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Generation(u64);
+
+impl Generation {
+    fn next() -> Self {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        Self(NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+    }
+}
+
+impl Default for Generation {
+    fn default() -> Self {
+        Self::next()
+    }
 }
 
 fn add(a: u64, b: u64) -> Result<u64, LedgerError> {
@@ -140,6 +160,12 @@ impl LedgerState {
             .get(node)
             .is_some_and(|s| s.contains(&stage))
             && self.account(node).stake >= self.rules.min_stake
+    }
+
+    /// Changes whenever the answer of [`Self::is_registered`] may have changed for anyone
+    /// (a registration, a stake change): what callers key a cache of registered peers by.
+    pub fn registry_generation(&self) -> Generation {
+        self.registry
     }
 
     /// True if `node` ever registered for `stage` (what receipts and proofs are judged by:
@@ -483,6 +509,13 @@ impl LedgerState {
 
     /// Sets an account (and adds `register` to its stages), keeping the digest in step.
     fn put_account(&mut self, id: NodeId, account: Account, register: Option<u16>) {
+        let stake_changed = self
+            .accounts
+            .get(&id)
+            .is_none_or(|old| old.stake != account.stake);
+        if stake_changed || register.is_some() {
+            self.registry = Generation::next();
+        }
         let stages = self.registrations.get(&id);
         if let Some(old) = self.accounts.get(&id) {
             self.digest

@@ -59,6 +59,8 @@ impl PeerInfo {
 #[derive(Debug, Default)]
 pub struct PeerTable {
     peers: BTreeMap<NodeId, PeerInfo>,
+    /// Bumped when a peer joins, leaves or changes stage (not on a mere heartbeat).
+    membership: u64,
 }
 
 impl PeerTable {
@@ -66,12 +68,15 @@ impl PeerTable {
     /// peer is new to the table.
     pub fn on_heartbeat(&mut self, peer: NodeId, hb: &Heartbeat, now: Instant) -> bool {
         if hb.leaving {
-            self.peers.remove(&peer);
+            self.remove(&peer);
             return false;
         }
         let stage = hb.stage as usize;
         match self.peers.get_mut(&peer) {
             Some(p) => {
+                if p.stage != stage {
+                    self.membership = self.membership.wrapping_add(1);
+                }
                 p.stage = stage;
                 p.step = hb.step;
                 p.queue = hb.queue;
@@ -80,6 +85,7 @@ impl PeerTable {
                 false
             }
             None => {
+                self.membership = self.membership.wrapping_add(1);
                 self.peers.insert(
                     peer,
                     PeerInfo {
@@ -100,6 +106,9 @@ impl PeerTable {
 
     /// Adds a peer known from the DHT before its first heartbeat reaches us.
     pub fn on_discovered(&mut self, peer: NodeId, stage: usize, now: Instant) {
+        if !self.peers.contains_key(&peer) {
+            self.membership = self.membership.wrapping_add(1);
+        }
         self.peers.entry(peer).or_insert(PeerInfo {
             stage,
             step: 0,
@@ -113,7 +122,17 @@ impl PeerTable {
     }
 
     pub fn remove(&mut self, peer: &NodeId) -> bool {
-        self.peers.remove(peer).is_some()
+        let removed = self.peers.remove(peer).is_some();
+        if removed {
+            self.membership = self.membership.wrapping_add(1);
+        }
+        removed
+    }
+
+    /// Changes whenever a peer joins, leaves or changes stage: what a cache of stage
+    /// members is keyed by.
+    pub fn membership(&self) -> u64 {
+        self.membership
     }
 
     /// Drops peers silent for too long and returns them.
@@ -125,7 +144,7 @@ impl PeerTable {
             .map(|(id, _)| *id)
             .collect();
         for id in &dead {
-            self.peers.remove(id);
+            self.remove(id);
         }
         dead
     }
@@ -289,6 +308,35 @@ mod tests {
         );
         gone = t.expire(t0 + MAX_HEARTBEAT_EVERY * MISSED_BEATS + Duration::from_millis(1));
         assert_eq!(gone, vec![liar]);
+    }
+
+    #[test]
+    fn membership_changes_with_joins_leaves_and_stages_only() {
+        let mut t = PeerTable::default();
+        let (p, q) = (NodeId([1; 32]), NodeId([2; 32]));
+        let t0 = Instant::now();
+        let mut seen = vec![t.membership()];
+        t.on_heartbeat(p, &hb(1, false), t0);
+        seen.push(t.membership());
+        t.on_heartbeat(p, &hb(1, false), t0 + HEARTBEAT_EVERY);
+        assert_eq!(
+            t.membership(),
+            seen[1],
+            "a plain heartbeat changes no membership"
+        );
+        t.on_heartbeat(p, &hb(2, false), t0 + HEARTBEAT_EVERY);
+        seen.push(t.membership());
+        t.on_discovered(q, 1, t0);
+        seen.push(t.membership());
+        t.on_discovered(q, 1, t0);
+        assert_eq!(t.membership(), seen[3]);
+        t.on_heartbeat(q, &hb(1, true), t0);
+        seen.push(t.membership());
+        t.expire(t0 + Duration::from_secs(3600));
+        seen.push(t.membership());
+        let mut distinct = seen.clone();
+        distinct.dedup();
+        assert_eq!(distinct, seen, "every change is a new membership: {seen:?}");
     }
 
     #[test]

@@ -62,6 +62,8 @@ pub struct Traffic {
     /// "response", "blob"; penalties as "penalty: <reason>" with every word holding a digit
     /// (ids, rounds) written `#`, so reasons count by kind.
     pub by_kind: BTreeMap<String, u64>,
+    /// Bytes by the same kinds (penalties carry none).
+    pub bytes_by_kind: BTreeMap<String, u64>,
 }
 
 #[derive(Debug, Clone)]
@@ -524,6 +526,11 @@ impl Sim {
         self.traffic.messages += 1;
         self.traffic.bytes += bytes.len() as u64;
         *self.traffic.by_kind.entry(kind.to_string()).or_default() += 1;
+        *self
+            .traffic
+            .bytes_by_kind
+            .entry(kind.to_string())
+            .or_default() += bytes.len() as u64;
     }
 
     fn deliver(&mut self, from: usize, to: usize, bytes: usize, inbound: Inbound) {

@@ -655,3 +655,41 @@ fn signed_proof_wire_roundtrip_through_state() {
     assert!(SignedProof::from_bytes(&wire).is_ok());
     assert_eq!(UNITS_PER_NEURO, 1_000_000_000);
 }
+
+#[test]
+fn the_registry_generation_changes_with_stake_and_registrations_only() {
+    let id = test_identity(100);
+    let neighbour = test_identity(99);
+    let rules = crate::Rules::default();
+    let genesis =
+        crate::LedgerGenesis::new(rules.clone(), vec![(id.node_id(), rules.min_stake)]).unwrap();
+    let (mut state, _) = LedgerState::from_genesis(&genesis).unwrap();
+    let g0 = state.registry_generation();
+    // A proof pays a balance: who is registered cannot have changed.
+    let p = verified(&uptime_proof(&id, 0, T0), &id, &neighbour);
+    assert!(matches!(state.apply_proof(&p), Ok(Outcome::Applied(_))));
+    assert_eq!(state.registry_generation(), g0);
+    assert!(
+        state
+            .apply_op(op(&id, 0, T0, Action::Register { stage: 2 }))
+            .is_ok()
+    );
+    let g1 = state.registry_generation();
+    assert_ne!(g1, g0, "a registration");
+    let stake = op(
+        &id,
+        1,
+        T0,
+        Action::Stake {
+            amount: 1,
+            unlock_at_ms: T0 + DAY,
+        },
+    );
+    assert_eq!(state.apply_op(stake).map(|_| ()), Ok(()));
+    assert_ne!(state.registry_generation(), g1, "a stake change");
+    // Two ledgers never share a generation, even with the same contents.
+    assert_ne!(
+        LedgerState::new().registry_generation(),
+        LedgerState::new().registry_generation()
+    );
+}

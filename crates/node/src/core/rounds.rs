@@ -5,6 +5,7 @@ use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Instant;
 
+use neuroshard_ledger::Generation;
 use neuroshard_model::StageSpec;
 use neuroshard_proof::proof::MAX_SHARDS;
 use neuroshard_proof::{Hash32, LayerRange, NodeId, Roles, ShardWork};
@@ -119,6 +120,10 @@ pub(super) struct RoundState {
     fetches: HashMap<Token, (Token, NodeId)>,
     sets: HashMap<Token, FetchSet>,
     engine: HashMap<Token, EngineCtx>,
+    /// The live registered co-replicas, kept while neither the peer table's membership nor
+    /// the ledger's registry changed: rebuilding it on every sync message cost O(peers)
+    /// lookups each, 15% of a 300-node simulation.
+    live: Option<((usize, u64, Generation), Arc<BTreeSet<NodeId>>)>,
 }
 
 impl RoundState {
@@ -134,6 +139,7 @@ impl RoundState {
             fetches: HashMap::new(),
             sets: HashMap::new(),
             engine: HashMap::new(),
+            live: None,
         }
     }
 
@@ -155,18 +161,35 @@ impl NodeCore {
     pub(super) fn poll_rounds(&mut self, now: Instant) {
         // Co-replicas count (a round waits for them, their votes move us) only while they are
         // alive and registered for the stage with stake behind them.
-        let stage = u16::try_from(self.stage).unwrap_or(u16::MAX);
-        let ledger = self.economy.ledger();
-        let live: BTreeSet<NodeId> = self
-            .pipeline
-            .peers
-            .in_stage(self.stage)
-            .map(|(n, _)| *n)
-            .filter(|n| ledger.is_registered(n, stage))
-            .collect();
+        let live = self.live_co_replicas();
         let steps = self.pipeline.steps_done();
         let actions = self.rounds.syncer.poll(now, steps, &live);
         self.run_sync_actions(actions, now);
+    }
+
+    fn live_co_replicas(&mut self) -> Arc<BTreeSet<NodeId>> {
+        let ledger = self.economy.ledger();
+        let key = (
+            self.stage,
+            self.pipeline.peers.membership(),
+            ledger.registry_generation(),
+        );
+        if let Some((at, live)) = &self.rounds.live
+            && *at == key
+        {
+            return Arc::clone(live);
+        }
+        let stage = u16::try_from(self.stage).unwrap_or(u16::MAX);
+        let live: Arc<BTreeSet<NodeId>> = Arc::new(
+            self.pipeline
+                .peers
+                .in_stage(self.stage)
+                .map(|(n, _)| *n)
+                .filter(|n| ledger.is_registered(n, stage))
+                .collect(),
+        );
+        self.rounds.live = Some((key, Arc::clone(&live)));
+        live
     }
 
     fn offer_blob(&mut self, round: u64, data: SharedBlob) -> Hash32 {
