@@ -661,8 +661,7 @@ fn the_registry_generation_changes_with_stake_and_registrations_only() {
     let id = test_identity(100);
     let neighbour = test_identity(99);
     let rules = crate::Rules::default();
-    let genesis =
-        crate::LedgerGenesis::new(rules.clone(), vec![(id.node_id(), rules.min_stake)]).unwrap();
+    let genesis = crate::LedgerGenesis::new(rules, vec![(id.node_id(), rules.min_stake)]).unwrap();
     let (mut state, _) = LedgerState::from_genesis(&genesis).unwrap();
     let g0 = state.registry_generation();
     // A proof pays a balance: who is registered cannot have changed.

@@ -104,6 +104,9 @@ enum EngineCtx {
     },
 }
 
+/// What the live co-replicas depend on: our stage, the peer table's membership, the registry.
+type LiveKey = (usize, u64, Generation);
+
 /// Round state of a node.
 pub(super) struct RoundState {
     pub syncer: Syncer,
@@ -123,7 +126,7 @@ pub(super) struct RoundState {
     /// The live registered co-replicas, kept while neither the peer table's membership nor
     /// the ledger's registry changed: rebuilding it on every sync message cost O(peers)
     /// lookups each, 15% of a 300-node simulation.
-    live: Option<((usize, u64, Generation), Arc<BTreeSet<NodeId>>)>,
+    live: Option<(LiveKey, Arc<BTreeSet<NodeId>>)>,
 }
 
 impl RoundState {
