@@ -1,6 +1,6 @@
 //! Who is alive and which stage they serve, from signed heartbeats and connection events.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use neuroshard_proof::NodeId;
@@ -50,8 +50,9 @@ pub struct PeerInfo {
 }
 
 impl PeerInfo {
-    fn silence_limit(&self) -> Duration {
-        self.beat_every.saturating_mul(MISSED_BEATS)
+    /// When it counts as gone unless heard from again.
+    fn deadline(&self) -> Instant {
+        self.last_seen + self.beat_every.saturating_mul(MISSED_BEATS)
     }
 }
 
@@ -61,6 +62,9 @@ pub struct PeerTable {
     peers: BTreeMap<NodeId, PeerInfo>,
     /// Bumped when a peer joins, leaves or changes stage (not on a mere heartbeat).
     membership: u64,
+    /// Every peer by the instant it expires unless heard from: the next expiry is the
+    /// first, where a scan of the table on every timer poll cost O(peers).
+    deadlines: BTreeSet<(Instant, NodeId)>,
 }
 
 impl PeerTable {
@@ -72,11 +76,12 @@ impl PeerTable {
             return false;
         }
         let stage = hb.stage as usize;
-        match self.peers.get_mut(&peer) {
+        let fresh = match self.peers.get_mut(&peer) {
             Some(p) => {
                 if p.stage != stage {
                     self.membership = self.membership.wrapping_add(1);
                 }
+                self.deadlines.remove(&(p.deadline(), peer));
                 p.stage = stage;
                 p.step = hb.step;
                 p.queue = hb.queue;
@@ -101,15 +106,20 @@ impl PeerTable {
                 );
                 true
             }
+        };
+        if let Some(p) = self.peers.get(&peer) {
+            self.deadlines.insert((p.deadline(), peer));
         }
+        fresh
     }
 
     /// Adds a peer known from the DHT before its first heartbeat reaches us.
     pub fn on_discovered(&mut self, peer: NodeId, stage: usize, now: Instant) {
-        if !self.peers.contains_key(&peer) {
-            self.membership = self.membership.wrapping_add(1);
+        if self.peers.contains_key(&peer) {
+            return;
         }
-        self.peers.entry(peer).or_insert(PeerInfo {
+        self.membership = self.membership.wrapping_add(1);
+        let p = PeerInfo {
             stage,
             step: 0,
             queue: 0,
@@ -118,15 +128,18 @@ impl PeerTable {
             latency: None,
             in_flight: 0,
             routable: true,
-        });
+        };
+        self.deadlines.insert((p.deadline(), peer));
+        self.peers.insert(peer, p);
     }
 
     pub fn remove(&mut self, peer: &NodeId) -> bool {
-        let removed = self.peers.remove(peer).is_some();
-        if removed {
-            self.membership = self.membership.wrapping_add(1);
-        }
-        removed
+        let Some(p) = self.peers.remove(peer) else {
+            return false;
+        };
+        self.deadlines.remove(&(p.deadline(), *peer));
+        self.membership = self.membership.wrapping_add(1);
+        true
     }
 
     /// Changes whenever a peer joins, leaves or changes stage: what a cache of stage
@@ -137,12 +150,14 @@ impl PeerTable {
 
     /// Drops peers silent for too long and returns them.
     pub fn expire(&mut self, now: Instant) -> Vec<NodeId> {
-        let dead: Vec<NodeId> = self
-            .peers
+        // Silent for longer than the limit: its deadline is strictly before now.
+        let mut dead: Vec<NodeId> = self
+            .deadlines
             .iter()
-            .filter(|(_, p)| now.saturating_duration_since(p.last_seen) > p.silence_limit())
-            .map(|(id, _)| *id)
+            .take_while(|(deadline, _)| *deadline < now)
+            .map(|(_, id)| *id)
             .collect();
+        dead.sort_unstable();
         for id in &dead {
             self.remove(id);
         }
@@ -151,10 +166,7 @@ impl PeerTable {
 
     /// When the first live peer expires unless it is heard from.
     pub fn next_expiry(&self) -> Option<Instant> {
-        self.peers
-            .values()
-            .map(|p| p.last_seen + p.silence_limit())
-            .min()
+        self.deadlines.first().map(|(deadline, _)| *deadline)
     }
 
     pub fn get(&self, peer: &NodeId) -> Option<&PeerInfo> {
@@ -337,6 +349,50 @@ mod tests {
         let mut distinct = seen.clone();
         distinct.dedup();
         assert_eq!(distinct, seen, "every change is a new membership: {seen:?}");
+    }
+
+    /// The deadline index agrees with a scan of the table through any mix of heartbeats,
+    /// discoveries, removals and expiries.
+    #[test]
+    fn the_expiry_index_matches_a_scan() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+        let mut t = PeerTable::default();
+        let t0 = Instant::now();
+        let mut now = t0;
+        for _ in 0..5_000 {
+            now += Duration::from_millis(rng.random_range(0..900));
+            let peer = NodeId([rng.random_range(0..24u8); 32]);
+            match rng.random_range(0..10) {
+                0..=5 => {
+                    let every_ms = rng.random_range(0..40_000);
+                    let beat = Heartbeat {
+                        every_ms,
+                        ..hb(rng.random_range(0..3), rng.random_range(0..20) == 0)
+                    };
+                    t.on_heartbeat(peer, &beat, now);
+                }
+                6 => t.on_discovered(peer, 1, now),
+                7 => {
+                    t.remove(&peer);
+                }
+                _ => {
+                    let mut due: Vec<NodeId> = t
+                        .peers
+                        .iter()
+                        .filter(|(_, p)| {
+                            now.saturating_duration_since(p.last_seen) > p.beat_every * MISSED_BEATS
+                        })
+                        .map(|(id, _)| *id)
+                        .collect();
+                    due.sort_unstable();
+                    assert_eq!(t.expire(now), due);
+                }
+            }
+            let scanned = t.peers.values().map(PeerInfo::deadline).min();
+            assert_eq!(t.next_expiry(), scanned);
+            assert_eq!(t.deadlines.len(), t.peers.len());
+        }
     }
 
     #[test]
