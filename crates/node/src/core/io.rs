@@ -8,6 +8,7 @@ use neuroshard_proof::{Hash32, NodeId};
 use crate::pipeline::{Job, JobDone};
 use crate::records::Topic;
 use crate::replica::{Applied, Prepared};
+use crate::serve::engine::{StepJob, StepResult, StreamKey};
 
 /// Identifies a request, a blob fetch or an engine job of one core.
 pub type Token = u64;
@@ -125,6 +126,12 @@ pub enum EngineJob {
         step: u64,
         extra: serde_json::Value,
     },
+    /// Inference steps of several streams in one job (the stage's batch), after dropping the
+    /// caches of `evict`.
+    Infer {
+        steps: Vec<StepJob>,
+        evict: Vec<StreamKey>,
+    },
 }
 
 /// An engine job's result.
@@ -137,6 +144,8 @@ pub enum EngineOutput {
     Adopted(Result<Hash32, EngineError>),
     /// The checkpoint's model hash.
     Saved(Result<String, EngineError>),
+    /// One result per step of an [`EngineJob::Infer`], in order.
+    Inferred(Vec<Result<StepResult, EngineError>>),
 }
 
 /// Runs engine jobs: the real engine over a stage, or a stand-in in the simulator.

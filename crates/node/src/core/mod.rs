@@ -12,6 +12,7 @@
 mod gossip;
 mod io;
 mod rounds;
+mod serve;
 #[cfg(test)]
 mod tests;
 
@@ -104,6 +105,11 @@ enum Pending {
     Ledger {
         peer: NodeId,
     },
+    /// A hop of a stream we coordinate (hop 0: closing it).
+    Infer {
+        stream: u64,
+        hop: u64,
+    },
 }
 
 /// One node.
@@ -142,6 +148,7 @@ pub struct NodeCore {
     /// registration arrives, and when we last asked each such sender for its ledger.
     unregistered: VecDeque<(NodeId, Vec<u8>)>,
     asked: HashMap<NodeId, Instant>,
+    serve: serve::ServeState,
 }
 
 impl NodeCore {
@@ -213,6 +220,7 @@ impl NodeCore {
             last_now: start,
             unregistered: VecDeque::new(),
             asked: HashMap::new(),
+            serve: serve::ServeState::new(crate::serve::ServeLimits::default(), start),
         }
     }
 
@@ -296,6 +304,7 @@ impl NodeCore {
             Inbound::Blob { token, result } => self.rounds_on_blob(token, result, now),
             Inbound::Connected => {}
             Inbound::Disconnected => {
+                self.serve_peer_down(from, now);
                 if self.pipeline.peers.get(&from).is_some() {
                     let actions = self.pipeline.on_peer_down(from, "connection closed", now);
                     self.run_actions(actions, now);
@@ -320,6 +329,7 @@ impl NodeCore {
                     self.poll_rounds(now);
                 }
             }
+            EngineOutput::Inferred(results) => self.on_inferred(token, results, now),
             EngineOutput::Saved(result) => {
                 let (step, since) = self.checkpoint_started.remove(&token).unwrap_or((0, now));
                 let ms = now.saturating_duration_since(since).as_secs_f64() * 1e3;
@@ -373,6 +383,7 @@ impl NodeCore {
         }
         let actions = self.pipeline.on_tick(now);
         self.run_actions(actions, now);
+        self.serve_timeout(now);
         self.poll_rounds(now);
         self.maybe_start(now);
     }
@@ -414,6 +425,7 @@ impl NodeCore {
             Some(self.next_proof),
             self.pipeline.next_deadline().map(after),
             self.rounds.syncer.next_deadline().map(after),
+            self.serve.next_deadline(),
         ]
         .into_iter()
         .flatten()
@@ -542,6 +554,10 @@ impl NodeCore {
             });
             return;
         }
+        if let Ok(msg) = crate::serve::InferMsg::from_canonical_bytes(data) {
+            self.on_infer_request(from, token, msg, now);
+            return;
+        }
         let ack = match Msg::from_canonical_bytes(data) {
             Ok(msg) if !self.sent_by_neighbour_stage(from, &msg) => {
                 // Activations and targets come only from replicas registered for the stage
@@ -637,6 +653,13 @@ impl NodeCore {
                         time_ms,
                     });
                 }
+            }
+            Some(Pending::Infer { stream, hop }) => {
+                let answer = result.map_err(|e| e.0).and_then(|bytes| {
+                    crate::serve::InferReply::from_canonical_bytes(&bytes)
+                        .map_err(|e| format!("bad answer: {e}"))
+                });
+                self.on_hop_answer(stream, hop, answer, now);
             }
             // A late answer to something we gave up on.
             None => {}
