@@ -190,6 +190,11 @@ impl NodeCore {
         self.serve.events.pop_front()
     }
 
+    /// Which replica holds the cache of our stream `id` at each stage (None: none yet).
+    pub fn stream_holders(&self, id: u64) -> Option<Vec<Option<NodeId>>> {
+        self.serve.streams.get(&id).map(|s| s.holders.clone())
+    }
+
     /// Streams this node coordinates now.
     pub fn streams(&self) -> usize {
         self.serve.streams.len()
