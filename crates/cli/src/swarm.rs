@@ -136,6 +136,7 @@ impl SwarmArgs {
             network_genesis: None,
             network: None,
             stake_for: Vec::new(),
+        http: None,
         };
         let kill = self
             .kill

@@ -90,6 +90,11 @@ impl Engine {
         self.diloco.as_ref()
     }
 
+    /// Streams whose inference caches the engine holds.
+    pub fn cached_streams(&self) -> usize {
+        self.serving.cached()
+    }
+
     pub fn model_hash(&self) -> [u8; 32] {
         self.stage.model_hash()
     }

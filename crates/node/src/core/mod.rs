@@ -14,6 +14,8 @@ mod io;
 mod rounds;
 mod serve;
 #[cfg(test)]
+mod serve_tests;
+#[cfg(test)]
 mod tests;
 
 use std::collections::{HashMap, VecDeque};

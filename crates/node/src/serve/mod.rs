@@ -12,14 +12,16 @@
 //!
 //! Sans-IO like the rest of the core: the coordinator and the replica side live in
 //! `core/serve.rs`, the engine side (caches, runner, sampling) in [`engine`], the messages in
-//! [`wire`]. The runtime hands requests in through [`ServeCmd`] and streams [`ServeEvent`]s
+//! [`wire`]. The runtime hands requests in through [`ServeCmd`] (from a [`ServeHandle`]) and streams [`ServeEvent`]s
 //! out.
 
 pub mod engine;
+pub mod handle;
 pub mod wire;
 
 use std::time::Duration;
 
+pub use handle::{HandleError, ServeCmd, ServeHandle, StreamRx};
 pub use wire::{Chunk, InferMsg, InferReply, SampleSpec};
 
 /// Bounds of the serving path.
