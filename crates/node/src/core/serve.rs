@@ -86,7 +86,7 @@ impl ServeState {
             queue: Vec::new(),
             evict: Vec::new(),
             running: None,
-            next_sweep: start + limits.idle,
+            next_sweep: start + sweep_every(limits),
         }
     }
 
@@ -183,6 +183,7 @@ impl NodeCore {
     /// Bounds of serving (defaults: [`ServeLimits::default`]).
     pub fn set_serve_limits(&mut self, limits: ServeLimits) {
         self.serve.limits = limits;
+        self.serve.next_sweep = self.last_now + sweep_every(limits);
     }
 
     /// Tokens and ends of the streams this node coordinates.
@@ -467,7 +468,7 @@ impl NodeCore {
         }
         if now >= self.serve.next_sweep {
             let idle = self.serve.limits.idle;
-            self.serve.next_sweep = now + idle;
+            self.serve.next_sweep = now + sweep_every(self.serve.limits);
             let stale: Vec<StreamKey> = self
                 .serve
                 .cached
@@ -675,6 +676,11 @@ impl NodeCore {
         }
         self.dispatch_infer();
     }
+}
+
+/// How often idle caches are looked for: a cache lives at most 1¼ × `idle` unused.
+fn sweep_every(limits: ServeLimits) -> Duration {
+    limits.idle / 4
 }
 
 fn reply_kind(r: &InferReply) -> &'static str {
