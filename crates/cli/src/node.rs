@@ -223,7 +223,7 @@ pub fn run(args: NodeArgs) -> Result<()> {
 }
 
 /// The node, with its HTTP API beside it when `settings.http` names an address.
-async fn run_node(settings: NodeSettings) -> Result<()> {
+async fn run_node(mut settings: NodeSettings) -> Result<()> {
     let Some(addr) = settings.http.clone() else {
         return Ok(neuroshard_node::runtime::run(settings).await?);
     };
@@ -233,9 +233,9 @@ async fn run_node(settings: NodeSettings) -> Result<()> {
     let listener = tokio::net::TcpListener::bind(&addr)
         .await
         .with_context(|| format!("binding the HTTP API to {addr}"))?;
+    // The bound address (port 0 picks one) goes out in the node's `ready` event.
     let bound = listener.local_addr()?;
-    // On stderr: stdout carries the node's event lines.
-    eprintln!("HTTP API on http://{bound}/v1");
+    settings.http = Some(bound.to_string());
     let state = neuroshard_api::ApiState {
         handle,
         tokenizer: std::sync::Arc::new(genesis.tokenizer().clone()),

@@ -63,6 +63,9 @@ pub enum NodeEvent {
         theta: String,
         joined_round: Option<u64>,
         join_ms: Option<f64>,
+        /// The HTTP API's bound address, when the node serves one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        http: Option<String>,
         time_ms: u64,
     },
     /// This replica applied an optimizer step. `loss` and `tokens` are set on drivers.

@@ -148,6 +148,7 @@ pub async fn run_serving(
         theta: hex::encode(s.sync_theta),
         joined_round: s.joined.map(|(r, _)| r),
         join_ms: s.joined.map(|(_, t)| t.as_secs_f64() * 1e3),
+        http: settings.http.clone(),
         time_ms: now_ms(),
     });
 
