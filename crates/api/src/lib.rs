@@ -14,8 +14,8 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
-use futures::StreamExt;
 use axum::routing::{get, post};
+use futures::StreamExt;
 use neuroshard_data::GenesisTokenizer;
 use neuroshard_node::serve::{
     Completion, Finish, HandleError, OpenError, SampleSpec, ServeEvent, ServeHandle, StreamRx,
@@ -53,13 +53,23 @@ pub async fn serve(listener: tokio::net::TcpListener, state: ApiState) -> std::i
 }
 
 /// An OpenAI-style error body with its status.
-fn error(status: StatusCode, kind: &str, message: impl Into<String>, param: Option<&str>) -> Response {
+fn error(
+    status: StatusCode,
+    kind: &str,
+    message: impl Into<String>,
+    param: Option<&str>,
+) -> Response {
     let body = json!({"error": {"message": message.into(), "type": kind, "param": param, "code": Value::Null}});
     (status, axum::Json(body)).into_response()
 }
 
 fn bad(message: impl Into<String>, param: &str) -> Response {
-    error(StatusCode::BAD_REQUEST, "invalid_request_error", message, Some(param))
+    error(
+        StatusCode::BAD_REQUEST,
+        "invalid_request_error",
+        message,
+        Some(param),
+    )
 }
 
 fn unix_now() -> u64 {
@@ -104,11 +114,19 @@ fn parse(body: &[u8], tokenizer: &GenesisTokenizer) -> Result<Parsed, Response> 
         Some(Value::Array(a)) if a.len() == 1 && a[0].is_string() => {
             a[0].as_str().unwrap_or_default().to_string()
         }
-        _ => return Err(bad("`prompt` must be a string (or a list of one)", "prompt")),
+        _ => {
+            return Err(bad(
+                "`prompt` must be a string (or a list of one)",
+                "prompt",
+            ));
+        }
     };
     if prompt.len() > MAX_PROMPT_BYTES {
         return Err(bad(
-            format!("the prompt has {} bytes; at most {MAX_PROMPT_BYTES}", prompt.len()),
+            format!(
+                "the prompt has {} bytes; at most {MAX_PROMPT_BYTES}",
+                prompt.len()
+            ),
             "prompt",
         ));
     }
@@ -116,7 +134,12 @@ fn parse(body: &[u8], tokenizer: &GenesisTokenizer) -> Result<Parsed, Response> 
         None | Some(Value::Null) => 16,
         Some(n) => match n.as_i64() {
             Some(n) if n >= 1 => n as usize,
-            _ => return Err(bad("`max_tokens` must be an integer of at least 1", "max_tokens")),
+            _ => {
+                return Err(bad(
+                    "`max_tokens` must be an integer of at least 1",
+                    "max_tokens",
+                ));
+            }
         },
     };
     let number = |key: &str, default: f32| -> Result<f32, Response> {
@@ -145,7 +168,11 @@ fn parse(body: &[u8], tokenizer: &GenesisTokenizer) -> Result<Parsed, Response> 
             .collect(),
         _ => return Err(bad("`stop` must be a string or a list of strings", "stop")),
     };
-    if stops.len() > MAX_STOPS || stops.iter().any(|s| s.is_empty() || s.len() > MAX_STOP_BYTES) {
+    if stops.len() > MAX_STOPS
+        || stops
+            .iter()
+            .any(|s| s.is_empty() || s.len() > MAX_STOP_BYTES)
+    {
         return Err(bad(
             format!("at most {MAX_STOPS} non-empty stop strings of {MAX_STOP_BYTES} bytes"),
             "stop",
@@ -229,7 +256,9 @@ async fn next_piece(
             let (text, stopped) = detok.push(token);
             Ok((text, stopped.then_some("stop")))
         }
-        Some(ServeEvent::Finished { reason, .. }) => Ok((detok.finish(), Some(finish_name(reason)))),
+        Some(ServeEvent::Finished { reason, .. }) => {
+            Ok((detok.finish(), Some(finish_name(reason))))
+        }
         Some(ServeEvent::Failed { error, .. }) => Err(error),
         None => Err("the node dropped the stream".into()),
     }
@@ -258,7 +287,8 @@ async fn completions(State(state): State<ApiState>, body: Bytes) -> Response {
                 let ev = match next_piece(&mut rx, &mut detok).await {
                     Ok((text, None)) => chunk(&id, created, &text, None),
                     Ok((text, Some(f))) => {
-                        let last = Event::default().data(chunk(&id, created, &text, Some(f)).to_string());
+                        let last =
+                            Event::default().data(chunk(&id, created, &text, Some(f)).to_string());
                         let rest = futures::stream::iter([Ok(last), Ok(done())]);
                         return Some((rest, None));
                     }
@@ -300,4 +330,3 @@ async fn completions(State(state): State<ApiState>, body: Bytes) -> Response {
         }
     }
 }
-

@@ -37,7 +37,12 @@ impl Detokenizer {
         }
         self.ids.push(id);
         let text = self.tokenizer.decode(&self.ids).unwrap_or_default();
-        if let Some(at) = self.stops.iter().filter_map(|s| text.find(s.as_str())).min() {
+        if let Some(at) = self
+            .stops
+            .iter()
+            .filter_map(|s| text.find(s.as_str()))
+            .min()
+        {
             self.stopped = true;
             let out = text.get(self.sent..at).unwrap_or_default().to_string();
             self.sent = at;
@@ -52,7 +57,11 @@ impl Detokenizer {
         let hold = self
             .stops
             .iter()
-            .flat_map(|s| (1..s.len()).filter(|k| s.is_char_boundary(*k)).map(move |k| &s[..k]))
+            .flat_map(|s| {
+                (1..s.len())
+                    .filter(|k| s.is_char_boundary(*k))
+                    .map(move |k| &s[..k])
+            })
             .filter(|prefix| text[..end].ends_with(prefix))
             .map(str::len)
             .max()

@@ -33,7 +33,9 @@ fn state(full: bool) -> ApiState {
                 continue;
             }
             if req.prompt.len() >= CONTEXT {
-                let _ = answer.send(Err(OpenError::Invalid("prompt longer than the context".into())));
+                let _ = answer.send(Err(OpenError::Invalid(
+                    "prompt longer than the context".into(),
+                )));
                 continue;
             }
             let (tx, events) = tokio::sync::mpsc::unbounded_channel();
@@ -43,7 +45,11 @@ fn state(full: bool) -> ApiState {
             for &token in &reply[..n] {
                 let _ = tx.send(ServeEvent::Token { stream, token });
             }
-            let reason = if n < reply.len() { Finish::Length } else { Finish::Stop };
+            let reason = if n < reply.len() {
+                Finish::Length
+            } else {
+                Finish::Stop
+            };
             let _ = tx.send(ServeEvent::Finished { stream, reason });
             let _ = answer.send(Ok((stream, events)));
         }
@@ -64,7 +70,10 @@ async fn post(state: ApiState, body: impl Into<Body>) -> (StatusCode, String) {
 
 fn error_message(body: &str) -> String {
     let v: Value = serde_json::from_str(body).expect("a JSON error");
-    v["error"]["message"].as_str().expect("a message").to_string()
+    v["error"]["message"]
+        .as_str()
+        .expect("a message")
+        .to_string()
 }
 
 #[tokio::test]
@@ -72,7 +81,11 @@ async fn bad_requests_get_a_4xx_with_a_reason() {
     let long = "hello ".repeat(200);
     let huge = "x".repeat(70_000);
     let cases: Vec<(String, StatusCode, &str)> = vec![
-        ("{not json".into(), StatusCode::BAD_REQUEST, "not valid JSON"),
+        (
+            "{not json".into(),
+            StatusCode::BAD_REQUEST,
+            "not valid JSON",
+        ),
         (
             json!({"model": "gpt-4", "prompt": "hi"}).to_string(),
             StatusCode::NOT_FOUND,
@@ -83,9 +96,21 @@ async fn bad_requests_get_a_4xx_with_a_reason() {
             StatusCode::BAD_REQUEST,
             "max_tokens",
         ),
-        (json!({"prompt": huge}).to_string(), StatusCode::BAD_REQUEST, "at most"),
-        (json!({"prompt": long}).to_string(), StatusCode::BAD_REQUEST, "context"),
-        (json!({"prompt": 5}).to_string(), StatusCode::BAD_REQUEST, "prompt"),
+        (
+            json!({"prompt": huge}).to_string(),
+            StatusCode::BAD_REQUEST,
+            "at most",
+        ),
+        (
+            json!({"prompt": long}).to_string(),
+            StatusCode::BAD_REQUEST,
+            "context",
+        ),
+        (
+            json!({"prompt": 5}).to_string(),
+            StatusCode::BAD_REQUEST,
+            "prompt",
+        ),
         (
             json!({"prompt": "hi", "temperature": -1}).to_string(),
             StatusCode::BAD_REQUEST,
@@ -108,8 +133,11 @@ async fn bad_requests_get_a_4xx_with_a_reason() {
 
 #[tokio::test]
 async fn completions_stream_as_server_sent_events_and_stop_strings_cut() {
-    let (status, text) =
-        post(state(false), json!({"prompt": "hi", "max_tokens": 50, "seed": 1}).to_string()).await;
+    let (status, text) = post(
+        state(false),
+        json!({"prompt": "hi", "max_tokens": 50, "seed": 1}).to_string(),
+    )
+    .await;
     assert_eq!(status, StatusCode::OK, "{text}");
     let v: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(v["choices"][0]["text"], "hello world, hello");

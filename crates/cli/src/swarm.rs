@@ -142,7 +142,7 @@ impl SwarmArgs {
             network_genesis: None,
             network: None,
             stake_for: Vec::new(),
-        http: None,
+            http: None,
         };
         let kill = self
             .kill
@@ -199,8 +199,9 @@ impl Observer for Console {
 
     fn note(&mut self, text: &str) {
         match &self.bar {
-            Some(bar) => bar.println(text),
-            None => eprintln!("{text}"),
+            // A hidden bar (output not a terminal) prints nothing: notes go to stderr then.
+            Some(bar) if !bar.is_hidden() => bar.println(text),
+            _ => eprintln!("{text}"),
         }
     }
 

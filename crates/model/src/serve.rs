@@ -55,7 +55,11 @@ pub struct StageRunner {
 
 impl StageRunner {
     /// Uploads `params`, which must follow `spec`'s canonical order.
-    pub fn new(config: ModelConfig, spec: StageSpec, params: &ParamSet) -> Result<Self, ModelError> {
+    pub fn new(
+        config: ModelConfig,
+        spec: StageSpec,
+        params: &ParamSet,
+    ) -> Result<Self, ModelError> {
         config.validate()?;
         spec.validate(&config)?;
         let want = spec.param_specs(&config);
@@ -137,7 +141,11 @@ impl StageRunner {
             }
         };
         let offset = cache.len();
-        if n == 0 || offset.checked_add(n).is_none_or(|end| end > self.config.max_seq) {
+        if n == 0
+            || offset
+                .checked_add(n)
+                .is_none_or(|end| end > self.config.max_seq)
+        {
             return Err(ModelError::Input(format!(
                 "{n} new positions after {offset} do not fit max_seq {}",
                 self.config.max_seq
@@ -251,7 +259,8 @@ mod tests {
         let r = StageRunner::new(config.clone(), spec, s.params()).unwrap();
         let mut c = r.new_cache();
         let d = config.d_model;
-        r.step(&mut c, StepInput::Hidden(&vec![0.5; 3 * d])).unwrap();
+        r.step(&mut c, StepInput::Hidden(&vec![0.5; 3 * d]))
+            .unwrap();
         assert_eq!(c.len(), 3);
         let mut nan = vec![0.5; d];
         nan[2] = f32::NAN;
@@ -259,9 +268,13 @@ mod tests {
         assert!(r.step(&mut c, StepInput::Hidden(&[0.5; 5])).is_err());
         assert!(r.step(&mut c, StepInput::Tokens(&[1])).is_err());
         // Beyond max_seq: 3 cached + 22 new > 24.
-        assert!(r.step(&mut c, StepInput::Hidden(&vec![0.5; 22 * d])).is_err());
+        assert!(
+            r.step(&mut c, StepInput::Hidden(&vec![0.5; 22 * d]))
+                .is_err()
+        );
         assert_eq!(c.len(), 3);
-        r.step(&mut c, StepInput::Hidden(&vec![0.5; 21 * d])).unwrap();
+        r.step(&mut c, StepInput::Hidden(&vec![0.5; 21 * d]))
+            .unwrap();
         assert_eq!(c.len(), 24);
     }
 }

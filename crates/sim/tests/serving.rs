@@ -29,7 +29,13 @@ fn sim(replicas: usize) -> Sim {
     s.seq = 8;
     s.sync.every = 10_000;
     let factory = Factory::new(s.clone(), EngineKind::Real);
-    let mut sim = Sim::new(5, s, LinkModel::lan(), EngineCosts::default(), Box::new(factory));
+    let mut sim = Sim::new(
+        5,
+        s,
+        LinkModel::lan(),
+        EngineCosts::default(),
+        Box::new(factory),
+    );
     for i in 0..STAGES * replicas {
         sim.add_node(i % STAGES, Duration::from_millis(10 * i as u64));
     }
@@ -110,10 +116,18 @@ fn three_stages_generate_what_one_process_generates_while_training_goes_on() {
     // No limit but the context: the stream ends at max_seq.
     let b = sim.open_stream(4, request(usize::MAX).0).unwrap();
     sim.run_until(Duration::from_secs(25));
-    let want = whole_model(&sim).generate(&req.prompt, 12, &sampling).unwrap();
+    let want = whole_model(&sim)
+        .generate(&req.prompt, 12, &sampling)
+        .unwrap();
     let (got, end) = tokens(&sim, 1, a);
     assert_eq!(got, want);
-    assert_eq!(end, Some(&ServeEvent::Finished { stream: a, reason: Finish::Length }));
+    assert_eq!(
+        end,
+        Some(&ServeEvent::Finished {
+            stream: a,
+            reason: Finish::Length
+        })
+    );
     let (long, end) = tokens(&sim, 4, b);
     assert_eq!(long.len(), model().max_seq - req.prompt.len());
     assert_eq!(long[..12], want[..], "same seed, same tokens");
@@ -147,10 +161,18 @@ fn a_stream_completes_when_the_replicas_holding_its_caches_die() {
     }
     sim.run_until(t + Duration::from_secs(40));
     let (got, end) = tokens(&sim, coordinator, id);
-    assert_eq!(end, Some(&ServeEvent::Finished { stream: id, reason: Finish::Length }));
+    assert_eq!(
+        end,
+        Some(&ServeEvent::Finished {
+            stream: id,
+            reason: Finish::Length
+        })
+    );
     let now = sim.core(coordinator).unwrap().stream_holders(id);
     assert!(now.is_none());
     // The replay feeds the new replicas the same chunks: the same caches, the same tokens.
-    let want = whole_model(&sim).generate(&req.prompt, 16, &sampling).unwrap();
+    let want = whole_model(&sim)
+        .generate(&req.prompt, 16, &sampling)
+        .unwrap();
     assert_eq!(got, want, "killed {killed:?}");
 }

@@ -10,8 +10,7 @@ use neuroshard_proof::{Canonical, NodeId};
 use super::{EngineError, EngineJob, NodeCore, Pending, Token, Transmit};
 use crate::serve::engine::{StepJob, StepResult, StreamKey};
 use crate::serve::{
-    Chunk, Completion, Finish, InferMsg, InferReply, OpenError, SampleSpec, ServeEvent,
-    ServeLimits,
+    Chunk, Completion, Finish, InferMsg, InferReply, OpenError, SampleSpec, ServeEvent, ServeLimits,
 };
 
 /// Service time the router assumes per queued inference step.
@@ -163,7 +162,10 @@ impl NodeCore {
                 tokens: req.prompt.clone(),
                 generated: 0,
                 max_tokens: req.max_tokens,
-                sample: SampleSpec { draws: 0, ..req.sample },
+                sample: SampleSpec {
+                    draws: 0,
+                    ..req.sample
+                },
                 stop_token: req.stop_token,
                 history: vec![Vec::new(); stages],
                 positions: vec![0; stages],
@@ -246,7 +248,9 @@ impl NodeCore {
                     .collect();
                 (!all.is_empty()).then(|| all[(id as usize) % all.len()])
             });
-            me.or(live.first().copied()).or(registered).map(|n| (n, true))
+            me.or(live.first().copied())
+                .or(registered)
+                .map(|n| (n, true))
         });
         let Some((to, fresh)) = choice else {
             self.end_stream(id, Err(format!("no live replica of stage {st} left")), now);
@@ -375,9 +379,11 @@ impl NodeCore {
             Next::Emit(token) => {
                 s.tokens.push(token);
                 s.generated += 1;
-                let done = s.generated >= s.max_tokens
-                    || s.tokens.len() >= self.settings.model.max_seq;
-                self.serve.events.push_back(ServeEvent::Token { stream: id, token });
+                let done =
+                    s.generated >= s.max_tokens || s.tokens.len() >= self.settings.model.max_seq;
+                self.serve
+                    .events
+                    .push_back(ServeEvent::Token { stream: id, token });
                 if done {
                     self.end_stream(id, Ok(Finish::Length), now);
                 } else {
@@ -487,7 +493,13 @@ impl NodeCore {
     // ---- the replica side --------------------------------------------------------------
 
     /// A peer's inference request.
-    pub(super) fn on_infer_request(&mut self, from: NodeId, token: Token, msg: InferMsg, now: Instant) {
+    pub(super) fn on_infer_request(
+        &mut self,
+        from: NodeId,
+        token: Token,
+        msg: InferMsg,
+        now: Instant,
+    ) {
         if let Some(answer) = self.accept_infer(from, Reply::Remote(token), msg, now) {
             self.transmits.push_back(Transmit::Respond {
                 token,

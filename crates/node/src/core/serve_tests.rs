@@ -45,7 +45,13 @@ fn step(stream: u64, pos: u32, rows: usize) -> InferMsg {
 }
 
 /// Sends `msg` from `from`, runs the engine, returns the answer.
-fn ask(core: &mut NodeCore, engine: &mut Engine, from: NodeId, msg: InferMsg, now: Instant) -> InferReply {
+fn ask(
+    core: &mut NodeCore,
+    engine: &mut Engine,
+    from: NodeId,
+    msg: InferMsg,
+    now: Instant,
+) -> InferReply {
     core.handle_message(
         from,
         Inbound::Request {
@@ -79,14 +85,43 @@ fn a_peer_cannot_feed_or_close_a_stream_it_did_not_open() {
     let (mut core, mut engine) = replica(now);
     let (a, b) = (test_identity(1).node_id(), test_identity(2).node_id());
     let r = ask(&mut core, &mut engine, a, step(7, 0, 2), now);
-    assert!(matches!(r, InferReply::Token { stream: 7, pos: 2, .. }), "{r:?}");
+    assert!(
+        matches!(
+            r,
+            InferReply::Token {
+                stream: 7,
+                pos: 2,
+                ..
+            }
+        ),
+        "{r:?}"
+    );
     // B names A's stream: to the replica it is B's own, unknown stream.
     let r = ask(&mut core, &mut engine, b, step(7, 2, 1), now);
     assert_eq!(r, InferReply::Restart { stream: 7, have: 0 });
-    assert_eq!(ask(&mut core, &mut engine, b, InferMsg::Close { stream: 7 }, now), InferReply::Closed);
+    assert_eq!(
+        ask(
+            &mut core,
+            &mut engine,
+            b,
+            InferMsg::Close { stream: 7 },
+            now
+        ),
+        InferReply::Closed
+    );
     // A's cache is untouched and goes on at position 2.
     let r = ask(&mut core, &mut engine, a, step(7, 2, 1), now);
-    assert!(matches!(r, InferReply::Token { stream: 7, pos: 3, .. }), "{r:?}");
+    assert!(
+        matches!(
+            r,
+            InferReply::Token {
+                stream: 7,
+                pos: 3,
+                ..
+            }
+        ),
+        "{r:?}"
+    );
     assert_eq!(engine.cached_streams(), 1);
 }
 
@@ -142,9 +177,15 @@ fn positions_beyond_max_seq_and_non_finite_states_are_refused_and_penalised() {
             out.iter().any(|t| matches!(t, Transmit::Penalize { .. })),
             "{msg:?} not penalised"
         );
-        assert!(out.iter().any(|t| matches!(t, Transmit::Respond { data, .. }
-            if matches!(InferReply::from_canonical_bytes(data), Ok(InferReply::Rejected(_))))));
-        assert!(core.poll_engine_job().is_none(), "nothing reaches the engine");
+        assert!(
+            out.iter()
+                .any(|t| matches!(t, Transmit::Respond { data, .. }
+            if matches!(InferReply::from_canonical_bytes(data), Ok(InferReply::Rejected(_)))))
+        );
+        assert!(
+            core.poll_engine_job().is_none(),
+            "nothing reaches the engine"
+        );
     }
     // Exactly max_seq positions are fine.
     let r = ask(&mut core, &mut engine, a, step(1, 0, 8), now);
@@ -172,12 +213,21 @@ fn a_flood_of_stream_openings_holds_bounded_caches_and_idle_ones_are_evicted() {
         ask(&mut core, &mut engine, a, step(0, 1, 1), now),
         InferReply::Restart { stream: 0, have: 0 }
     );
-    assert!(matches!(ask(&mut core, &mut engine, a, step(19, 1, 1), now), InferReply::Token { .. }));
+    assert!(matches!(
+        ask(&mut core, &mut engine, a, step(19, 1, 1), now),
+        InferReply::Token { .. }
+    ));
     for s in 0..2 {
-        assert!(matches!(ask(&mut core, &mut engine, b, step(s, 0, 1), now), InferReply::Token { .. }));
+        assert!(matches!(
+            ask(&mut core, &mut engine, b, step(s, 0, 1), now),
+            InferReply::Token { .. }
+        ));
     }
     // Five cached in all: a third peer's new stream is turned away.
-    assert_eq!(ask(&mut core, &mut engine, b, step(9, 0, 1), now), InferReply::Busy);
+    assert_eq!(
+        ask(&mut core, &mut engine, b, step(9, 0, 1), now),
+        InferReply::Busy
+    );
     let later = now + Duration::from_secs(31);
     core.handle_timeout(later);
     run_engine(&mut core, &mut engine, later);
@@ -221,14 +271,50 @@ fn answers_that_do_not_answer_the_hop_move_the_stream_to_another_replica() {
         core.handle_message(from, Inbound::Response { token, result }, now);
     };
     // A reply for a token we never used, and one for another stream: no token comes out.
-    answer(&mut core, first, 4242, InferReply::Token { stream: id, pos: 2, token: 5, draws: 0 });
+    answer(
+        &mut core,
+        first,
+        4242,
+        InferReply::Token {
+            stream: id,
+            pos: 2,
+            token: 5,
+            draws: 0,
+        },
+    );
     assert!(core.poll_serve().is_none());
-    answer(&mut core, first, token, InferReply::Token { stream: id + 9, pos: 2, token: 5, draws: 0 });
+    answer(
+        &mut core,
+        first,
+        token,
+        InferReply::Token {
+            stream: id + 9,
+            pos: 2,
+            token: 5,
+            draws: 0,
+        },
+    );
     assert!(core.poll_serve().is_none());
     let (second, token) = request(&mut core);
     assert_ne!(second, first, "the stream moved on");
     // The stale reply to the abandoned hop is ignored; the right one is taken.
-    answer(&mut core, second, token, InferReply::Token { stream: id, pos: 2, token: 5, draws: 0 });
-    assert_eq!(core.poll_serve(), Some(ServeEvent::Token { stream: id, token: 5 }));
+    answer(
+        &mut core,
+        second,
+        token,
+        InferReply::Token {
+            stream: id,
+            pos: 2,
+            token: 5,
+            draws: 0,
+        },
+    );
+    assert_eq!(
+        core.poll_serve(),
+        Some(ServeEvent::Token {
+            stream: id,
+            token: 5
+        })
+    );
     assert_eq!(core.stream_holders(id).unwrap()[1], Some(second));
 }

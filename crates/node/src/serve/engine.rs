@@ -67,7 +67,10 @@ impl Serving {
             }
         }
         let Some((_, runner)) = &self.runner else {
-            return steps.iter().map(|_| Err("no serving weights".into())).collect();
+            return steps
+                .iter()
+                .map(|_| Err("no serving weights".into()))
+                .collect();
         };
         steps
             .into_iter()

@@ -92,7 +92,11 @@ pub enum InferMsg {
 #[derive(Debug, Clone, PartialEq)]
 pub enum InferReply {
     /// Hidden states of the last chunk's positions; `pos` is the cache's length after it.
-    Hidden { stream: u64, pos: u32, data: Vec<f32> },
+    Hidden {
+        stream: u64,
+        pos: u32,
+        data: Vec<f32>,
+    },
     /// The sampled token and the generator's new position.
     Token {
         stream: u64,
@@ -102,7 +106,10 @@ pub enum InferReply {
     },
     /// The replica holds `have` positions of the stream, not the step's `pos`: send the
     /// history from 0.
-    Restart { stream: u64, have: u32 },
+    Restart {
+        stream: u64,
+        have: u32,
+    },
     Closed,
     /// Too many streams or queued steps: try another replica.
     Busy,
@@ -128,8 +135,7 @@ fn words(r: &mut Reader<'_>) -> Result<impl Iterator<Item = [u8; 4]>, CodecError
             reason: format!("{} bytes are not 4-byte words", b.len()),
         });
     }
-    Ok(b.chunks_exact(4)
-        .map(|c| [c[0], c[1], c[2], c[3]]))
+    Ok(b.chunks_exact(4).map(|c| [c[0], c[1], c[2], c[3]]))
 }
 
 fn get_u32s(r: &mut Reader<'_>) -> Result<Vec<u32>, CodecError> {
@@ -346,10 +352,16 @@ mod tests {
     fn messages_round_trip_and_odd_byte_counts_are_refused() {
         let (msgs, replies) = samples();
         for m in msgs {
-            assert_eq!(InferMsg::from_canonical_bytes(&m.to_canonical_bytes()), Ok(m));
+            assert_eq!(
+                InferMsg::from_canonical_bytes(&m.to_canonical_bytes()),
+                Ok(m)
+            );
         }
         for r in replies {
-            assert_eq!(InferReply::from_canonical_bytes(&r.to_canonical_bytes()), Ok(r));
+            assert_eq!(
+                InferReply::from_canonical_bytes(&r.to_canonical_bytes()),
+                Ok(r)
+            );
         }
         let mut w = Writer::new();
         w.bytes(InferReply::DOMAIN.as_bytes());
