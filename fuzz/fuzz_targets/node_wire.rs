@@ -1,10 +1,11 @@
-//! Pipeline requests and their acks between stage replicas: a decoded message re-encodes to
+//! Pipeline requests and their acks between stage replicas, and inference steps and replies: a decoded message re-encodes to
 //! its input, every tensor it carries has the bytes its shape and scheme need, and unpacking
 //! one (as a stage does, against the shape it accepts) gives an error or finite values.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use neuroshard_node::act_codec::{Expect, Packed};
+use neuroshard_node::serve::{InferMsg, InferReply};
 use neuroshard_node::wire::{Ack, Msg, Payload};
 use neuroshard_proof::Canonical;
 
@@ -33,6 +34,15 @@ fuzz_target!(|data: &[u8]| {
             },
             Msg::Backward { grad, .. } => check(grad),
         }
+    }
+    if let Ok(m) = InferMsg::from_canonical_bytes(data) {
+        assert_eq!(m.to_canonical_bytes(), data);
+    }
+    if let Ok(r) = InferReply::from_canonical_bytes(data) {
+        assert_eq!(
+            InferReply::from_canonical_bytes(&r.to_canonical_bytes()),
+            Ok(r)
+        );
     }
     if let Ok(ack) = Ack::from_canonical_bytes(data) {
         // A reason read lossily re-encodes to other bytes; the decoded value is stable.

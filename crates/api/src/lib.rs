@@ -52,18 +52,39 @@ pub async fn serve(listener: tokio::net::TcpListener, state: ApiState) -> std::i
     axum::serve(listener, router(state)).await
 }
 
-/// An OpenAI-style error body with its status.
-fn error(
+/// An OpenAI-style error: its status and the body's fields.
+#[derive(Debug)]
+struct ApiError {
     status: StatusCode,
-    kind: &str,
-    message: impl Into<String>,
-    param: Option<&str>,
-) -> Response {
-    let body = json!({"error": {"message": message.into(), "type": kind, "param": param, "code": Value::Null}});
-    (status, axum::Json(body)).into_response()
+    kind: &'static str,
+    message: String,
+    param: Option<&'static str>,
 }
 
-fn bad(message: impl Into<String>, param: &str) -> Response {
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = json!({"error": {
+            "message": self.message, "type": self.kind, "param": self.param, "code": Value::Null,
+        }});
+        (self.status, axum::Json(body)).into_response()
+    }
+}
+
+fn error(
+    status: StatusCode,
+    kind: &'static str,
+    message: impl Into<String>,
+    param: Option<&'static str>,
+) -> ApiError {
+    ApiError {
+        status,
+        kind,
+        message: message.into(),
+        param,
+    }
+}
+
+fn bad(message: impl Into<String>, param: &'static str) -> ApiError {
     error(
         StatusCode::BAD_REQUEST,
         "invalid_request_error",
@@ -92,7 +113,7 @@ struct Parsed {
     stream: bool,
 }
 
-fn parse(body: &[u8], tokenizer: &GenesisTokenizer) -> Result<Parsed, Response> {
+fn parse(body: &[u8], tokenizer: &GenesisTokenizer) -> Result<Parsed, ApiError> {
     let v: Value = serde_json::from_slice(body)
         .map_err(|e| bad(format!("the body is not valid JSON: {e}"), "body"))?;
     let Some(obj) = v.as_object() else {
@@ -142,7 +163,7 @@ fn parse(body: &[u8], tokenizer: &GenesisTokenizer) -> Result<Parsed, Response> 
             }
         },
     };
-    let number = |key: &str, default: f32| -> Result<f32, Response> {
+    let number = |key: &'static str, default: f32| -> Result<f32, ApiError> {
         match obj.get(key) {
             None | Some(Value::Null) => Ok(default),
             Some(n) => n
@@ -208,7 +229,7 @@ fn parse(body: &[u8], tokenizer: &GenesisTokenizer) -> Result<Parsed, Response> 
     })
 }
 
-fn open_error(e: HandleError) -> Response {
+fn open_error(e: HandleError) -> ApiError {
     match e {
         HandleError::Open(OpenError::Invalid(m)) => bad(m, "prompt"),
         HandleError::Open(OpenError::Full(_)) => error(
@@ -267,12 +288,12 @@ async fn next_piece(
 async fn completions(State(state): State<ApiState>, body: Bytes) -> Response {
     let parsed = match parse(&body, &state.tokenizer) {
         Ok(p) => p,
-        Err(r) => return r,
+        Err(e) => return e.into_response(),
     };
     let prompt_tokens = parsed.completion.prompt.len();
     let mut rx = match state.handle.open(parsed.completion).await {
         Ok(rx) => rx,
-        Err(e) => return open_error(e),
+        Err(e) => return open_error(e).into_response(),
     };
     let id = format!("cmpl-{}", rx.id);
     let created = unix_now();
@@ -326,7 +347,9 @@ async fn completions(State(state): State<ApiState>, body: Bytes) -> Response {
                     return axum::Json(body).into_response();
                 }
             }
-            Err(e) => return error(StatusCode::BAD_GATEWAY, "server_error", e, None),
+            Err(e) => {
+                return error(StatusCode::BAD_GATEWAY, "server_error", e, None).into_response();
+            }
         }
     }
 }

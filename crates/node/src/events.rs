@@ -63,9 +63,6 @@ pub enum NodeEvent {
         theta: String,
         joined_round: Option<u64>,
         join_ms: Option<f64>,
-        /// The HTTP API's bound address, when the node serves one.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        http: Option<String>,
         time_ms: u64,
     },
     /// This replica applied an optimizer step. `loss` and `tokens` are set on drivers.
@@ -193,6 +190,8 @@ pub enum NodeEvent {
         reason: String,
         time_ms: u64,
     },
+    /// The node's HTTP API listens at `http` (its bound address).
+    Serving { http: String, time_ms: u64 },
     /// A speculative checkpoint was written (or failed).
     Checkpoint {
         step: u64,
@@ -223,6 +222,7 @@ impl NodeEvent {
             NodeEvent::LedgerSync { .. } => "ledger_sync",
             NodeEvent::Parked { .. } => "parked",
             NodeEvent::Checkpoint { .. } => "checkpoint",
+            NodeEvent::Serving { .. } => "serving",
         }
     }
 

@@ -148,9 +148,15 @@ pub async fn run_serving(
         theta: hex::encode(s.sync_theta),
         joined_round: s.joined.map(|(r, _)| r),
         join_ms: s.joined.map(|(_, t)| t.as_secs_f64() * 1e3),
-        http: settings.http.clone(),
         time_ms: now_ms(),
     });
+
+    if let Some(http) = &settings.http {
+        emit(&NodeEvent::Serving {
+            http: http.clone(),
+            time_ms: now_ms(),
+        });
+    }
 
     let data = crate::genesis_source::GenesisBatches {
         genesis,

@@ -302,6 +302,12 @@ impl Swarm<'_> {
 
     fn on_line(&mut self, i: usize, line: Line, observer: &mut dyn Observer) {
         match line {
+            Line::Event(NodeEvent::Serving { http, .. }) => {
+                observer.note(&format!(
+                    "node {i}'s OpenAI-compatible API: http://{http}/v1 (model \"neuroshard\")"
+                ));
+                self.api = Some(http);
+            }
             Line::Event(ev) => self.report.on_event(i, &ev),
             Line::Unparsed { line, error } => observer.unparsed(i, &line, &error),
         }
@@ -328,19 +334,9 @@ impl Swarm<'_> {
                     Ok((
                         j,
                         Line::Event(NodeEvent::Ready {
-                            stage,
-                            role,
-                            addrs,
-                            http,
-                            ..
+                            stage, role, addrs, ..
                         }),
                     )) if j == i => {
-                        if let Some(addr) = http {
-                            observer.note(&format!(
-                                "node {i}'s OpenAI-compatible API: http://{addr}/v1 (model \"neuroshard\")"
-                            ));
-                            self.api = Some(addr);
-                        }
                         let m = &mut self.members[i];
                         m.stage = Some(stage);
                         m.role = role.clone();

@@ -23,6 +23,9 @@ enum Reply {
     Local { stream: u64, hop: u64 },
 }
 
+/// A step admitted at a replica: where its answer goes, its stream, its end position.
+type Admitted = (Reply, StreamKey, u32);
+
 /// A stream's cache as the replica side books it (the cache itself is the engine's).
 #[derive(Debug, Clone)]
 struct Cached {
@@ -69,7 +72,8 @@ pub(super) struct ServeState {
     cached: BTreeMap<StreamKey, Cached>,
     queue: Vec<(Reply, StepJob, u32)>,
     evict: Vec<StreamKey>,
-    running: Option<(Token, Vec<(Reply, StreamKey, u32)>)>,
+    /// The engine job in flight and, per step, where its answer goes and the end position.
+    running: Option<(Token, Vec<Admitted>)>,
     next_sweep: Instant,
 }
 
