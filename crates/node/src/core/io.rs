@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use neuroshard_proof::{Hash32, NodeId};
+use neuroshard_proof::{Canonical, Hash32, NodeId, PublicKey, Signed};
 
 use crate::pipeline::{Job, JobDone};
 use crate::records::Topic;
@@ -151,4 +151,31 @@ pub enum EngineOutput {
 /// Runs engine jobs: the real engine over a stage, or a stand-in in the simulator.
 pub trait Compute {
     fn execute(&mut self, job: EngineJob) -> EngineOutput;
+}
+
+/// Why a signed message from a peer was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error("{0}")]
+    Envelope(#[from] neuroshard_proof::EnvelopeError),
+    #[error("signed by {signer}, sent by {from}")]
+    NotTheSender { signer: NodeId, from: NodeId },
+}
+
+/// Opens a signed value and checks that `from` signed it; returns the signer's key too.
+pub fn open_from<T: Canonical>(bytes: &[u8], from: &NodeId) -> Result<(T, PublicKey), OpenError> {
+    let signed = Signed::<T>::from_bytes(bytes)?;
+    let key = signed.signer();
+    if key.node_id() != *from {
+        return Err(OpenError::NotTheSender {
+            signer: key.node_id(),
+            from: *from,
+        });
+    }
+    Ok((signed.verify()?, key))
+}
+
+/// The blob's content address, as the transport computes it.
+pub fn blob_hash(data: &[u8]) -> Hash32 {
+    *blake3::hash(data).as_bytes()
 }

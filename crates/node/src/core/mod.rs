@@ -13,6 +13,7 @@ mod gossip;
 mod io;
 mod rounds;
 mod serve;
+mod serve_replica;
 #[cfg(test)]
 mod serve_tests;
 #[cfg(test)]
@@ -23,12 +24,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use neuroshard_model::{Batch, StageSpec};
-use neuroshard_proof::{Canonical, Hash32, Identity, NodeId, PublicKey, Signed};
+use neuroshard_proof::{Canonical, Hash32, Identity, NodeId, Signed};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
 pub use io::{
-    Compute, EngineError, EngineJob, EngineOutput, Inbound, Token, TransferError, Transmit,
+    Compute, EngineError, EngineJob, EngineOutput, Inbound, OpenError, Token, TransferError,
+    Transmit, blob_hash, open_from,
 };
 use rounds::RoundState;
 pub use rounds::{outer_state_limit, stage_claim};
@@ -678,33 +680,6 @@ impl NodeCore {
         self.checkpoint_started.insert(token, (step, now));
         token
     }
-}
-
-/// Why a signed message from a peer was refused.
-#[derive(Debug, thiserror::Error)]
-pub enum OpenError {
-    #[error("{0}")]
-    Envelope(#[from] neuroshard_proof::EnvelopeError),
-    #[error("signed by {signer}, sent by {from}")]
-    NotTheSender { signer: NodeId, from: NodeId },
-}
-
-/// Opens a signed value and checks that `from` signed it; returns the signer's key too.
-pub fn open_from<T: Canonical>(bytes: &[u8], from: &NodeId) -> Result<(T, PublicKey), OpenError> {
-    let signed = Signed::<T>::from_bytes(bytes)?;
-    let key = signed.signer();
-    if key.node_id() != *from {
-        return Err(OpenError::NotTheSender {
-            signer: key.node_id(),
-            from: *from,
-        });
-    }
-    Ok((signed.verify()?, key))
-}
-
-/// The blob's content address, as the transport computes it.
-pub fn blob_hash(data: &[u8]) -> Hash32 {
-    *blake3::hash(data).as_bytes()
 }
 
 /// Shared by the rounds module.
