@@ -39,10 +39,11 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(m.to_canonical_bytes(), data);
     }
     if let Ok(r) = InferReply::from_canonical_bytes(data) {
-        assert_eq!(
-            InferReply::from_canonical_bytes(&r.to_canonical_bytes()),
-            Ok(r)
-        );
+        // A lossily read reason changes the bytes, so the re-encoding is what must be stable
+        // (as bytes: hidden values may be NaN).
+        let enc = r.to_canonical_bytes();
+        let again = InferReply::from_canonical_bytes(&enc).map(|x| x.to_canonical_bytes());
+        assert_eq!(again, Ok(enc));
     }
     if let Ok(ack) = Ack::from_canonical_bytes(data) {
         // A reason read lossily re-encodes to other bytes; the decoded value is stable.
