@@ -201,10 +201,20 @@ fn node_seeds(root: &Path) -> Result<(), Box<dyn std::error::Error>> {
     }
     let (infer, replies) = sample_infer();
     for (i, m) in infer.iter().enumerate() {
-        write(root, "node_wire", &format!("infer{i}"), &m.to_canonical_bytes())?;
+        write(
+            root,
+            "node_wire",
+            &format!("infer{i}"),
+            &m.to_canonical_bytes(),
+        )?;
     }
     for (i, r) in replies.iter().enumerate() {
-        write(root, "node_wire", &format!("reply{i}"), &r.to_canonical_bytes())?;
+        write(
+            root,
+            "node_wire",
+            &format!("reply{i}"),
+            &r.to_canonical_bytes(),
+        )?;
     }
     for (i, m) in sample_sync().iter().enumerate() {
         let wire = Signed::sign(&ALICE, m).to_bytes();
