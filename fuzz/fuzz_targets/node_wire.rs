@@ -1,10 +1,11 @@
-//! Pipeline requests and their acks between stage replicas: a decoded message re-encodes to
+//! Pipeline requests and their acks between stage replicas, and inference steps and replies: a decoded message re-encodes to
 //! its input, every tensor it carries has the bytes its shape and scheme need, and unpacking
 //! one (as a stage does, against the shape it accepts) gives an error or finite values.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use neuroshard_node::act_codec::{Expect, Packed};
+use neuroshard_node::serve::{InferMsg, InferReply};
 use neuroshard_node::wire::{Ack, Msg, Payload};
 use neuroshard_proof::Canonical;
 
@@ -33,6 +34,16 @@ fuzz_target!(|data: &[u8]| {
             },
             Msg::Backward { grad, .. } => check(grad),
         }
+    }
+    if let Ok(m) = InferMsg::from_canonical_bytes(data) {
+        assert_eq!(m.to_canonical_bytes(), data);
+    }
+    if let Ok(r) = InferReply::from_canonical_bytes(data) {
+        // A lossily read reason changes the bytes, so the re-encoding is what must be stable
+        // (as bytes: hidden values may be NaN).
+        let enc = r.to_canonical_bytes();
+        let again = InferReply::from_canonical_bytes(&enc).map(|x| x.to_canonical_bytes());
+        assert_eq!(again, Ok(enc));
     }
     if let Ok(ack) = Ack::from_canonical_bytes(data) {
         // A reason read lossily re-encodes to other bytes; the decoded value is stable.

@@ -14,6 +14,7 @@ use neuroshard_node::economy::{
 use neuroshard_node::network::{NetworkGenesis, Protocol};
 use neuroshard_node::records::{Heartbeat, NodeRecord};
 use neuroshard_node::replica::{Diloco, DilocoConfig, encode_adamw};
+use neuroshard_node::serve::{Chunk, InferMsg, InferReply, SampleSpec};
 use neuroshard_node::sync::{SyncDone, SyncMsg, SyncOffer, ThetaRecord};
 use neuroshard_node::wire::{Ack, MicroBatchId, Msg, Payload};
 use neuroshard_proof::fixtures::{TEST_NETWORK, training_proof};
@@ -91,6 +92,48 @@ fn packed(a: Activations, scheme: Scheme) -> Packed {
         Ok(p) => p,
         Err(e) => panic!("sample activations must pack: {e}"),
     }
+}
+
+/// Inference steps (tokens, hidden states with sampling rules, a close) and replies.
+pub fn sample_infer() -> (Vec<InferMsg>, Vec<InferReply>) {
+    let sample = SampleSpec {
+        temperature: 0.7,
+        top_p: 0.9,
+        top_k: 5,
+        seed: 9,
+        draws: 4,
+    };
+    let msgs = vec![
+        InferMsg::Step {
+            stream: 3,
+            pos: 0,
+            chunks: vec![Chunk::Tokens(vec![1, 2, 3]), Chunk::Tokens(vec![4])],
+            sample: None,
+        },
+        InferMsg::Step {
+            stream: 9,
+            pos: 7,
+            chunks: vec![Chunk::Hidden(vec![0.5, -1.0, 3.25, 0.0])],
+            sample: Some(sample),
+        },
+        InferMsg::Close { stream: 3 },
+    ];
+    let replies = vec![
+        InferReply::Hidden {
+            stream: 3,
+            pos: 4,
+            data: vec![1.0, 2.0],
+        },
+        InferReply::Token {
+            stream: 3,
+            pos: 5,
+            token: 17,
+            draws: 6,
+        },
+        InferReply::Restart { stream: 3, have: 0 },
+        InferReply::Rejected("no".into()),
+    ];
+    (msgs, replies)
 }
 
 pub fn sample_acks() -> Vec<Ack> {

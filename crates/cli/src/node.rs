@@ -15,6 +15,8 @@ pub const MEMORY_MB: u64 = 4096;
 pub const QUEUE: usize = 8;
 pub const GRAD_TIMEOUT_MS: u64 = 15_000;
 pub const MAX_FRAME_MB: usize = 32;
+/// Requests waiting for the node's loop before the API answers 429.
+pub const API_QUEUE: usize = 64;
 
 #[derive(Clone, Copy, ValueEnum)]
 pub enum Order {
@@ -103,6 +105,9 @@ pub struct NodeArgs {
     /// `neuroshard wallet show`), so it can register and be paid. Repeatable.
     #[arg(long = "stake-for")]
     stake_for: Vec<neuroshard_proof::NodeId>,
+    /// Serve the OpenAI-compatible HTTP API on this address (e.g. 127.0.0.1:8080).
+    #[arg(long)]
+    http: Option<String>,
     #[arg(long, default_value_t = 2)]
     stages: usize,
     /// Serve this stage (0 = driver) instead of the one with the fewest live replicas.
@@ -198,6 +203,7 @@ impl NodeArgs {
             network_genesis: self.network_genesis.clone(),
             network: self.network.clone(),
             stake_for: self.stake_for.clone(),
+            http: self.http.clone(),
         })
     }
 }
@@ -213,7 +219,29 @@ pub fn run(args: NodeArgs) -> Result<()> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    runtime
-        .block_on(neuroshard_node::runtime::run(settings))
-        .context("node")
+    runtime.block_on(run_node(settings)).context("node")
+}
+
+/// The node, with its HTTP API beside it when `settings.http` names an address.
+async fn run_node(mut settings: NodeSettings) -> Result<()> {
+    let Some(addr) = settings.http.clone() else {
+        return Ok(neuroshard_node::runtime::run(settings).await?);
+    };
+    let genesis = neuroshard_data::Genesis::open(&settings.genesis)
+        .with_context(|| format!("opening {}", settings.genesis.display()))?;
+    let (handle, commands) = neuroshard_node::serve::ServeHandle::new(API_QUEUE);
+    let listener = tokio::net::TcpListener::bind(&addr)
+        .await
+        .with_context(|| format!("binding the HTTP API to {addr}"))?;
+    // The bound address (port 0 picks one) goes out in the node's `ready` event.
+    let bound = listener.local_addr()?;
+    settings.http = Some(bound.to_string());
+    let state = neuroshard_api::ApiState {
+        handle,
+        tokenizer: std::sync::Arc::new(genesis.tokenizer().clone()),
+    };
+    let api = tokio::spawn(neuroshard_api::serve(listener, state));
+    let result = neuroshard_node::runtime::run_serving(settings, Some(commands)).await;
+    api.abort();
+    Ok(result?)
 }

@@ -65,6 +65,12 @@ pub struct SwarmArgs {
     /// Engine threads per node.
     #[arg(long, default_value_t = 1)]
     threads: usize,
+    /// Node 0's OpenAI-compatible HTTP API address; port 0 picks a free one, "" for none.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    http: String,
+    /// After training, keep the nodes up and serving the API until Ctrl-C.
+    #[arg(long)]
+    serve: bool,
     /// Drivers train on the global order of `neuroshard train` instead of their assignment.
     #[arg(long)]
     global_order: bool,
@@ -136,6 +142,7 @@ impl SwarmArgs {
             network_genesis: None,
             network: None,
             stake_for: Vec::new(),
+            http: None,
         };
         let kill = self
             .kill
@@ -154,6 +161,8 @@ impl SwarmArgs {
             settle: Duration::from_secs(self.settle_s),
             timeout: (self.timeout_s > 0).then(|| Duration::from_secs(self.timeout_s)),
             netns: self.netns.clone(),
+            http: (!self.http.is_empty()).then(|| self.http.clone()),
+            serve: self.serve,
         };
         cfg.validate()?;
         Ok(cfg)
@@ -190,8 +199,9 @@ impl Observer for Console {
 
     fn note(&mut self, text: &str) {
         match &self.bar {
-            Some(bar) => bar.println(text),
-            None => eprintln!("{text}"),
+            // A hidden bar (output not a terminal) prints nothing: notes go to stderr then.
+            Some(bar) if !bar.is_hidden() => bar.println(text),
+            _ => eprintln!("{text}"),
         }
     }
 

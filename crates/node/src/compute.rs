@@ -13,6 +13,7 @@ use crate::core::{Compute, EngineError, EngineJob, EngineOutput, Token};
 
 use crate::pipeline::{Job, JobDone};
 use crate::replica::{Applied, Diloco, Prepared, encode_adamw};
+use crate::serve::engine::{Serving, StepJob, StreamKey};
 
 /// File of the DiLoCo outer state inside a checkpoint directory.
 pub const DILOCO_FILE: &str = "diloco.bin";
@@ -49,6 +50,10 @@ pub struct Engine {
     diloco: Option<Diloco>,
     /// Where checkpoint jobs write, and the dataset root they record.
     checkpoint: Option<(PathBuf, [u8; 32])>,
+    /// Inference caches, and the version of the weights they serve from: bumped whenever
+    /// θ₀ changes (or, with DiLoCo off, the weights themselves).
+    serving: Serving,
+    serve_version: u64,
 }
 
 impl Engine {
@@ -66,6 +71,8 @@ impl Engine {
             count: 0,
             diloco,
             checkpoint: None,
+            serving: Serving::default(),
+            serve_version: 0,
         }
     }
 
@@ -83,8 +90,32 @@ impl Engine {
         self.diloco.as_ref()
     }
 
+    /// Streams whose inference caches the engine holds.
+    pub fn cached_streams(&self) -> usize {
+        self.serving.cached()
+    }
+
     pub fn model_hash(&self) -> [u8; 32] {
         self.stage.model_hash()
+    }
+
+    /// The weights a stage serves: θ₀ when DiLoCo runs (identical on every replica of the
+    /// stage, so any replica answers alike), else the current weights.
+    fn serving_runner(&self) -> Result<neuroshard_model::StageRunner, String> {
+        let mut params = self.stage.params().clone();
+        if let Some(d) = &self.diloco {
+            params.set_flat(d.theta()).map_err(|e| e.to_string())?;
+        }
+        neuroshard_model::StageRunner::new(self.stage.config().clone(), *self.stage.spec(), &params)
+            .map_err(|e| e.to_string())
+    }
+
+    fn infer(&mut self, steps: Vec<StepJob>, evict: &[StreamKey]) -> EngineOutput {
+        let version = self.serve_version;
+        let mut serving = std::mem::take(&mut self.serving);
+        let out = serving.run(version, || self.serving_runner(), steps, evict);
+        self.serving = serving;
+        EngineOutput::Inferred(out.into_iter().map(|r| r.map_err(EngineError)).collect())
     }
 
     fn sync_prepare(&mut self, round: u64) -> Result<Prepared, String> {
@@ -242,21 +273,32 @@ impl Compute for Engine {
     fn execute(&mut self, job: EngineJob) -> EngineOutput {
         let err = |e: String| EngineError(e);
         match job {
-            EngineJob::Run(job) => EngineOutput::Job(self.run(job)),
+            EngineJob::Run(job) => {
+                if matches!(job, Job::Step { .. }) && self.diloco.is_none() {
+                    self.serve_version += 1;
+                }
+                EngineOutput::Job(self.run(job))
+            }
+            EngineJob::Infer { steps, evict } => self.infer(steps, &evict),
             EngineJob::SyncPrepare { round } => {
                 EngineOutput::Prepared(self.sync_prepare(round).map_err(err))
             }
             EngineJob::SyncApply { round, messages } => {
+                self.serve_version += 1;
                 EngineOutput::Applied(self.sync_apply(round, messages).map_err(err))
             }
             EngineJob::SyncReapply { round, extra, set } => {
+                self.serve_version += 1;
                 EngineOutput::Applied(self.sync_reapply(round, extra, &set).map_err(err))
             }
             EngineJob::SyncAdopt {
                 round,
                 bytes,
                 included,
-            } => EngineOutput::Adopted(self.sync_adopt(round, &bytes, included).map_err(err)),
+            } => {
+                self.serve_version += 1;
+                EngineOutput::Adopted(self.sync_adopt(round, &bytes, included).map_err(err))
+            }
             EngineJob::Checkpoint { step, mut extra } => {
                 let Some((dir, root)) = self.checkpoint.clone() else {
                     return EngineOutput::Saved(Err(err("no checkpoint directory".into())));

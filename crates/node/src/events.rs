@@ -190,6 +190,8 @@ pub enum NodeEvent {
         reason: String,
         time_ms: u64,
     },
+    /// The node's HTTP API listens at `http` (its bound address).
+    Serving { http: String, time_ms: u64 },
     /// A speculative checkpoint was written (or failed).
     Checkpoint {
         step: u64,
@@ -220,6 +222,7 @@ impl NodeEvent {
             NodeEvent::LedgerSync { .. } => "ledger_sync",
             NodeEvent::Parked { .. } => "parked",
             NodeEvent::Checkpoint { .. } => "checkpoint",
+            NodeEvent::Serving { .. } => "serving",
         }
     }
 

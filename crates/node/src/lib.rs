@@ -18,6 +18,7 @@ pub mod records;
 pub mod replica;
 pub mod router;
 pub mod runtime;
+pub mod serve;
 pub mod settings;
 pub mod startup;
 pub mod sync;

@@ -24,6 +24,7 @@ use crate::core::{
 use crate::economy::{Economy, EconomyConfig, LedgerStore};
 use crate::events::{EVENTS_VERSION, NodeEvent};
 use crate::records::{Role, Topic, validate_gossip, validate_record};
+use crate::serve::{ServeCmd, ServeEvent};
 use crate::settings::NodeSettings;
 
 const CHECKPOINT_DIR: &str = "checkpoint";
@@ -59,11 +60,29 @@ struct Driver {
     done_tx: mpsc::UnboundedSender<Done>,
     /// Checkpoint jobs whose result ends a clean shutdown.
     stopping: Option<Token>,
+    /// Where each stream's tokens go (the front end's receiver).
+    streams: HashMap<u64, mpsc::UnboundedSender<ServeEvent>>,
+}
+
+/// The next serving command, or never when the node serves no front end.
+async fn next_cmd(serve: &mut Option<mpsc::Receiver<ServeCmd>>) -> Option<ServeCmd> {
+    match serve {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
 }
 
 /// Runs a node until Ctrl-C or SIGTERM; then it announces its departure, checkpoints its
 /// stage and exits.
-pub async fn run(mut settings: NodeSettings) -> Result<(), NodeError> {
+pub async fn run(settings: NodeSettings) -> Result<(), NodeError> {
+    run_serving(settings, None).await
+}
+
+/// Runs a node that also serves the streams its handle's front end opens.
+pub async fn run_serving(
+    mut settings: NodeSettings,
+    mut serve: Option<mpsc::Receiver<ServeCmd>>,
+) -> Result<(), NodeError> {
     std::fs::create_dir_all(&settings.data_dir)
         .map_err(|e| NodeError::io(&settings.data_dir, e))?;
     let identity = Identity::load_or_create(&settings.data_dir.join(neuroshard_proof::KEY_FILE))?;
@@ -132,6 +151,13 @@ pub async fn run(mut settings: NodeSettings) -> Result<(), NodeError> {
         time_ms: now_ms(),
     });
 
+    if let Some(http) = &settings.http {
+        emit(&NodeEvent::Serving {
+            http: http.clone(),
+            time_ms: now_ms(),
+        });
+    }
+
     let data = crate::genesis_source::GenesisBatches {
         genesis,
         order: settings.data_order,
@@ -176,6 +202,7 @@ pub async fn run(mut settings: NodeSettings) -> Result<(), NodeError> {
         next_inbound: 1,
         done_tx,
         stopping: None,
+        streams: HashMap::new(),
     };
     if let Some(h) = s.hint {
         core.hint_theta(h.node, h.round, h.theta);
@@ -204,6 +231,7 @@ pub async fn run(mut settings: NodeSettings) -> Result<(), NodeError> {
             }
             Some(done) = done_rx.recv() => core.handle_message(done.from, done.inbound, Instant::now()),
             _ = tokio::time::sleep_until(wake.into()) => core.handle_timeout(Instant::now()),
+            Some(cmd) = next_cmd(&mut serve) => driver.on_serve(&mut core, cmd),
             _ = term.recv(), if driver.stopping.is_none() => driver.stop(&mut core),
             _ = int.recv(), if driver.stopping.is_none() => driver.stop(&mut core),
         }
@@ -230,6 +258,23 @@ pub async fn run(mut settings: NodeSettings) -> Result<(), NodeError> {
 }
 
 impl Driver {
+    fn on_serve(&mut self, core: &mut NodeCore, cmd: ServeCmd) {
+        match cmd {
+            ServeCmd::Open { req, reply } => {
+                let opened = core.open_stream(req, Instant::now()).map(|id| {
+                    let (tx, rx) = mpsc::unbounded_channel();
+                    self.streams.insert(id, tx);
+                    (id, rx)
+                });
+                let _ = reply.send(opened);
+            }
+            ServeCmd::Cancel { stream } => {
+                self.streams.remove(&stream);
+                core.cancel_stream(stream, Instant::now());
+            }
+        }
+    }
+
     fn stop(&mut self, core: &mut NodeCore) {
         self.stopping = Some(core.shutdown(Instant::now()));
     }
@@ -276,6 +321,18 @@ impl Driver {
                     message: format!("ledger storage: {e}"),
                     time_ms: now_ms(),
                 });
+            }
+        }
+        while let Some(ev) = core.poll_serve() {
+            let id = ev.stream();
+            let ended = !matches!(ev, ServeEvent::Token { .. });
+            let delivered = self.streams.get(&id).is_some_and(|tx| tx.send(ev).is_ok());
+            if ended {
+                self.streams.remove(&id);
+            } else if !delivered {
+                // The client went away: stop generating for it.
+                self.streams.remove(&id);
+                core.cancel_stream(id, Instant::now());
             }
         }
         while let Some(mut ev) = core.poll_event() {

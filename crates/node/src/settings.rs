@@ -84,6 +84,10 @@ pub struct NodeSettings {
     /// be paid); ignored when the network already exists.
     #[serde(default)]
     pub stake_for: Vec<NodeId>,
+    /// Address of the node's HTTP API (OpenAI-compatible completions), e.g. 127.0.0.1:8080;
+    /// none: no API.
+    #[serde(default)]
+    pub http: Option<String>,
 }
 
 /// DiLoCo and economy settings (defaults follow the DiLoCo paper where it has one).
@@ -241,6 +245,7 @@ pub(crate) mod tests {
             network_genesis: None,
             network: None,
             stake_for: Vec::new(),
+            http: None,
         }
     }
 

@@ -21,6 +21,7 @@ use neuroshard_node::records::{
     Heartbeat, NETWORK_KEY, NodeRecord, Topic, node_key, validate_gossip, validate_record,
 };
 use neuroshard_node::replica::{Diloco, DilocoConfig, decode_adamw, encode_adamw, outer_theta};
+use neuroshard_node::serve::{Chunk, InferMsg, InferReply, SampleSpec};
 use neuroshard_node::sync::{SyncDone, SyncMsg, SyncOffer, ThetaRecord, theta_key};
 use neuroshard_node::wire::{Ack, MicroBatchId, Msg, Payload};
 use neuroshard_proof::fixtures::{TEST_NETWORK, test_identity, training_proof};
@@ -113,6 +114,48 @@ fn shape_ok(m: &Msg) -> bool {
             ..
         } => fits(a),
         Msg::Backward { grad, .. } => fits(grad),
+    }
+}
+
+fn infer_msg(kind: u8) -> InferMsg {
+    match kind % 3 {
+        0 => InferMsg::Step {
+            stream: 3,
+            pos: 0,
+            chunks: vec![Chunk::Tokens(vec![1, 2, 3]), Chunk::Tokens(vec![4])],
+            sample: None,
+        },
+        1 => InferMsg::Step {
+            stream: 9,
+            pos: 7,
+            chunks: vec![Chunk::Hidden(vec![0.5, -1.0, 3.25, 0.0])],
+            sample: Some(SampleSpec {
+                temperature: 0.7,
+                top_p: 0.9,
+                top_k: 5,
+                seed: 9,
+                draws: 4,
+            }),
+        },
+        _ => InferMsg::Close { stream: 3 },
+    }
+}
+
+fn infer_reply(kind: u8) -> InferReply {
+    match kind % 4 {
+        0 => InferReply::Hidden {
+            stream: 3,
+            pos: 4,
+            data: vec![1.0, 2.0, -0.5],
+        },
+        1 => InferReply::Token {
+            stream: 3,
+            pos: 5,
+            token: 17,
+            draws: 6,
+        },
+        2 => InferReply::Restart { stream: 3, have: 2 },
+        _ => InferReply::Rejected("positions beyond max_seq".into()),
     }
 }
 
@@ -368,6 +411,18 @@ fn adamw(p: &ParamSet) -> AdamW {
 
 #[test]
 fn valid_messages_round_trip_and_are_accepted() {
+    for k in 0..4 {
+        let m = infer_msg(k);
+        assert_eq!(
+            InferMsg::from_canonical_bytes(&m.to_canonical_bytes()),
+            Ok(m)
+        );
+        let r = infer_reply(k);
+        assert_eq!(
+            InferReply::from_canonical_bytes(&r.to_canonical_bytes()),
+            Ok(r)
+        );
+    }
     for kind in 0..3 {
         let m = msg(kind);
         assert_eq!(Msg::from_canonical_bytes(&m.to_canonical_bytes()), Ok(m));
@@ -448,6 +503,29 @@ proptest! {
         if let Ok(a) = Ack::from_canonical_bytes(&bad) {
             // Reasons are read lossily: the value is stable, not the bytes.
             prop_assert_eq!(Ack::from_canonical_bytes(&a.to_canonical_bytes()), Ok(a));
+        }
+    }
+
+    /// Inference steps and replies: list lengths are checked before allocating, and what
+    /// decodes re-encodes to the same bytes.
+    #[test]
+    fn mutated_inference_messages(kind in any::<u8>(), m in mutations()) {
+        let bad = apply(&infer_msg(kind).to_canonical_bytes(), &m);
+        let (decoded, largest) = largest_allocation(|| InferMsg::from_canonical_bytes(&bad));
+        prop_assert!(largest <= bad.len() + FIXED_BUDGET, "{largest} bytes");
+        if let Ok(decoded) = decoded {
+            prop_assert_eq!(decoded.to_canonical_bytes(), bad);
+        }
+        let bad = apply(&infer_reply(kind).to_canonical_bytes(), &m);
+        let (decoded, largest) = largest_allocation(|| InferReply::from_canonical_bytes(&bad));
+        prop_assert!(largest <= bad.len() + FIXED_BUDGET, "{largest} bytes");
+        if let Ok(r) = decoded {
+            // Reasons are read lossily: the encoding of the decoded value is stable, not the
+            // input bytes (compared as bytes: hidden values may be NaN, which is unequal to
+            // itself; the receiver refuses non-finite states).
+            let enc = r.to_canonical_bytes();
+            let again = InferReply::from_canonical_bytes(&enc).map(|x| x.to_canonical_bytes());
+            prop_assert_eq!(again, Ok(enc));
         }
     }
 

@@ -85,6 +85,7 @@ pub fn settings(model: ModelConfig, stages: usize, wait_replicas: usize) -> Node
         network_genesis: None,
         network: None,
         stake_for: Vec::new(),
+        http: None,
     }
 }
 

@@ -5,6 +5,7 @@
 mod genesis;
 mod inject;
 mod joiner;
+mod serve;
 mod start;
 
 pub use genesis::SPARE_STAKED;
@@ -108,6 +109,8 @@ struct SimNode {
     saved_step: u64,
     pending_step: BTreeMap<Token, u64>,
     events: Vec<NodeEvent>,
+    /// What the node reported about the streams it coordinates.
+    served: Vec<neuroshard_node::serve::ServeEvent>,
     tamper: Option<Tamper>,
     /// A joiner's start-up, until its core runs.
     joining: Option<joiner::Joining>,
@@ -240,6 +243,7 @@ impl Sim {
             saved_step: 0,
             pending_step: BTreeMap::new(),
             events: Vec::new(),
+            served: Vec::new(),
             tamper: None,
             joining: None,
             prepared: None,
@@ -446,7 +450,9 @@ impl Sim {
         while let Some(ev) = core.poll_event() {
             events.push(ev);
         }
+        let served: Vec<_> = std::iter::from_fn(|| core.poll_serve()).collect();
         let timeout = core.poll_timeout();
+        self.nodes[i].served.extend(served);
         for ev in events {
             self.trace.update(&(i as u64).to_le_bytes());
             self.trace.update(ev.to_json_line().as_bytes());

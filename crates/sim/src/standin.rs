@@ -248,6 +248,12 @@ impl Compute for StandIn {
                 self.params = params;
                 EngineOutput::Adopted(r)
             }
+            EngineJob::Infer { steps, .. } => EngineOutput::Inferred(
+                steps
+                    .iter()
+                    .map(|_| Err(EngineError("the stand-in has no model to serve".into())))
+                    .collect(),
+            ),
             EngineJob::Checkpoint { .. } => {
                 let mut copy = self.clone();
                 copy.saved = None;

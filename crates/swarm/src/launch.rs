@@ -108,6 +108,7 @@ impl Launch<'_> {
         } else {
             "none".into()
         };
+        s.http = if index == 0 { cfg.http.clone() } else { None };
         // The first node is alone anyway; later ones listen long enough to see the stages.
         s.settle_ms = if index == 0 { 200 } else { 2500 };
         // Nodes fill the emptiest stage, so every stage gets at least this many.

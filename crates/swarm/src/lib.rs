@@ -117,6 +117,10 @@ pub struct SwarmConfig {
     /// Run node `i` in network namespace `{prefix}{i}` at address `10.77.0.{i+1}` (made by
     /// `bench/links.sh`), instead of all on loopback.
     pub netns: Option<String>,
+    /// Node 0's HTTP API address (OpenAI-compatible completions); None: no API.
+    pub http: Option<String>,
+    /// After training: keep the nodes up, serving, until interrupted.
+    pub serve: bool,
 }
 
 impl SwarmConfig {
@@ -195,6 +199,7 @@ pub fn run(
         members: Vec::new(),
         bootstrap: None,
         report: Report::new(cfg.node.steps),
+        api: None,
     };
     let started = Instant::now();
     if let Err(e) = swarm.start(observer, interrupted) {
@@ -205,6 +210,9 @@ pub fn run(
     observer.training(cfg.node.steps);
     let result = swarm.train(observer, interrupted, started);
     observer.done();
+    if result.is_ok() && cfg.serve {
+        swarm.serve_until(observer, interrupted);
+    }
     stop_all(&mut swarm.members, &swarm.rx, observer);
     result?;
     for m in &swarm.members {
@@ -270,11 +278,36 @@ struct Swarm<'a> {
     /// The first node's address, which every later node joins through.
     bootstrap: Option<String>,
     report: Report,
+    /// Node 0's bound API address, from its `ready` event.
+    api: Option<String>,
 }
 
 impl Swarm<'_> {
+    /// Keeps the nodes up after training (their rounds and ledgers go on, node 0 answers its
+    /// API) until `interrupted`.
+    fn serve_until(&mut self, observer: &mut dyn Observer, interrupted: &AtomicBool) {
+        if let Some(addr) = &self.api {
+            observer.note(&format!(
+                "training done; node 0 serves http://{addr}/v1 until Ctrl-C"
+            ));
+        }
+        while !interrupted.load(Ordering::SeqCst) {
+            match self.rx.recv_timeout(Duration::from_millis(200)) {
+                Ok((j, line)) => self.on_line(j, line, observer),
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            }
+        }
+    }
+
     fn on_line(&mut self, i: usize, line: Line, observer: &mut dyn Observer) {
         match line {
+            Line::Event(NodeEvent::Serving { http, .. }) => {
+                observer.note(&format!(
+                    "node {i}'s OpenAI-compatible API: http://{http}/v1 (model \"neuroshard\")"
+                ));
+                self.api = Some(http);
+            }
             Line::Event(ev) => self.report.on_event(i, &ev),
             Line::Unparsed { line, error } => observer.unparsed(i, &line, &error),
         }

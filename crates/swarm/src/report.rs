@@ -34,7 +34,8 @@ fn time_of(ev: &NodeEvent) -> u64 {
         | Ledger { time_ms, .. }
         | LedgerSync { time_ms, .. }
         | Parked { time_ms, .. }
-        | Checkpoint { time_ms, .. } => *time_ms,
+        | Checkpoint { time_ms, .. }
+        | Serving { time_ms, .. } => *time_ms,
     }
 }
 

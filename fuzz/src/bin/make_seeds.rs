@@ -199,6 +199,23 @@ fn node_seeds(root: &Path) -> Result<(), Box<dyn std::error::Error>> {
             &a.to_canonical_bytes(),
         )?;
     }
+    let (infer, replies) = sample_infer();
+    for (i, m) in infer.iter().enumerate() {
+        write(
+            root,
+            "node_wire",
+            &format!("infer{i}"),
+            &m.to_canonical_bytes(),
+        )?;
+    }
+    for (i, r) in replies.iter().enumerate() {
+        write(
+            root,
+            "node_wire",
+            &format!("reply{i}"),
+            &r.to_canonical_bytes(),
+        )?;
+    }
     for (i, m) in sample_sync().iter().enumerate() {
         let wire = Signed::sign(&ALICE, m).to_bytes();
         write(root, "node_sync", &format!("wire{i}"), &moded(0, &wire))?;

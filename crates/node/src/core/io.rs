@@ -3,11 +3,12 @@
 
 use std::sync::Arc;
 
-use neuroshard_proof::{Hash32, NodeId};
+use neuroshard_proof::{Canonical, Hash32, NodeId, PublicKey, Signed};
 
 use crate::pipeline::{Job, JobDone};
 use crate::records::Topic;
 use crate::replica::{Applied, Prepared};
+use crate::serve::engine::{StepJob, StepResult, StreamKey};
 
 /// Identifies a request, a blob fetch or an engine job of one core.
 pub type Token = u64;
@@ -125,6 +126,12 @@ pub enum EngineJob {
         step: u64,
         extra: serde_json::Value,
     },
+    /// Inference steps of several streams in one job (the stage's batch), after dropping the
+    /// caches of `evict`.
+    Infer {
+        steps: Vec<StepJob>,
+        evict: Vec<StreamKey>,
+    },
 }
 
 /// An engine job's result.
@@ -137,9 +144,38 @@ pub enum EngineOutput {
     Adopted(Result<Hash32, EngineError>),
     /// The checkpoint's model hash.
     Saved(Result<String, EngineError>),
+    /// One result per step of an [`EngineJob::Infer`], in order.
+    Inferred(Vec<Result<StepResult, EngineError>>),
 }
 
 /// Runs engine jobs: the real engine over a stage, or a stand-in in the simulator.
 pub trait Compute {
     fn execute(&mut self, job: EngineJob) -> EngineOutput;
+}
+
+/// Why a signed message from a peer was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error("{0}")]
+    Envelope(#[from] neuroshard_proof::EnvelopeError),
+    #[error("signed by {signer}, sent by {from}")]
+    NotTheSender { signer: NodeId, from: NodeId },
+}
+
+/// Opens a signed value and checks that `from` signed it; returns the signer's key too.
+pub fn open_from<T: Canonical>(bytes: &[u8], from: &NodeId) -> Result<(T, PublicKey), OpenError> {
+    let signed = Signed::<T>::from_bytes(bytes)?;
+    let key = signed.signer();
+    if key.node_id() != *from {
+        return Err(OpenError::NotTheSender {
+            signer: key.node_id(),
+            from: *from,
+        });
+    }
+    Ok((signed.verify()?, key))
+}
+
+/// The blob's content address, as the transport computes it.
+pub fn blob_hash(data: &[u8]) -> Hash32 {
+    *blake3::hash(data).as_bytes()
 }

@@ -12,6 +12,10 @@
 mod gossip;
 mod io;
 mod rounds;
+mod serve;
+mod serve_replica;
+#[cfg(test)]
+mod serve_tests;
 #[cfg(test)]
 mod tests;
 
@@ -20,12 +24,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use neuroshard_model::{Batch, StageSpec};
-use neuroshard_proof::{Canonical, Hash32, Identity, NodeId, PublicKey, Signed};
+use neuroshard_proof::{Canonical, Hash32, Identity, NodeId, Signed};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
 pub use io::{
-    Compute, EngineError, EngineJob, EngineOutput, Inbound, Token, TransferError, Transmit,
+    Compute, EngineError, EngineJob, EngineOutput, Inbound, OpenError, Token, TransferError,
+    Transmit, blob_hash, open_from,
 };
 use rounds::RoundState;
 pub use rounds::{outer_state_limit, stage_claim};
@@ -104,6 +109,11 @@ enum Pending {
     Ledger {
         peer: NodeId,
     },
+    /// A hop of a stream we coordinate (hop 0: closing it).
+    Infer {
+        stream: u64,
+        hop: u64,
+    },
 }
 
 /// One node.
@@ -142,6 +152,7 @@ pub struct NodeCore {
     /// registration arrives, and when we last asked each such sender for its ledger.
     unregistered: VecDeque<(NodeId, Vec<u8>)>,
     asked: HashMap<NodeId, Instant>,
+    serve: serve::ServeState,
 }
 
 impl NodeCore {
@@ -213,6 +224,7 @@ impl NodeCore {
             last_now: start,
             unregistered: VecDeque::new(),
             asked: HashMap::new(),
+            serve: serve::ServeState::new(crate::serve::ServeLimits::default(), start),
         }
     }
 
@@ -296,6 +308,7 @@ impl NodeCore {
             Inbound::Blob { token, result } => self.rounds_on_blob(token, result, now),
             Inbound::Connected => {}
             Inbound::Disconnected => {
+                self.serve_peer_down(from, now);
                 if self.pipeline.peers.get(&from).is_some() {
                     let actions = self.pipeline.on_peer_down(from, "connection closed", now);
                     self.run_actions(actions, now);
@@ -320,6 +333,7 @@ impl NodeCore {
                     self.poll_rounds(now);
                 }
             }
+            EngineOutput::Inferred(results) => self.on_inferred(token, results, now),
             EngineOutput::Saved(result) => {
                 let (step, since) = self.checkpoint_started.remove(&token).unwrap_or((0, now));
                 let ms = now.saturating_duration_since(since).as_secs_f64() * 1e3;
@@ -373,6 +387,7 @@ impl NodeCore {
         }
         let actions = self.pipeline.on_tick(now);
         self.run_actions(actions, now);
+        self.serve_timeout(now);
         self.poll_rounds(now);
         self.maybe_start(now);
     }
@@ -414,6 +429,7 @@ impl NodeCore {
             Some(self.next_proof),
             self.pipeline.next_deadline().map(after),
             self.rounds.syncer.next_deadline().map(after),
+            self.serve.next_deadline(),
         ]
         .into_iter()
         .flatten()
@@ -542,6 +558,10 @@ impl NodeCore {
             });
             return;
         }
+        if let Ok(msg) = crate::serve::InferMsg::from_canonical_bytes(data) {
+            self.on_infer_request(from, token, msg, now);
+            return;
+        }
         let ack = match Msg::from_canonical_bytes(data) {
             Ok(msg) if !self.sent_by_neighbour_stage(from, &msg) => {
                 // Activations and targets come only from replicas registered for the stage
@@ -638,6 +658,13 @@ impl NodeCore {
                     });
                 }
             }
+            Some(Pending::Infer { stream, hop }) => {
+                let answer = result.map_err(|e| e.0).and_then(|bytes| {
+                    crate::serve::InferReply::from_canonical_bytes(&bytes)
+                        .map_err(|e| format!("bad answer: {e}"))
+                });
+                self.on_hop_answer(stream, hop, answer, now);
+            }
             // A late answer to something we gave up on.
             None => {}
         }
@@ -653,33 +680,6 @@ impl NodeCore {
         self.checkpoint_started.insert(token, (step, now));
         token
     }
-}
-
-/// Why a signed message from a peer was refused.
-#[derive(Debug, thiserror::Error)]
-pub enum OpenError {
-    #[error("{0}")]
-    Envelope(#[from] neuroshard_proof::EnvelopeError),
-    #[error("signed by {signer}, sent by {from}")]
-    NotTheSender { signer: NodeId, from: NodeId },
-}
-
-/// Opens a signed value and checks that `from` signed it; returns the signer's key too.
-pub fn open_from<T: Canonical>(bytes: &[u8], from: &NodeId) -> Result<(T, PublicKey), OpenError> {
-    let signed = Signed::<T>::from_bytes(bytes)?;
-    let key = signed.signer();
-    if key.node_id() != *from {
-        return Err(OpenError::NotTheSender {
-            signer: key.node_id(),
-            from: *from,
-        });
-    }
-    Ok((signed.verify()?, key))
-}
-
-/// The blob's content address, as the transport computes it.
-pub fn blob_hash(data: &[u8]) -> Hash32 {
-    *blake3::hash(data).as_bytes()
 }
 
 /// Shared by the rounds module.

@@ -59,6 +59,7 @@ fn settings() -> NodeSettings {
         network_genesis: None,
         network: None,
         stake_for: Vec::new(),
+        http: None,
     }
 }
 
@@ -69,7 +70,12 @@ fn core(identity: &Identity, start: Instant) -> NodeCore {
 }
 
 /// A core serving `stage` of `stages` (one layer per stage).
-fn core_at(identity: &Identity, start: Instant, stage: usize, stages: usize) -> NodeCore {
+pub(super) fn core_at(
+    identity: &Identity,
+    start: Instant,
+    stage: usize,
+    stages: usize,
+) -> NodeCore {
     let mut s = settings();
     s.stages = stages;
     s.model.layers = stages;

@@ -1,0 +1,118 @@
+//! The engine side of serving: the stage's θ₀ uploaded once per version, a key/value cache
+//! per stream, and sampling at the last stage. The core decides what runs and what is
+//! dropped; this only executes, on the engine thread, between training jobs.
+
+use std::collections::HashMap;
+
+use neuroshard_model::{StageRunner, StepInput, StepOutput, StreamCache};
+use neuroshard_proof::NodeId;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+use super::wire::{Chunk, SampleSpec};
+
+/// A stream as a replica knows it: its coordinator and the coordinator's number for it.
+pub type StreamKey = (NodeId, u64);
+
+/// One stream's step: feed `chunks` (into a fresh cache when `fresh`), sample at the head.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepJob {
+    pub key: StreamKey,
+    pub fresh: bool,
+    pub chunks: Vec<Chunk>,
+    pub sample: Option<SampleSpec>,
+}
+
+/// A step's result: the last chunk's hidden states, or the drawn token and the generator's
+/// new position.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StepResult {
+    Hidden(Vec<f32>),
+    Token { token: u32, draws: u64 },
+}
+
+/// Caches and the runner of the weights they were computed with.
+#[derive(Default)]
+pub struct Serving {
+    runner: Option<(u64, StageRunner)>,
+    caches: HashMap<StreamKey, StreamCache>,
+}
+
+impl Serving {
+    /// Streams with a cache.
+    pub fn cached(&self) -> usize {
+        self.caches.len()
+    }
+
+    /// Runs `steps` in order after dropping `evict`. `version` names the serving weights;
+    /// `build` uploads them when it differs from the runner's. A stream keeps its cache
+    /// across a version change: its earlier keys and values stay those of the older θ₀.
+    pub fn run(
+        &mut self,
+        version: u64,
+        build: impl FnOnce() -> Result<StageRunner, String>,
+        steps: Vec<StepJob>,
+        evict: &[StreamKey],
+    ) -> Vec<Result<StepResult, String>> {
+        for k in evict {
+            self.caches.remove(k);
+        }
+        if steps.is_empty() {
+            return Vec::new();
+        }
+        if self.runner.as_ref().is_none_or(|(v, _)| *v != version) {
+            match build() {
+                Ok(r) => self.runner = Some((version, r)),
+                Err(e) => return steps.iter().map(|_| Err(e.clone())).collect(),
+            }
+        }
+        let Some((_, runner)) = &self.runner else {
+            return steps
+                .iter()
+                .map(|_| Err("no serving weights".into()))
+                .collect();
+        };
+        steps
+            .into_iter()
+            .map(|job| {
+                let mut cache = match self.caches.remove(&job.key) {
+                    Some(c) if !job.fresh => c,
+                    _ => runner.new_cache(),
+                };
+                // A failed step leaves a cache fed only partly: it is dropped (the core forgets
+                // the stream too), never reused.
+                let out = feed(runner, &mut cache, &job)?;
+                self.caches.insert(job.key, cache);
+                Ok(out)
+            })
+            .collect()
+    }
+}
+
+fn feed(
+    runner: &StageRunner,
+    cache: &mut StreamCache,
+    job: &StepJob,
+) -> Result<StepResult, String> {
+    let mut last = None;
+    for chunk in &job.chunks {
+        let input = match chunk {
+            Chunk::Tokens(t) => StepInput::Tokens(t),
+            Chunk::Hidden(h) => StepInput::Hidden(h),
+        };
+        last = Some(runner.step(cache, input).map_err(|e| e.to_string())?);
+    }
+    match (last, job.sample) {
+        (Some(StepOutput::Hidden(h)), _) => Ok(StepResult::Hidden(h)),
+        (Some(StepOutput::Logits(l)), Some(s)) => {
+            s.check(runner.config().vocab)?;
+            let mut rng = ChaCha8Rng::seed_from_u64(s.seed);
+            rng.set_word_pos(u128::from(s.draws));
+            let token = neuroshard_model::sample(&l, &s.sampling(), &mut rng);
+            let draws = u64::try_from(rng.get_word_pos()).map_err(|e| e.to_string())?;
+            Ok(StepResult::Token { token, draws })
+        }
+        (Some(StepOutput::Logits(_)), None) => Err("the last stage needs sampling rules".into()),
+        (None, _) => Err("a step without input".into()),
+    }
+}
