@@ -88,7 +88,7 @@ pub fn save_with_architecture(
     architecture: &Architecture,
     extra: serde_json::Value,
 ) -> Result<CheckpointMeta, ModelError> {
-    architecture.validate(stage.config().layers)?;
+    architecture.validate(stage.config().layers, stage.config().ffn)?;
     fs::create_dir_all(dir).map_err(|e| ModelError::io(dir, e))?;
     let params = stage.params();
     let names: Vec<&str> = params.specs().iter().map(|s| s.name.as_str()).collect();
@@ -154,7 +154,8 @@ pub fn parse_meta(bytes: &[u8]) -> Result<CheckpointMeta, ModelError> {
         )));
     }
     meta.model.validate()?;
-    meta.architecture.validate(meta.model.layers)?;
+    meta.architecture
+        .validate(meta.model.layers, meta.model.ffn)?;
     meta.stage.validate(&meta.model)?;
     Ok(meta)
 }

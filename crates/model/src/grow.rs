@@ -16,8 +16,13 @@
 //! drives the learning-rate schedule and the bias correction) continues, so a new tensor's
 //! first update is about `(1 − β₁)/√(1 − β₂) ≈ 0.45` of a fresh AdamW's: a built-in warm-up.
 //!
-//! Width is not grown here: see `README.md` ("Dynamic architecture") for why an exact widening
-//! is not bitwise under RMSNorm.
+//! The MLP widens exactly too: new hidden units with fresh gate/up columns and zero rows of
+//! `W_down` add exactly zero (SwiGLU is per unit), and the engine's matrix product gave the
+//! same bits with the longer inner dimension in every case tested ([`grow_ffn`];
+//! `tests/growth.rs`). The residual width (`d_model`) is not grown: RMSNorm divides by the
+//! root mean square over `d_model`, so new dimensions change every norm's value unless the
+//! gains and ε are rescaled, and even then the sums have other terms and roundings: exact in
+//! real arithmetic at best, never bit for bit (see `README.md`, "Dynamic architecture").
 
 use serde::{Deserialize, Serialize};
 
@@ -40,21 +45,32 @@ pub struct Architecture {
     pub history: Vec<Growth>,
 }
 
-/// One depth-growth step.
+/// One growth step: depth (identity blocks inserted) or MLP width (`ffn` set).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Growth {
     /// Training steps taken before the growth.
     pub step: u64,
     pub from_layers: usize,
     pub to_layers: usize,
-    /// Indices, in the grown model, of the identity blocks inserted.
+    /// Indices, in the grown model, of the identity blocks inserted (empty for a widening).
     pub inserted: Vec<usize>,
+    /// MLP width before and after, for a widening.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ffn: Option<FfnGrowth>,
+}
+
+/// The MLP widths of a widening step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FfnGrowth {
+    pub from: usize,
+    pub to: usize,
 }
 
 impl Architecture {
     /// Checks the history against the model it describes: one entry per version, each step
-    /// adding exactly its inserted blocks, the last ending at `layers`, steps not decreasing.
-    pub fn validate(&self, layers: usize) -> Result<(), ModelError> {
+    /// either adding exactly its inserted blocks or widening the MLP, depths and widths
+    /// chaining up to `layers` and `ffn`, steps not decreasing.
+    pub fn validate(&self, layers: usize, ffn: usize) -> Result<(), ModelError> {
         let bad = |msg: String| Err(ModelError::Checkpoint(format!("architecture: {msg}")));
         if self.history.len() != self.version as usize {
             return bad(format!(
@@ -64,9 +80,20 @@ impl Architecture {
             ));
         }
         let mut last_step = 0;
+        let mut last_ffn: Option<usize> = None;
         for (i, g) in self.history.iter().enumerate() {
+            if let Some(w) = g.ffn {
+                if w.from >= w.to
+                    || last_ffn.is_some_and(|f| f != w.from)
+                    || !g.inserted.is_empty()
+                    || g.from_layers != g.to_layers
+                {
+                    return bad(format!("growth {i} is not a widening of the MLP"));
+                }
+                last_ffn = Some(w.to);
+            }
             let added = g.to_layers.checked_sub(g.from_layers);
-            if added != Some(g.inserted.len()) || g.inserted.is_empty() {
+            if added != Some(g.inserted.len()) || (g.inserted.is_empty() && g.ffn.is_none()) {
                 return bad(format!(
                     "growth {i} goes from {} to {} layers inserting {}",
                     g.from_layers,
@@ -89,6 +116,9 @@ impl Architecture {
                 return bad(format!("growth {i} happens before the one preceding it"));
             }
             last_step = g.step;
+        }
+        if last_ffn.is_some_and(|f| f != ffn) {
+            return bad(format!("history widens the MLP to other than its {ffn}"));
         }
         match self.history.last() {
             Some(g) if g.to_layers != layers => bad(format!(
@@ -299,6 +329,98 @@ pub fn grow_depth(
             from_layers: config.layers,
             to_layers: plan.len(),
             inserted,
+            ffn: None,
+        },
+    })
+}
+
+/// Widens the MLP of every block of a whole-model stage to `new_ffn` hidden units. The new
+/// units' gate and up columns are drawn as a fresh model of the new width would draw them
+/// (seed `seed`); their rows of `W_down` are zero, so the function is unchanged bit for bit.
+/// Old tensors keep their values and AdamW moments; every new column and row starts with
+/// zero moments.
+pub fn grow_ffn(
+    stage: &Stage,
+    optimizer: &AdamW,
+    new_ffn: usize,
+    seed: u64,
+    step: u64,
+) -> Result<Grown, ModelError> {
+    let config = stage.config();
+    if *stage.spec() != StageSpec::full(config) {
+        return Err(ModelError::Input(
+            "widening needs the whole model in one stage".into(),
+        ));
+    }
+    if new_ffn <= config.ffn {
+        return Err(ModelError::Config(format!(
+            "cannot widen the MLP from {} to {new_ffn}",
+            config.ffn
+        )));
+    }
+    let new_config = ModelConfig {
+        ffn: new_ffn,
+        ..config.clone()
+    };
+    new_config.validate()?;
+    let spec = StageSpec::full(&new_config);
+    let (d, f) = (config.d_model, config.ffn);
+    let fresh = ParamSet::init(spec.param_specs(&new_config), seed);
+    // Old [d, f] as the first f columns of [d, f']; `new` fills the rest.
+    let widen_cols = |old: &[f32], new: &dyn Fn(usize) -> f32| -> Vec<f32> {
+        (0..d * new_ffn)
+            .map(|i| {
+                let (r, c) = (i / new_ffn, i % new_ffn);
+                if c < f { old[r * f + c] } else { new(i) }
+            })
+            .collect()
+    };
+    let relayout = |values: &[Vec<f32>], fill_fresh: bool| -> Vec<Vec<f32>> {
+        spec.param_specs(&new_config)
+            .iter()
+            .zip(values)
+            .enumerate()
+            .map(|(i, (s, old))| {
+                if s.name.ends_with("mlp.gate_proj.weight")
+                    || s.name.ends_with("mlp.up_proj.weight")
+                {
+                    let src = &fresh.values()[i];
+                    widen_cols(old, &|j| if fill_fresh { src[j] } else { 0.0 })
+                } else if s.name.ends_with("mlp.down_proj.weight") {
+                    // [f, d] → [f', d]: the new rows are zero.
+                    let mut v = old.clone();
+                    v.resize(new_ffn * d, 0.0);
+                    v
+                } else {
+                    old.clone()
+                }
+            })
+            .collect()
+    };
+    let params = ParamSet::from_values(
+        spec.param_specs(&new_config),
+        relayout(stage.params().values(), true),
+    )?;
+    let (m, v) = optimizer.moments();
+    let optimizer = AdamW::from_state(
+        optimizer.config.clone(),
+        &params,
+        optimizer.step_count(),
+        relayout(m, false),
+        relayout(v, false),
+    )?;
+    Ok(Grown {
+        stage: Stage::from_params(new_config, spec, params)?,
+        optimizer,
+        growth: Growth {
+            step,
+            from_layers: config.layers,
+            to_layers: config.layers,
+            inserted: Vec::new(),
+            ffn: Some(FfnGrowth {
+                from: f,
+                to: new_ffn,
+            }),
         },
     })
 }
@@ -366,33 +488,54 @@ mod tests {
             from_layers: from,
             to_layers: to,
             inserted,
+            ffn: None,
         };
         let ok = Architecture {
             version: 2,
             history: vec![g(2, 4, vec![1, 3]), g(4, 5, vec![4])],
         };
-        ok.validate(5).unwrap();
-        assert!(ok.validate(4).is_err());
-        Architecture::default().validate(7).unwrap();
+        ok.validate(5, 10).unwrap();
+        assert!(ok.validate(4, 10).is_err());
+        Architecture::default().validate(7, 10).unwrap();
         let wrong_version = Architecture {
             version: 1,
             ..ok.clone()
         };
-        assert!(wrong_version.validate(5).is_err());
+        assert!(wrong_version.validate(5, 10).is_err());
         let gap = Architecture {
             version: 2,
             history: vec![g(2, 4, vec![1, 3]), g(3, 4, vec![0])],
         };
-        assert!(gap.validate(4).is_err());
+        assert!(gap.validate(4, 10).is_err());
         let unsorted = Architecture {
             version: 1,
             history: vec![g(2, 4, vec![3, 1])],
         };
-        assert!(unsorted.validate(4).is_err());
+        assert!(unsorted.validate(4, 10).is_err());
         let out_of_range = Architecture {
             version: 1,
             history: vec![g(2, 3, vec![3])],
         };
-        assert!(out_of_range.validate(3).is_err());
+        assert!(out_of_range.validate(3, 10).is_err());
+        let widen = |from, to| Growth {
+            ffn: Some(FfnGrowth { from, to }),
+            ..g(5, 5, vec![])
+        };
+        let wide = Architecture {
+            version: 3,
+            history: vec![g(4, 5, vec![2]), widen(10, 16), widen(16, 20)],
+        };
+        wide.validate(5, 20).unwrap();
+        assert!(wide.validate(5, 16).is_err());
+        let broken = Architecture {
+            version: 2,
+            history: vec![widen(10, 16), widen(12, 20)],
+        };
+        assert!(broken.validate(5, 20).is_err());
+        let narrowing = Architecture {
+            version: 1,
+            history: vec![widen(16, 10)],
+        };
+        assert!(narrowing.validate(5, 10).is_err());
     }
 }

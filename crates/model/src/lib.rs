@@ -24,7 +24,7 @@ pub use engine::{engine_name, with_threads};
 pub use error::ModelError;
 pub use export::{ExportReport, SpecialTokens, export_hf};
 pub use generate::{Generator, Sampling, sample};
-pub use grow::{Architecture, Growth};
+pub use grow::{Architecture, FfnGrowth, Growth};
 pub use optim::{AdamW, AdamWConfig, LrSchedule, StepStats};
 pub use params::{ParamKind, ParamSet, ParamSpec, StageSpec};
 pub use stage::{Activations, Stage, StageGrads, StageInput, Tokens, Upstream};

@@ -117,6 +117,23 @@ impl Trainer {
             positions,
             self.optimizer.step_count(),
         )?;
+        self.adopt(grown)
+    }
+
+    /// Widens every block's MLP to `ffn` hidden units (see [`crate::grow::grow_ffn`]; `seed`
+    /// draws the new units' input columns): the function is unchanged bit for bit.
+    pub fn grow_ffn(&mut self, ffn: usize, seed: u64) -> Result<Growth, ModelError> {
+        let grown = crate::grow::grow_ffn(
+            &self.stage,
+            &self.optimizer,
+            ffn,
+            seed,
+            self.optimizer.step_count(),
+        )?;
+        self.adopt(grown)
+    }
+
+    fn adopt(&mut self, grown: crate::grow::Grown) -> Result<Growth, ModelError> {
         let version = self.architecture.version.checked_add(1).ok_or_else(|| {
             ModelError::Config("the architecture version cannot grow further".into())
         })?;

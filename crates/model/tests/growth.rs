@@ -270,3 +270,129 @@ fn checkpoints_and_exports_carry_the_architecture_and_old_ones_load_as_version_0
     let err = checkpoint::load(dir.path()).unwrap_err().to_string();
     assert!(err.contains("architecture"), "{err}");
 }
+
+/// The part of a widened MLP tensor that the old model had: the first `f` columns of
+/// gate/up `[d, f']`, the first `f` rows of down `[f', d]`; anything else whole.
+fn old_part(name: &str, v: &[f32], d: usize, f: usize, wide: usize) -> Vec<f32> {
+    if name.ends_with("gate_proj.weight") || name.ends_with("up_proj.weight") {
+        (0..d)
+            .flat_map(|r| v[r * wide..r * wide + f].to_vec())
+            .collect()
+    } else if name.ends_with("down_proj.weight") {
+        v[..f * d].to_vec()
+    } else {
+        v.to_vec()
+    }
+}
+
+fn new_part(name: &str, v: &[f32], d: usize, f: usize, wide: usize) -> Vec<f32> {
+    if name.ends_with("gate_proj.weight") || name.ends_with("up_proj.weight") {
+        (0..d)
+            .flat_map(|r| v[r * wide + f..(r + 1) * wide].to_vec())
+            .collect()
+    } else if name.ends_with("down_proj.weight") {
+        v[f * d..].to_vec()
+    } else {
+        Vec::new()
+    }
+}
+
+#[test]
+fn a_widened_mlp_computes_the_old_function_bitwise() {
+    let old = trained(Some(1.0));
+    let tokens: Vec<u32> = (0..40).map(|i| (i * 7 % VOCAB) as u32).collect();
+    let a = Generator::new(old.stage.clone())
+        .unwrap()
+        .logits(&tokens)
+        .unwrap();
+    for wide in [176, 480] {
+        let mut t = old.clone();
+        let g = t.grow_ffn(wide, 9).unwrap();
+        assert_eq!(
+            g.ffn,
+            Some(neuroshard_model::FfnGrowth {
+                from: 160,
+                to: wide
+            })
+        );
+        assert_eq!(t.stage.config().ffn, wide);
+        let b = Generator::new(t.stage.clone())
+            .unwrap()
+            .logits(&tokens)
+            .unwrap();
+        assert_eq!(bits(&a), bits(&b), "ffn 160 → {wide}");
+        // Then deeper: both kinds of growth chain, and the checkpoint history validates.
+        t.grow_depth(&[1]).unwrap();
+        t.architecture.validate(4, wide).unwrap();
+        let c = Generator::new(t.stage).unwrap().logits(&tokens).unwrap();
+        assert_eq!(bits(&a), bits(&c));
+    }
+    // At the reference width (d_model 256, ffn 688 → 1376: longer products than above).
+    let mut big = Trainer::new(
+        neuroshard_model::ModelConfig::tiny(512),
+        AdamWConfig::default(),
+        2,
+    )
+    .unwrap();
+    big.step(&common::random_batch(&mut common::rng(3), 512, 2, 64))
+        .unwrap();
+    let tokens: Vec<u32> = (0..128).map(|i| (i * 31 % 512) as u32).collect();
+    let a = Generator::new(big.stage.clone())
+        .unwrap()
+        .logits(&tokens)
+        .unwrap();
+    big.grow_ffn(1376, 1).unwrap();
+    let b = Generator::new(big.stage).unwrap().logits(&tokens).unwrap();
+    assert_eq!(bits(&a), bits(&b));
+    assert!(old.clone().grow_ffn(160, 0).is_err());
+}
+
+/// After a widening, old tensors get the old model's gradients bit for bit (so, without
+/// clipping, the same update); new rows of `W_down` get a gradient; new gate/up columns get
+/// none and only decay.
+#[test]
+fn first_step_after_widening_changes_only_what_it_should() {
+    let (d, f, wide) = (64, 160, 200);
+    let mut old = trained(None);
+    let mut grown = old.clone();
+    grown.grow_ffn(wide, 4).unwrap();
+    let batch = batch();
+    let (_, old_grads) = old.gradients(&batch).unwrap();
+    let (_, grads) = grown.gradients(&batch).unwrap();
+    let before = grown.stage.params().clone();
+    old.step(&batch).unwrap();
+    let lr = grown.optimizer.config.lr_at(grown.optimizer.step_count());
+    let decay = (1.0 - lr * grown.optimizer.config.weight_decay) as f32;
+    grown.step(&batch).unwrap();
+    let mut widened = 0;
+    for (i, spec) in grown.stage.params().specs().iter().enumerate() {
+        let name = spec.name.as_str();
+        let now = &grown.stage.params().values()[i];
+        let old_part = |v: &[f32]| old_part(name, v, d, f, wide);
+        assert_eq!(
+            bits(&old_part(&grads[i])),
+            bits(&old_grads[i]),
+            "gradient of {name}"
+        );
+        assert_eq!(
+            bits(&old_part(now)),
+            bits(old.stage.params().get(name).unwrap()),
+            "{name}"
+        );
+        let new_part = |v: &[f32]| new_part(name, v, d, f, wide);
+        if name.ends_with("down_proj.weight") {
+            assert!(new_part(&grads[i]).iter().any(|&x| x != 0.0), "{name}");
+            assert!(new_part(now).iter().any(|&x| x != 0.0), "{name}");
+            widened += 1;
+        } else if name.ends_with("gate_proj.weight") || name.ends_with("up_proj.weight") {
+            assert!(new_part(&grads[i]).iter().all(|&x| x == 0.0), "{name}");
+            let decayed: Vec<f32> = new_part(&before.values()[i])
+                .iter()
+                .map(|&x| x * decay)
+                .collect();
+            assert_eq!(bits(&new_part(now)), bits(&decayed), "{name}");
+            widened += 1;
+        }
+    }
+    assert_eq!(widened, 3 * 3);
+}
