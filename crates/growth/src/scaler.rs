@@ -19,8 +19,10 @@
 //! today).
 //!
 //! **Upgrade rule**: evaluated when the number of joins is a positive multiple of
-//! `every_joins` (50 by default); taken only when the target has at least `min_gain_pct`
-//! (30 by default) percent more parameters than the current model.
+//! `every_joins` (50 by default); the target is searched among shapes of at most
+//! `max_growth_pct` (200 by default) percent of the current parameters — growth steps above
+//! ~2× lose to training from scratch (G_stack, arXiv:2405.15319) — and taken only when it has
+//! at least `min_gain_pct` (30 by default) percent more parameters than the current model.
 
 use serde::{Deserialize, Serialize};
 
@@ -149,6 +151,16 @@ pub fn within_compute(params: u64, capacity: &Capacity, config: &ScalerConfig) -
 /// The largest shape (by parameters) that fits both rules; `None` if not even the smallest
 /// candidate does. `current` gives the vocabulary (and, for [`Candidates::Depth`], the width).
 pub fn target(current: &Shape, capacity: &Capacity, config: &ScalerConfig) -> Option<Target> {
+    target_within(current, capacity, config, u64::MAX)
+}
+
+/// [`target`] among shapes of at most `ceiling` parameters.
+pub fn target_within(
+    current: &Shape,
+    capacity: &Capacity,
+    config: &ScalerConfig,
+    ceiling: u64,
+) -> Option<Target> {
     let shapes: Vec<Shape> = match config.candidates {
         Candidates::Ladder => WIDTHS
             .iter()
@@ -160,7 +172,7 @@ pub fn target(current: &Shape, capacity: &Capacity, config: &ScalerConfig) -> Op
     };
     shapes
         .iter()
-        .filter(|s| s.validate().is_ok())
+        .filter(|s| s.validate().is_ok() && s.params().is_some_and(|p| p <= ceiling))
         .filter_map(|s| fits_memory(s, capacity, config))
         .filter(|t| within_compute(t.params, capacity, config))
         // Most parameters; among equals the narrower (then shallower) shape, so the choice is
@@ -179,6 +191,8 @@ pub fn target(current: &Shape, capacity: &Capacity, config: &ScalerConfig) -> Op
 pub struct UpgradeRule {
     pub every_joins: u64,
     pub min_gain_pct: u64,
+    /// Largest target, in percent of the current parameters.
+    pub max_growth_pct: u64,
 }
 
 impl Default for UpgradeRule {
@@ -186,6 +200,7 @@ impl Default for UpgradeRule {
         Self {
             every_joins: 50,
             min_gain_pct: 30,
+            max_growth_pct: 200,
         }
     }
 }
@@ -213,12 +228,19 @@ pub fn decide(
     if rule.every_joins == 0 {
         return Err(GrowthError::Config("every_joins must be positive".into()));
     }
+    if u128::from(rule.max_growth_pct) < 100 + u128::from(rule.min_gain_pct) {
+        return Err(GrowthError::Config(format!(
+            "max_growth_pct {} leaves no room for a gain of {}%",
+            rule.max_growth_pct, rule.min_gain_pct
+        )));
+    }
     current.validate()?;
     if joins == 0 || !joins.is_multiple_of(rule.every_joins) {
         return Ok(Decision::NotDue);
     }
     let now = u128::from(current.params().unwrap_or(u64::MAX));
-    let found = target(current, capacity, config);
+    let ceiling = u64::try_from(now * u128::from(rule.max_growth_pct) / 100).unwrap_or(u64::MAX);
+    let found = target_within(current, capacity, config, ceiling);
     Ok(match found {
         Some(t)
             if now

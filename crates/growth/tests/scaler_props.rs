@@ -192,6 +192,7 @@ fn upgrades_follow_the_joins_and_the_gain_threshold() {
     let rule = UpgradeRule {
         every_joins: 10,
         min_gain_pct: 30,
+        max_growth_pct: 200,
     };
     // Nodes of 1 GiB: a stage of the 256-wide model holds a few layers.
     let nodes = |n: u16| -> Capacity {
@@ -215,6 +216,10 @@ fn upgrades_follow_the_joins_and_the_gain_threshold() {
             Decision::Upgrade(t) => {
                 assert!(joins.is_multiple_of(10));
                 assert!(t.params * 100 >= current.params().unwrap() * 130);
+                assert!(
+                    t.params <= current.params().unwrap() * 2,
+                    "at most 2× a step"
+                );
                 assert_eq!((t.shape.d_model, t.shape.vocab), (256, 4096));
                 trace.push((joins, current.layers, t.shape.layers));
                 current = t.shape;
