@@ -5,11 +5,11 @@
 # 2 layers, then 200 at 4). d_model 256, vocab 4096, 8×128 tokens a step, cosine schedule over
 # each run's own length. Prints each run's validation loss and held-out bits/byte.
 #
-# usage: bench/grow_experiment.sh BIN GENESIS HELDOUT.txt OUTDIR
+# usage: bench/grow_experiment.sh BIN GENESIS HELDOUT.txt OUTDIR [SEED]
 set -euo pipefail
-bin=$1 data=$2 heldout=$3 out=$4
+bin=$1 data=$2 heldout=$3 out=$4 seed=${5:-0}
 mkdir -p "$out"
-common=(--data "$data" --d-model 256 --heads 4 --eval-every 40 --threads 2)
+common=(--data "$data" --d-model 256 --heads 4 --eval-every 40 --threads 2 --seed "$seed")
 run() {
   local name=$1; shift
   "$bin" train "${common[@]}" "$@" --out "$out/$name" --json-log "$out/$name.jsonl" \

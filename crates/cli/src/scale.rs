@@ -162,7 +162,7 @@ pub fn run(args: ScaleArgs) -> Result<()> {
             show(&current),
             human(current.params().unwrap_or(0)),
             target.map_or("none fits".into(), |t| format!(
-                "{} ({}, {} stages × {} replicas, {:.1} GiB a node)",
+                "{} ({}, {} stage(s) × {} replicas, {:.1} GiB a node)",
                 show(&t.shape),
                 human(t.params),
                 t.stages,
