@@ -11,6 +11,7 @@ mod export;
 mod fastmath;
 mod generate;
 pub mod grow;
+pub mod grow_pipeline;
 mod loss;
 mod optim;
 mod params;
