@@ -14,6 +14,7 @@ mod generate;
 mod genesis;
 mod ledger;
 mod node;
+mod scale;
 mod swarm;
 mod train;
 mod wallet;
@@ -54,6 +55,8 @@ enum Command {
     Swarm(swarm::SwarmArgs),
     /// Run one network node (deployment across machines).
     Node(node::NodeArgs),
+    /// The scaler: the size table, and the upgrades its rule predicts as nodes join.
+    Scale(scale::ScaleArgs),
     /// In-process experiments: DiLoCo replicas, robust aggregation, attacks, compression.
     #[command(subcommand)]
     Experiment(experiment::ExperimentCommand),
@@ -82,5 +85,6 @@ fn main() -> Result<()> {
         Command::Experiment(cmd) => experiment::run(cmd),
         Command::Swarm(args) => swarm::run(args),
         Command::Node(args) => node::run(args),
+        Command::Scale(args) => scale::run(args),
     }
 }

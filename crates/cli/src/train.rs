@@ -9,7 +9,9 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use neuroshard_data::{BuildOptions, Genesis, NoProgress, Split, SyntheticConfig};
-use neuroshard_model::{AdamWConfig, LrSchedule, ModelConfig, SpecialTokens, Trainer, checkpoint};
+use neuroshard_model::{
+    AdamWConfig, LrSchedule, ModelConfig, SpecialTokens, Trainer, checkpoint, grow,
+};
 use neuroshard_proof::Identity;
 use serde_json::json;
 
@@ -47,6 +49,22 @@ pub struct TrainArgs {
     /// Learning rate after the warmup: cosine to 10% at --steps, or constant.
     #[arg(long, value_enum, default_value_t = Schedule::Cosine)]
     schedule: Schedule,
+    /// Grow the model in depth after STEP steps to LAYERS layers, by identity blocks spread
+    /// over the depth (the function is unchanged; see `crates/model/src/grow.rs`). Repeat for
+    /// several growth steps, e.g. `--grow-at 200:4 --grow-at 400:6`.
+    #[arg(long, value_name = "STEP:LAYERS", value_parser = parse_grow)]
+    grow_at: Vec<(u64, usize)>,
+}
+
+fn parse_grow(s: &str) -> std::result::Result<(u64, usize), String> {
+    let (step, layers) = s
+        .split_once(':')
+        .ok_or_else(|| format!("expected STEP:LAYERS, got {s:?}"))?;
+    let step = step.parse().map_err(|e| format!("step {step:?}: {e}"))?;
+    let layers = layers
+        .parse()
+        .map_err(|e| format!("layers {layers:?}: {e}"))?;
+    Ok((step, layers))
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -173,6 +191,18 @@ pub fn run(args: TrainArgs) -> Result<()> {
     if args.steps == 0 {
         bail!("--steps must be at least 1");
     }
+    let mut layers = config.layers;
+    let mut last_step = 0;
+    for &(step, target) in &args.grow_at {
+        if step == 0 || step >= args.steps || step <= last_step || target <= layers {
+            bail!(
+                "--grow-at {step}:{target}: growth steps must increase inside 1..{} and each \
+                 must add layers (the model has {layers} then)",
+                args.steps
+            );
+        }
+        (last_step, layers) = (step, target);
+    }
     let optim = AdamWConfig {
         lr: args.step.lr,
         warmup_steps: args.step.warmup.min(args.steps),
@@ -229,7 +259,14 @@ fn train(
     let started = Instant::now();
     let tokens_per_step = (args.step.batch * args.step.seq) as f64;
     let mut val_loss = None;
+    let mut flops = 0.0f64;
     for step in 0..args.steps {
+        if let Some(&(_, target)) = args.grow_at.iter().find(|(at, _)| *at == step) {
+            let event = grow(&mut trainer, target, genesis, &val, &bar)?;
+            if let Some(log) = log.as_mut() {
+                writeln!(log, "{event}")?;
+            }
+        }
         let batch = crate::eval::to_model_batch(
             genesis.batch(
                 Split::Train,
@@ -243,6 +280,7 @@ fn train(
         let t = Instant::now();
         let result = trainer.step(&batch)?;
         let tok_s = tokens_per_step / t.elapsed().as_secs_f64();
+        flops += tokens_per_step * trainer.stage.config().train_flops_per_token();
         let last = step + 1 == args.steps;
         let eval_now = (args.eval_every > 0 && (step + 1) % args.eval_every == 0) || last;
         if eval_now && !val.is_empty() {
@@ -262,6 +300,9 @@ fn train(
                 "{}",
                 json!({
                     "step": step + 1,
+                    "layers": trainer.stage.config().layers,
+                    "architecture_version": trainer.architecture.version,
+                    "train_flops": flops,
                     "loss": result.loss,
                     "val_loss": val_loss,
                     "lr": result.stats.lr,
@@ -282,14 +323,57 @@ fn train(
     save(&args.out, &trainer, args.steps, genesis)?;
     let elapsed = started.elapsed().as_secs_f64();
     println!(
-        "done: {} steps in {elapsed:.1} s ({:.0} tokens/s); validation loss {}{}; checkpoint in {}",
+        "done: {} steps in {elapsed:.1} s ({:.0} tokens/s, {:.3e} training FLOPs by 6·N); \
+         validation loss {}{}; checkpoint in {}",
         args.steps,
         tokens_per_step * args.steps as f64 / elapsed,
+        flops,
         val_loss.map_or("n/a".into(), |v| format!("{v:.4}")),
         floor.map_or(String::new(), |f| format!(" (floor {f:.4})")),
         args.out.display()
     );
     Ok(())
+}
+
+/// Grows `trainer` to `target` layers and shows that the validation loss did not move;
+/// returns the JSON log line of the growth.
+fn grow(
+    trainer: &mut Trainer,
+    target: usize,
+    genesis: &Genesis,
+    val: &[neuroshard_model::Batch],
+    bar: &ProgressBar,
+) -> Result<serde_json::Value> {
+    let before = (!val.is_empty())
+        .then(|| crate::eval::evaluate(&trainer.stage, genesis.tokenizer(), val))
+        .transpose()?
+        .map(|r| r.loss);
+    let positions = grow::spread_positions(trainer.stage.config().layers, target)?;
+    let growth = trainer.grow_depth(&positions)?;
+    let after = (!val.is_empty())
+        .then(|| crate::eval::evaluate(&trainer.stage, genesis.tokenizer(), val))
+        .transpose()?
+        .map(|r| r.loss);
+    let line = format!(
+        "step {}: grew {} → {} layers (identity blocks at {:?}, architecture v{}, {} \
+         parameters); validation loss {} before, {} after",
+        growth.step,
+        growth.from_layers,
+        growth.to_layers,
+        growth.inserted,
+        trainer.architecture.version,
+        trainer.stage.config().num_params(),
+        before.map_or("n/a".into(), |l| format!("{l:.6}")),
+        after.map_or("n/a".into(), |l| format!("{l:.6}")),
+    );
+    bar.suspend(|| println!("{line}"));
+    Ok(json!({
+        "grow": growth,
+        "architecture_version": trainer.architecture.version,
+        "params": trainer.stage.config().num_params(),
+        "val_loss_before": before,
+        "val_loss_after": after,
+    }))
 }
 
 /// Writes a checkpoint with the dataset's tokenizer beside it.
@@ -304,7 +388,14 @@ pub fn save(out: &Path, trainer: &Trainer, step: u64, genesis: &Genesis) -> Resu
         "tokens": special,
         "dataset": { "root": hex::encode(genesis.root()), "name": genesis.manifest().name },
     });
-    checkpoint::save(out, &trainer.stage, Some(&trainer.optimizer), step, extra)?;
+    checkpoint::save_with_architecture(
+        out,
+        &trainer.stage,
+        Some(&trainer.optimizer),
+        step,
+        &trainer.architecture,
+        extra,
+    )?;
     std::fs::copy(
         genesis.tokenizer_path(),
         out.join(checkpoint::TOKENIZER_FILE),

@@ -225,3 +225,90 @@ fn constant_schedule_holds_the_peak_after_the_warmup() {
         "{lrs:?}"
     );
 }
+
+#[test]
+fn train_grows_mid_run_without_moving_the_validation_loss() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = tiny_genesis(dir.path());
+    let (model, log) = (dir.path().join("m"), dir.path().join("log.jsonl"));
+    let mut args = vec![
+        "train",
+        "--data",
+        s(&data),
+        "--steps",
+        "6",
+        "--out",
+        s(&model),
+        "--json-log",
+        s(&log),
+        "--layers",
+        "1",
+        "--d-model",
+        "16",
+        "--heads",
+        "2",
+        "--seq",
+        "16",
+        "--batch",
+        "2",
+        "--eval-windows",
+        "2",
+    ];
+    let out = ok(&[args.as_slice(), &["--grow-at", "3:3"]].concat());
+    assert!(out.contains("grew 1 → 3 layers"), "{out}");
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 7, "6 steps and the growth");
+    let grow = &lines[3];
+    assert_eq!(grow["grow"]["inserted"], serde_json::json!([1, 2]));
+    assert_eq!(grow["val_loss_before"], grow["val_loss_after"]);
+    assert!(grow["val_loss_before"].as_f64().is_some());
+    assert_eq!(lines[2]["layers"], 1);
+    assert_eq!(lines[6]["layers"], 3);
+    assert_eq!(lines[6]["architecture_version"], 1);
+    let meta: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(model.join("meta.json")).unwrap()).unwrap();
+    assert_eq!(meta["architecture"]["version"], 1);
+    assert_eq!(meta["model"]["layers"], 3);
+    ok(&[
+        "eval",
+        "--checkpoint",
+        s(&model),
+        "--data",
+        s(&data),
+        "--seq",
+        "16",
+    ]);
+
+    for bad in ["6:3", "0:3", "3:1", "3"] {
+        let err = fails(&[args.as_slice(), &["--grow-at", bad]].concat());
+        assert!(err.contains("grow-at"), "{bad}: {err}");
+    }
+}
+
+#[test]
+fn scale_prints_the_size_table_and_a_join_trace() {
+    let table = ok(&["scale", "--table", "--vocab", "50000"]);
+    assert!(
+        table.contains("| 64 × 7168 | 56 | 19120 | 40.2B |"),
+        "{table}"
+    );
+    let trace = ok(&[
+        "scale",
+        "--joins",
+        "40",
+        "--every",
+        "10",
+        "--memory-gib",
+        "2",
+        "--tflops",
+        "1",
+        "--horizon-days",
+        "1",
+    ]);
+    assert_eq!(trace.lines().count(), 4, "{trace}");
+    assert!(trace.lines().next().unwrap().contains("UPGRADE"), "{trace}");
+}

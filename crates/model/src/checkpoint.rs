@@ -3,8 +3,8 @@
 //! Layout of a checkpoint directory:
 //! - `model.safetensors`: the stage's parameters under their canonical names (f32);
 //! - `optimizer.safetensors` (optional): AdamW moments as `m.<name>` and `v.<name>`;
-//! - `meta.json`: format version, model config, stage spec, step counters, optimizer config and
-//!   the model hash, written last so its presence marks a complete checkpoint.
+//! - `meta.json`: format version, model config, architecture version and growth history, stage
+//!   spec, step counters, optimizer config and the model hash, written last so its presence marks a complete checkpoint.
 //!
 //! Every file is written to a temporary name, fsynced and renamed, so a crash leaves either the
 //! old checkpoint or the new one. Loading checks names, shapes, dtypes and the model hash.
@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::ModelConfig;
 use crate::error::ModelError;
+use crate::grow::Architecture;
 use crate::optim::{AdamW, AdamWConfig};
 use crate::params::{ParamSet, ParamSpec, StageSpec};
 use crate::stage::Stage;
@@ -36,6 +37,10 @@ pub struct CheckpointMeta {
     pub format: String,
     pub version: u32,
     pub model: ModelConfig,
+    /// Version of the model's shape and how it grew; absent (version 0) in checkpoints
+    /// written before growth existed.
+    #[serde(default)]
+    pub architecture: Architecture,
     pub stage: StageSpec,
     /// Training steps taken by the run that wrote it.
     pub step: u64,
@@ -62,7 +67,8 @@ pub struct Checkpoint {
     pub optimizer: Option<AdamW>,
 }
 
-/// Writes `stage` (and the optimizer, if given) to `dir`, creating it if needed.
+/// Writes `stage` (and the optimizer, if given) to `dir`, creating it if needed, as
+/// architecture version 0 (a model that never grew).
 pub fn save(
     dir: &Path,
     stage: &Stage,
@@ -70,6 +76,19 @@ pub fn save(
     step: u64,
     extra: serde_json::Value,
 ) -> Result<CheckpointMeta, ModelError> {
+    save_with_architecture(dir, stage, optimizer, step, &Architecture::default(), extra)
+}
+
+/// [`save`] for a model with a growth history.
+pub fn save_with_architecture(
+    dir: &Path,
+    stage: &Stage,
+    optimizer: Option<&AdamW>,
+    step: u64,
+    architecture: &Architecture,
+    extra: serde_json::Value,
+) -> Result<CheckpointMeta, ModelError> {
+    architecture.validate(stage.config().layers, stage.config().ffn)?;
     fs::create_dir_all(dir).map_err(|e| ModelError::io(dir, e))?;
     let params = stage.params();
     let names: Vec<&str> = params.specs().iter().map(|s| s.name.as_str()).collect();
@@ -101,6 +120,7 @@ pub fn save(
         format: FORMAT.into(),
         version: VERSION,
         model: stage.config().clone(),
+        architecture: architecture.clone(),
         stage: *stage.spec(),
         step,
         model_hash: hex::encode(stage.model_hash()),
@@ -134,6 +154,8 @@ pub fn parse_meta(bytes: &[u8]) -> Result<CheckpointMeta, ModelError> {
         )));
     }
     meta.model.validate()?;
+    meta.architecture
+        .validate(meta.model.layers, meta.model.ffn)?;
     meta.stage.validate(&meta.model)?;
     Ok(meta)
 }

@@ -100,6 +100,7 @@ pub fn export_hf(
         "bos_token_id": special.bos,
         "eos_token_id": special.eos,
         "pad_token_id": special.pad,
+        "neuroshard_architecture": ckpt.meta.architecture,
     });
     let generation = json!({
         "bos_token_id": special.bos,

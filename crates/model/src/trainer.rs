@@ -4,6 +4,7 @@ use rayon::prelude::*;
 
 use crate::config::ModelConfig;
 use crate::error::ModelError;
+use crate::grow::{Architecture, Growth};
 use crate::optim::{AdamW, AdamWConfig, StepStats};
 use crate::params::StageSpec;
 use crate::stage::{Stage, StageInput, Tokens, Upstream};
@@ -89,6 +90,8 @@ pub struct Trainer {
     /// concurrently and summed in a fixed order, so the bits depend on this number but never on
     /// the thread count. 1 computes the batch in one pass.
     pub micro_batches: usize,
+    /// Version and growth history of the model's shape (saved with checkpoints).
+    pub architecture: Architecture,
 }
 
 impl Trainer {
@@ -100,7 +103,45 @@ impl Trainer {
             stage,
             optimizer,
             micro_batches: 1,
+            architecture: Architecture::default(),
         })
+    }
+
+    /// Grows the model in depth by identity blocks inserted before the old layers
+    /// `positions` (see [`crate::grow::grow_depth`]): the function is unchanged, the new
+    /// tensors' AdamW moments start at zero and the architecture version goes up by one.
+    pub fn grow_depth(&mut self, positions: &[usize]) -> Result<Growth, ModelError> {
+        let grown = crate::grow::grow_depth(
+            &self.stage,
+            &self.optimizer,
+            positions,
+            self.optimizer.step_count(),
+        )?;
+        self.adopt(grown)
+    }
+
+    /// Widens every block's MLP to `ffn` hidden units (see [`crate::grow::grow_ffn`]; `seed`
+    /// draws the new units' input columns): the function is unchanged bit for bit.
+    pub fn grow_ffn(&mut self, ffn: usize, seed: u64) -> Result<Growth, ModelError> {
+        let grown = crate::grow::grow_ffn(
+            &self.stage,
+            &self.optimizer,
+            ffn,
+            seed,
+            self.optimizer.step_count(),
+        )?;
+        self.adopt(grown)
+    }
+
+    fn adopt(&mut self, grown: crate::grow::Grown) -> Result<Growth, ModelError> {
+        let version = self.architecture.version.checked_add(1).ok_or_else(|| {
+            ModelError::Config("the architecture version cannot grow further".into())
+        })?;
+        self.stage = grown.stage;
+        self.optimizer = grown.optimizer;
+        self.architecture.version = version;
+        self.architecture.history.push(grown.growth.clone());
+        Ok(grown.growth)
     }
 
     /// Mean loss and its parameter gradients over the batch.

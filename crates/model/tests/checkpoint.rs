@@ -54,6 +54,7 @@ fn round_trip_restores_weights_and_optimizer_exactly() {
         stage: loaded.stage,
         optimizer: loaded.optimizer.unwrap(),
         micro_batches: 1,
+        architecture: loaded.meta.architecture,
     };
     assert_eq!(resumed.optimizer, trainer.optimizer);
     // The next step from the checkpoint equals the next step of the original run, bit for bit.

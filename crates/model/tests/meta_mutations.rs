@@ -19,6 +19,7 @@ fn meta(with_optimizer: bool) -> CheckpointMeta {
         version: VERSION,
         stage: StageSpec::full(&model),
         model,
+        architecture: Default::default(),
         step: 12,
         model_hash: "ab".repeat(32),
         optimizer: with_optimizer.then(|| checkpoint::OptimizerMeta {
