@@ -231,7 +231,7 @@ fn train_grows_mid_run_without_moving_the_validation_loss() {
     let dir = tempfile::tempdir().unwrap();
     let data = tiny_genesis(dir.path());
     let (model, log) = (dir.path().join("m"), dir.path().join("log.jsonl"));
-    let mut args = vec![
+    let args = vec![
         "train",
         "--data",
         s(&data),
