@@ -52,18 +52,9 @@ fn a_swarm_serves_completions_to_an_http_client_after_training() {
             "--settle-s",
             "1",
             "--serve",
-            "--layers",
-            "3",
-            "--d-model",
-            "64",
-            "--heads",
-            "4",
-            "--seq",
-            "32",
-            "--batch",
-            "4",
-            "--data",
         ])
+        .args(TINY)
+        .arg("--data")
         .arg(&data)
         .arg("--out")
         .arg(&out)

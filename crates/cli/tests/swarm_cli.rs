@@ -9,19 +9,6 @@ use common::*;
 
 use serde_json::Value;
 
-const TINY: [&str; 10] = [
-    "--layers",
-    "3",
-    "--d-model",
-    "64",
-    "--heads",
-    "4",
-    "--seq",
-    "32",
-    "--batch",
-    "4",
-];
-
 /// The swarm tests start up to 6 processes each; run one at a time so that their timing (and
 /// the chaos schedule) does not depend on what else the test runner does.
 static ONE_SWARM_AT_A_TIME: Mutex<()> = Mutex::new(());

@@ -4,6 +4,20 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+/// The tiny model the multi-process tests train (a few seconds a run on 2 cores).
+pub const TINY: [&str; 10] = [
+    "--layers",
+    "3",
+    "--d-model",
+    "64",
+    "--heads",
+    "4",
+    "--seq",
+    "32",
+    "--batch",
+    "4",
+];
+
 pub fn neuroshard(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_neuroshard"))
         .args(args)

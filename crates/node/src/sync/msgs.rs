@@ -181,17 +181,22 @@ mod tests {
     use super::*;
     use neuroshard_proof::{Identity, ReceiptKind};
 
-    #[test]
-    fn messages_round_trip_and_reject_garbage() {
-        let a = Identity::generate();
-        let receipt = Receipt::sign(
-            &a,
+    /// `a`'s receipt for the gradients of node 7 in round 3 of network 1.
+    fn receipt_by(a: &Identity) -> Receipt {
+        Receipt::sign(
+            a,
             [1; 32],
             NodeId([7; 32]),
             3,
             ReceiptKind::Gradients,
             [9; 32],
-        );
+        )
+    }
+
+    #[test]
+    fn messages_round_trip_and_reject_garbage() {
+        let a = Identity::generate();
+        let receipt = receipt_by(&a);
         let msgs = [
             SyncMsg::Offer(SyncOffer {
                 network: [1; 32],
@@ -236,14 +241,7 @@ mod tests {
     #[test]
     fn a_receipt_signer_off_the_curve_decodes_but_never_verifies() {
         let a = Identity::generate();
-        let receipt = Receipt::sign(
-            &a,
-            [1; 32],
-            NodeId([7; 32]),
-            3,
-            ReceiptKind::Gradients,
-            [9; 32],
-        );
+        let receipt = receipt_by(&a);
         let mut off_curve = [0xff; 33];
         off_curve[0] = 0x02;
         let done = SyncMsg::Done(SyncDone {
