@@ -32,6 +32,8 @@ pub const MAX_PROMPT_BYTES: usize = 64 * 1024;
 /// Most stop strings, and longest one, per request.
 const MAX_STOPS: usize = 4;
 const MAX_STOP_BYTES: usize = 256;
+/// Longest hex-encoded payment op accepted.
+const MAX_PAYMENT_HEX: usize = 1024;
 
 #[derive(Clone)]
 pub struct ApiState {
@@ -204,6 +206,19 @@ fn parse(body: &[u8], tokenizer: &GenesisTokenizer) -> Result<Parsed, ApiError> 
         Some(Value::Bool(b)) => *b,
         _ => return Err(bad("`stream` must be a boolean", "stream")),
     };
+    // A paid request carries the caller's signed `PayInference` op, hex-encoded.
+    let payment = match obj.get("payment") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(h)) if h.len() <= MAX_PAYMENT_HEX => {
+            Some(hex::decode(h).map_err(|e| bad(format!("`payment` is not hex: {e}"), "payment"))?)
+        }
+        _ => {
+            return Err(bad(
+                format!("`payment` must be a hex string of at most {MAX_PAYMENT_HEX} characters"),
+                "payment",
+            ));
+        }
+    };
     let sample = SampleSpec {
         temperature,
         top_p,
@@ -223,6 +238,7 @@ fn parse(body: &[u8], tokenizer: &GenesisTokenizer) -> Result<Parsed, ApiError> 
             max_tokens,
             sample,
             stop_token: Some(tokenizer.eos_id()),
+            payment,
         },
         stops,
         stream,
@@ -232,6 +248,12 @@ fn parse(body: &[u8], tokenizer: &GenesisTokenizer) -> Result<Parsed, ApiError> 
 fn open_error(e: HandleError) -> ApiError {
     match e {
         HandleError::Open(OpenError::Invalid(m)) => bad(m, "prompt"),
+        HandleError::Open(OpenError::Payment(m)) => error(
+            StatusCode::PAYMENT_REQUIRED,
+            "payment_error",
+            m,
+            Some("payment"),
+        ),
         HandleError::Open(OpenError::Full(_)) => error(
             StatusCode::SERVICE_UNAVAILABLE,
             "server_overloaded",

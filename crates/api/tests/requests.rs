@@ -32,6 +32,13 @@ fn state(full: bool) -> ApiState {
                 let _ = answer.send(Err(OpenError::Full(8)));
                 continue;
             }
+            // A node refuses this payment (the core's checks are tested in the node crate).
+            if req.payment.as_deref() == Some(&[0xde, 0xad][..]) {
+                let _ = answer.send(Err(OpenError::Payment(
+                    "the payer holds 0 of the 10 it offers".into(),
+                )));
+                continue;
+            }
             if req.prompt.len() >= CONTEXT {
                 let _ = answer.send(Err(OpenError::Invalid(
                     "prompt longer than the context".into(),
@@ -171,4 +178,30 @@ async fn completions_stream_as_server_sent_events_and_stop_strings_cut() {
     let bytes = to_bytes(resp.into_body(), 1 << 16).await.unwrap();
     let v: Value = serde_json::from_slice(&bytes).unwrap();
     assert_eq!(v["data"][0]["id"], "neuroshard");
+}
+
+#[tokio::test]
+async fn a_payment_that_is_not_hex_is_a_400_and_a_refused_one_a_402() {
+    let (status, body) = post(
+        state(false),
+        json!({"prompt": "hello", "payment": "zz"}).to_string(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(error_message(&body).contains("hex"), "{body}");
+    let (status, body) = post(
+        state(false),
+        json!({"prompt": "hello", "payment": "x".repeat(5000)}).to_string(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    let (status, body) = post(
+        state(false),
+        json!({"prompt": "hello", "payment": "dead"}).to_string(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::PAYMENT_REQUIRED);
+    assert!(error_message(&body).contains("holds 0"), "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["error"]["param"], "payment");
 }

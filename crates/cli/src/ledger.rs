@@ -57,6 +57,15 @@ enum LedgerCommand {
         #[arg(long)]
         apply: bool,
     },
+    /// Sign a payment for one completion entered at node ENTRY: PER_STAGE NEURO to each of
+    /// the network's STAGES stages that serves it (10 % of it burned). Prints the hex to send
+    /// as the request's `"payment"`; it applies only inside the entry node's settlement.
+    PayInference {
+        entry: NodeId,
+        per_stage: String,
+        #[arg(long, default_value_t = 2)]
+        stages: u16,
+    },
     /// BLAKE3 state hash over the whole ledger.
     StateHash,
 }
@@ -158,6 +167,11 @@ pub fn run(args: LedgerArgs) -> Result<()> {
             known,
             apply,
         } => verify_proof(dirs, &file, at, &known, apply)?,
+        LedgerCommand::PayInference {
+            entry,
+            per_stage,
+            stages,
+        } => pay_inference(dirs, entry, amount(&per_stage)?, stages)?,
         LedgerCommand::StateHash => {
             let ledger = dirs.open_ledger()?;
             let hash = hex::encode(ledger.state_hash());
@@ -172,6 +186,52 @@ pub fn run(args: LedgerArgs) -> Result<()> {
                 println!("{hash}");
             }
         }
+    }
+    Ok(())
+}
+
+/// Signs an inference payment at this node's next nonce; it is not applied here (only the
+/// entry node's settlement can apply it), so the nonce stays free until the node serves it.
+fn pay_inference(dirs: &DataDirArgs, entry: NodeId, per_stage: u64, stages: u16) -> Result<()> {
+    let identity = dirs.load_identity()?;
+    let ledger = dirs.open_ledger()?;
+    let account = identity.node_id();
+    let state = ledger.state();
+    let nonce = state.account(&account).next_nonce;
+    let total = per_stage
+        .checked_mul(u64::from(stages))
+        .context("the fee overflows")?;
+    if state.account(&account).balance < total {
+        bail!(
+            "the account holds {} NEURO; the payment may cost {}",
+            format_neuro(state.account(&account).balance),
+            format_neuro(total)
+        );
+    }
+    let request: [u8; 32] = rand::random();
+    let signed = AccountOp {
+        network: state.rules().network,
+        account,
+        nonce,
+        timestamp_ms: now_ms()?,
+        action: Action::PayInference {
+            entry,
+            request,
+            per_stage,
+            stages,
+        },
+    }
+    .sign(&identity);
+    verify_op(&signed)?;
+    let payment = hex::encode(signed.to_bytes());
+    if dirs.json {
+        println!(
+            "{}",
+            json!({ "payment": payment, "nonce": nonce, "request": hex::encode(request),
+            "max_cost": total })
+        );
+    } else {
+        println!("{payment}");
     }
     Ok(())
 }

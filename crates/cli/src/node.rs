@@ -108,6 +108,12 @@ pub struct NodeArgs {
     /// Serve the OpenAI-compatible HTTP API on this address (e.g. 127.0.0.1:8080).
     #[arg(long)]
     http: Option<String>,
+    /// Serve only completions that carry a payment (`neuroshard ledger pay-inference`).
+    #[arg(long)]
+    paid_only: bool,
+    /// Least fee per stage a paid completion must offer, in NEURO (e.g. 0.001).
+    #[arg(long, default_value = "0")]
+    min_fee: String,
     #[arg(long, default_value_t = 2)]
     stages: usize,
     /// Serve this stage (0 = driver) instead of the one with the fewest live replicas.
@@ -204,6 +210,10 @@ impl NodeArgs {
             network: self.network.clone(),
             stake_for: self.stake_for.clone(),
             http: self.http.clone(),
+            paid_only: self.paid_only,
+            min_fee_per_stage: neuroshard_ledger::parse_neuro(&self.min_fee).with_context(
+                || format!("--min-fee {:?} is not an amount of NEURO", self.min_fee),
+            )?,
         })
     }
 }

@@ -143,6 +143,8 @@ impl SwarmArgs {
             network: None,
             stake_for: Vec::new(),
             http: None,
+            paid_only: false,
+            min_fee_per_stage: 0,
         };
         let kill = self
             .kill

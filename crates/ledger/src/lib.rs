@@ -8,6 +8,7 @@
 //! - [`store`]: the SQLite adapter ([`Ledger`]), WAL + `synchronous=FULL`.
 
 pub mod amount;
+pub mod inference;
 pub mod ops;
 pub mod pending;
 pub mod reward;
@@ -16,6 +17,9 @@ pub mod state;
 pub mod store;
 
 pub use amount::{UNITS_PER_NEURO, format_neuro, parse_neuro};
+pub use inference::{
+    INFERENCE_BURN_BPS, Payee, ServeReceipt, Settlement, decode_op, verify_settlement,
+};
 pub use ops::{
     AccountOp, Action, OP_MAX_CLOCK_SKEW_MS, OpError, SignedOp, SlashReport, VerifiedOp,
     VerifiedSlash, check_fresh, verify_op, verify_slash,

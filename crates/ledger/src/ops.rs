@@ -28,6 +28,15 @@ pub enum Action {
     /// Serve `stage`: the account's receipts and offers count there and its rounds there are
     /// paid, while its stake is at least the network's minimum.
     Register { stage: u16 },
+    /// Pay `per_stage` to each of the first `stages` stages that serve request `request`
+    /// entered at node `entry`; valid only inside that node's
+    /// [`crate::inference::Settlement`], which carries the servers' receipts.
+    PayInference {
+        entry: NodeId,
+        request: Hash32,
+        per_stage: u64,
+        stages: u16,
+    },
 }
 
 /// One operation on the signer's own account, valid only at `nonce == account.next_nonce`.
@@ -83,6 +92,18 @@ impl Canonical for AccountOp {
                 w.u8(4);
                 w.u16(stage);
             }
+            Action::PayInference {
+                entry,
+                request,
+                per_stage,
+                stages,
+            } => {
+                w.u8(5);
+                w.fixed(&entry.0);
+                w.fixed(&request);
+                w.u64(per_stage);
+                w.u16(stages);
+            }
         }
     }
 
@@ -103,6 +124,12 @@ impl Canonical for AccountOp {
             2 => Action::Unstake { amount: r.u64()? },
             3 => Action::Burn { amount: r.u64()? },
             4 => Action::Register { stage: r.u16()? },
+            5 => Action::PayInference {
+                entry: NodeId(r.array()?),
+                request: r.array()?,
+                per_stage: r.u64()?,
+                stages: r.u16()?,
+            },
             other => {
                 return Err(CodecError::Invalid {
                     field: "action",
@@ -133,6 +160,8 @@ pub enum OpError {
     Clock { timestamp_ms: u64, now_ms: u64 },
     #[error("slash evidence: {0}")]
     Evidence(&'static str),
+    #[error("inference settlement: {0}")]
+    Settlement(&'static str),
 }
 
 /// An op whose signature and signer binding were checked. Only [`verify_op`] builds it.
@@ -141,6 +170,8 @@ pub struct VerifiedOp {
     op: AccountOp,
     hash: Hash32,
     bytes: Vec<u8>,
+    /// The stages an inference payment pays (empty for every other op).
+    payees: Vec<crate::inference::Payee>,
 }
 
 impl VerifiedOp {
@@ -153,9 +184,28 @@ impl VerifiedOp {
         self.hash
     }
 
-    /// Wire bytes of the envelope (kept for audit and re-gossip).
+    /// Wire bytes of the envelope (kept for audit and re-gossip): the settlement's, for an
+    /// inference payment.
     pub fn wire_bytes(&self) -> &[u8] {
         &self.bytes
+    }
+
+    /// The receipted stages an inference payment pays.
+    pub fn payees(&self) -> &[crate::inference::Payee] {
+        &self.payees
+    }
+
+    /// The payment as its checked settlement carries it (hash: the payment op's own).
+    pub(crate) fn with_settlement(
+        self,
+        payees: Vec<crate::inference::Payee>,
+        settlement_wire: Vec<u8>,
+    ) -> Self {
+        Self {
+            payees,
+            bytes: settlement_wire,
+            ..self
+        }
     }
 }
 
@@ -173,6 +223,7 @@ pub fn verify_op(signed: &SignedOp) -> Result<VerifiedOp, OpError> {
         op,
         hash: signed.payload_hash(),
         bytes: signed.to_bytes(),
+        payees: Vec::new(),
     })
 }
 

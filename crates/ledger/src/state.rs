@@ -57,6 +57,10 @@ pub enum LedgerError {
     Pending(#[from] PendingError),
     #[error("amount overflow")]
     Overflow,
+    #[error("an inference payment applies only inside its entry node's settlement")]
+    Unsettled,
+    #[error("node {node} is paid for stage {stage} but is not registered there")]
+    NotRegistered { node: NodeId, stage: u16 },
     #[error("names network {got}, this ledger's is {ours}", got = hex::encode(got), ours = hex::encode(ours))]
     OtherNetwork { got: Hash32, ours: Hash32 },
     #[error("round {round} cannot have happened by {timestamp_ms} (at most round {max})")]
@@ -428,6 +432,67 @@ impl LedgerState {
                 from.balance = debit(from.balance, amount, true)?;
                 burned = add(burned, amount)?;
                 entries.push(entry(op.account, EntryKind::Burn, amount, None));
+            }
+            Action::PayInference {
+                per_stage, stages, ..
+            } => {
+                // Only a settlement carries payees; a bare payment has none to pay.
+                let payees = verified.payees();
+                if payees.is_empty() {
+                    return Err(LedgerError::Unsettled);
+                }
+                if per_stage == 0 || stages == 0 {
+                    return Err(LedgerError::ZeroAmount);
+                }
+                // Refuse before touching any account, so a refused settlement changes nothing.
+                if let Some(p) = payees
+                    .iter()
+                    .find(|p| !self.is_registered(&p.server, p.stage))
+                {
+                    return Err(LedgerError::NotRegistered {
+                        node: p.server,
+                        stage: p.stage,
+                    });
+                }
+                let (cost, paid) = crate::inference::stage_split(per_stage);
+                let count = u64::try_from(payees.len()).map_err(|_| LedgerError::Overflow)?;
+                let total = cost.checked_mul(count).ok_or(LedgerError::Overflow)?;
+                from.balance = debit(from.balance, total, true)?;
+                entries.push(entry(op.account, EntryKind::InferenceFee, total, None));
+                // One server may hold several stages, and may be the caller: credit each
+                // account once, and only after every addition succeeded.
+                let mut credited: BTreeMap<NodeId, u64> = BTreeMap::new();
+                for payee in payees {
+                    let sum = credited.entry(payee.server).or_default();
+                    *sum = add(*sum, paid)?;
+                    entries.push(entry(
+                        payee.server,
+                        EntryKind::InferenceIncome,
+                        paid,
+                        Some(op.account),
+                    ));
+                }
+                let mut updates = Vec::with_capacity(credited.len());
+                for (server, amount) in credited {
+                    if server == op.account {
+                        from.balance = add(from.balance, amount)?;
+                    } else {
+                        let mut account = self.account(&server);
+                        account.balance = add(account.balance, amount)?;
+                        updates.push((server, account));
+                    }
+                }
+                for (server, account) in updates {
+                    touched.push(server);
+                    self.put_account(server, account, None);
+                }
+                burned = add(burned, total - paid * count)?;
+                entries.push(entry(
+                    op.account,
+                    EntryKind::Burn,
+                    total - paid * count,
+                    None,
+                ));
             }
             Action::Register { stage } => {
                 if from.stake < self.rules.min_stake {

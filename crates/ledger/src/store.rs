@@ -15,7 +15,7 @@ use std::path::Path;
 use neuroshard_proof::{Hash32, NodeId, SignedProof, VerifiedProof};
 use rusqlite::{Connection, OptionalExtension, params};
 
-use crate::ops::{Action, SignedOp, VerifiedOp, VerifiedSlash};
+use crate::ops::{Action, VerifiedOp, VerifiedSlash};
 use crate::rules::{LedgerGenesis, Rules};
 use crate::state::{
     Account, Changes, EntryKind, LedgerError, LedgerState, Outcome, Record, Restored,
@@ -547,9 +547,9 @@ fn load(conn: &Connection) -> Result<LedgerState, StoreError> {
     let mut stmt = conn.prepare("SELECT wire FROM ops")?;
     let wires = stmt.query_map([], |r| r.get::<_, Vec<u8>>(0))?;
     for wire in wires {
-        let op = SignedOp::from_bytes(&wire?)
-            .and_then(|s| s.verify())
-            .map_err(|e| StoreError::Corrupt(format!("stored op: {e}")))?;
+        let op = *crate::inference::decode_op(&wire?)
+            .map_err(|e| StoreError::Corrupt(format!("stored op: {e}")))?
+            .op();
         if let Action::Register { stage } = op.action {
             registrations.entry(op.account).or_default().insert(stage);
         }
@@ -585,7 +585,7 @@ fn keyed_blobs(conn: &Connection, sql: &str) -> Result<Vec<(NodeId, u64, Vec<u8>
 }
 
 /// History kinds as stored, for callers that want to filter.
-pub fn entry_kind_names() -> [&'static str; 8] {
+pub fn entry_kind_names() -> [&'static str; 10] {
     [
         EntryKind::Reward,
         EntryKind::TransferOut,
@@ -595,6 +595,8 @@ pub fn entry_kind_names() -> [&'static str; 8] {
         EntryKind::Unstake,
         EntryKind::Slashed,
         EntryKind::SlashReward,
+        EntryKind::InferenceFee,
+        EntryKind::InferenceIncome,
     ]
     .map(EntryKind::as_str)
 }

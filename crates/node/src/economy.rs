@@ -182,7 +182,7 @@ pub enum LedgerWrite {
         wire: Vec<u8>,
     },
     /// A verified account op (its wire bytes are inside).
-    Op(VerifiedOp),
+    Op(Box<VerifiedOp>),
 }
 
 /// What a node's ledger held when it started: the state and the wire bytes of its proofs and
@@ -252,7 +252,7 @@ impl LedgerStore {
                 self.ledger.apply_proof_wire(proof, wire)?;
             }
             LedgerWrite::Op(op) => {
-                self.ledger.apply_op(op.clone())?;
+                self.ledger.apply_op((**op).clone())?;
             }
         }
         Ok(())

@@ -312,12 +312,20 @@ pub fn validate_gossip(topic: &str, author: &NodeId, data: &[u8]) -> Validation 
         }
         // Signed by the account it debits, published by that account (relays come by
         // anti-entropy); the economy checks the rest.
+        // A settlement of paid inference is published by the entry node the payer named.
         Some(Topic::Ops) => {
-            return match neuroshard_ledger::SignedOp::from_bytes(data)
-                .map_err(|e| e.to_string())
-                .and_then(|s| neuroshard_ledger::verify_op(&s).map_err(|e| e.to_string()))
-            {
-                Ok(op) if op.op().account == *author => Validation::Accept,
+            return match neuroshard_ledger::decode_op(data) {
+                Ok(op) if op.op().account == *author && op.payees().is_empty() => {
+                    Validation::Accept
+                }
+                Ok(op) => match op.op().action {
+                    neuroshard_ledger::Action::PayInference { entry, .. }
+                        if entry == *author && !op.payees().is_empty() =>
+                    {
+                        Validation::Accept
+                    }
+                    _ => Validation::Reject,
+                },
                 _ => Validation::Reject,
             };
         }

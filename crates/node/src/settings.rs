@@ -88,6 +88,12 @@ pub struct NodeSettings {
     /// none: no API.
     #[serde(default)]
     pub http: Option<String>,
+    /// Serve only completions that carry a payment.
+    #[serde(default)]
+    pub paid_only: bool,
+    /// Least fee per stage (NEURO units) a paid completion must offer.
+    #[serde(default)]
+    pub min_fee_per_stage: u64,
 }
 
 /// DiLoCo and economy settings (defaults follow the DiLoCo paper where it has one).
@@ -246,6 +252,8 @@ pub(crate) mod tests {
             network: None,
             stake_for: Vec::new(),
             http: None,
+            paid_only: false,
+            min_fee_per_stage: 0,
         }
     }
 

@@ -86,6 +86,8 @@ pub fn settings(model: ModelConfig, stages: usize, wait_replicas: usize) -> Node
         network: None,
         stake_for: Vec::new(),
         http: None,
+        paid_only: false,
+        min_fee_per_stage: 0,
     }
 }
 

@@ -76,6 +76,7 @@ fn request(max_tokens: usize) -> (Completion, Sampling) {
         max_tokens,
         sample,
         stop_token: None,
+        payment: None,
     };
     (c, sample.sampling())
 }

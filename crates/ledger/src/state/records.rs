@@ -30,6 +30,8 @@ pub enum EntryKind {
     Unstake,
     Slashed,
     SlashReward,
+    InferenceFee,
+    InferenceIncome,
 }
 
 impl EntryKind {
@@ -43,6 +45,8 @@ impl EntryKind {
             EntryKind::Unstake => "unstake",
             EntryKind::Slashed => "slashed",
             EntryKind::SlashReward => "slash_reward",
+            EntryKind::InferenceFee => "inference_fee",
+            EntryKind::InferenceIncome => "inference_income",
         }
     }
 }

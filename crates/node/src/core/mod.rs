@@ -13,6 +13,7 @@ mod gossip;
 mod io;
 mod rounds;
 mod serve;
+mod serve_pay;
 mod serve_replica;
 #[cfg(test)]
 mod serve_tests;
@@ -113,6 +114,11 @@ enum Pending {
     Infer {
         stream: u64,
         hop: u64,
+    },
+    /// A receipt asked of `from` for our paid stream.
+    Receipt {
+        stream: u64,
+        from: NodeId,
     },
 }
 
@@ -224,7 +230,14 @@ impl NodeCore {
             last_now: start,
             unregistered: VecDeque::new(),
             asked: HashMap::new(),
-            serve: serve::ServeState::new(crate::serve::ServeLimits::default(), start),
+            serve: serve::ServeState::new(
+                crate::serve::ServeLimits {
+                    paid_only: s.paid_only,
+                    min_fee_per_stage: s.min_fee_per_stage,
+                    ..Default::default()
+                },
+                start,
+            ),
         }
     }
 
@@ -664,6 +677,13 @@ impl NodeCore {
                         .map_err(|e| format!("bad answer: {e}"))
                 });
                 self.on_hop_answer(stream, hop, answer, now);
+            }
+            Some(Pending::Receipt { stream, from }) => {
+                let answer = result.map_err(|e| e.0).and_then(|bytes| {
+                    crate::serve::InferReply::from_canonical_bytes(&bytes)
+                        .map_err(|e| format!("bad answer: {e}"))
+                });
+                self.on_receipt(stream, from, answer, now);
             }
             // A late answer to something we gave up on.
             None => {}

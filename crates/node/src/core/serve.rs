@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use neuroshard_proof::{Canonical, NodeId};
 
+use super::serve_pay::{Paid, Settling};
 use super::{NodeCore, Pending, Token, Transmit};
 use crate::serve::engine::{StepJob, StreamKey};
 use crate::serve::{
@@ -60,6 +61,7 @@ struct Stream {
     positions: Vec<u32>,
     holders: Vec<Option<NodeId>>,
     hop: Option<Hop>,
+    paid: Option<Paid>,
 }
 
 /// Serving state of one core.
@@ -75,6 +77,10 @@ pub(super) struct ServeState {
     /// The engine job in flight and, per step, where its answer goes and the end position.
     pub(super) running: Option<(Token, Vec<Admitted>)>,
     pub(super) next_sweep: Instant,
+    /// Paid streams that ended, waiting for receipts.
+    pub(super) settling: BTreeMap<u64, Settling>,
+    /// Payers with a paid stream open or settling here.
+    pub(super) paying: BTreeSet<NodeId>,
 }
 
 impl ServeState {
@@ -90,12 +96,15 @@ impl ServeState {
             evict: Vec::new(),
             running: None,
             next_sweep: start + sweep_every(limits),
+            settling: BTreeMap::new(),
+            paying: BTreeSet::new(),
         }
     }
 
     pub(super) fn next_deadline(&self) -> Option<Instant> {
         let hops = self.streams.values().filter_map(|s| s.hop.as_ref());
         hops.map(|h| h.deadline)
+            .chain(self.settling.values().map(Settling::deadline))
             .chain((!self.cached.is_empty()).then_some(self.next_sweep))
             .min()
     }
@@ -130,6 +139,12 @@ impl NodeCore {
         if self.serve.streams.len() >= self.serve.limits.max_streams {
             return Err(OpenError::Full(self.serve.streams.len()));
         }
+        let paid = self
+            .check_payment(req.payment.as_deref(), now)
+            .map_err(OpenError::Payment)?;
+        if let Some(p) = &paid {
+            self.serve.paying.insert(p.payer);
+        }
         let id = self.serve.next_stream;
         self.serve.next_stream += 1;
         let stages = self.stages;
@@ -148,6 +163,7 @@ impl NodeCore {
                 positions: vec![0; stages],
                 holders: vec![None; stages],
                 hop: None,
+                paid,
             },
         );
         self.start_hop(id, 0, Chunk::Tokens(req.prompt), now);
@@ -403,7 +419,21 @@ impl NodeCore {
         let Some(s) = self.serve.streams.remove(&id) else {
             return;
         };
-        for holder in s.holders.iter().flatten().collect::<BTreeSet<_>>() {
+        if let Some(paid) = s.paid {
+            let holders = s.holders.iter().enumerate();
+            let holders = holders.filter_map(|(st, h)| h.map(|h| (st, h))).collect();
+            self.start_settling(id, paid, holders, now);
+        } else {
+            self.close_holders(id, &s.holders, now);
+        }
+        self.serve.events.push_back(match how {
+            Ok(reason) => ServeEvent::Finished { stream: id, reason },
+            Err(error) => ServeEvent::Failed { stream: id, error },
+        });
+    }
+
+    fn close_holders(&mut self, id: u64, holders: &[Option<NodeId>], now: Instant) {
+        for holder in holders.iter().flatten().collect::<BTreeSet<_>>() {
             let msg = InferMsg::Close { stream: id };
             if *holder == self.me {
                 self.accept_infer(self.me, Reply::Local { stream: id, hop: 0 }, msg, now);
@@ -418,10 +448,6 @@ impl NodeCore {
                 });
             }
         }
-        self.serve.events.push_back(match how {
-            Ok(reason) => ServeEvent::Finished { stream: id, reason },
-            Err(error) => ServeEvent::Failed { stream: id, error },
-        });
     }
 
     /// A peer is gone: hops waiting on it fail over now.
@@ -449,6 +475,7 @@ impl NodeCore {
         for id in late {
             self.fail_over(id, now);
         }
+        self.settle_due(now);
         if now >= self.serve.next_sweep {
             let idle = self.serve.limits.idle;
             self.serve.next_sweep = now + sweep_every(self.serve.limits);
@@ -481,5 +508,6 @@ fn reply_kind(r: &InferReply) -> &'static str {
         InferReply::Closed => "closed",
         InferReply::Busy => "busy",
         InferReply::Rejected(_) => "rejected",
+        InferReply::Receipt(_) => "receipt",
     }
 }

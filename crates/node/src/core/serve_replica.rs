@@ -56,6 +56,13 @@ impl NodeCore {
         }
     }
 
+    fn drop_stream_cache(&mut self, from: NodeId, stream: u64) {
+        if self.serve.cached.remove(&(from, stream)).is_some() {
+            self.serve.evict.push((from, stream));
+            self.dispatch_infer();
+        }
+    }
+
     /// Admits a step (the answer comes when the engine ran it: `None` here) or answers at
     /// once. `from` is the stream's coordinator: streams are keyed by it, so a peer reaches
     /// only its own.
@@ -68,11 +75,13 @@ impl NodeCore {
     ) -> Option<InferReply> {
         let (stream, pos, chunks, sample) = match msg {
             InferMsg::Close { stream } => {
-                if self.serve.cached.remove(&(from, stream)).is_some() {
-                    self.serve.evict.push((from, stream));
-                    self.dispatch_infer();
-                }
+                self.drop_stream_cache(from, stream);
                 return Some(InferReply::Closed);
+            }
+            InferMsg::Settle { stream, request } => {
+                let receipt = self.sign_receipt(from, stream, request);
+                self.drop_stream_cache(from, stream);
+                return Some(receipt);
             }
             InferMsg::Step {
                 stream,

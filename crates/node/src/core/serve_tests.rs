@@ -251,6 +251,7 @@ fn answers_that_do_not_answer_the_hop_move_the_stream_to_another_replica() {
                 max_tokens: 3,
                 sample: sample(),
                 stop_token: None,
+                payment: None,
             },
             now,
         )
@@ -317,4 +318,45 @@ fn answers_that_do_not_answer_the_hop_move_the_stream_to_another_replica() {
         })
     );
     assert_eq!(core.stream_holders(id).unwrap()[1], Some(second));
+}
+
+#[test]
+fn a_replica_signs_a_receipt_only_for_positions_it_holds_for_that_coordinator() {
+    use neuroshard_ledger::ServeReceipt;
+    use neuroshard_proof::Signed;
+    let now = Instant::now();
+    let (mut core, mut engine) = replica(now);
+    let (a, b) = (test_identity(1).node_id(), test_identity(2).node_id());
+    let settle = |stream| InferMsg::Settle {
+        stream,
+        request: [4; 32],
+    };
+    // Nothing served yet: no receipt to collect for an idle stream.
+    let r = ask(&mut core, &mut engine, a, settle(7), now);
+    assert!(matches!(r, InferReply::Rejected(_)), "{r:?}");
+    assert!(matches!(
+        ask(&mut core, &mut engine, a, step(7, 0, 2), now),
+        InferReply::Token { .. }
+    ));
+    // B cannot collect a receipt for A's stream (to the replica it is B's own, unknown one).
+    let r = ask(&mut core, &mut engine, b, settle(7), now);
+    assert!(matches!(r, InferReply::Rejected(_)), "{r:?}");
+    let InferReply::Receipt(wire) = ask(&mut core, &mut engine, a, settle(7), now) else {
+        panic!("the coordinator gets a receipt");
+    };
+    let envelope = Signed::<ServeReceipt>::from_bytes(&wire).unwrap();
+    let receipt = envelope.verify().unwrap();
+    assert_eq!(envelope.signer().node_id(), core.node_id());
+    assert_eq!(
+        (
+            receipt.entry,
+            receipt.stage,
+            receipt.positions,
+            receipt.request
+        ),
+        (a, 1, 2, [4; 32])
+    );
+    // Settling closed the stream: a second receipt for it is refused.
+    let r = ask(&mut core, &mut engine, a, settle(7), now);
+    assert!(matches!(r, InferReply::Rejected(_)), "{r:?}");
 }

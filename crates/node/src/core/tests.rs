@@ -60,6 +60,8 @@ fn settings() -> NodeSettings {
         network: None,
         stake_for: Vec::new(),
         http: None,
+        paid_only: false,
+        min_fee_per_stage: 0,
     }
 }
 

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 
-use neuroshard_ledger::{OP_MAX_CLOCK_SKEW_MS, Outcome, Record, SignedOp, VerifiedOp, verify_op};
+use neuroshard_ledger::{OP_MAX_CLOCK_SKEW_MS, Outcome, Record, VerifiedOp, decode_op};
 
 use super::{Economy, EconomyError, LedgerWrite, ProofOutcome, SyncSummary};
 
@@ -13,10 +13,7 @@ impl Economy {
     /// old (anti-entropy delivers history) but not from the future: its signed time decides
     /// when a stake unlocks, so a post-dated unstake would unlock early.
     pub fn on_op(&mut self, wire: &[u8], now_ms: u64) -> (ProofOutcome, SyncSummary) {
-        let verified = match SignedOp::from_bytes(wire)
-            .map_err(|e| e.to_string())
-            .and_then(|s| verify_op(&s).map_err(|e| e.to_string()))
-        {
+        let verified = match decode_op(wire).map_err(|e| e.to_string()) {
             Ok(v) => v,
             Err(reason) => return (ProofOutcome::Rejected(reason), SyncSummary::default()),
         };
@@ -49,11 +46,11 @@ impl Economy {
             Outcome::Duplicate => Ok(None),
             Outcome::Queued => {
                 // The store's state queues it too, so both apply the same sequence.
-                self.writes.push_back(LedgerWrite::Op(op));
+                self.writes.push_back(LedgerWrite::Op(Box::new(op)));
                 Ok(None)
             }
             Outcome::Applied(changes) => {
-                self.writes.push_back(LedgerWrite::Op(op));
+                self.writes.push_back(LedgerWrite::Op(Box::new(op)));
                 let mut accounts = BTreeSet::new();
                 for record in changes.records {
                     if let Record::Op {

@@ -40,6 +40,10 @@ pub struct ServeLimits {
     pub idle: Duration,
     /// A hop without an answer this long goes to another replica.
     pub hop_timeout: Duration,
+    /// Serve only paid requests.
+    pub paid_only: bool,
+    /// Least fee per stage a paid request must offer (NEURO units).
+    pub min_fee_per_stage: u64,
 }
 
 impl Default for ServeLimits {
@@ -51,6 +55,8 @@ impl Default for ServeLimits {
             queued: 256,
             idle: Duration::from_secs(60),
             hop_timeout: Duration::from_secs(10),
+            paid_only: false,
+            min_fee_per_stage: 0,
         }
     }
 }
@@ -63,6 +69,8 @@ pub struct Completion {
     pub sample: SampleSpec,
     /// Ends the stream without being emitted (the tokenizer's end of text).
     pub stop_token: Option<u32>,
+    /// The caller's signed `PayInference` op (wire bytes), if the request is paid.
+    pub payment: Option<Vec<u8>>,
 }
 
 /// Why a stream ended.
@@ -101,4 +109,7 @@ pub enum OpenError {
     Invalid(String),
     #[error("this node coordinates {0} streams already")]
     Full(usize),
+    /// The payment is missing (a paid-only node), malformed or not good for this node.
+    #[error("payment: {0}")]
+    Payment(String),
 }

@@ -14,6 +14,8 @@ pub const MAX_VALUES: usize = 1 << 24;
 /// Most chunks one step may replay (a new replica gets a stream's whole history at once).
 pub const MAX_CHUNKS: usize = 1 << 16;
 const MAX_REASON: usize = 1024;
+/// Largest signed receipt (fixed fields plus the envelope).
+const MAX_RECEIPT: usize = 512;
 
 /// How the last stage draws the next token. `draws` is the position of the stream's
 /// ChaCha8 generator (seeded with `seed`), so any replica continues the same sequence.
@@ -86,6 +88,9 @@ pub enum InferMsg {
     },
     /// The stream ended: drop its cache.
     Close { stream: u64 },
+    /// A paid stream ended: sign a receipt for the positions served of request `request`,
+    /// then drop the cache.
+    Settle { stream: u64, request: [u8; 32] },
 }
 
 /// A replica's answer.
@@ -114,6 +119,8 @@ pub enum InferReply {
     /// Too many streams or queued steps: try another replica.
     Busy,
     Rejected(String),
+    /// A signed [`neuroshard_ledger::ServeReceipt`] (answer to `Settle`).
+    Receipt(Vec<u8>),
 }
 
 fn put_u32s(w: &mut Writer, v: &[u32]) {
@@ -196,6 +203,11 @@ impl Canonical for InferMsg {
                 w.u8(2);
                 w.u64(*stream);
             }
+            InferMsg::Settle { stream, request } => {
+                w.u8(3);
+                w.u64(*stream);
+                w.fixed(request);
+            }
         }
     }
 
@@ -232,6 +244,10 @@ impl Canonical for InferMsg {
                 })
             }
             2 => Ok(InferMsg::Close { stream: r.u64()? }),
+            3 => Ok(InferMsg::Settle {
+                stream: r.u64()?,
+                request: r.array()?,
+            }),
             k => Err(invalid("inference message kind", k)),
         }
     }
@@ -271,6 +287,10 @@ impl Canonical for InferReply {
                 w.u8(6);
                 w.bytes(&why.as_bytes()[..why.len().min(MAX_REASON)]);
             }
+            InferReply::Receipt(bytes) => {
+                w.u8(7);
+                w.bytes(bytes);
+            }
         }
     }
 
@@ -296,6 +316,7 @@ impl Canonical for InferReply {
             6 => Ok(InferReply::Rejected(
                 String::from_utf8_lossy(r.bytes(MAX_REASON)?).into_owned(),
             )),
+            7 => Ok(InferReply::Receipt(r.bytes(MAX_RECEIPT)?.to_vec())),
             k => Err(invalid("inference reply kind", k)),
         }
     }
@@ -327,6 +348,10 @@ mod tests {
                 sample: Some(sample),
             },
             InferMsg::Close { stream: 3 },
+            InferMsg::Settle {
+                stream: 3,
+                request: [9; 32],
+            },
         ];
         let replies = vec![
             InferReply::Hidden {
@@ -344,6 +369,7 @@ mod tests {
             InferReply::Closed,
             InferReply::Busy,
             InferReply::Rejected("no".into()),
+            InferReply::Receipt(vec![1, 2, 3]),
         ];
         (msgs, replies)
     }
