@@ -104,7 +104,8 @@ impl ApiMetrics {
             Outcome::Overloaded,
             Outcome::Failed,
         ] {
-            requests.get_or_create(&labels(o));
+            // The guard is dropped at once: only the series' creation matters.
+            drop(requests.get_or_create(&labels(o)));
         }
         Self {
             registry,
