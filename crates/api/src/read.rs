@@ -7,7 +7,6 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use neuroshard_node::telemetry::Telemetry;
 use serde_json::json;
 
 use crate::ApiState;
@@ -35,18 +34,14 @@ fn unavailable(message: &str) -> Response {
     (StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response()
 }
 
-/// The telemetry, or a 503 saying why there is none.
-fn telemetry(state: &ApiState) -> Result<&Telemetry, Response> {
-    state
-        .telemetry
-        .as_ref()
-        .ok_or_else(|| unavailable("this server has no node telemetry"))
+/// The 503 of a server without a node behind it.
+fn no_telemetry() -> Response {
+    unavailable("this server has no node telemetry")
 }
 
 async fn status(State(state): State<ApiState>) -> Response {
-    let t = match telemetry(&state) {
-        Ok(t) => t,
-        Err(r) => return r,
+    let Some(t) = &state.telemetry else {
+        return no_telemetry();
     };
     match t.read(|f| f.status(now_ms())) {
         Some(s) => axum::Json(s).into_response(),
@@ -55,36 +50,32 @@ async fn status(State(state): State<ApiState>) -> Response {
 }
 
 async fn loss(State(state): State<ApiState>) -> Response {
-    let t = match telemetry(&state) {
-        Ok(t) => t,
-        Err(r) => return r,
+    let Some(t) = &state.telemetry else {
+        return no_telemetry();
     };
     let (train, validation) = t.read(|f| (f.train_loss(), f.validation_loss()));
     axum::Json(json!({"train": train, "validation": validation})).into_response()
 }
 
 async fn rounds(State(state): State<ApiState>) -> Response {
-    let t = match telemetry(&state) {
-        Ok(t) => t,
-        Err(r) => return r,
+    let Some(t) = &state.telemetry else {
+        return no_telemetry();
     };
     let rounds = t.read(|f| f.rounds());
     axum::Json(json!({ "rounds": rounds })).into_response()
 }
 
 async fn balances(State(state): State<ApiState>) -> Response {
-    let t = match telemetry(&state) {
-        Ok(t) => t,
-        Err(r) => return r,
+    let Some(t) = &state.telemetry else {
+        return no_telemetry();
     };
     let accounts = t.read(|f| f.accounts().to_vec());
     axum::Json(json!({ "accounts": accounts })).into_response()
 }
 
 async fn proofs(State(state): State<ApiState>) -> Response {
-    let t = match telemetry(&state) {
-        Ok(t) => t,
-        Err(r) => return r,
+    let Some(t) = &state.telemetry else {
+        return no_telemetry();
     };
     let proofs = t.read(|f| f.proofs(PROOFS_LISTED));
     axum::Json(json!({ "proofs": proofs })).into_response()
