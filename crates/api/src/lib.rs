@@ -1,8 +1,14 @@
 //! The HTTP API of a node: OpenAI-compatible `POST /v1/completions` (with `stream: true` as
 //! server-sent events) and `GET /v1/models`, over a [`ServeHandle`] on the node's serving
 //! path. Text lives here (tokenizing, detokenizing, stop strings); token ids cross into the
-//! node. Other read APIs (a dashboard's, metrics) can be merged beside [`router`].
+//! node.
+//!
+//! Beside it, read-only: the dashboard's JSON (`GET /api/status`, `/api/loss`, `/api/rounds`,
+//! `/api/balances`, `/api/proofs`, in [`read`]) from the node's [`Telemetry`], and Prometheus
+//! metrics at `GET /metrics` ([`metrics`]).
 
+pub mod metrics;
+pub mod read;
 mod text;
 
 use std::sync::Arc;
@@ -20,8 +26,10 @@ use neuroshard_data::GenesisTokenizer;
 use neuroshard_node::serve::{
     Completion, Finish, HandleError, OpenError, SampleSpec, ServeEvent, ServeHandle, StreamRx,
 };
+use neuroshard_node::telemetry::Telemetry;
 use serde_json::{Value, json};
 
+use metrics::{ApiMetrics, Outcome, Timing};
 pub use text::Detokenizer;
 
 /// The id clients name the model by.
@@ -39,6 +47,26 @@ const MAX_PAYMENT_HEX: usize = 1024;
 pub struct ApiState {
     pub handle: ServeHandle,
     pub tokenizer: Arc<GenesisTokenizer>,
+    /// The node's events folded for the read API and its metrics; without it (a bare
+    /// front end, tests) the read routes answer 503 and `/metrics` has the API's only.
+    pub telemetry: Option<Telemetry>,
+    pub metrics: Arc<ApiMetrics>,
+}
+
+impl ApiState {
+    pub fn new(handle: ServeHandle, tokenizer: Arc<GenesisTokenizer>) -> Self {
+        Self {
+            handle,
+            tokenizer,
+            telemetry: None,
+            metrics: Arc::new(ApiMetrics::new()),
+        }
+    }
+
+    pub fn with_telemetry(mut self, telemetry: Telemetry) -> Self {
+        self.telemetry = Some(telemetry);
+        self
+    }
 }
 
 /// The API's routes.
@@ -46,6 +74,8 @@ pub fn router(state: ApiState) -> Router {
     Router::new()
         .route("/v1/models", get(models))
         .route("/v1/completions", post(completions))
+        .route("/metrics", get(metrics::metrics))
+        .merge(read::routes())
         .with_state(state)
 }
 
@@ -289,45 +319,76 @@ fn chunk(id: &str, created: u64, text: &str, finish: Option<&str>) -> Value {
     })
 }
 
-/// The next piece of text, and the finish reason once the stream ended.
-async fn next_piece(
-    rx: &mut StreamRx,
-    detok: &mut Detokenizer,
-) -> Result<(String, Option<&'static str>), String> {
-    match rx.events.recv().await {
-        Some(ServeEvent::Token { token, .. }) => {
-            let (text, stopped) = detok.push(token);
-            Ok((text, stopped.then_some("stop")))
+/// One stream's receiving end: its events, text and timing.
+struct Receiving {
+    rx: StreamRx,
+    detok: Detokenizer,
+    timing: Timing,
+    metrics: Arc<ApiMetrics>,
+}
+
+impl Receiving {
+    /// The next piece of text, and the finish reason once the stream ended.
+    async fn next_piece(&mut self) -> Result<(String, Option<&'static str>), String> {
+        let piece = match self.rx.events.recv().await {
+            Some(ServeEvent::Token { token, .. }) => {
+                self.timing.token(&self.metrics);
+                let (text, stopped) = self.detok.push(token);
+                Ok((text, stopped.then_some("stop")))
+            }
+            Some(ServeEvent::Finished { reason, .. }) => {
+                Ok((self.detok.finish(), Some(finish_name(reason))))
+            }
+            Some(ServeEvent::Failed { error, .. }) => Err(error),
+            None => Err("the node dropped the stream".into()),
+        };
+        match &piece {
+            Ok((_, Some(_))) => self.timing.finish(&self.metrics, true),
+            Err(_) => self.timing.finish(&self.metrics, false),
+            Ok((_, None)) => {}
         }
-        Some(ServeEvent::Finished { reason, .. }) => {
-            Ok((detok.finish(), Some(finish_name(reason))))
-        }
-        Some(ServeEvent::Failed { error, .. }) => Err(error),
-        None => Err("the node dropped the stream".into()),
+        piece
     }
 }
 
 async fn completions(State(state): State<ApiState>, body: Bytes) -> Response {
+    let timing = Timing::start();
     let parsed = match parse(&body, &state.tokenizer) {
         Ok(p) => p,
-        Err(e) => return e.into_response(),
+        Err(e) => {
+            state.metrics.request(Outcome::Invalid);
+            return e.into_response();
+        }
     };
     let prompt_tokens = parsed.completion.prompt.len();
-    let mut rx = match state.handle.open(parsed.completion).await {
+    let rx = match state.handle.open(parsed.completion).await {
         Ok(rx) => rx,
-        Err(e) => return open_error(e).into_response(),
+        Err(e) => {
+            state.metrics.request(match &e {
+                HandleError::Open(OpenError::Invalid(_)) => Outcome::Invalid,
+                HandleError::Open(OpenError::Full(_)) | HandleError::Queue => Outcome::Overloaded,
+                HandleError::Stopped => Outcome::Failed,
+            });
+            return open_error(e).into_response();
+        }
     };
+    state.metrics.opened(prompt_tokens);
     let id = format!("cmpl-{}", rx.id);
     let created = unix_now();
-    let mut detok = Detokenizer::new(state.tokenizer.clone(), parsed.stops);
+    let mut recv = Receiving {
+        rx,
+        detok: Detokenizer::new(state.tokenizer.clone(), parsed.stops),
+        timing,
+        metrics: state.metrics.clone(),
+    };
     if parsed.stream {
         // State: the stream while it runs, then one `[DONE]` event, then the end.
-        let stream = futures::stream::unfold(Some((rx, detok)), move |state| {
+        let stream = futures::stream::unfold(Some(recv), move |state| {
             let id = id.clone();
             async move {
-                let (mut rx, mut detok) = state?;
+                let mut recv = state?;
                 let done = || Event::default().data("[DONE]");
-                let ev = match next_piece(&mut rx, &mut detok).await {
+                let ev = match recv.next_piece().await {
                     Ok((text, None)) => chunk(&id, created, &text, None),
                     Ok((text, Some(f))) => {
                         let last =
@@ -344,7 +405,7 @@ async fn completions(State(state): State<ApiState>, body: Bytes) -> Response {
                 let ev = Event::default().data(ev.to_string());
                 // An empty second item keeps one item type for the flattened stream.
                 let one = futures::stream::iter([Ok(ev), Err(())]);
-                Some((one, Some((rx, detok))))
+                Some((one, Some(recv)))
             }
         })
         .flatten()
@@ -355,12 +416,12 @@ async fn completions(State(state): State<ApiState>, body: Bytes) -> Response {
     }
     let mut text = String::new();
     loop {
-        match next_piece(&mut rx, &mut detok).await {
+        match recv.next_piece().await {
             Ok((piece, finish)) => {
                 text.push_str(&piece);
                 if let Some(f) = finish {
                     let mut body = chunk(&id, created, &text, Some(f));
-                    let completion_tokens = detok.tokens();
+                    let completion_tokens = recv.detok.tokens();
                     body["usage"] = json!({
                         "prompt_tokens": prompt_tokens,
                         "completion_tokens": completion_tokens,

@@ -61,7 +61,7 @@ fn state(full: bool) -> ApiState {
             let _ = answer.send(Ok((stream, events)));
         }
     });
-    ApiState { handle, tokenizer }
+    ApiState::new(handle, tokenizer)
 }
 
 async fn post(state: ApiState, body: impl Into<Body>) -> (StatusCode, String) {

@@ -246,12 +246,13 @@ async fn run_node(mut settings: NodeSettings) -> Result<()> {
     // The bound address (port 0 picks one) goes out in the node's `ready` event.
     let bound = listener.local_addr()?;
     settings.http = Some(bound.to_string());
-    let state = neuroshard_api::ApiState {
-        handle,
-        tokenizer: std::sync::Arc::new(genesis.tokenizer().clone()),
-    };
+    let telemetry = neuroshard_node::telemetry::Telemetry::new();
+    let state =
+        neuroshard_api::ApiState::new(handle, std::sync::Arc::new(genesis.tokenizer().clone()))
+            .with_telemetry(telemetry.clone());
     let api = tokio::spawn(neuroshard_api::serve(listener, state));
-    let result = neuroshard_node::runtime::run_serving(settings, Some(commands)).await;
+    let result =
+        neuroshard_node::runtime::run_serving(settings, Some(commands), Some(telemetry)).await;
     api.abort();
     Ok(result?)
 }

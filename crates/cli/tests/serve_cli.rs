@@ -1,7 +1,7 @@
 //! Serving end to end: `neuroshard swarm --serve` of 3 stages on 127.0.0.1 prints node 0's
 //! API URL, keeps serving after training, and a plain HTTP client gets completions (the same
 //! for the same seed), a server-sent event stream ending in `[DONE]`, and a 404 for an unknown
-//! model.
+//! model; `/api/status` lists the swarm's three nodes and `promtool` accepts `/metrics`.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -16,15 +16,64 @@ use serde_json::{Value, json};
 
 fn post(addr: &str, body: &Value) -> (u16, String) {
     let body = body.to_string();
+    request(
+        addr,
+        &format!(
+            "POST /v1/completions HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        ),
+    )
+}
+
+fn get(addr: &str, path: &str) -> (u16, String) {
+    request(
+        addr,
+        &format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"),
+    )
+}
+
+/// Whether `promtool check metrics` accepts `text`; none when promtool is missing outside CI.
+fn promtool_accepts(text: &str) -> Option<Result<(), String>> {
+    let child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn();
+    let mut child = match child {
+        Ok(c) => c,
+        Err(e) => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "promtool is needed under CI (apt-get install prometheus): {e}"
+            );
+            eprintln!("promtool not found ({e}): the /metrics check is skipped");
+            return None;
+        }
+    };
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    Some(if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    })
+}
+
+fn request(addr: &str, raw: &str) -> (u16, String) {
     let mut c = TcpStream::connect(addr).expect("the API listens");
     c.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
-    write!(
-        c,
-        "POST /v1/completions HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
+    c.write_all(raw.as_bytes()).unwrap();
     let mut resp = String::new();
     c.read_to_string(&mut resp).unwrap();
     let status = resp[9..12].parse().expect("a status line");
@@ -82,6 +131,25 @@ fn a_swarm_serves_completions_to_an_http_client_after_training() {
         serving = line.contains("training done");
     }
     let addr = addr.expect("the API's URL was printed");
+    let (status, body) = get(&addr, "/api/status");
+    assert_eq!(status, 200, "{body}");
+    let s: Value = serde_json::from_str(&body).unwrap();
+    let nodes = s["nodes"].as_array().expect("a node list");
+    let mut ids: Vec<&str> = nodes.iter().filter_map(|n| n["node"].as_str()).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), 3, "every node of the swarm, once: {s}");
+    let mut stages: Vec<u64> = nodes.iter().filter_map(|n| n["stage"].as_u64()).collect();
+    stages.sort_unstable();
+    assert_eq!(stages, [0, 1, 2], "{s}");
+    assert_eq!(nodes.iter().filter(|n| n["self"] == true).count(), 1, "{s}");
+    assert_eq!(s["stages"], 3, "{s}");
+    let (status, metrics) = get(&addr, "/metrics");
+    assert_eq!(status, 200, "{metrics}");
+    assert!(metrics.contains("neuroshard_peers "), "{metrics}");
+    if let Some(verdict) = promtool_accepts(&metrics) {
+        verdict.unwrap_or_else(|e| panic!("promtool check metrics: {e}\n{metrics}"));
+    }
     let req = json!({"prompt": "The ", "max_tokens": 8, "seed": 5, "temperature": 0.9});
     let (status, first) = post(&addr, &req);
     assert_eq!(status, 200, "{first}");

@@ -166,12 +166,18 @@ pub enum NodeEvent {
     Proof {
         bytes: usize,
         balance: u64,
+        /// What the proof earned (the balance it added).
+        #[serde(default)]
+        reward: Option<u64>,
         time_ms: u64,
     },
     /// A peer's proof was applied to the ledger.
     Ledger {
         applied: String,
         reward: u64,
+        /// The proof's kind (`training`, `inference`, `uptime`, `verification`).
+        #[serde(default)]
+        kind: Option<String>,
         state_hash: String,
         time_ms: u64,
     },

@@ -22,6 +22,7 @@ pub mod serve;
 pub mod settings;
 pub mod startup;
 pub mod sync;
+pub mod telemetry;
 pub mod wire;
 
 use std::path::{Path, PathBuf};

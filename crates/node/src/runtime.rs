@@ -26,6 +26,7 @@ use crate::events::{EVENTS_VERSION, NodeEvent};
 use crate::records::{Role, Topic, validate_gossip, validate_record};
 use crate::serve::{ServeCmd, ServeEvent};
 use crate::settings::NodeSettings;
+use crate::telemetry::Telemetry;
 
 const CHECKPOINT_DIR: &str = "checkpoint";
 
@@ -62,6 +63,10 @@ struct Driver {
     stopping: Option<Token>,
     /// Where each stream's tokens go (the front end's receiver).
     streams: HashMap<u64, mpsc::UnboundedSender<ServeEvent>>,
+    /// What the read API serves, when the node has one.
+    telemetry: Option<Telemetry>,
+    /// Engine jobs sent and not yet answered (a metric).
+    engine_pending: usize,
 }
 
 /// The next serving command, or never when the node serves no front end.
@@ -75,13 +80,15 @@ async fn next_cmd(serve: &mut Option<mpsc::Receiver<ServeCmd>>) -> Option<ServeC
 /// Runs a node until Ctrl-C or SIGTERM; then it announces its departure, checkpoints its
 /// stage and exits.
 pub async fn run(settings: NodeSettings) -> Result<(), NodeError> {
-    run_serving(settings, None).await
+    run_serving(settings, None, None).await
 }
 
-/// Runs a node that also serves the streams its handle's front end opens.
+/// Runs a node that also serves the streams its handle's front end opens, and folds its
+/// events into `telemetry` for a read API.
 pub async fn run_serving(
     mut settings: NodeSettings,
     mut serve: Option<mpsc::Receiver<ServeCmd>>,
+    telemetry: Option<Telemetry>,
 ) -> Result<(), NodeError> {
     std::fs::create_dir_all(&settings.data_dir)
         .map_err(|e| NodeError::io(&settings.data_dir, e))?;
@@ -134,7 +141,7 @@ pub async fn run_serving(
         .start_providing(crate::records::stage_key(&network, s.stage))
         .await;
     let role = Role::of(s.stage, settings.stages);
-    emit(&NodeEvent::Ready {
+    let ready = NodeEvent::Ready {
         version: EVENTS_VERSION,
         node: identity.node_id().to_string(),
         network: hex::encode(network),
@@ -149,7 +156,11 @@ pub async fn run_serving(
         joined_round: s.joined.map(|(r, _)| r),
         join_ms: s.joined.map(|(_, t)| t.as_secs_f64() * 1e3),
         time_ms: now_ms(),
-    });
+    };
+    emit(&ready);
+    if let Some(t) = &telemetry {
+        t.record(&ready);
+    }
 
     if let Some(http) = &settings.http {
         emit(&NodeEvent::Serving {
@@ -203,6 +214,8 @@ pub async fn run_serving(
         done_tx,
         stopping: None,
         streams: HashMap::new(),
+        telemetry,
+        engine_pending: 0,
     };
     if let Some(h) = s.hint {
         core.hint_theta(h.node, h.round, h.theta);
@@ -223,6 +236,7 @@ pub async fn run_serving(
                 None => break Err(NodeError::Config("network task stopped".into())),
             },
             Some((token, out)) = engine_rx.recv() => {
+                driver.engine_pending = driver.engine_pending.saturating_sub(1);
                 let saved = matches!(out, EngineOutput::Saved(_));
                 core.handle_engine_done(token, out, Instant::now());
                 if saved && driver.stopping == Some(token) {
@@ -312,6 +326,8 @@ impl Driver {
         while let Some(job) = core.poll_engine_job() {
             if self.engine.send(job).is_err() {
                 tracing::error!("the engine thread stopped");
+            } else {
+                self.engine_pending += 1;
             }
         }
         while let Some(w) = core.poll_ledger_write() {
@@ -335,6 +351,7 @@ impl Driver {
                 core.cancel_stream(id, Instant::now());
             }
         }
+        let mut changed = false;
         while let Some(mut ev) = core.poll_event() {
             // What only the driver knows: the transport's counters and the engine's busy time.
             match &mut ev {
@@ -343,6 +360,23 @@ impl Driver {
                 _ => {}
             }
             emit(&ev);
+            if let Some(t) = &self.telemetry {
+                t.record(&ev);
+                changed |= matches!(
+                    ev,
+                    NodeEvent::Stats { .. }
+                        | NodeEvent::Proof { .. }
+                        | NodeEvent::Ledger { .. }
+                        | NodeEvent::LedgerSync { .. }
+                );
+            }
+        }
+        if let Some(t) = &self.telemetry {
+            t.metrics().set_engine_queue(self.engine_pending);
+            // Peers and accounts change with heartbeats and proofs: copied then, not per loop.
+            if changed {
+                t.snapshot(core.telemetry_snapshot());
+            }
         }
     }
 

@@ -172,15 +172,18 @@ impl NodeCore {
     /// stage and its neighbours, and reaches the rest by anti-entropy: a proof gossiped to
     /// everyone would cost every node a message per proof of the whole network.
     pub(super) fn poll_proof(&mut self, now: Instant) {
+        let before = self.economy.own_balance();
         let Some(result) = self.economy.poll_proof(self.unix_ms(now)) else {
             return;
         };
         match result {
             Ok(wire) => {
                 let time_ms = self.unix_ms(now);
+                let balance = self.economy.own_balance();
                 self.events.push_back(NodeEvent::Proof {
                     bytes: wire.len(),
-                    balance: self.economy.own_balance(),
+                    balance,
+                    reward: Some(balance.saturating_sub(before)),
                     time_ms,
                 });
                 self.transmits.push_back(Transmit::Publish {
@@ -195,7 +198,8 @@ impl NodeCore {
     pub(super) fn on_proof_gossip(&mut self, from: NodeId, data: &[u8], now: Instant) {
         let time_ms = self.unix_ms(now);
         // Only provers publish proofs; a relayed one comes by anti-entropy.
-        let signer = neuroshard_proof::SignedProof::from_bytes(data).map(|p| p.signer().node_id());
+        let signed = neuroshard_proof::SignedProof::from_bytes(data);
+        let signer = signed.as_ref().map(|p| p.signer().node_id());
         let outcome = match signer {
             Ok(signer) if signer == from => self.economy.on_proof(data, time_ms),
             Ok(_) => {
@@ -207,6 +211,12 @@ impl NodeCore {
             ProofOutcome::Applied { node, reward } => self.events.push_back(NodeEvent::Ledger {
                 applied: node.to_string(),
                 reward,
+                // Applied, so its payload decodes.
+                kind: signed.ok().and_then(|s| {
+                    neuroshard_proof::Proof::from_canonical_bytes(s.payload_bytes())
+                        .ok()
+                        .map(|p| proof_kind_name(p.kind).to_string())
+                }),
                 state_hash: hex::encode(self.economy.state_hash()),
                 time_ms,
             }),
@@ -270,6 +280,7 @@ impl NodeCore {
         self.events.push_back(NodeEvent::Ledger {
             applied: "parked proofs".into(),
             reward: 0,
+            kind: None,
             state_hash: hex::encode(self.economy.state_hash()),
             time_ms,
         });
@@ -308,5 +319,65 @@ impl NodeCore {
         }
         // An offer may make us follow a round; a Done may show we are behind.
         self.poll_rounds(now);
+    }
+}
+
+impl NodeCore {
+    /// What the read API needs of the core beyond its events: the live peer table, the
+    /// ledger's registrations (how stages this node does not hear are known) and the
+    /// richest accounts.
+    pub fn telemetry_snapshot(&self) -> crate::telemetry::CoreSnapshot {
+        use crate::telemetry::{AccountView, CoreSnapshot, MAX_ACCOUNTS, MAX_NODES, SeenPeer};
+        let peers = self
+            .pipeline
+            .peers
+            .live_peers()
+            .filter_map(|id| {
+                let p = self.pipeline.peers.get(&id)?;
+                Some(SeenPeer {
+                    node: id.0,
+                    stage: p.stage,
+                    last_seen_ms: self.unix_ms(p.last_seen),
+                })
+            })
+            .collect();
+        let ledger = self.economy.ledger();
+        let registered = (0..self.stages)
+            .filter_map(|s| u16::try_from(s).ok())
+            .flat_map(|s| ledger.registered(s).map(move |n| (n.0, usize::from(s))))
+            .take(MAX_NODES)
+            .collect();
+        let mut accounts: Vec<AccountView> = ledger
+            .accounts()
+            .map(|(id, a)| AccountView {
+                node: hex::encode(id.0),
+                balance: a.balance,
+                stake: a.stake,
+            })
+            .collect();
+        if accounts.len() > MAX_ACCOUNTS {
+            accounts.select_nth_unstable_by(MAX_ACCOUNTS, |a, b| b.balance.cmp(&a.balance));
+            accounts.truncate(MAX_ACCOUNTS);
+        }
+        CoreSnapshot {
+            stages: self.stages,
+            step: self.pipeline.steps_done(),
+            sync_round: self.rounds.syncer.round(),
+            ledger: self.ledger_summary(),
+            peers,
+            registered,
+            accounts,
+        }
+    }
+}
+
+/// The name reports give a proof kind.
+pub(crate) fn proof_kind_name(kind: neuroshard_proof::ProofKind) -> &'static str {
+    use neuroshard_proof::ProofKind;
+    match kind {
+        ProofKind::Training => "training",
+        ProofKind::Inference => "inference",
+        ProofKind::Uptime => "uptime",
+        ProofKind::Verification => "verification",
     }
 }
