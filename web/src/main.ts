@@ -30,7 +30,7 @@ function renderStatus(st: Status): void {
   const idLink = (hex: string) => h('span', { title: hex }, short(hex, 12));
   fill('f-node', idLink(st.node));
   fill('f-network', idLink(st.network));
-  setText('f-stage', `${st.stage} of ${st.stages} · ${st.role}`);
+  setText('f-stage', `${st.stage} · ${st.role}`);
   setText('f-step', int(st.step));
   setText('f-round', int(st.sync_round));
   setText('f-proofs', int(st.ledger.proofs));
