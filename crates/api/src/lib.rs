@@ -3,6 +3,7 @@
 //! path. Text lives here (tokenizing, detokenizing, stop strings); token ids cross into the
 //! node. Other read APIs (a dashboard's, metrics) can be merged beside [`router`].
 
+mod dashboard;
 mod text;
 
 use std::sync::Arc;
@@ -44,6 +45,7 @@ pub fn router(state: ApiState) -> Router {
     Router::new()
         .route("/v1/models", get(models))
         .route("/v1/completions", post(completions))
+        .merge(dashboard::routes())
         .with_state(state)
 }
 
