@@ -1,7 +1,7 @@
 //! Serving end to end: `neuroshard swarm --serve` of 3 stages on 127.0.0.1 prints node 0's
 //! API URL, keeps serving after training, and a plain HTTP client gets completions (the same
 //! for the same seed), a server-sent event stream ending in `[DONE]`, and a 404 for an unknown
-//! model.
+//! model; its dashboard's URL is printed too, and `/` serves the page.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -33,6 +33,19 @@ fn post(addr: &str, body: &Value) -> (u16, String) {
         .map_or("", |(_, b)| b)
         .to_string();
     (status, body)
+}
+
+fn get(addr: &str, path: &str) -> String {
+    let mut c = TcpStream::connect(addr).expect("the API listens");
+    c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(
+        c,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut resp = String::new();
+    c.read_to_string(&mut resp).unwrap();
+    resp
 }
 
 #[test]
@@ -71,6 +84,7 @@ fn a_swarm_serves_completions_to_an_http_client_after_training() {
         }
     });
     let mut addr = None;
+    let mut dashboard = None;
     let mut serving = false;
     while !serving {
         let line = rx
@@ -79,9 +93,20 @@ fn a_swarm_serves_completions_to_an_http_client_after_training() {
         if let Some(rest) = line.split("API: http://").nth(1) {
             addr = rest.split('/').next().map(str::to_string);
         }
+        if let Some(rest) = line.split("dashboard: http://").nth(1) {
+            dashboard = rest.split('/').next().map(str::to_string);
+        }
         serving = line.contains("training done");
     }
     let addr = addr.expect("the API's URL was printed");
+    assert_eq!(
+        dashboard.as_deref(),
+        Some(addr.as_str()),
+        "the dashboard's URL"
+    );
+    let page = get(&addr, "/");
+    assert!(page.starts_with("HTTP/1.1 200"), "{page}");
+    assert!(page.contains("<title>NeuroShard node</title>"), "{page}");
     let req = json!({"prompt": "The ", "max_tokens": 8, "seed": 5, "temperature": 0.9});
     let (status, first) = post(&addr, &req);
     assert_eq!(status, 200, "{first}");
