@@ -45,7 +45,7 @@ pub fn router(state: ApiState) -> Router {
     Router::new()
         .route("/v1/models", get(models))
         .route("/v1/completions", post(completions))
-        .merge(dashboard::routes())
+        .merge(dashboard::routes::<ApiState>())
         .with_state(state)
 }
 

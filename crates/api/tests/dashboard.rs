@@ -32,10 +32,10 @@ async fn get(path: &str, etag: Option<&str>) -> (StatusCode, axum::http::HeaderM
     (status, headers, String::from_utf8(body.to_vec()).unwrap())
 }
 
-/// The value of the first `attr="..."` after `marker` in `html`.
-fn attr<'a>(html: &'a str, marker: &str, attr: &str) -> &'a str {
+/// The value of the first `name="..."` after `marker` in `html`.
+fn attr<'a>(html: &'a str, marker: &str, name: &str) -> &'a str {
     let tag = &html[html.find(marker).unwrap_or_else(|| panic!("no {marker}"))..];
-    let at = tag.find(&format!("{attr}=\"")).expect("the attribute") + attr.len() + 2;
+    let at = tag.find(&format!("{name}=\"")).expect("the attribute") + name.len() + 2;
     &tag[at..at + tag[at..].find('"').unwrap()]
 }
 
