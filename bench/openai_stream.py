@@ -6,6 +6,9 @@ Usage: python bench/openai_stream.py BASE_URL [--concurrency 1,8,32] [--max-toke
 First one streamed completion, printed as it arrives (the client check); then, for each
 concurrency level, that many streams at once: time to first token and tokens/s per stream
 (tokens after the first over the time after the first, one server-sent event per token), medians over the streams.
+
+With --soak SECONDS: --clients N clients each open streams one after another for that long;
+exits non-zero if any stream raised, ended without a finish reason or produced no token.
 """
 
 import argparse
@@ -61,7 +64,11 @@ def main():
     p.add_argument("--concurrency", default="1,8,32")
     p.add_argument("--max-tokens", type=int, default=32)
     p.add_argument("--prompt", default="The ")
+    p.add_argument("--soak", type=float, default=0.0)
+    p.add_argument("--clients", type=int, default=50)
     a = p.parse_args()
+    if a.soak > 0:
+        return soak(a)
     client = OpenAI(base_url=a.base_url, api_key="none", max_retries=0, timeout=600)
     print("models:", [m.id for m in client.models.list().data])
     print("streaming: ", end="", flush=True)
@@ -94,6 +101,47 @@ def main():
         total = sum(r["pieces"] for r in out) / wall
         print(f"{n:7} | {ttft:13.3f} | {rate:26.1f} | {total:18.1f} | {errors}")
     return 0
+
+
+def soak(a):
+    client = OpenAI(base_url=a.base_url, api_key="none", max_retries=0, timeout=120)
+    deadline = time.perf_counter() + a.soak
+    done, errors, lock = [], [], threading.Lock()
+
+    def client_loop(k):
+        seed = k * 1000
+        while time.perf_counter() < deadline:
+            out = []
+            try:
+                one_stream(client, a.prompt, a.max_tokens, seed, out)
+            except Exception as e:  # every failure counts; the message says which
+                with lock:
+                    errors.append(f"client {k}: {type(e).__name__}: {e}")
+                continue
+            seed += 1
+            r = out[0]
+            with lock:
+                if r["finish"] is None or r["pieces"] == 0:
+                    errors.append(f"client {k}: finish {r['finish']}, {r['pieces']} tokens")
+                else:
+                    done.append(r)
+
+    threads = [threading.Thread(target=client_loop, args=(k,)) for k in range(a.clients)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    tokens = sum(r["pieces"] for r in done)
+    ttft = statistics.median(r["ttft"] for r in done) if done else float("nan")
+    print(
+        f"soak: {a.clients} clients for {wall:.1f} s: {len(done)} streams, {tokens} tokens "
+        f"({tokens / wall:.1f}/s), median TTFT {ttft:.3f} s, {len(errors)} errors"
+    )
+    for e in errors[:10]:
+        print("  error:", e)
+    return 1 if errors or not done else 0
 
 
 if __name__ == "__main__":

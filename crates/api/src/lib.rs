@@ -7,6 +7,7 @@
 //! `/api/balances`, `/api/proofs`, in [`read`]) from the node's [`Telemetry`], and Prometheus
 //! metrics at `GET /metrics` ([`metrics`]).
 
+mod dashboard;
 pub mod metrics;
 pub mod read;
 mod text;
@@ -76,6 +77,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/completions", post(completions))
         .route("/metrics", get(metrics::metrics))
         .merge(read::routes())
+        .merge(dashboard::routes::<ApiState>())
         .with_state(state)
 }
 

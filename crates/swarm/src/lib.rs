@@ -288,7 +288,8 @@ impl Swarm<'_> {
     fn serve_until(&mut self, observer: &mut dyn Observer, interrupted: &AtomicBool) {
         if let Some(addr) = &self.api {
             observer.note(&format!(
-                "training done; node 0 serves http://{addr}/v1 until Ctrl-C"
+                "training done; node 0 serves http://{addr}/v1 and its dashboard at \
+                 http://{addr}/ until Ctrl-C"
             ));
         }
         while !interrupted.load(Ordering::SeqCst) {
@@ -306,6 +307,7 @@ impl Swarm<'_> {
                 observer.note(&format!(
                     "node {i}'s OpenAI-compatible API: http://{http}/v1 (model \"neuroshard\")"
                 ));
+                observer.note(&format!("node {i}'s dashboard: http://{http}/"));
                 self.api = Some(http);
             }
             Line::Event(ev) => self.report.on_event(i, &ev),
