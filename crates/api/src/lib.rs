@@ -368,6 +368,7 @@ async fn completions(State(state): State<ApiState>, body: Bytes) -> Response {
         Err(e) => {
             state.metrics.request(match &e {
                 HandleError::Open(OpenError::Invalid(_)) => Outcome::Invalid,
+                HandleError::Open(OpenError::Payment(_)) => Outcome::Unpaid,
                 HandleError::Open(OpenError::Full(_)) | HandleError::Queue => Outcome::Overloaded,
                 HandleError::Stopped => Outcome::Failed,
             });

@@ -31,6 +31,8 @@ type Labels = Vec<(String, String)>;
 pub(crate) enum Outcome {
     Ok,
     Invalid,
+    /// Refused for its payment (missing on a paid-only node, or not good).
+    Unpaid,
     Overloaded,
     Failed,
 }
@@ -40,6 +42,7 @@ impl Outcome {
         match self {
             Outcome::Ok => "ok",
             Outcome::Invalid => "invalid",
+            Outcome::Unpaid => "unpaid",
             Outcome::Overloaded => "overloaded",
             Outcome::Failed => "failed",
         }
@@ -101,6 +104,7 @@ impl ApiMetrics {
         for o in [
             Outcome::Ok,
             Outcome::Invalid,
+            Outcome::Unpaid,
             Outcome::Overloaded,
             Outcome::Failed,
         ] {

@@ -1,8 +1,8 @@
 //! Serving end to end: `neuroshard swarm --serve` of 3 stages on 127.0.0.1 prints node 0's
 //! API URL, keeps serving after training, and a plain HTTP client gets completions (the same
 //! for the same seed), a server-sent event stream ending in `[DONE]`, and a 404 for an unknown
-//! model; `/api/status` lists the swarm's three nodes, `promtool` accepts `/metrics`, its
-//! dashboard's URL is printed too, and `/` serves the page.
+//! model; `/api/status` lists the swarm's three nodes, `promtool` accepts `/metrics`, the
+//! dashboard's URL is printed and `/` serves the page.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -85,19 +85,6 @@ fn request(addr: &str, raw: &str) -> (u16, String) {
     (status, body)
 }
 
-fn get(addr: &str, path: &str) -> String {
-    let mut c = TcpStream::connect(addr).expect("the API listens");
-    c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    write!(
-        c,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut resp = String::new();
-    c.read_to_string(&mut resp).unwrap();
-    resp
-}
-
 #[test]
 fn a_swarm_serves_completions_to_an_http_client_after_training() {
     let dir = tempfile::tempdir().unwrap();
@@ -149,8 +136,33 @@ fn a_swarm_serves_completions_to_an_http_client_after_training() {
         serving = line.contains("training done");
     }
     let addr = addr.expect("the API's URL was printed");
-//! model; `/api/status` lists the swarm's three nodes, `promtool` accepts `/metrics`, its
-//! dashboard's URL is printed too, and `/` serves the page.
+    assert_eq!(
+        dashboard.as_deref(),
+        Some(addr.as_str()),
+        "the dashboard's URL"
+    );
+    let (status, page) = get(&addr, "/");
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains("<title>NeuroShard node</title>"), "{page}");
+    let (status, body) = get(&addr, "/api/status");
+    assert_eq!(status, 200, "{body}");
+    let s: Value = serde_json::from_str(&body).unwrap();
+    let nodes = s["nodes"].as_array().expect("a node list");
+    let mut ids: Vec<&str> = nodes.iter().filter_map(|n| n["node"].as_str()).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), 3, "every node of the swarm, once: {s}");
+    let mut stages: Vec<u64> = nodes.iter().filter_map(|n| n["stage"].as_u64()).collect();
+    stages.sort_unstable();
+    assert_eq!(stages, [0, 1, 2], "{s}");
+    assert_eq!(nodes.iter().filter(|n| n["self"] == true).count(), 1, "{s}");
+    assert_eq!(s["stages"], 3, "{s}");
+    let (status, metrics) = get(&addr, "/metrics");
+    assert_eq!(status, 200, "{metrics}");
+    assert!(metrics.contains("neuroshard_peers "), "{metrics}");
+    if let Some(verdict) = promtool_accepts(&metrics) {
+        verdict.unwrap_or_else(|e| panic!("promtool check metrics: {e}\n{metrics}"));
+    }
     let req = json!({"prompt": "The ", "max_tokens": 8, "seed": 5, "temperature": 0.9});
     let (status, first) = post(&addr, &req);
     assert_eq!(status, 200, "{first}");

@@ -135,14 +135,14 @@ fn a_paid_request_is_settled_on_every_ledger_and_its_payment_cannot_be_reused() 
     // Both stages signed receipts: every ledger charged the payer and burned a tenth of
     // each stage's fee.
     let burn = neuroshard_ledger::amount::bps_of(per_stage, INFERENCE_BURN_BPS);
-    for i in 0..sim.len() {
+    for (i, before) in burned_before.iter().enumerate() {
         let ledger = sim.core(i).unwrap().economy().ledger();
         assert_eq!(
             ledger.account(&sim.node_id(payer)).next_nonce,
             nonce + 1,
             "node {i} did not apply the settlement"
         );
-        assert_eq!(ledger.burned(), burned_before[i] + 2 * burn, "node {i}");
+        assert_eq!(ledger.burned(), before + 2 * burn, "node {i}");
     }
     // Settled: the payment is spent and opens nothing again.
     assert!(refused(sim.open_stream(entry, request(Some(paid)))).contains("nonce"));
