@@ -12,15 +12,19 @@ source "$root/bench/venv.sh" openai
 work="$(mktemp -d)"
 swarm_pid=""
 cleanup() {
-  [ -n "$swarm_pid" ] && kill -INT "$swarm_pid" 2>/dev/null && sleep 2
-  [ -n "$swarm_pid" ] && kill -9 "$swarm_pid" 2>/dev/null
+  if [ -n "$swarm_pid" ]; then
+    # Ctrl-C stops the swarm and its nodes; whatever of its process group is left is killed.
+    kill -INT "$swarm_pid" 2>/dev/null || true
+    for _ in $(seq 40); do kill -0 "$swarm_pid" 2>/dev/null || break; sleep 0.5; done
+    if pgrep -g "$swarm_pid" >/dev/null; then kill -KILL -- "-$swarm_pid" 2>/dev/null || true; fi
+  fi
   rm -rf "$work"
 }
 trap cleanup EXIT
 tiny=(--layers 3 --d-model 64 --heads 4 --seq 32 --batch 4)
 "$bin" genesis build --synthetic --synthetic-tokens 60000 --out "$work/g" >/dev/null
 # Far more steps than the soak lasts: the swarm trains all along.
-RUST_LOG=warn "$bin" swarm --data "$work/g" --out "$work/model" --nodes 4 --stages 2 \
+RUST_LOG=warn setsid "$bin" swarm --data "$work/g" --out "$work/model" --nodes 4 --stages 2 \
   --steps 1000000 "${tiny[@]}" >"$work/out.log" 2>"$work/err.log" &
 swarm_pid=$!
 url=""
@@ -32,10 +36,12 @@ for _ in $(seq 1 180); do
 done
 [ -n "$url" ] || { cat "$work/err.log"; echo "no API URL within 180 s"; exit 1; }
 base="${url%/v1}"
-step() { curl -sf "$base/api/status" | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["step"])'; }
+step() {
+  "$PY" -c 'import json,sys,urllib.request as u; print(json.load(u.urlopen(sys.argv[1], timeout=10))["step"])' "$base/api/status"
+}
 # Wait until the drivers train (the pipeline needs every stage's replicas).
 for _ in $(seq 1 120); do
-  s="$(step || echo 0)"
+  s="$(step 2>/dev/null || echo 0)"
   [ "$s" -gt 0 ] && break
   sleep 1
 done

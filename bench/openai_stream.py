@@ -8,7 +8,7 @@ concurrency level, that many streams at once: time to first token and tokens/s p
 (tokens after the first over the time after the first, one server-sent event per token), medians over the streams.
 
 With --soak SECONDS: --clients N clients each open streams one after another for that long;
-exits non-zero if any stream raised, ended without a finish reason or produced no token.
+exits non-zero if any stream raised or ended without a finish reason, or no token came at all.
 """
 
 import argparse
@@ -121,8 +121,10 @@ def soak(a):
             seed += 1
             r = out[0]
             with lock:
-                if r["finish"] is None or r["pieces"] == 0:
-                    errors.append(f"client {k}: finish {r['finish']}, {r['pieces']} tokens")
+                # A stream may end at once on the end-of-text token (finish "stop"): the
+                # tiny CI model draws it often; only a stream without a finish is broken.
+                if r["finish"] is None:
+                    errors.append(f"client {k}: no finish reason after {r['pieces']} tokens")
                 else:
                     done.append(r)
 
@@ -141,7 +143,7 @@ def soak(a):
     )
     for e in errors[:10]:
         print("  error:", e)
-    return 1 if errors or not done else 0
+    return 1 if errors or tokens == 0 else 0
 
 
 if __name__ == "__main__":

@@ -51,19 +51,19 @@ function fixtures(start) {
       step,
       sync_round: 4,
       time_ms: t,
-      ledger: { state_hash: '5e'.repeat(32), proofs: 12, balance: 4200 },
+      ledger: { state_hash: '5e'.repeat(32), proofs: 12, balance: 4_200_000_000_000 },
       nodes,
     },
     '/api/loss': { train, validation },
     '/api/rounds': { rounds },
     '/api/balances': {
-      accounts: nodes.map((n, i) => ({ node: n.node, balance: 4200 - i * 700, stake: 1000 })),
+      accounts: nodes.map((n, i) => ({ node: n.node, balance: (4200 - i * 700) * 1e9, stake: 1000e9 })),
     },
     '/api/proofs': {
       proofs: Array.from({ length: 10 }, (_, i) => ({
         node: hex(i % 4),
         kind: i === 1 ? HOSTILE : i % 2 ? 'forward-backward' : 'sync-round',
-        reward: 100 + i,
+        reward: (100 + i) * 1e9,
         time_ms: t - i * 3000,
       })),
     },

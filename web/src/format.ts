@@ -33,3 +33,9 @@ export function ago(nowMs: number, thenMs: number): string {
 export function duration(ms: number): string {
   return ms < 1000 ? `${Math.round(ms)} ms` : `${(ms / 1000).toFixed(ms < 10000 ? 2 : 1)} s`;
 }
+
+/** NEURO from the ledger's units (10⁹ per NEURO), as the CLI prints them. */
+export function neuro(units: number): string {
+  const v = units / 1e9;
+  return v.toLocaleString('en-US', { maximumFractionDigits: v !== 0 && Math.abs(v) < 1 ? 6 : 3 });
+}

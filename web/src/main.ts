@@ -4,7 +4,7 @@
 import { getJson, type Account, type Loss, type Proof, type Round, type Status } from './api';
 import { lossChart } from './chart';
 import { byId, fill, h, setText } from './dom';
-import { ago, bytes, duration, int, short } from './format';
+import { ago, bytes, duration, int, neuro, short } from './format';
 import { streamCompletion } from './stream';
 
 const POLL_MS = 2000;
@@ -34,7 +34,7 @@ function renderStatus(st: Status): void {
   setText('f-step', int(st.step));
   setText('f-round', int(st.sync_round));
   setText('f-proofs', int(st.ledger.proofs));
-  setText('f-balance', `${int(st.ledger.balance)} NEURO`);
+  setText('f-balance', `${neuro(st.ledger.balance)} NEURO`);
   fill('f-state', idLink(st.ledger.state_hash));
 
   // Stages are rows, their replicas columns (in node id order, so a cell stays put).
@@ -139,7 +139,7 @@ function renderRounds(rounds: Round[]): void {
 
 function renderBalances(accounts: Account[], self: string | null): void {
   const total = accounts.reduce((a, x) => a + x.balance, 0);
-  setText('ledger-summary', `${accounts.length} accounts · ${int(total)} NEURO`);
+  setText('ledger-summary', `${accounts.length} accounts · ${neuro(total)} NEURO`);
   const rows = [...accounts]
     .sort((a, b) => b.balance - a.balance || a.node.localeCompare(b.node))
     .map((a) =>
@@ -147,8 +147,8 @@ function renderBalances(accounts: Account[], self: string | null): void {
         'tr',
         { class: a.node === self ? 'self' : undefined },
         h('td', {}, idCell(a.node, a.node === self)),
-        h('td', { class: 'r num' }, int(a.balance)),
-        h('td', { class: 'r num faint' }, int(a.stake)),
+        h('td', { class: 'r num' }, neuro(a.balance)),
+        h('td', { class: 'r num faint' }, neuro(a.stake)),
       ),
     );
   fill('balances', ...(rows.length ? rows : [h('tr', {}, h('td', { colspan: 3, class: 'empty' }, 'No account yet.'))]));
@@ -161,7 +161,7 @@ function renderProofs(proofs: Proof[]): void {
       {},
       h('span', { class: 'kind' }, p.kind),
       h('span', { class: 'id mono', title: p.node }, short(p.node)),
-      h('span', { class: 'reward num' }, `+${int(p.reward)}`),
+      h('span', { class: 'reward num' }, `+${neuro(p.reward)}`),
       h('span', { class: 'when faint' }, ago(now(), p.time_ms)),
     ),
   );
