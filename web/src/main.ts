@@ -57,18 +57,26 @@ function renderStatus(st: Status): void {
         grid.append(h('div', { class: 'cell vacant', role: 'cell' }, 'no replica'));
         continue;
       }
+      // Nodes of stages this node does not hear come from the ledger's registrations and
+      // were never seen here: unknown, not dead.
+      const unheard = !n.alive && !n.self && n.last_seen_ms === 0;
+      const state = n.alive ? 'alive' : unheard ? 'unheard' : 'dead';
       grid.append(
         h(
           'div',
           {
-            class: `cell node ${n.alive ? 'alive' : 'dead'}${n.self ? ' self' : ''}`,
+            class: `cell node ${state}${n.self ? ' self' : ''}`,
             role: 'cell',
             'data-node': n.node,
             'data-alive': n.alive ? 'true' : 'false',
           },
           h('div', { class: 'cell-top' }, h('span', { class: 'dot', 'aria-hidden': 'true' }), idCell(n.node, n.self)),
-          h('div', { class: 'cell-sub' }, n.role, ' · ', n.alive ? 'alive' : 'unreachable'),
-          h('div', { class: 'cell-sub faint' }, n.self ? 'serving this page' : `seen ${ago(st.time_ms, n.last_seen_ms)}`),
+          h('div', { class: 'cell-sub' }, n.role, ' · ', n.alive ? 'alive' : unheard ? 'registered' : 'unreachable'),
+          h(
+            'div',
+            { class: 'cell-sub faint' },
+            n.self ? 'serving this page' : unheard ? 'not heard by this node' : `seen ${ago(st.time_ms, n.last_seen_ms)}`,
+          ),
         ),
       );
     }

@@ -127,5 +127,40 @@ fn wallet_and_ledger_commands() -> Res {
     assert_eq!(h1["burned"].as_u64(), Some(50_000));
     let h2 = ok_json(&node, &["ledger", "state-hash", "--json"])?;
     assert_eq!(h1["state_hash"], h2["state_hash"]);
+
+    // A payment for one completion entered at `other`: signed at the next nonce, not applied
+    // here (only the entry node's settlement can apply it), so the nonce stays free.
+    let before = ok_json(&node, &["ledger", "balance", "--json"])?;
+    let paid = ok_json(
+        &node,
+        &[
+            "ledger",
+            "pay-inference",
+            &other_id,
+            "0.0001",
+            "--stages",
+            "2",
+            "--json",
+        ],
+    )?;
+    let wire = hex::decode(paid["payment"].as_str().ok_or("payment")?)?;
+    let op = *neuroshard_ledger::decode_op(&wire)?.op();
+    assert_eq!(op.nonce, before["next_nonce"].as_u64().ok_or("nonce")?);
+    match op.action {
+        neuroshard_ledger::Action::PayInference {
+            entry,
+            per_stage,
+            stages,
+            ..
+        } => {
+            assert_eq!(entry.to_string(), other_id);
+            assert_eq!((per_stage, stages), (100_000, 2));
+        }
+        other => return Err(format!("not a payment: {other:?}").into()),
+    }
+    let after = ok_json(&node, &["ledger", "balance", "--json"])?;
+    assert_eq!(after, before, "signing a payment changes nothing");
+    let err = fails(&node, &["ledger", "pay-inference", &other_id, "1000"])?;
+    assert!(err.contains("holds"), "{err}");
     Ok(())
 }
