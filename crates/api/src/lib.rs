@@ -329,6 +329,14 @@ struct Receiving {
     metrics: Arc<ApiMetrics>,
 }
 
+/// A completion dropped before it ended (the client closed its connection) is counted as
+/// abandoned; one that ended was counted then.
+impl Drop for Receiving {
+    fn drop(&mut self) {
+        self.timing.abandon(&self.metrics);
+    }
+}
+
 impl Receiving {
     /// The next piece of text, and the finish reason once the stream ended.
     async fn next_piece(&mut self) -> Result<(String, Option<&'static str>), String> {

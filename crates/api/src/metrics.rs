@@ -35,6 +35,8 @@ pub(crate) enum Outcome {
     Unpaid,
     Overloaded,
     Failed,
+    /// The client left before the completion ended.
+    Abandoned,
 }
 
 impl Outcome {
@@ -45,6 +47,7 @@ impl Outcome {
             Outcome::Unpaid => "unpaid",
             Outcome::Overloaded => "overloaded",
             Outcome::Failed => "failed",
+            Outcome::Abandoned => "abandoned",
         }
     }
 }
@@ -107,6 +110,7 @@ impl ApiMetrics {
             Outcome::Unpaid,
             Outcome::Overloaded,
             Outcome::Failed,
+            Outcome::Abandoned,
         ] {
             // The guard is dropped at once: only the series' creation matters.
             drop(requests.get_or_create(&labels(o)));
@@ -142,6 +146,7 @@ fn labels(o: Outcome) -> Labels {
 pub(crate) struct Timing {
     start: Instant,
     first: bool,
+    ended: bool,
 }
 
 impl Timing {
@@ -149,6 +154,7 @@ impl Timing {
         Self {
             start: Instant::now(),
             first: false,
+            ended: false,
         }
     }
 
@@ -162,9 +168,22 @@ impl Timing {
     }
 
     /// The completion ended (`ok`: with a finish reason, not an error).
-    pub(crate) fn finish(&self, m: &ApiMetrics, ok: bool) {
-        m.duration.observe(self.start.elapsed().as_secs_f64());
-        m.request(if ok { Outcome::Ok } else { Outcome::Failed });
+    pub(crate) fn finish(&mut self, m: &ApiMetrics, ok: bool) {
+        self.end(m, if ok { Outcome::Ok } else { Outcome::Failed });
+    }
+
+    /// The client went away (its connection closed) before the completion ended.
+    pub(crate) fn abandon(&mut self, m: &ApiMetrics) {
+        self.end(m, Outcome::Abandoned);
+    }
+
+    /// Counts the request once, however it ends.
+    fn end(&mut self, m: &ApiMetrics, outcome: Outcome) {
+        if !self.ended {
+            self.ended = true;
+            m.duration.observe(self.start.elapsed().as_secs_f64());
+            m.request(outcome);
+        }
     }
 }
 

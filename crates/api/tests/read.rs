@@ -362,3 +362,26 @@ async fn promtool_accepts_the_exposition() {
         assert!(!ok, "{said}");
     }
 }
+
+#[tokio::test]
+async fn a_client_that_leaves_mid_stream_is_counted_as_abandoned() {
+    let state = bare().with_telemetry(telemetry());
+    let req = Request::post("/v1/completions")
+        .header("content-type", "application/json")
+        .body(Body::from(
+            json!({"prompt": "hello", "max_tokens": 4, "stream": true}).to_string(),
+        ))
+        .unwrap();
+    let resp = router(state.clone()).oneshot(req).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    // The client closes the connection before reading a single event.
+    drop(resp);
+    let (_, _, body) = get(state, "/metrics", None).await;
+    for line in [
+        "neuroshard_inference_requests_total{outcome=\"abandoned\"} 1",
+        "neuroshard_inference_requests_total{outcome=\"ok\"} 0",
+        "neuroshard_inference_duration_seconds_count 1",
+    ] {
+        assert!(body.contains(line), "{line} missing from\n{body}");
+    }
+}
