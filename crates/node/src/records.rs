@@ -315,18 +315,19 @@ pub fn validate_gossip(topic: &str, author: &NodeId, data: &[u8]) -> Validation 
         // A settlement of paid inference is published by the entry node the payer named.
         Some(Topic::Ops) => {
             return match neuroshard_ledger::decode_op(data) {
-                Ok(op) if op.op().account == *author && op.payees().is_empty() => {
-                    Validation::Accept
-                }
+                // A payment spreads only inside its settlement (every ledger refuses it bare).
                 Ok(op) => match op.op().action {
-                    neuroshard_ledger::Action::PayInference { entry, .. }
-                        if entry == *author && !op.payees().is_empty() =>
-                    {
-                        Validation::Accept
+                    neuroshard_ledger::Action::PayInference { entry, .. } => {
+                        if entry == *author && !op.payees().is_empty() {
+                            Validation::Accept
+                        } else {
+                            Validation::Reject
+                        }
                     }
+                    _ if op.op().account == *author => Validation::Accept,
                     _ => Validation::Reject,
                 },
-                _ => Validation::Reject,
+                Err(_) => Validation::Reject,
             };
         }
         Some(Topic::Heartbeat(stage)) => stage,
@@ -629,5 +630,57 @@ mod tests {
         };
         let bytes = Signed::sign(&mallory, &own).to_bytes();
         assert!(validate_record(&key, &bytes, Some(&peer_of(&mallory)), 0));
+    }
+
+    #[test]
+    fn ops_spread_from_their_account_and_settlements_from_the_entry_node_named() {
+        use neuroshard_ledger::{AccountOp, Action, ServeReceipt, Settlement};
+        let (payer, entry, server, other) = (
+            Identity::generate(),
+            Identity::generate(),
+            Identity::generate(),
+            Identity::generate(),
+        );
+        let op = |action| AccountOp {
+            network: [1; 32],
+            account: payer.node_id(),
+            nonce: 0,
+            timestamp_ms: 5,
+            action,
+        };
+        let burn = op(Action::Burn { amount: 3 }).sign(&payer).to_bytes();
+        let payment = op(Action::PayInference {
+            entry: entry.node_id(),
+            request: [7; 32],
+            per_stage: 10,
+            stages: 1,
+        })
+        .sign(&payer)
+        .to_bytes();
+        let receipt = ServeReceipt {
+            network: [1; 32],
+            request: [7; 32],
+            entry: entry.node_id(),
+            stage: 0,
+            server: server.node_id(),
+            positions: 4,
+        };
+        let settlement = Settlement {
+            payment: payment.clone(),
+            receipts: vec![Signed::sign(&server, &receipt).to_bytes()],
+        };
+        let settled = Signed::sign(&entry, &settlement).to_bytes();
+        let topic = &Topic::Ops.name();
+        let judge = |by: &Identity, bytes: &[u8]| validate_gossip(topic, &peer_of(by), bytes);
+        assert_eq!(judge(&payer, &burn), Validation::Accept);
+        assert_eq!(judge(&other, &burn), Validation::Reject, "a relay");
+        assert_eq!(judge(&entry, &settled), Validation::Accept);
+        // Only the entry node spreads its settlement: not the payer, a server or anyone else.
+        for by in [&payer, &server, &other] {
+            assert_eq!(judge(by, &settled), Validation::Reject);
+        }
+        // A bare payment is refused by every ledger; it is not spread either.
+        assert_eq!(judge(&entry, &payment), Validation::Reject);
+        assert_eq!(judge(&payer, &payment), Validation::Reject);
     }
 }

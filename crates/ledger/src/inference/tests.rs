@@ -69,6 +69,10 @@ fn plain(id: &Identity, nonce: u64, action: Action) -> VerifiedOp {
 }
 
 fn payment(w: &World, stages: u16) -> Vec<u8> {
+    payment_of(w, PER_STAGE, stages)
+}
+
+fn payment_of(w: &World, per_stage: u64, stages: u16) -> Vec<u8> {
     AccountOp {
         network: [0; 32],
         account: w.caller.node_id(),
@@ -77,7 +81,7 @@ fn payment(w: &World, stages: u16) -> Vec<u8> {
         action: Action::PayInference {
             entry: w.entry.node_id(),
             request: REQUEST,
-            per_stage: PER_STAGE,
+            per_stage,
             stages,
         },
     }
@@ -206,20 +210,7 @@ fn a_sybil_that_is_not_registered_for_the_stage_is_not_paid_and_nothing_changes(
 fn a_caller_cannot_pay_more_than_it_has() {
     let mut w = world();
     let balance = w.state.account(&w.caller.node_id()).balance;
-    let op = AccountOp {
-        network: [0; 32],
-        account: w.caller.node_id(),
-        nonce: 0,
-        timestamp_ms: T0,
-        action: Action::PayInference {
-            entry: w.entry.node_id(),
-            request: REQUEST,
-            per_stage: balance,
-            stages: 2,
-        },
-    }
-    .sign(&w.caller)
-    .to_bytes();
+    let op = payment_of(&w, balance, 2);
     let receipts = (0..2)
         .map(|i| receipt(&w.servers[i], &w.servers[i], i as u16, REQUEST))
         .collect();

@@ -254,13 +254,15 @@ impl NodeCore {
         }
     }
 
-    pub(super) fn on_op_gossip(&mut self, from: NodeId, data: &[u8], now: Instant) {
+    /// Verifies and applies an op (a peer's, or our own settlement); true if it was applied.
+    pub(super) fn on_op_gossip(&mut self, from: NodeId, data: &[u8], now: Instant) -> bool {
         let time_ms = self.unix_ms(now);
         let (outcome, retried) = self.economy.on_op(data, time_ms);
+        let applied = matches!(outcome, ProofOutcome::Applied { .. });
         if retried.applied > 0 {
             self.ledger_applied_event(now);
         }
-        if matches!(outcome, ProofOutcome::Applied { .. }) {
+        if applied {
             self.replay_registered(now);
         }
         if let ProofOutcome::Rejected(reason) = outcome {
@@ -273,6 +275,7 @@ impl NodeCore {
                 time_ms,
             });
         }
+        applied
     }
 
     pub(super) fn ledger_applied_event(&mut self, now: Instant) {

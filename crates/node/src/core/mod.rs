@@ -313,7 +313,9 @@ impl NodeCore {
                 Some(Topic::Sync(_)) => self.on_sync_gossip(from, &data, now),
                 Some(Topic::Heartbeat(stage)) => self.on_heartbeat(from, stage, &data, now),
                 Some(Topic::Proof(_)) => self.on_proof_gossip(from, &data, now),
-                Some(Topic::Ops) => self.on_op_gossip(from, &data, now),
+                Some(Topic::Ops) => {
+                    self.on_op_gossip(from, &data, now);
+                }
                 None => {}
             },
             Inbound::Request { token, data } => self.on_request(from, token, &data, now),

@@ -7,9 +7,7 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use neuroshard_ledger::{
-    Action, ServeReceipt, Settlement, SignedOp, check_fresh, decode_op, verify_op,
-};
+use neuroshard_ledger::{Action, ServeReceipt, Settlement, SignedOp, check_fresh, verify_op};
 use neuroshard_proof::{Canonical, Hash32, NodeId, Signed};
 
 use super::serve::Reply;
@@ -225,16 +223,13 @@ impl NodeCore {
             receipts: s.receipts.into_values().collect(),
         };
         let wire = Signed::sign(&self.identity, &settlement).to_bytes();
-        // Checked as any peer will check it, then applied here and published.
-        if let Err(e) = decode_op(&wire) {
-            self.warn(format!("our own settlement does not verify: {e}"), now);
-            return;
+        // Checked and applied here as every peer will; published only if our ledger took it.
+        if self.on_op_gossip(self.me, &wire, now) {
+            self.transmits.push_back(Transmit::Publish {
+                topic: Topic::Ops,
+                data: wire,
+            });
         }
-        self.on_op_gossip(self.me, &wire, now);
-        self.transmits.push_back(Transmit::Publish {
-            topic: Topic::Ops,
-            data: wire,
-        });
     }
 
     /// The replica side of `Settle`: a receipt for the positions we hold of the stream.

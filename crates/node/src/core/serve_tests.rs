@@ -360,3 +360,56 @@ fn a_replica_signs_a_receipt_only_for_positions_it_holds_for_that_coordinator() 
     let r = ask(&mut core, &mut engine, a, settle(7), now);
     assert!(matches!(r, InferReply::Rejected(_)), "{r:?}");
 }
+
+#[test]
+fn a_receipt_that_is_not_the_replicas_own_for_this_request_is_left_out_and_penalised() {
+    use super::serve_pay::Paid;
+    use neuroshard_ledger::ServeReceipt;
+    use neuroshard_proof::Signed;
+    let now = Instant::now();
+    let mut core = core_at(&test_identity(0), now, 0, 2);
+    let (replica, forger) = (test_identity(1), test_identity(2));
+    let receipt = |signer: &neuroshard_proof::Identity, request| {
+        let r = ServeReceipt {
+            network: core.network,
+            request,
+            entry: core.node_id(),
+            stage: 1,
+            server: replica.node_id(),
+            positions: 3,
+        };
+        InferReply::Receipt(Signed::sign(signer, &r).to_bytes())
+    };
+    // Forged by another key; genuine but for another request; genuine.
+    let answers = [
+        (receipt(&forger, [4; 32]), true),
+        (receipt(&replica, [5; 32]), true),
+        (receipt(&replica, [4; 32]), false),
+    ];
+    for (stream, (answer, lie)) in answers.into_iter().enumerate() {
+        let paid = Paid {
+            wire: vec![1, 2, 3],
+            payer: test_identity(3).node_id(),
+            request: [4; 32],
+        };
+        core.start_settling(stream as u64, paid, vec![(1, replica.node_id())], now);
+        let token = std::iter::from_fn(|| core.poll_transmit())
+            .find_map(|t| match t {
+                Transmit::Request { to, token, .. } if to == replica.node_id() => Some(token),
+                _ => None,
+            })
+            .expect("the replica is asked for its receipt");
+        let result = Ok(answer.to_canonical_bytes());
+        core.handle_message(replica.node_id(), Inbound::Response { token, result }, now);
+        let out: Vec<Transmit> = std::iter::from_fn(|| core.poll_transmit()).collect();
+        let events: Vec<NodeEvent> = std::iter::from_fn(|| core.poll_event()).collect();
+        let penalised = out.iter().any(|t| matches!(t, Transmit::Penalize { .. }));
+        // Without a receipt nothing is settled; with one the settlement goes to the ledger
+        // (which refuses this fixture's unfunded payment: no publish either way).
+        let settled = events
+            .iter()
+            .any(|e| matches!(e, NodeEvent::Dropped { what: Some(w), .. } if w == "op"));
+        assert_eq!((penalised, settled), (lie, !lie), "answer {stream}");
+        assert!(!out.iter().any(|t| matches!(t, Transmit::Publish { .. })));
+    }
+}
