@@ -39,7 +39,8 @@ trap stop_swarm EXIT
 RUST_LOG=warn timeout 60 "$bin" genesis build --synthetic --synthetic-tokens 60000 \
     --out "$work/g" >/dev/null
 # The tiny model of the CLI tests (crates/cli/tests/common): a few seconds of training.
-RUST_LOG=warn setsid "$bin" swarm --nodes 4 --stages 2 --steps 30 --settle-s 1 --serve \
+# DiLoCo rounds every 10 steps: the drivers score held-out windows after each (the validation curve).
+RUST_LOG=warn setsid "$bin" swarm --nodes 4 --stages 2 --steps 30 --sync-every 10 --settle-s 1 --serve \
     --gen-tokens 0 --layers 3 --d-model 64 --heads 4 --seq 32 --batch 4 \
     --data "$work/g" --out "$work/model" >"$work/swarm.log" 2>&1 &
 swarm=$!

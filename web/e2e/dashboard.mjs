@@ -90,6 +90,11 @@ try {
   const title = await page.textContent('#loss-title');
   check(points >= 2, `the loss curve has ${points} points (${title})`);
   check((await page.$$('svg.chart .series path')).length >= 1, 'the curve is drawn');
+  // The validation loss: held-out windows the driver scores through the pipeline each round.
+  const valDots = 'svg.chart [data-series="validation"] circle';
+  await page.waitForFunction((sel) => document.querySelectorAll(sel).length >= 2, valDots);
+  const valPoints = (await page.$$(valDots)).length;
+  check(valPoints >= 2, `the validation-loss curve has ${valPoints} points (${await page.textContent('#loss-title')})`);
 
   step('streaming a completion');
   await page.fill('#prompt', 'The ');

@@ -114,6 +114,10 @@ pub struct NodeArgs {
     /// Least fee per stage a paid completion must offer, in NEURO (e.g. 0.001).
     #[arg(long, default_value = "0")]
     min_fee: String,
+    /// Held-out windows a driver scores after every DiLoCo round (the validation loss of
+    /// the dashboard and `/api/loss`); 0 turns it off.
+    #[arg(long, default_value_t = neuroshard_node::settings::DEFAULT_EVAL_WINDOWS)]
+    eval_windows: usize,
     #[arg(long, default_value_t = 2)]
     stages: usize,
     /// Serve this stage (0 = driver) instead of the one with the fewest live replicas.
@@ -214,6 +218,7 @@ impl NodeArgs {
             min_fee_per_stage: neuroshard_ledger::parse_neuro(&self.min_fee).with_context(
                 || format!("--min-fee {:?} is not an amount of NEURO", self.min_fee),
             )?,
+            eval_windows: self.eval_windows,
         })
     }
 }

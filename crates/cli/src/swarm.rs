@@ -145,6 +145,7 @@ impl SwarmArgs {
             http: None,
             paid_only: false,
             min_fee_per_stage: 0,
+            eval_windows: neuroshard_node::settings::DEFAULT_EVAL_WINDOWS,
         };
         let kill = self
             .kill

@@ -106,6 +106,52 @@ impl StageRunner {
         cache: &mut StreamCache,
         input: StepInput<'_>,
     ) -> Result<StepOutput, ModelError> {
+        let n = self.check(cache, input)?;
+        let h = self.feed(cache, input, n)?;
+        if self.spec.head {
+            let last = h.narrow(1, n - 1, 1);
+            let logits = self.weights.logits(&self.config, last).into_data();
+            Ok(StepOutput::Logits(crate::engine::to_vec(logits)?))
+        } else {
+            Ok(StepOutput::Hidden(crate::engine::to_vec(h.into_data())?))
+        }
+    }
+
+    /// Like [`Self::step`] at the stage with the head, but instead of the last position's
+    /// logits, the summed cross-entropy (nats) of `targets`, one per new position: how a
+    /// held-out window is scored, with the per-token loss `neuroshard eval` uses.
+    pub fn score(
+        &self,
+        cache: &mut StreamCache,
+        input: StepInput<'_>,
+        targets: &[u32],
+    ) -> Result<f64, ModelError> {
+        if !self.spec.head {
+            return Err(ModelError::Input(
+                "only the stage with the head scores targets".into(),
+            ));
+        }
+        let n = self.check(cache, input)?;
+        if targets.len() != n {
+            return Err(ModelError::Input(format!(
+                "{} targets for {n} positions",
+                targets.len()
+            )));
+        }
+        let vocab = self.config.vocab;
+        if let Some(&t) = targets.iter().find(|&&t| t as usize >= vocab) {
+            return Err(ModelError::Input(format!(
+                "target {t} is outside the vocabulary of {vocab}"
+            )));
+        }
+        let h = self.feed(cache, input, n)?;
+        let logits = crate::engine::to_vec(self.weights.logits(&self.config, h).into_data())?;
+        let losses = crate::loss::token_losses(&logits, targets, vocab);
+        Ok(losses.iter().map(|&l| f64::from(l)).sum())
+    }
+
+    /// Positions `input` adds, after checking it fits this stage and the cache.
+    fn check(&self, cache: &StreamCache, input: StepInput<'_>) -> Result<usize, ModelError> {
         let d = self.config.d_model;
         let n = match (input, self.spec.embed) {
             (StepInput::Tokens(ids), true) => {
@@ -151,23 +197,26 @@ impl StageRunner {
                 self.config.max_seq
             )));
         }
+        Ok(n)
+    }
+
+    /// The blocks' output for `n` checked new positions, appended to the cache.
+    fn feed(
+        &self,
+        cache: &mut StreamCache,
+        input: StepInput<'_>,
+        n: usize,
+    ) -> Result<Tensor<3>, ModelError> {
+        let d = self.config.d_model;
         let x = match input {
             StepInput::Tokens(ids) => self.weights.embed(ids_tensor(ids, 1, n, &self.device)),
             StepInput::Hidden(h) => {
                 Tensor::<3>::from_data(TensorData::new(h.to_vec(), [1, n, d]), &self.device)
             }
         };
-        let ctx = Ctx::new(&self.config, offset, n, &self.device);
-        let h = self
-            .weights
-            .blocks(&self.config, x, &ctx, Some(&mut cache.cache))?;
-        if self.spec.head {
-            let last = h.narrow(1, n - 1, 1);
-            let logits = self.weights.logits(&self.config, last).into_data();
-            Ok(StepOutput::Logits(crate::engine::to_vec(logits)?))
-        } else {
-            Ok(StepOutput::Hidden(crate::engine::to_vec(h.into_data())?))
-        }
+        let ctx = Ctx::new(&self.config, cache.len(), n, &self.device);
+        self.weights
+            .blocks(&self.config, x, &ctx, Some(&mut cache.cache))
     }
 }
 
@@ -276,5 +325,73 @@ mod tests {
         r.step(&mut c, StepInput::Hidden(&vec![0.5; 21 * d]))
             .unwrap();
         assert_eq!(c.len(), 24);
+    }
+
+    #[test]
+    fn scoring_through_stages_gives_the_whole_models_loss() {
+        let config = config();
+        let full = Stage::init(config.clone(), StageSpec::full(&config), 9).unwrap();
+        let window: Vec<u32> = (0..13).map(|i| (i * 7 + 3) % 40).collect();
+        let (inputs, targets) = (&window[..12], &window[1..]);
+        let want: f64 = full
+            .token_losses(
+                &crate::stage::StageInput::Tokens(crate::stage::Tokens {
+                    ids: inputs.to_vec(),
+                    batch: 1,
+                    seq: 12,
+                }),
+                targets,
+            )
+            .unwrap()
+            .iter()
+            .map(|&l| f64::from(l))
+            .sum();
+        let runners: Vec<StageRunner> = StageSpec::split(&config, 3)
+            .unwrap()
+            .into_iter()
+            .map(|spec| {
+                let s = Stage::init(config.clone(), spec, 9).unwrap();
+                StageRunner::new(config.clone(), spec, s.params()).unwrap()
+            })
+            .collect();
+        let mut caches: Vec<StreamCache> = runners.iter().map(StageRunner::new_cache).collect();
+        let StepOutput::Hidden(h0) = runners[0]
+            .step(&mut caches[0], StepInput::Tokens(inputs))
+            .unwrap()
+        else {
+            panic!("stage 0 has no head")
+        };
+        let StepOutput::Hidden(h1) = runners[1]
+            .step(&mut caches[1], StepInput::Hidden(&h0))
+            .unwrap()
+        else {
+            panic!("stage 1 has no head")
+        };
+        // Wrong target count or vocabulary, and a stage without the head: refused, cache kept.
+        let last = &runners[2];
+        assert!(
+            last.score(&mut caches[2], StepInput::Hidden(&h1), &targets[1..])
+                .is_err()
+        );
+        let mut bad = targets.to_vec();
+        bad[3] = 40;
+        assert!(
+            last.score(&mut caches[2], StepInput::Hidden(&h1), &bad)
+                .is_err()
+        );
+        assert!(caches[2].is_empty());
+        let mut c = runners[1].new_cache();
+        assert!(
+            runners[1]
+                .score(&mut c, StepInput::Hidden(&h0), targets)
+                .is_err()
+        );
+        let got = last
+            .score(&mut caches[2], StepInput::Hidden(&h1), targets)
+            .unwrap();
+        assert!(
+            (got - want).abs() <= 1e-4 * want.abs(),
+            "scored {got}, whole model {want}"
+        );
     }
 }

@@ -81,6 +81,18 @@ pub enum NodeEvent {
         busy_ms: Option<f64>,
         time_ms: u64,
     },
+    /// A driver's validation loss: mean cross-entropy (nats per token) of the network's θ₀ on
+    /// `windows` held-out windows, measured at driver step `step` and DiLoCo round `round`.
+    Validation {
+        step: u64,
+        round: u64,
+        loss: f64,
+        tokens: u64,
+        windows: usize,
+        /// From the first window sent to the last one scored.
+        ms: f64,
+        time_ms: u64,
+    },
     /// A micro-batch went to another replica after `from` failed or timed out.
     Failover {
         mb: String,
@@ -214,6 +226,7 @@ impl NodeEvent {
         match self {
             NodeEvent::Ready { .. } => "ready",
             NodeEvent::Step { .. } => "step",
+            NodeEvent::Validation { .. } => "validation",
             NodeEvent::Failover { .. } => "failover",
             NodeEvent::Finished { .. } => "finished",
             NodeEvent::Dropped { .. } => "dropped",

@@ -3,7 +3,7 @@
 
 use neuroshard_data::Genesis;
 
-use crate::core::{BatchError, BatchSource};
+use crate::core::{BatchError, BatchSource, Window};
 use crate::settings::DataOrder;
 
 /// The genesis dataset as the core's batch source.
@@ -46,6 +46,14 @@ impl BatchSource for GenesisBatches {
             ),
         };
         b.map_err(|e| BatchError(e.to_string()))
+    }
+
+    fn validation(&self, windows: usize, seq: usize) -> Result<Vec<Window>, BatchError> {
+        let batches = self
+            .genesis
+            .val_batches(1, seq, windows)
+            .map_err(|e| BatchError(e.to_string()))?;
+        Ok(batches.into_iter().map(|b| (b.inputs, b.targets)).collect())
     }
 }
 

@@ -94,6 +94,18 @@ pub struct NodeSettings {
     /// Least fee per stage (NEURO units) a paid completion must offer.
     #[serde(default)]
     pub min_fee_per_stage: u64,
+    /// Held-out windows a driver scores after every DiLoCo round for the validation loss
+    /// (0: none).
+    #[serde(default = "default_eval_windows")]
+    pub eval_windows: usize,
+}
+
+/// Enough windows for a steady curve at a small fraction of a round's compute: 4 forward
+/// passes against a round's `H × batch` forward and backward passes.
+pub const DEFAULT_EVAL_WINDOWS: usize = 4;
+
+fn default_eval_windows() -> usize {
+    DEFAULT_EVAL_WINDOWS
 }
 
 /// DiLoCo and economy settings (defaults follow the DiLoCo paper where it has one).
@@ -254,6 +266,7 @@ pub(crate) mod tests {
             http: None,
             paid_only: false,
             min_fee_per_stage: 0,
+            eval_windows: 0,
         }
     }
 

@@ -275,6 +275,14 @@ impl TelemetryFold {
                     self.on_train_loss(*step, f64::from(*l), *time_ms);
                 }
             }
+            NodeEvent::Validation {
+                step,
+                loss,
+                time_ms,
+                ..
+            } => {
+                self.on_validation_loss(*step, *loss, *time_ms);
+            }
             NodeEvent::Stats {
                 step,
                 sync_round,

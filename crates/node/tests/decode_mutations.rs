@@ -21,7 +21,7 @@ use neuroshard_node::records::{
     Heartbeat, NETWORK_KEY, NodeRecord, Topic, node_key, validate_gossip, validate_record,
 };
 use neuroshard_node::replica::{Diloco, DilocoConfig, decode_adamw, encode_adamw, outer_theta};
-use neuroshard_node::serve::{Chunk, InferMsg, InferReply, SampleSpec};
+use neuroshard_node::serve::{Chunk, Head, InferMsg, InferReply, SampleSpec};
 use neuroshard_node::sync::{SyncDone, SyncMsg, SyncOffer, ThetaRecord, theta_key};
 use neuroshard_node::wire::{Ack, MicroBatchId, Msg, Payload};
 use neuroshard_proof::fixtures::{TEST_NETWORK, test_identity, training_proof};
@@ -123,19 +123,19 @@ fn infer_msg(kind: u8) -> InferMsg {
             stream: 3,
             pos: 0,
             chunks: vec![Chunk::Tokens(vec![1, 2, 3]), Chunk::Tokens(vec![4])],
-            sample: None,
+            head: None,
         },
         1 => InferMsg::Step {
             stream: 9,
             pos: 7,
             chunks: vec![Chunk::Hidden(vec![0.5, -1.0, 3.25, 0.0])],
-            sample: Some(SampleSpec {
+            head: Some(Head::Sample(SampleSpec {
                 temperature: 0.7,
                 top_p: 0.9,
                 top_k: 5,
                 seed: 9,
                 draws: 4,
-            }),
+            })),
         },
         _ => InferMsg::Close { stream: 3 },
     }

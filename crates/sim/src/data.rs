@@ -2,7 +2,7 @@
 //! disk: each row follows `next = (a·prev + b) mod vocab` with a few random restarts.
 
 use neuroshard_data::{Batch, Split, WindowRef};
-use neuroshard_node::core::{BatchError, BatchSource};
+use neuroshard_node::core::{BatchError, BatchSource, Window};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -25,23 +25,13 @@ impl BatchSource for PatternBatches {
         seed[..8].copy_from_slice(&step.to_le_bytes());
         seed[8..].copy_from_slice(&origin[..24]);
         let mut rng = ChaCha8Rng::from_seed(seed);
-        let v = self.vocab as u64;
         let mut inputs = Vec::with_capacity(self.rows * self.seq);
         let mut targets = Vec::with_capacity(self.rows * self.seq);
         let mut windows = Vec::with_capacity(self.rows);
         for _ in 0..self.rows {
-            let mut t = rng.random_range(0..v);
-            let mut row = Vec::with_capacity(self.seq + 1);
-            for _ in 0..=self.seq {
-                row.push(t as u32);
-                t = if rng.random_bool(0.05) {
-                    rng.random_range(0..v)
-                } else {
-                    (5 * t + 3) % v
-                };
-            }
-            inputs.extend_from_slice(&row[..self.seq]);
-            targets.extend_from_slice(&row[1..]);
+            let (i, t) = self.row(&mut rng);
+            inputs.extend_from_slice(&i);
+            targets.extend_from_slice(&t);
             windows.push(WindowRef {
                 split: Split::Train,
                 shard: rng.random_range(0..self.shards.max(1)),
@@ -60,5 +50,37 @@ impl BatchSource for PatternBatches {
             windows,
             token_hash: *h.finalize().as_bytes(),
         })
+    }
+
+    /// Held-out rows: the same pattern from a seed no driver's batch uses.
+    fn validation(&self, windows: usize, seq: usize) -> Result<Vec<Window>, BatchError> {
+        if self.vocab < 2 || seq == 0 {
+            return Err(BatchError("empty pattern configuration".into()));
+        }
+        let mut rng = ChaCha8Rng::from_seed([0xee; 32]);
+        let source = Self {
+            seq,
+            ..self.clone()
+        };
+        Ok((0..windows).map(|_| source.row(&mut rng)).collect())
+    }
+}
+
+impl PatternBatches {
+    /// One row's inputs and targets: `next = (5·prev + 3) mod vocab`, restarting at random
+    /// 5% of the time.
+    fn row(&self, rng: &mut ChaCha8Rng) -> Window {
+        let v = self.vocab as u64;
+        let mut t = rng.random_range(0..v);
+        let mut row = Vec::with_capacity(self.seq + 1);
+        for _ in 0..=self.seq {
+            row.push(t as u32);
+            t = if rng.random_bool(0.05) {
+                rng.random_range(0..v)
+            } else {
+                (5 * t + 3) % v
+            };
+        }
+        (row[..self.seq].to_vec(), row[1..].to_vec())
     }
 }

@@ -88,6 +88,8 @@ pub fn settings(model: ModelConfig, stages: usize, wait_replicas: usize) -> Node
         http: None,
         paid_only: false,
         min_fee_per_stage: 0,
+        // Scenarios that measure the validation loss turn it on.
+        eval_windows: 0,
     }
 }
 

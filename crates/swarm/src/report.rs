@@ -21,6 +21,7 @@ fn time_of(ev: &NodeEvent) -> u64 {
     match ev {
         Ready { time_ms, .. }
         | Step { time_ms, .. }
+        | Validation { time_ms, .. }
         | Failover { time_ms, .. }
         | Finished { time_ms, .. }
         | Dropped { time_ms, .. }
@@ -60,6 +61,8 @@ pub struct Report {
     pub startup: Duration,
     /// Per driver: (step, loss, wall clock ms).
     losses: BTreeMap<usize, Vec<(u64, f32, u64)>>,
+    /// Per driver: the validation loss it measured through the network, (round, step, loss).
+    validation: BTreeMap<usize, Vec<(u64, u64, f64)>>,
     /// Tokens of driver steps after each driver's first (that one has no start time).
     tokens: u64,
     pub finished: HashSet<usize>,
@@ -122,6 +125,12 @@ impl Report {
                 if self.joiner.is_some_and(|(j, _)| j == i) {
                     self.joined = Some((*joined_round, *join_ms));
                 }
+            }
+            NodeEvent::Validation {
+                step, round, loss, ..
+            } => {
+                let list = self.validation.entry(i).or_default();
+                list.push((*round, *step, *loss));
             }
             NodeEvent::Step {
                 stage,
@@ -488,6 +497,11 @@ impl Report {
                     .collect::<BTreeMap<_, _>>(),
             },
             "losses": losses,
+            "network_validation": self.validation.iter()
+                .map(|(i, v)| (i.to_string(), v.iter()
+                    .map(|(round, step, loss)| json!({"round": round, "step": step, "loss": loss}))
+                    .collect::<Vec<_>>()))
+                .collect::<BTreeMap<_, _>>(),
             "initial_val_loss": self.initial_val,
             "final_val_loss": self.final_val,
             "bytes_sent_per_driver_step": self.bytes_per_step(),
@@ -528,6 +542,18 @@ impl Report {
         }
         if let (Some(a), Some(b)) = (self.initial_val, self.final_val) {
             out.push(format!("validation loss {a:.4} → {b:.4}"));
+        }
+        for (i, v) in &self.validation {
+            if let (Some(first), Some(last)) = (v.first(), v.last()) {
+                out.push(format!(
+                    "node {i}'s validation loss through the network: {:.4} (round {}) → {:.4} (round {}), {} evaluations",
+                    first.2,
+                    first.0,
+                    last.2,
+                    last.0,
+                    v.len()
+                ));
+            }
         }
         if let Some(b) = self.bytes_per_step() {
             out.push(format!(

@@ -9,6 +9,9 @@
 //! function it is handed ([`BatchSource`]). A runtime over libp2p and the simulator drive
 //! the same code.
 
+mod evaluate;
+#[cfg(test)]
+mod evaluate_tests;
 mod gossip;
 mod io;
 mod rounds;
@@ -29,6 +32,7 @@ use neuroshard_proof::{Canonical, Hash32, Identity, NodeId, Signed};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
+pub use evaluate::Window;
 pub use io::{
     Compute, EngineError, EngineJob, EngineOutput, Inbound, OpenError, Token, TransferError,
     Transmit, blob_hash, open_from,
@@ -73,6 +77,10 @@ pub trait BatchSource: Send {
         step: u64,
         drivers: &[[u8; 32]],
     ) -> Result<neuroshard_data::Batch, BatchError>;
+
+    /// The first `windows` held-out windows of `seq` inputs (fewer when the validation split
+    /// has fewer), the same ones every time: what the validation loss is measured on.
+    fn validation(&self, windows: usize, seq: usize) -> Result<Vec<evaluate::Window>, BatchError>;
 }
 
 /// Everything the core starts from; the runtime (or simulator) prepares it.
@@ -159,6 +167,7 @@ pub struct NodeCore {
     unregistered: VecDeque<(NodeId, Vec<u8>)>,
     asked: HashMap<NodeId, Instant>,
     serve: serve::ServeState,
+    eval: evaluate::EvalState,
 }
 
 impl NodeCore {
@@ -238,6 +247,7 @@ impl NodeCore {
                 },
                 start,
             ),
+            eval: evaluate::EvalState::default(),
         }
     }
 
@@ -405,6 +415,7 @@ impl NodeCore {
         self.serve_timeout(now);
         self.poll_rounds(now);
         self.maybe_start(now);
+        self.poll_evaluation(now);
     }
 
     /// A clean shutdown: the deathrattle, then a final checkpoint job, whose token this

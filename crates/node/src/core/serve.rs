@@ -11,7 +11,8 @@ use super::serve_pay::{Paid, Settling};
 use super::{NodeCore, Pending, Token, Transmit};
 use crate::serve::engine::{StepJob, StreamKey};
 use crate::serve::{
-    Chunk, Completion, Finish, InferMsg, InferReply, OpenError, SampleSpec, ServeEvent, ServeLimits,
+    Chunk, Completion, Finish, Head, InferMsg, InferReply, OpenError, SampleSpec, ServeEvent,
+    ServeLimits,
 };
 
 /// Service time the router assumes per queued inference step.
@@ -62,6 +63,15 @@ struct Stream {
     holders: Vec<Option<NodeId>>,
     hop: Option<Hop>,
     paid: Option<Paid>,
+    /// An evaluation stream of our own: the targets the last stage scores, and its answer.
+    score: Option<Scored>,
+}
+
+/// A held-out window's targets and, once the last stage answered, their summed loss.
+#[derive(Debug, Clone)]
+struct Scored {
+    targets: Vec<u32>,
+    nll: Option<f64>,
 }
 
 /// Serving state of one core.
@@ -164,10 +174,49 @@ impl NodeCore {
                 holders: vec![None; stages],
                 hop: None,
                 paid,
+                score: None,
             },
         );
         self.start_hop(id, 0, Chunk::Tokens(req.prompt), now);
         Ok(id)
+    }
+
+    /// Opens a stream of our own that feeds `inputs` through every stage and has the last
+    /// stage score `targets` (one per input); its end goes to [`Self::on_eval_stream_end`],
+    /// never to the API. Checked by the caller (windows of the genesis data).
+    pub(super) fn open_eval_stream(
+        &mut self,
+        inputs: Vec<u32>,
+        targets: Vec<u32>,
+        now: Instant,
+    ) -> u64 {
+        let id = self.serve.next_stream;
+        self.serve.next_stream += 1;
+        let stages = self.stages;
+        self.serve.streams.insert(
+            id,
+            Stream {
+                tokens: inputs.clone(),
+                generated: 0,
+                max_tokens: 1,
+                sample: SampleSpec {
+                    temperature: 0.0,
+                    top_p: 1.0,
+                    top_k: 0,
+                    seed: 0,
+                    draws: 0,
+                },
+                stop_token: None,
+                history: vec![Vec::new(); stages],
+                positions: vec![0; stages],
+                holders: vec![None; stages],
+                hop: None,
+                paid: None,
+                score: Some(Scored { targets, nll: None }),
+            },
+        );
+        self.start_hop(id, 0, Chunk::Tokens(inputs), now);
+        id
     }
 
     /// Ends a stream early (a stop string matched, the client left).
@@ -189,6 +238,10 @@ impl NodeCore {
     /// Which replica holds the cache of our stream `id` at each stage (None: none yet).
     pub fn stream_holders(&self, id: u64) -> Option<Vec<Option<NodeId>>> {
         self.serve.streams.get(&id).map(|s| s.holders.clone())
+    }
+
+    pub(super) fn serve_has_stream(&self, id: u64) -> bool {
+        self.serve.streams.contains_key(&id)
     }
 
     /// Streams this node coordinates now.
@@ -256,7 +309,10 @@ impl NodeCore {
             (s.positions[st], Vec::new())
         };
         chunks.push(hop.input.clone());
-        let sample = (st + 1 == self.stages).then_some(s.sample);
+        let head = (st + 1 == self.stages).then(|| match &s.score {
+            Some(sc) => Head::Score(sc.targets.clone()),
+            None => Head::Sample(s.sample),
+        });
         let h = s.hop.as_mut().expect("checked above");
         h.to = to;
         h.fresh = fresh;
@@ -265,7 +321,7 @@ impl NodeCore {
             stream: id,
             pos,
             chunks,
-            sample,
+            head,
         };
         let hop_id = hop.id;
         if to == self.me {
@@ -326,6 +382,7 @@ impl NodeCore {
         let want = base.saturating_add(rows);
         enum Next {
             Hop(usize, Chunk),
+            Scored(f64),
             Emit(u32),
             Stop,
             Again,
@@ -346,13 +403,29 @@ impl NodeCore {
                 pos,
                 token,
                 draws,
-            }) if stream == id && st == last && pos == want && (token as usize) < vocab => {
+            }) if stream == id
+                && st == last
+                && pos == want
+                && (token as usize) < vocab
+                && s.score.is_none() =>
+            {
                 s.sample.draws = draws;
                 if Some(token) == s.stop_token {
                     Next::Stop
                 } else {
                     Next::Emit(token)
                 }
+            }
+            // A loss is a sum of cross-entropies: finite and never negative.
+            Ok(InferReply::Scored { stream, pos, nll })
+                if stream == id
+                    && st == last
+                    && pos == want
+                    && s.score.is_some()
+                    && nll.is_finite()
+                    && nll >= 0.0 =>
+            {
+                Next::Scored(nll)
             }
             // The replica lost our cache (evicted, restarted): it gets the history once.
             Ok(InferReply::Restart { stream, .. }) if stream == id && !hop.fresh => Next::Again,
@@ -361,7 +434,10 @@ impl NodeCore {
             Ok(other) => Next::Fail(format!("unexpected {} answer", reply_kind(&other)), true),
             Err(e) => Next::Fail(e, false),
         };
-        if matches!(next, Next::Hop(..) | Next::Emit(_) | Next::Stop) {
+        if matches!(
+            next,
+            Next::Hop(..) | Next::Scored(_) | Next::Emit(_) | Next::Stop
+        ) {
             s.history[st].push(hop.input);
             s.positions[st] = want;
             s.holders[st] = Some(hop.to);
@@ -369,6 +445,12 @@ impl NodeCore {
         match next {
             Next::Hop(stage, input) => self.start_hop(id, stage, input, now),
             Next::Stop => self.end_stream(id, Ok(Finish::Stop), now),
+            Next::Scored(nll) => {
+                if let Some(sc) = s.score.as_mut() {
+                    sc.nll = Some(nll);
+                }
+                self.end_stream(id, Ok(Finish::Length), now);
+            }
             Next::Emit(token) => {
                 s.tokens.push(token);
                 s.generated += 1;
@@ -425,6 +507,15 @@ impl NodeCore {
             self.start_settling(id, paid, holders, now);
         } else {
             self.close_holders(id, &s.holders, now);
+        }
+        if let Some(sc) = s.score {
+            let result = match (how, sc.nll) {
+                (Ok(_), Some(nll)) => Ok((nll, sc.targets.len())),
+                (Ok(reason), None) => Err(format!("ended ({reason:?}) before it was scored")),
+                (Err(e), _) => Err(e),
+            };
+            self.on_eval_stream_end(id, result, now);
+            return;
         }
         self.serve.events.push_back(match how {
             Ok(reason) => ServeEvent::Finished { stream: id, reason },
@@ -509,5 +600,6 @@ fn reply_kind(r: &InferReply) -> &'static str {
         InferReply::Busy => "busy",
         InferReply::Rejected(_) => "rejected",
         InferReply::Receipt(_) => "receipt",
+        InferReply::Scored { .. } => "scored",
     }
 }

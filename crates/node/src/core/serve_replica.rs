@@ -8,7 +8,7 @@ use neuroshard_proof::{Canonical, NodeId};
 use super::serve::{Cached, Reply};
 use super::{EngineError, EngineJob, NodeCore, Token, Transmit};
 use crate::serve::engine::{StepJob, StepResult, StreamKey};
-use crate::serve::{Chunk, InferMsg, InferReply};
+use crate::serve::{Chunk, Head, InferMsg, InferReply};
 
 /// Sum of the chunks' positions, or why they do not fit this stage.
 fn chunk_rows(chunks: &[Chunk], embed: bool, dim: usize, vocab: usize) -> Result<u32, String> {
@@ -73,7 +73,7 @@ impl NodeCore {
         msg: InferMsg,
         now: Instant,
     ) -> Option<InferReply> {
-        let (stream, pos, chunks, sample) = match msg {
+        let (stream, pos, chunks, head_spec) = match msg {
             InferMsg::Close { stream } => {
                 self.drop_stream_cache(from, stream);
                 return Some(InferReply::Closed);
@@ -87,8 +87,8 @@ impl NodeCore {
                 stream,
                 pos,
                 chunks,
-                sample,
-            } => (stream, pos, chunks, sample),
+                head,
+            } => (stream, pos, chunks, head),
         };
         let model = &self.settings.model;
         let embed = self.stage == 0;
@@ -100,9 +100,22 @@ impl NodeCore {
                 .ok_or_else(|| {
                     format!("positions {pos}+{rows} beyond max_seq {}", model.max_seq)
                 })?;
-            match (head, sample) {
+            match (head, &head_spec) {
                 (true, None) => Err("the last stage needs sampling rules".to_string()),
-                (true, Some(s)) => s.check(model.vocab).map(|_| end),
+                (true, Some(Head::Sample(s))) => s.check(model.vocab).map(|_| end),
+                (true, Some(Head::Score(targets))) => {
+                    let last = chunks.last().and_then(|c| c.rows(model.d_model));
+                    if last != Some(targets.len()) {
+                        Err(format!(
+                            "{} targets for a last chunk of {last:?} positions",
+                            targets.len()
+                        ))
+                    } else if targets.iter().any(|&t| t as usize >= model.vocab) {
+                        Err("a target is outside the vocabulary".to_string())
+                    } else {
+                        Ok(end)
+                    }
+                }
                 (false, _) => Ok(end),
             }
         });
@@ -140,7 +153,7 @@ impl NodeCore {
             key,
             fresh: pos == 0,
             chunks,
-            sample: if head { sample } else { None },
+            head: if head { head_spec } else { None },
         };
         self.serve.queue.push((reply, job, end));
         self.dispatch_infer();
@@ -227,6 +240,11 @@ impl NodeCore {
                             pos: end,
                             token,
                             draws,
+                        },
+                        StepResult::Scored { nll } => InferReply::Scored {
+                            stream: key.1,
+                            pos: end,
+                            nll,
                         },
                     }
                 }

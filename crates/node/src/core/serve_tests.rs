@@ -11,7 +11,9 @@ use neuroshard_proof::{Canonical, NodeId};
 use super::tests::core_at;
 use super::*;
 use crate::compute::Engine;
-use crate::serve::{Chunk, Completion, InferMsg, InferReply, SampleSpec, ServeEvent, ServeLimits};
+use crate::serve::{
+    Chunk, Completion, Head, InferMsg, InferReply, SampleSpec, ServeEvent, ServeLimits,
+};
 
 const D: usize = 8;
 
@@ -40,7 +42,7 @@ fn step(stream: u64, pos: u32, rows: usize) -> InferMsg {
         stream,
         pos,
         chunks: vec![Chunk::Hidden(vec![0.25; rows * D])],
-        sample: Some(sample()),
+        head: Some(Head::Sample(sample())),
     }
 }
 
@@ -70,7 +72,7 @@ fn ask(
     answer.expect("an answer")
 }
 
-fn run_engine(core: &mut NodeCore, engine: &mut Engine, now: Instant) {
+pub(super) fn run_engine(core: &mut NodeCore, engine: &mut Engine, now: Instant) {
     while let Some((token, job)) = core.poll_engine_job() {
         if matches!(job, EngineJob::Infer { .. }) {
             let out = engine.execute(job);
@@ -139,28 +141,28 @@ fn positions_beyond_max_seq_and_non_finite_states_are_refused_and_penalised() {
             stream: 1,
             pos: 0,
             chunks: vec![Chunk::Hidden(nan)],
-            sample: Some(sample()),
+            head: Some(Head::Sample(sample())),
         },
         InferMsg::Step {
             stream: 1,
             pos: 0,
             chunks: vec![Chunk::Hidden(vec![0.5; D + 3])],
-            sample: Some(sample()),
+            head: Some(Head::Sample(sample())),
         },
         InferMsg::Step {
             stream: 1,
             pos: 0,
             chunks: vec![Chunk::Tokens(vec![1])],
-            sample: Some(sample()),
+            head: Some(Head::Sample(sample())),
         },
         InferMsg::Step {
             stream: 1,
             pos: 0,
             chunks: vec![Chunk::Hidden(vec![0.5; D])],
-            sample: Some(SampleSpec {
+            head: Some(Head::Sample(SampleSpec {
                 top_k: 1 << 30,
                 ..sample()
-            }),
+            })),
         },
     ];
     for msg in bad {

@@ -23,6 +23,10 @@ impl BatchSource for NoData {
     ) -> Result<neuroshard_data::Batch, BatchError> {
         Err(BatchError("no data in this test".into()))
     }
+
+    fn validation(&self, _: usize, _: usize) -> Result<Vec<Window>, BatchError> {
+        Err(BatchError("no data in this test".into()))
+    }
 }
 
 fn settings() -> NodeSettings {
@@ -62,6 +66,7 @@ fn settings() -> NodeSettings {
         http: None,
         paid_only: false,
         min_fee_per_stage: 0,
+        eval_windows: 0,
     }
 }
 

@@ -9,18 +9,19 @@ use neuroshard_proof::NodeId;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
-use super::wire::{Chunk, SampleSpec};
+use super::wire::{Chunk, Head};
 
 /// A stream as a replica knows it: its coordinator and the coordinator's number for it.
 pub type StreamKey = (NodeId, u64);
 
-/// One stream's step: feed `chunks` (into a fresh cache when `fresh`), sample at the head.
+/// One stream's step: feed `chunks` (into a fresh cache when `fresh`); the stage with the
+/// head samples or scores as `head` says.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StepJob {
     pub key: StreamKey,
     pub fresh: bool,
     pub chunks: Vec<Chunk>,
-    pub sample: Option<SampleSpec>,
+    pub head: Option<Head>,
 }
 
 /// A step's result: the last chunk's hidden states, or the drawn token and the generator's
@@ -28,7 +29,14 @@ pub struct StepJob {
 #[derive(Debug, Clone, PartialEq)]
 pub enum StepResult {
     Hidden(Vec<f32>),
-    Token { token: u32, draws: u64 },
+    Token {
+        token: u32,
+        draws: u64,
+    },
+    /// The summed cross-entropy of the scored targets.
+    Scored {
+        nll: f64,
+    },
 }
 
 /// Caches and the runner of the weights they were computed with.
@@ -89,22 +97,35 @@ impl Serving {
     }
 }
 
-fn feed(
+fn feed<'a>(
     runner: &StageRunner,
     cache: &mut StreamCache,
-    job: &StepJob,
+    job: &'a StepJob,
 ) -> Result<StepResult, String> {
-    let mut last = None;
-    for chunk in &job.chunks {
-        let input = match chunk {
-            Chunk::Tokens(t) => StepInput::Tokens(t),
-            Chunk::Hidden(h) => StepInput::Hidden(h),
-        };
-        last = Some(runner.step(cache, input).map_err(|e| e.to_string())?);
+    let Some((last, earlier)) = job.chunks.split_last() else {
+        return Err("a step without input".into());
+    };
+    let input = |c: &'a Chunk| match c {
+        Chunk::Tokens(t) => StepInput::Tokens(t),
+        Chunk::Hidden(h) => StepInput::Hidden(h),
+    };
+    for chunk in earlier {
+        runner
+            .step(cache, input(chunk))
+            .map_err(|e| e.to_string())?;
     }
-    match (last, job.sample) {
-        (Some(StepOutput::Hidden(h)), _) => Ok(StepResult::Hidden(h)),
-        (Some(StepOutput::Logits(l)), Some(s)) => {
+    if let Some(Head::Score(targets)) = &job.head {
+        let nll = runner
+            .score(cache, input(last), targets)
+            .map_err(|e| e.to_string())?;
+        return Ok(StepResult::Scored { nll });
+    }
+    match (
+        runner.step(cache, input(last)).map_err(|e| e.to_string())?,
+        &job.head,
+    ) {
+        (StepOutput::Hidden(h), _) => Ok(StepResult::Hidden(h)),
+        (StepOutput::Logits(l), Some(Head::Sample(s))) => {
             s.check(runner.config().vocab)?;
             let mut rng = ChaCha8Rng::seed_from_u64(s.seed);
             rng.set_word_pos(u128::from(s.draws));
@@ -112,7 +133,6 @@ fn feed(
             let draws = u64::try_from(rng.get_word_pos()).map_err(|e| e.to_string())?;
             Ok(StepResult::Token { token, draws })
         }
-        (Some(StepOutput::Logits(_)), None) => Err("the last stage needs sampling rules".into()),
-        (None, _) => Err("a step without input".into()),
+        (StepOutput::Logits(_), _) => Err("the last stage needs sampling rules".into()),
     }
 }

@@ -22,7 +22,7 @@ pub mod wire;
 use std::time::Duration;
 
 pub use handle::{HandleError, ServeCmd, ServeHandle, StreamRx};
-pub use wire::{Chunk, InferMsg, InferReply, SampleSpec};
+pub use wire::{Chunk, Head, InferMsg, InferReply, SampleSpec};
 
 /// Bounds of the serving path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

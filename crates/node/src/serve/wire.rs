@@ -57,6 +57,14 @@ impl SampleSpec {
     }
 }
 
+/// What the stage with the head does with the step: draw the next token, or score `targets`,
+/// one per position of the step's last chunk (a held-out window, for the validation loss).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Head {
+    Sample(SampleSpec),
+    Score(Vec<u32>),
+}
+
 /// New positions for one stage: token ids (stage 0) or `[n, d_model]` hidden states.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Chunk {
@@ -79,12 +87,12 @@ impl Chunk {
 #[derive(Debug, Clone, PartialEq)]
 pub enum InferMsg {
     /// Feed `chunks` in order at position `pos` of the stream's cache (0 opens it afresh).
-    /// The last stage samples one token with `sample`.
+    /// The last stage samples one token or scores targets, as `head` says.
     Step {
         stream: u64,
         pos: u32,
         chunks: Vec<Chunk>,
-        sample: Option<SampleSpec>,
+        head: Option<Head>,
     },
     /// The stream ended: drop its cache.
     Close { stream: u64 },
@@ -108,6 +116,12 @@ pub enum InferReply {
         pos: u32,
         token: u32,
         draws: u64,
+    },
+    /// The summed cross-entropy (nats) of the step's targets.
+    Scored {
+        stream: u64,
+        pos: u32,
+        nll: f64,
     },
     /// The replica holds `have` positions of the stream, not the step's `pos`: send the
     /// history from 0.
@@ -169,7 +183,7 @@ impl Canonical for InferMsg {
                 stream,
                 pos,
                 chunks,
-                sample,
+                head,
             } => {
                 w.u8(1);
                 w.u64(*stream);
@@ -187,15 +201,19 @@ impl Canonical for InferMsg {
                         }
                     }
                 }
-                match sample {
+                match head {
                     None => w.u8(0),
-                    Some(s) => {
+                    Some(Head::Sample(s)) => {
                         w.u8(1);
                         w.u32(s.temperature.to_bits());
                         w.u32(s.top_p.to_bits());
                         w.u32(s.top_k);
                         w.u64(s.seed);
                         w.u64(s.draws);
+                    }
+                    Some(Head::Score(targets)) => {
+                        w.u8(2);
+                        put_u32s(w, targets);
                     }
                 }
             }
@@ -225,22 +243,23 @@ impl Canonical for InferMsg {
                         k => return Err(invalid("chunk kind", k)),
                     });
                 }
-                let sample = match r.u8()? {
+                let head = match r.u8()? {
                     0 => None,
-                    1 => Some(SampleSpec {
+                    1 => Some(Head::Sample(SampleSpec {
                         temperature: f32::from_bits(r.u32()?),
                         top_p: f32::from_bits(r.u32()?),
                         top_k: r.u32()?,
                         seed: r.u64()?,
                         draws: r.u64()?,
-                    }),
-                    k => return Err(invalid("sample flag", k)),
+                    })),
+                    2 => Some(Head::Score(get_u32s(r)?)),
+                    k => return Err(invalid("head kind", k)),
                 };
                 Ok(InferMsg::Step {
                     stream,
                     pos,
                     chunks,
-                    sample,
+                    head,
                 })
             }
             2 => Ok(InferMsg::Close { stream: r.u64()? }),
@@ -291,6 +310,12 @@ impl Canonical for InferReply {
                 w.u8(7);
                 w.bytes(bytes);
             }
+            InferReply::Scored { stream, pos, nll } => {
+                w.u8(8);
+                w.u64(*stream);
+                w.u32(*pos);
+                w.u64(nll.to_bits());
+            }
         }
     }
 
@@ -317,6 +342,11 @@ impl Canonical for InferReply {
                 String::from_utf8_lossy(r.bytes(MAX_REASON)?).into_owned(),
             )),
             7 => Ok(InferReply::Receipt(r.bytes(MAX_RECEIPT)?.to_vec())),
+            8 => Ok(InferReply::Scored {
+                stream: r.u64()?,
+                pos: r.u32()?,
+                nll: f64::from_bits(r.u64()?),
+            }),
             k => Err(invalid("inference reply kind", k)),
         }
     }
@@ -339,13 +369,19 @@ mod tests {
                 stream: 3,
                 pos: 0,
                 chunks: vec![Chunk::Tokens(vec![1, 2, 3]), Chunk::Tokens(vec![4])],
-                sample: None,
+                head: None,
             },
             InferMsg::Step {
                 stream: u64::MAX,
                 pos: 7,
                 chunks: vec![Chunk::Hidden(vec![0.5, -1.0, 3.25, 0.0])],
-                sample: Some(sample),
+                head: Some(Head::Sample(sample)),
+            },
+            InferMsg::Step {
+                stream: 4,
+                pos: 0,
+                chunks: vec![Chunk::Hidden(vec![0.5, -1.0])],
+                head: Some(Head::Score(vec![7, 0])),
             },
             InferMsg::Close { stream: 3 },
             InferMsg::Settle {
@@ -370,6 +406,11 @@ mod tests {
             InferReply::Busy,
             InferReply::Rejected("no".into()),
             InferReply::Receipt(vec![1, 2, 3]),
+            InferReply::Scored {
+                stream: 4,
+                pos: 2,
+                nll: 3.5,
+            },
         ];
         (msgs, replies)
     }

@@ -36,6 +36,7 @@ pub struct NodeMetrics {
     tokens: Counter,
     step_seconds: Histogram,
     loss: Gauge<f64, AtomicU64>,
+    validation_loss: Gauge<f64, AtomicU64>,
     busy_seconds: Counter<f64, AtomicU64>,
     queue: Gauge,
     engine_queue: Gauge,
@@ -82,6 +83,7 @@ impl NodeMetrics {
             // 10 ms to ~5 min.
             step_seconds: Histogram::new(exponential_buckets(0.01, 2.0, 15)),
             loss: Gauge::default(),
+            validation_loss: Gauge::default(),
             busy_seconds: Counter::default(),
             queue: Gauge::default(),
             engine_queue: Gauge::default(),
@@ -147,6 +149,11 @@ impl NodeMetrics {
             "neuroshard_training_loss",
             "Latest training loss this driver measured",
             self.loss.clone(),
+        );
+        r.register(
+            "neuroshard_validation_loss",
+            "Latest validation loss (held-out windows through the pipeline) this driver measured",
+            self.validation_loss.clone(),
         );
         r.register_with_unit(
             "neuroshard_engine_busy",
@@ -305,6 +312,9 @@ impl NodeMetrics {
                 self.info.get_or_create(&labels).set(1);
                 gauge_u64(&self.step, *resumed_step);
                 gauge_u64(&self.sync_round, *sync_round);
+            }
+            NodeEvent::Validation { loss, .. } if valid_loss(*loss) => {
+                self.validation_loss.set(*loss);
             }
             NodeEvent::Step {
                 step,

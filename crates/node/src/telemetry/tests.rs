@@ -206,6 +206,17 @@ fn metrics_follow_the_events() {
     m.on_event(&ready());
     m.on_event(&step(1, Some(3.0)));
     m.on_event(&step(2, Some(f32::NAN)));
+    for loss in [2.5, f64::INFINITY] {
+        m.on_event(&NodeEvent::Validation {
+            step: 2,
+            round: 1,
+            loss,
+            tokens: 64,
+            windows: 4,
+            ms: 3.0,
+            time_ms: 9,
+        });
+    }
     m.on_event(&sync(0));
     m.on_event(&ledger("parked proofs", None));
     m.on_event(&ledger("other", Some("training")));
@@ -217,6 +228,7 @@ fn metrics_follow_the_events() {
         "{text}"
     );
     assert!(text.contains("neuroshard_training_loss 3.0"), "{text}");
+    assert!(text.contains("neuroshard_validation_loss 2.5"), "{text}");
     assert!(
         text.contains("neuroshard_step_duration_seconds_count 1"),
         "{text}"
@@ -231,4 +243,27 @@ fn metrics_follow_the_events() {
         "{text}"
     );
     assert_eq!(text.matches("neuroshard_ledger_state{").count(), 1);
+}
+
+#[test]
+fn validation_events_make_the_validation_curve() {
+    let mut f = TelemetryFold::new();
+    f.on_event(&ready());
+    for (step, loss) in [(0, 3.4), (10, f64::NAN), (20, 2.9)] {
+        f.on_event(&NodeEvent::Validation {
+            step,
+            round: step / 10,
+            loss,
+            tokens: 64,
+            windows: 4,
+            ms: 3.0,
+            time_ms: 9 + step,
+        });
+    }
+    let v = f.validation_loss();
+    assert_eq!(
+        v.iter().map(|p| (p.step, p.loss)).collect::<Vec<_>>(),
+        vec![(0, 3.4), (20, 2.9)]
+    );
+    assert!(f.train_loss().is_empty());
 }
