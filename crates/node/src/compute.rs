@@ -1,6 +1,7 @@
 //! The compute engine of a replica: its stage, AdamW state and gradient accumulator, on a
 //! thread of its own so the network stays responsive while a job runs.
 
+use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, mpsc};
@@ -330,8 +331,9 @@ impl BusyTime {
     }
 }
 
-/// Starts the engine thread: jobs in, results out, one at a time in order. `busy` counts the
-/// time spent in jobs (the node's compute utilization).
+/// Starts the engine thread: jobs in, results out, one at a time; among the jobs waiting, an
+/// inference step goes first (see [`next_job`]). `busy` counts the time spent in jobs (the
+/// node's compute utilization).
 pub fn spawn<C: Compute + Send + 'static>(
     mut engine: C,
     threads: usize,
@@ -343,7 +345,18 @@ pub fn spawn<C: Compute + Send + 'static>(
         .name("engine".into())
         .spawn(move || {
             neuroshard_model::with_threads(threads, move || {
-                while let Ok((token, job)) = rx.recv() {
+                let mut waiting = VecDeque::new();
+                loop {
+                    if waiting.is_empty() {
+                        match rx.recv() {
+                            Ok(job) => waiting.push_back(job),
+                            Err(_) => break,
+                        }
+                    }
+                    waiting.extend(rx.try_iter());
+                    let Some((token, job)) = next_job(&mut waiting) else {
+                        continue;
+                    };
                     let started = std::time::Instant::now();
                     let out = engine.execute(job);
                     busy.add(started.elapsed());
@@ -356,6 +369,21 @@ pub fn spawn<C: Compute + Send + 'static>(
     Ok(tx)
 }
 
+/// The job to run next: the oldest inference step if one waits, else the oldest job. A
+/// stream's token then waits for at most the one training job already running, not for every
+/// forward and backward queued before it. Training jobs keep their order among themselves,
+/// and an inference step reads only the serving weights and its caches, so the training
+/// result is the same bits whatever ran in between.
+pub fn next_job(waiting: &mut VecDeque<(Token, EngineJob)>) -> Option<(Token, EngineJob)> {
+    let infer = waiting
+        .iter()
+        .position(|(_, j)| matches!(j, EngineJob::Infer { .. }));
+    match infer {
+        Some(i) => waiting.remove(i),
+        None => waiting.pop_front(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -364,6 +392,31 @@ mod tests {
 
     fn dcfg() -> crate::replica::DilocoConfig {
         cfg(1, "randk:0.25:sign")
+    }
+
+    #[test]
+    fn inference_steps_go_first_and_other_jobs_keep_their_order() {
+        let infer = || EngineJob::Infer {
+            steps: Vec::new(),
+            evict: Vec::new(),
+        };
+        let mut waiting: VecDeque<(Token, EngineJob)> = VecDeque::from(vec![
+            (1, EngineJob::SyncPrepare { round: 1 }),
+            (
+                2,
+                EngineJob::Checkpoint {
+                    step: 2,
+                    extra: serde_json::Value::Null,
+                },
+            ),
+            (3, infer()),
+            (4, EngineJob::SyncPrepare { round: 2 }),
+            (5, infer()),
+        ]);
+        let order: Vec<Token> = std::iter::from_fn(|| next_job(&mut waiting))
+            .map(|(t, _)| t)
+            .collect();
+        assert_eq!(order, vec![3, 5, 1, 2, 4]);
     }
 
     #[test]
