@@ -14,7 +14,7 @@ use neuroshard_node::economy::{
 use neuroshard_node::network::{NetworkGenesis, Protocol};
 use neuroshard_node::records::{Heartbeat, NodeRecord};
 use neuroshard_node::replica::{Diloco, DilocoConfig, encode_adamw};
-use neuroshard_node::serve::{Chunk, InferMsg, InferReply, SampleSpec};
+use neuroshard_node::serve::{Chunk, Head, InferMsg, InferReply, SampleSpec};
 use neuroshard_node::sync::{SyncDone, SyncMsg, SyncOffer, ThetaRecord};
 use neuroshard_node::wire::{Ack, MicroBatchId, Msg, Payload};
 use neuroshard_proof::fixtures::{TEST_NETWORK, training_proof};
@@ -108,13 +108,19 @@ pub fn sample_infer() -> (Vec<InferMsg>, Vec<InferReply>) {
             stream: 3,
             pos: 0,
             chunks: vec![Chunk::Tokens(vec![1, 2, 3]), Chunk::Tokens(vec![4])],
-            sample: None,
+            head: None,
         },
         InferMsg::Step {
             stream: 9,
             pos: 7,
             chunks: vec![Chunk::Hidden(vec![0.5, -1.0, 3.25, 0.0])],
-            sample: Some(sample),
+            head: Some(Head::Sample(sample)),
+        },
+        InferMsg::Step {
+            stream: 4,
+            pos: 0,
+            chunks: vec![Chunk::Hidden(vec![0.5, -1.0])],
+            head: Some(Head::Score(vec![7, 0])),
         },
         InferMsg::Close { stream: 3 },
     ];
@@ -132,6 +138,11 @@ pub fn sample_infer() -> (Vec<InferMsg>, Vec<InferReply>) {
         },
         InferReply::Restart { stream: 3, have: 0 },
         InferReply::Rejected("no".into()),
+        InferReply::Scored {
+            stream: 4,
+            pos: 2,
+            nll: 3.5,
+        },
     ];
     (msgs, replies)
 }
