@@ -219,6 +219,7 @@ impl NodeArgs {
                 || format!("--min-fee {:?} is not an amount of NEURO", self.min_fee),
             )?,
             eval_windows: self.eval_windows,
+            budgets: Default::default(),
         })
     }
 }

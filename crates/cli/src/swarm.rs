@@ -146,6 +146,7 @@ impl SwarmArgs {
             paid_only: false,
             min_fee_per_stage: 0,
             eval_windows: neuroshard_node::settings::DEFAULT_EVAL_WINDOWS,
+            budgets: Default::default(),
         };
         let kill = self
             .kill

@@ -8,7 +8,7 @@ use libp2p::identity::Keypair;
 use libp2p::kad::store::{MemoryStore, MemoryStoreConfig};
 use libp2p::request_response::{self, ProtocolSupport};
 use libp2p::swarm::NetworkBehaviour;
-use libp2p::{StreamProtocol, allow_block_list, identify, kad, ping};
+use libp2p::{StreamProtocol, allow_block_list, connection_limits, identify, kad, ping};
 
 use crate::blob;
 use crate::codec::{CounterSet, FrameCodec};
@@ -32,6 +32,7 @@ const GOSSIP_OVERHEAD: usize = 64 * 1024;
 
 #[derive(NetworkBehaviour)]
 pub(crate) struct Behaviour {
+    pub limits: connection_limits::Behaviour,
     pub block: allow_block_list::Behaviour<allow_block_list::BlockedPeers>,
     pub identify: identify::Behaviour,
     pub ping: ping::Behaviour,
@@ -62,6 +63,11 @@ impl Behaviour {
             rr_config,
         );
         Ok(Behaviour {
+            limits: connection_limits::Behaviour::new(
+                connection_limits::ConnectionLimits::default()
+                    .with_max_established(Some(config.max_connections))
+                    .with_max_established_per_peer(Some(config.max_connections_per_peer)),
+            ),
             block: allow_block_list::Behaviour::default(),
             identify: identify::Behaviour::new(
                 identify::Config::new(IDENTIFY_PROTOCOL.into(), key.public())

@@ -30,6 +30,11 @@ pub type RecordValidator = Arc<dyn Fn(&[u8], &[u8], Option<&NodeId>) -> bool + S
 pub const DEFAULT_MAX_FRAME: usize = 32 * 1024 * 1024;
 /// Default maximum size of one gossip message.
 pub const DEFAULT_MAX_GOSSIP: usize = 1024 * 1024;
+/// Default budget of message bytes waiting for the application (8 maximal frames).
+pub const DEFAULT_MAX_QUEUED_BYTES: usize = 256 * 1024 * 1024;
+/// Default limit of established connections, in all and per peer.
+pub const DEFAULT_MAX_CONNECTIONS: u32 = 256;
+pub const DEFAULT_MAX_CONNECTIONS_PER_PEER: u32 = 4;
 
 /// Settings of a [`crate::Net`]. Start from [`NetConfig::local`] and change fields.
 #[derive(Clone)]
@@ -42,6 +47,14 @@ pub struct NetConfig {
     pub max_frame: usize,
     /// Maximum bytes of one gossip message.
     pub max_gossip: usize,
+    /// Budget of inbound message bytes (gossip and requests) delivered but not yet taken by
+    /// the application: past it, gossip is dropped and requests fail at once, so a flood
+    /// costs memory up to this bound and no more.
+    pub max_queued_bytes: usize,
+    /// Established connections at most, in all (incoming and outgoing) and per peer; a
+    /// connection over either limit is refused by libp2p's `connection_limits`.
+    pub max_connections: u32,
+    pub max_connections_per_peer: u32,
     /// How long a request (or one blob chunk) may take, response included.
     pub request_timeout: Duration,
     /// Gossipsub topics subscribed at start.
@@ -72,6 +85,9 @@ impl NetConfig {
             bootstrap: Vec::new(),
             max_frame: DEFAULT_MAX_FRAME,
             max_gossip: DEFAULT_MAX_GOSSIP,
+            max_queued_bytes: DEFAULT_MAX_QUEUED_BYTES,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_connections_per_peer: DEFAULT_MAX_CONNECTIONS_PER_PEER,
             request_timeout: Duration::from_secs(10),
             topics: Vec::new(),
             record_ttl: Duration::from_secs(60),
@@ -98,6 +114,9 @@ impl fmt::Debug for NetConfig {
             .field("bootstrap", &self.bootstrap)
             .field("max_frame", &self.max_frame)
             .field("max_gossip", &self.max_gossip)
+            .field("max_queued_bytes", &self.max_queued_bytes)
+            .field("max_connections", &self.max_connections)
+            .field("max_connections_per_peer", &self.max_connections_per_peer)
             .field("request_timeout", &self.request_timeout)
             .field("topics", &self.topics)
             .field("record_ttl", &self.record_ttl)

@@ -3,6 +3,7 @@
 use std::collections::HashSet;
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use libp2p::multiaddr::Protocol;
@@ -13,7 +14,7 @@ use crate::behaviour::{self, Behaviour};
 use crate::blob::{self, BlobStore};
 use crate::codec::{CounterSet, Counters};
 use crate::ids::{AddressBook, keypair_from_secret, peer_id_of};
-use crate::task::{Command, EVENT_QUEUE, Reply, Task};
+use crate::task::{Command, EVENT_QUEUE, EventQueue, Reply, Task};
 use crate::{Address, NetConfig, NetError};
 use neuroshard_proof::NodeId;
 
@@ -36,6 +37,47 @@ pub enum NetEvent {
     PeerConnected(NodeId),
     /// The last connection to a peer closed.
     PeerDisconnected(NodeId),
+}
+
+impl NetEvent {
+    /// Bytes the event holds against the inbound budget ([`NetConfig::max_queued_bytes`]).
+    pub(crate) fn queued_bytes(&self) -> usize {
+        match self {
+            NetEvent::Gossip { topic, data, .. } => topic.len().saturating_add(data.len()),
+            NetEvent::Request { data, .. } => data.len(),
+            NetEvent::PeerConnected(_) | NetEvent::PeerDisconnected(_) => 0,
+        }
+    }
+}
+
+/// The application's end of the event queue: taking an event releases its bytes from the
+/// inbound budget.
+pub struct NetEvents {
+    rx: mpsc::Receiver<NetEvent>,
+    queued: Arc<AtomicUsize>,
+}
+
+impl NetEvents {
+    /// The next event; `None` once the network task stopped.
+    pub async fn recv(&mut self) -> Option<NetEvent> {
+        let event = self.rx.recv().await?;
+        self.queued
+            .fetch_sub(event.queued_bytes(), Ordering::AcqRel);
+        Some(event)
+    }
+
+    /// Message bytes delivered and not yet taken.
+    pub fn queued_bytes(&self) -> usize {
+        self.queued.load(Ordering::Acquire)
+    }
+}
+
+impl fmt::Debug for NetEvents {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NetEvents")
+            .field("queued_bytes", &self.queued_bytes())
+            .finish_non_exhaustive()
+    }
 }
 
 /// Where the response to one inbound request goes.
@@ -87,10 +129,7 @@ impl fmt::Debug for Net {
 impl Net {
     /// Starts the swarm task on the current tokio runtime with the libp2p secp256k1 keypair
     /// made from `secret`: listens, subscribes to `config.topics`, dials the bootstrap peers.
-    pub async fn start(
-        secret: [u8; 32],
-        config: NetConfig,
-    ) -> Result<(Net, mpsc::Receiver<NetEvent>), NetError> {
+    pub async fn start(secret: [u8; 32], config: NetConfig) -> Result<(Net, NetEvents), NetError> {
         let key = keypair_from_secret(&secret)?;
         if config.max_frame == 0 || config.max_gossip == 0 {
             return Err(NetError::Transport(
@@ -153,7 +192,12 @@ impl Net {
         }
 
         let (commands, command_rx) = mpsc::unbounded_channel();
-        let (event_tx, events) = mpsc::channel(EVENT_QUEUE);
+        let (event_tx, rx) = mpsc::channel(EVENT_QUEUE);
+        let queued = Arc::new(AtomicUsize::new(0));
+        let events = NetEvents {
+            rx,
+            queued: queued.clone(),
+        };
         let blobs = BlobStore::default();
         let book = AddressBook::default();
         let node_id = book.learn(&local).ok_or(NetError::InvalidSecret)?;
@@ -169,7 +213,15 @@ impl Net {
             penalty: config.penalty,
             request_timeout: config.request_timeout,
         };
-        let task = Task::new(swarm, command_rx, event_tx, counters, blobs, config, book);
+        let task = Task::new(
+            swarm,
+            EventQueue::new(event_tx, queued, config.max_queued_bytes),
+            command_rx,
+            counters,
+            blobs,
+            config,
+            book,
+        );
         tokio::spawn(task.run());
         tracing::info!(peer = %local, "network started");
         Ok((

@@ -1,10 +1,9 @@
 mod common;
 use common::*;
-use neuroshard_net::{Net, NetConfig, NetError, NetEvent};
-use tokio::sync::mpsc::Receiver;
+use neuroshard_net::{Net, NetConfig, NetError, NetEvent, NetEvents};
 
 /// Answers every request with its bytes reversed.
-fn echo_server(net: Net, mut events: Receiver<NetEvent>) {
+fn echo_server(net: Net, mut events: NetEvents) {
     tokio::spawn(async move {
         while let Some(event) = events.recv().await {
             if let NetEvent::Request {

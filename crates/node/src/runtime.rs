@@ -445,6 +445,13 @@ fn net_config(settings: &NodeSettings) -> Result<NetConfig, NodeError> {
     cfg.listen = parse_addrs(&settings.listen)?;
     cfg.bootstrap = parse_addrs(&settings.bootstrap)?;
     cfg.max_frame = settings.max_frame;
+    let b = settings.budgets;
+    cfg.max_queued_bytes = b
+        .inbound_queue_mb
+        .saturating_mul(1 << 20)
+        .max(settings.max_frame);
+    cfg.max_connections = b.connections;
+    cfg.max_connections_per_peer = b.connections_per_peer;
     cfg.request_timeout = settings.grad_timeout();
     // Every stage's heartbeats while the node chooses its stage; then only what it needs.
     cfg.topics = Topic::all_heartbeats(settings.stages)

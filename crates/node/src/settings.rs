@@ -98,6 +98,31 @@ pub struct NodeSettings {
     /// (0: none).
     #[serde(default = "default_eval_windows")]
     pub eval_windows: usize,
+    /// Limits on what peers can make this node hold.
+    #[serde(default)]
+    pub budgets: Budgets,
+}
+
+/// Limits on what peers can make a node hold (issue 20's budgets), each a named setting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Budgets {
+    /// Inbound message bytes (gossip, requests) waiting for the node; past it gossip is dropped
+    /// and requests fail at once.
+    pub inbound_queue_mb: usize,
+    /// Established connections in all, and per peer.
+    pub connections: u32,
+    pub connections_per_peer: u32,
+}
+
+impl Default for Budgets {
+    fn default() -> Self {
+        Self {
+            inbound_queue_mb: neuroshard_net::DEFAULT_MAX_QUEUED_BYTES >> 20,
+            connections: neuroshard_net::DEFAULT_MAX_CONNECTIONS,
+            connections_per_peer: neuroshard_net::DEFAULT_MAX_CONNECTIONS_PER_PEER,
+        }
+    }
 }
 
 /// Enough windows for a steady curve at a small fraction of a round's compute: 4 forward
@@ -267,6 +292,7 @@ pub(crate) mod tests {
             paid_only: false,
             min_fee_per_stage: 0,
             eval_windows: 0,
+            budgets: Budgets::default(),
         }
     }
 

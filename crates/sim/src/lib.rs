@@ -90,6 +90,7 @@ pub fn settings(model: ModelConfig, stages: usize, wait_replicas: usize) -> Node
         min_fee_per_stage: 0,
         // Scenarios that measure the validation loss turn it on.
         eval_windows: 0,
+        budgets: Default::default(),
     }
 }
 

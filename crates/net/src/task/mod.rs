@@ -3,6 +3,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -34,6 +35,56 @@ pub(crate) type Reply<T> = oneshot::Sender<Result<T, NetError>>;
 pub(crate) const EVENT_QUEUE: usize = 4096;
 /// How often application scores decay.
 const DECAY_EVERY: Duration = Duration::from_secs(60);
+
+/// The task's end of the event queue, bounded in count ([`EVENT_QUEUE`]) and in message bytes.
+pub(crate) struct EventQueue {
+    tx: mpsc::Sender<NetEvent>,
+    queued: Arc<AtomicUsize>,
+    max_bytes: usize,
+}
+
+impl EventQueue {
+    pub(crate) fn new(
+        tx: mpsc::Sender<NetEvent>,
+        queued: Arc<AtomicUsize>,
+        max_bytes: usize,
+    ) -> Self {
+        Self {
+            tx,
+            queued,
+            max_bytes,
+        }
+    }
+
+    /// Queues `event` if its bytes fit the budget and the queue has room; else hands it back
+    /// (a request's channel dropped with it fails the request at the peer at once).
+    fn push(&self, event: NetEvent) -> Result<(), NetEvent> {
+        let size = event.queued_bytes();
+        // One producer (this task): what it reads here can only shrink before it adds.
+        if self
+            .queued
+            .load(Ordering::Acquire)
+            .checked_add(size)
+            .is_none_or(|total| total > self.max_bytes)
+        {
+            return Err(event);
+        }
+        self.queued.fetch_add(size, Ordering::AcqRel);
+        match self.tx.try_send(event) {
+            Ok(()) => Ok(()),
+            Err(
+                mpsc::error::TrySendError::Full(event) | mpsc::error::TrySendError::Closed(event),
+            ) => {
+                self.queued.fetch_sub(size, Ordering::AcqRel);
+                Err(event)
+            }
+        }
+    }
+
+    fn closed(&self) -> bool {
+        self.tx.is_closed()
+    }
+}
 
 pub(crate) enum Command {
     Dial(Multiaddr, Reply<()>),
@@ -85,7 +136,7 @@ pub(crate) enum Command {
 pub(crate) struct Task {
     swarm: Swarm<Behaviour>,
     commands: mpsc::UnboundedReceiver<Command>,
-    events: mpsc::Sender<NetEvent>,
+    events: EventQueue,
     counters: Arc<CounterSet>,
     blobs: BlobStore,
     config: NetConfig,
@@ -106,8 +157,8 @@ pub(crate) struct Task {
 impl Task {
     pub(crate) fn new(
         swarm: Swarm<Behaviour>,
+        events: EventQueue,
         commands: mpsc::UnboundedReceiver<Command>,
-        events: mpsc::Sender<NetEvent>,
         counters: Arc<CounterSet>,
         blobs: BlobStore,
         config: NetConfig,
@@ -161,14 +212,16 @@ impl Task {
     }
 
     fn emit(&self, event: NetEvent) {
-        match self.events.try_send(event) {
-            Ok(()) => {}
-            Err(mpsc::error::TrySendError::Full(event)) => {
-                CounterSet::bump(&self.counters.events_dropped);
-                tracing::warn!(?event, "event queue full; event dropped");
-            }
+        if let Err(event) = self.events.push(event) {
             // The application dropped its receiver: it no longer wants events.
-            Err(mpsc::error::TrySendError::Closed(_)) => {}
+            if !self.events.closed() {
+                CounterSet::bump(&self.counters.events_dropped);
+                tracing::warn!(
+                    bytes = event.queued_bytes(),
+                    queued = self.events.queued.load(Ordering::Acquire),
+                    "event queue over its count or byte budget; event dropped"
+                );
+            }
         }
     }
 

@@ -4,8 +4,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use neuroshard_net::{Address, Net, NetConfig, NetEvent};
-use tokio::sync::mpsc::Receiver;
+use neuroshard_net::{Address, Net, NetConfig, NetEvent, NetEvents};
 
 /// Upper bound for any single wait in the tests.
 pub const WAIT: Duration = Duration::from_secs(10);
@@ -22,7 +21,7 @@ pub fn secret(i: u8) -> [u8; 32] {
     [i; 32]
 }
 
-pub async fn start(i: u8, config: NetConfig) -> (Net, Receiver<NetEvent>, Address) {
+pub async fn start(i: u8, config: NetConfig) -> (Net, NetEvents, Address) {
     init_tracing();
     let (net, events) = Net::start(secret(i), config).await.expect("start");
     let addr = bounded(net.listen_addrs()).await.remove(0);
@@ -35,7 +34,7 @@ pub async fn bounded<T>(fut: impl Future<Output = T>) -> T {
 
 /// Waits for the first event matching `pick`, skipping others.
 pub async fn next_event<T>(
-    events: &mut Receiver<NetEvent>,
+    events: &mut NetEvents,
     mut pick: impl FnMut(NetEvent) -> Option<T>,
 ) -> T {
     bounded(async {
@@ -67,6 +66,6 @@ where
 }
 
 /// Drops every event so a node's queue never fills.
-pub fn drain(mut events: Receiver<NetEvent>) {
+pub fn drain(mut events: NetEvents) {
     tokio::spawn(async move { while events.recv().await.is_some() {} });
 }

@@ -67,6 +67,7 @@ fn settings() -> NodeSettings {
         paid_only: false,
         min_fee_per_stage: 0,
         eval_windows: 0,
+        budgets: Default::default(),
     }
 }
 

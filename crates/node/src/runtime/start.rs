@@ -7,9 +7,8 @@ use std::time::{Duration, Instant};
 
 use neuroshard_data::Genesis;
 use neuroshard_model::{AdamW, AdamWConfig, ModelError, Stage, StageSpec, checkpoint};
-use neuroshard_net::{Net, NetEvent};
+use neuroshard_net::{Net, NetEvent, NetEvents};
 use neuroshard_proof::{Hash32, Identity, NodeId};
-use tokio::sync::mpsc;
 
 use super::{CHECKPOINT_DIR, emit, now_ms};
 use crate::NodeError;
@@ -44,7 +43,7 @@ pub async fn start(
     settings: &NodeSettings,
     identity: &Identity,
     net: &Net,
-    net_events: &mut mpsc::Receiver<NetEvent>,
+    net_events: &mut NetEvents,
     genesis: &Genesis,
     network: &crate::network::Network,
 ) -> Result<Started, NodeError> {
