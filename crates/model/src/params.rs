@@ -322,9 +322,9 @@ impl ParamSet {
             for d in &spec.shape {
                 h.update(&(*d as u64).to_le_bytes());
             }
-            for x in v {
-                h.update(&x.to_le_bytes());
-            }
+            // The same bytes as one update per value, fed a block at a time (several
+            // times faster: the hash runs every step).
+            neuroshard_audit::update_f32s(&mut h, v);
         }
         *h.finalize().as_bytes()
     }
