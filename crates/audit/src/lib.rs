@@ -28,6 +28,6 @@ pub use fraud::{
 };
 pub use sample::{AuditRate, Challenge, ChallengeSeed, auditor_for, is_challenged, sample};
 pub use tensor::{
-    EvidenceLimits, JobInputs, LimitError, MAX_TENSOR_VALUES, NO_HASH, StageData, Tensor, TokenIds,
-    UpstreamData, grads_hash, tensor_hash, tokens_hash, update_f32s,
+    EvidenceLimits, JobInputs, LimitError, MAX_TENSOR_VALUES, NO_HASH, StageData, StreamHasher,
+    Tensor, TokenIds, UpstreamData, grads_hash, tensor_hash, tokens_hash,
 };
