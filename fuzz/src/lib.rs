@@ -232,6 +232,7 @@ pub fn sample_audit() -> Vec<Vec<u8>> {
         inputs,
         &claimed,
         Some(hidden(2.0)),
+        T0,
     );
     let round = RoundCommitment {
         network: [0; 32],

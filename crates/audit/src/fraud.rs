@@ -20,6 +20,9 @@ pub struct Accusation {
     pub commitment: Hash32,
     pub claimed_output_hash: Hash32,
     pub claimed_grads_hash: Hash32,
+    /// When the auditor filed it (its own clock, signed): the time ledgers record for the
+    /// verdict, the same on every node.
+    pub timestamp_ms: u64,
 }
 
 impl Canonical for Accusation {
@@ -33,6 +36,7 @@ impl Canonical for Accusation {
         w.fixed(&self.commitment);
         w.fixed(&self.claimed_output_hash);
         w.fixed(&self.claimed_grads_hash);
+        w.u64(self.timestamp_ms);
     }
 
     fn decode_body(r: &mut Reader<'_>) -> Result<Self, CodecError> {
@@ -44,6 +48,7 @@ impl Canonical for Accusation {
             commitment: r.array()?,
             claimed_output_hash: r.array()?,
             claimed_grads_hash: r.array()?,
+            timestamp_ms: r.u64()?,
         })
     }
 }
@@ -61,6 +66,7 @@ pub struct FraudProof {
 
 impl FraudProof {
     /// Builds and signs the auditor's side of the evidence.
+    #[allow(clippy::too_many_arguments)] // the parts of the evidence, each needed once
     pub fn new(
         auditor: &Identity,
         job: SignedJob,
@@ -68,6 +74,7 @@ impl FraudProof {
         inputs: JobInputs,
         claimed: &Replayed,
         sent_output: Option<Tensor>,
+        timestamp_ms: u64,
     ) -> Self {
         let accusation = Accusation {
             network: commitment.network,
@@ -77,6 +84,7 @@ impl FraudProof {
             commitment: job.payload_hash(),
             claimed_output_hash: claimed.output_hash,
             claimed_grads_hash: claimed.grads_hash,
+            timestamp_ms,
         };
         Self {
             accusation: Signed::sign(auditor, &accusation),

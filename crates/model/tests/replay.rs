@@ -188,6 +188,7 @@ fn audit(
         inputs.clone(),
         &mine,
         sent,
+        1_000,
     )
 }
 

@@ -181,7 +181,15 @@ fn accuse(
         // A lying accuser: it claims other bits than its honest replay gave.
         claimed.output_hash = [0xee; 32];
     }
-    FraudProof::new(auditor, c.sign(worker), c, inputs.clone(), &claimed, None)
+    FraudProof::new(
+        auditor,
+        c.sign(worker),
+        c,
+        inputs.clone(),
+        &claimed,
+        None,
+        1_000,
+    )
 }
 
 #[test]
@@ -367,7 +375,15 @@ fn an_accusation_without_a_dispute_or_with_a_forged_signature_is_refused() {
     let c = honest(&w.worker, JobKind::Forward, &inp);
     let auditor = w.assigned(&c);
     let same = engine().replay(&c, &inp).unwrap();
-    let proof = FraudProof::new(auditor, c.sign(&w.worker), &c, inp.clone(), &same, None);
+    let proof = FraudProof::new(
+        auditor,
+        c.sign(&w.worker),
+        &c,
+        inp.clone(),
+        &same,
+        None,
+        1_000,
+    );
     assert!(matches!(
         check(&w.ctx(), &proof, &engine()),
         Err(EvidenceError::NoDispute)
@@ -452,6 +468,7 @@ fn a_replayer_without_the_weights_gives_no_verdict() {
             output: None,
         },
         None,
+        1_000,
     );
     assert!(check(&w.ctx(), &proof, &engine()).is_ok());
     assert!(matches!(
@@ -514,6 +531,7 @@ proptest! {
             inputs,
             &Replayed { output_hash: claimed, grads_hash: NO_HASH, output: None },
             None,
+            7,
         );
         let bytes = proof.to_canonical_bytes();
         prop_assert_eq!(FraudProof::from_canonical_bytes(&bytes).ok(), Some(proof));
@@ -521,10 +539,10 @@ proptest! {
 
     #[test]
     fn accusations_round_trip(net in any::<[u8; 32]>(), stage in any::<u16>(), round in any::<u64>(),
-                              h in prop::array::uniform4(any::<[u8; 32]>())) {
+                              h in prop::array::uniform4(any::<[u8; 32]>()), t in any::<u64>()) {
         let a = Accusation {
             network: net, stage, round, job: JobKey(h[0]), commitment: h[1],
-            claimed_output_hash: h[2], claimed_grads_hash: h[3],
+            claimed_output_hash: h[2], claimed_grads_hash: h[3], timestamp_ms: t,
         };
         prop_assert_eq!(Accusation::from_canonical_bytes(&a.to_canonical_bytes()), Ok(a));
     }
