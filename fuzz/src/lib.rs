@@ -168,3 +168,98 @@ pub enum SampleError {
 pub fn sample_manifest(tokens: &[u32]) -> Result<Vec<u8>, SampleError> {
     Ok(manifest_for(tokens)?.sign(&ALICE)?.to_file_bytes()?)
 }
+
+/// Seeds of the `audit_evidence` target, each with its mode byte: a fraud proof filed by the
+/// job's assigned auditor (against the context the target checks in), a job commitment, a
+/// round commitment and a countersignature envelope.
+pub fn sample_audit() -> Vec<Vec<u8>> {
+    use neuroshard_audit::{
+        ChallengeSeed, Countersign, DeterminismClass, FraudProof, IsaLevel, JobCommitment,
+        JobInputs, JobKind, MicroBatchRef, NO_HASH, Replayed, RoundCommitment, StageData, Tensor,
+        UpstreamData, auditor_for,
+    };
+    let hidden = |seed: f32| Tensor {
+        batch: 2,
+        seq: 2,
+        dim: 8,
+        data: (0..32).map(|i| (i as f32 * 0.3 + seed).sin()).collect(),
+    };
+    let inputs = JobInputs {
+        input: StageData::Hidden(hidden(0.0)),
+        upstream: UpstreamData::Grad(hidden(1.0)),
+    };
+    let class = DeterminismClass {
+        build: [1; 32],
+        isa: IsaLevel::X86V3,
+        cache_bytes: [32 << 10, 1 << 20, 32 << 20],
+        micro_batches: 2,
+    };
+    let job = JobCommitment {
+        network: [0; 32],
+        worker: ALICE.node_id(),
+        stage: 1,
+        round: 1,
+        step: 4,
+        micro_batch: MicroBatchRef {
+            origin: BOB.node_id(),
+            step: 4,
+            index: 0,
+        },
+        kind: JobKind::Backward,
+        class,
+        weights_hash: [2; 32],
+        input_hash: inputs.input.hash(),
+        upstream_hash: inputs.upstream.hash(),
+        output_hash: hidden(2.0).hash(),
+        grads_hash: [3; 32],
+    };
+    let validators = [ALICE.node_id(), NEIGHBOUR.node_id(), BOB.node_id()];
+    let assigned = auditor_for(&ChallengeSeed([0; 32]), &job.key(), job.worker, &validators);
+    let auditor = if assigned == Some(BOB.node_id()) {
+        &*BOB
+    } else {
+        &*NEIGHBOUR
+    };
+    let claimed = Replayed {
+        output_hash: [4; 32],
+        grads_hash: NO_HASH,
+        output: None,
+    };
+    let proof = FraudProof::new(
+        auditor,
+        job.sign(&ALICE),
+        &job,
+        inputs,
+        &claimed,
+        Some(hidden(2.0)),
+        T0,
+    );
+    let round = RoundCommitment {
+        network: [0; 32],
+        worker: ALICE.node_id(),
+        stage: 1,
+        round: 1,
+        class,
+        theta0_hash: [5; 32],
+        adamw_hash: [6; 32],
+        batch_ids: vec![3, 9],
+        jobs: vec![job.sign(&ALICE).payload_hash()],
+        pseudo_gradient_hash: [7; 32],
+    };
+    let countersign = Signed::sign(
+        &NEIGHBOUR,
+        &Countersign {
+            network: [0; 32],
+            job: job.key(),
+            worker: job.worker,
+            received_hash: job.output_hash,
+        },
+    );
+    let with_mode = |mode: u8, bytes: Vec<u8>| [vec![mode], bytes].concat();
+    vec![
+        with_mode(0, proof.to_canonical_bytes()),
+        with_mode(1, job.to_canonical_bytes()),
+        with_mode(2, round.to_canonical_bytes()),
+        with_mode(3, countersign.to_bytes()),
+    ]
+}

@@ -4,6 +4,7 @@
 //! - [`reward`]: the deterministic reward rule with its named constants;
 //! - [`ops`]: signed transfers, stakes, unstakes, burns and slash reports;
 //! - [`pending`]: ops that arrived before their predecessor nonce;
+//! - [`verdict`]: audit verdicts (fraud proofs settled by replay) as stake moves;
 //! - [`state`]: the pure ledger rules ([`LedgerState`]) and `state_hash()`;
 //! - [`store`]: the SQLite adapter ([`Ledger`]), WAL + `synchronous=FULL`.
 
@@ -15,6 +16,7 @@ pub mod reward;
 pub mod rules;
 pub mod state;
 pub mod store;
+pub mod verdict;
 
 pub use amount::{UNITS_PER_NEURO, format_neuro, parse_neuro};
 pub use inference::{
@@ -30,3 +32,4 @@ pub use state::{
     round_key,
 };
 pub use store::{ApplyError, HistoryLine, LEDGER_FILE, Ledger, Message, StoreError};
+pub use verdict::VerifiedVerdict;

@@ -22,6 +22,7 @@ use digest::Set;
 
 mod digest;
 mod records;
+mod verdict;
 pub use records::{Account, Changes, Entry, EntryKind, Outcome, Record};
 
 /// Share of every transfer that is burned (5 %).
@@ -89,6 +90,8 @@ pub struct LedgerState {
     proof_hashes: HashSet<Hash32>,
     op_hashes: HashMap<(NodeId, u64), Hash32>,
     slashes: HashMap<(NodeId, u64), Hash32>,
+    /// Applied audit verdicts: job key → evidence hash.
+    verdicts: HashMap<Hash32, Hash32>,
     minted: u64,
     burned: u64,
     pending: PendingOps,
@@ -610,7 +613,7 @@ impl LedgerState {
         for h in self.op_hashes.values() {
             d.insert(Set::Op, h);
         }
-        for h in self.slashes.values() {
+        for h in self.slashes.values().chain(self.verdicts.values()) {
             d.insert(Set::Slash, h);
         }
         d
@@ -644,7 +647,8 @@ impl LedgerState {
             self.proof_nonces.len(),
             self.paid_rounds.len(),
             self.op_hashes.len(),
-            self.slashes.len(),
+            // Verdicts count with slashes, so a ledger without any keeps its hash.
+            self.slashes.len() + self.verdicts.len(),
         ] {
             h.update(&(n as u64).to_le_bytes());
         }
@@ -684,6 +688,7 @@ impl LedgerState {
             proofs,
             ops,
             slashes,
+            verdicts,
             minted,
             burned,
         } = parts;
@@ -708,6 +713,7 @@ impl LedgerState {
         }
         s.op_hashes = ops.into_iter().map(|(a, n, h)| ((a, n), h)).collect();
         s.slashes = slashes.into_iter().map(|(a, n, h)| ((a, n), h)).collect();
+        s.verdicts = verdicts.into_iter().collect();
         s.digest = s.rebuilt_digest();
         s
     }
@@ -722,6 +728,8 @@ pub(crate) struct Restored {
     pub proofs: Vec<(NodeId, u64, Hash32, Option<Hash32>)>,
     pub ops: Vec<(NodeId, u64, Hash32)>,
     pub slashes: Vec<(NodeId, u64, Hash32)>,
+    /// (job key, evidence hash) of applied audit verdicts.
+    pub verdicts: Vec<(Hash32, Hash32)>,
     pub minted: u64,
     pub burned: u64,
 }

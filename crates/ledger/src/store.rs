@@ -20,6 +20,7 @@ use crate::rules::{LedgerGenesis, Rules};
 use crate::state::{
     Account, Changes, EntryKind, LedgerError, LedgerState, Outcome, Record, Restored,
 };
+use crate::verdict::VerifiedVerdict;
 
 /// File name of the ledger database inside a node's data directory.
 pub const LEDGER_FILE: &str = "ledger.db";
@@ -41,6 +42,10 @@ CREATE TABLE IF NOT EXISTS slashes (
     offender BLOB NOT NULL, nonce INTEGER NOT NULL, reporter BLOB NOT NULL,
     evidence BLOB NOT NULL, slashed INTEGER NOT NULL, to_reporter INTEGER NOT NULL,
     timestamp_ms INTEGER NOT NULL, PRIMARY KEY (offender, nonce)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS audit_verdicts (
+    job BLOB PRIMARY KEY, offender BLOB NOT NULL, beneficiary BLOB NOT NULL,
+    evidence BLOB NOT NULL, slashed INTEGER NOT NULL, paid INTEGER NOT NULL,
+    timestamp_ms INTEGER NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS entries (
     seq INTEGER PRIMARY KEY, account BLOB NOT NULL, kind TEXT NOT NULL, amount INTEGER NOT NULL,
     counterparty BLOB, reference BLOB NOT NULL, timestamp_ms INTEGER NOT NULL);
@@ -245,6 +250,13 @@ impl Ledger {
         Ok(outcome)
     }
 
+    /// Applies an audit verdict this node reached by checking the fraud proof itself.
+    pub fn apply_verdict(&mut self, verdict: &VerifiedVerdict) -> Result<Outcome, ApplyError> {
+        let outcome = self.state.apply_verdict(verdict)?;
+        self.persist(&outcome, None)?;
+        Ok(outcome)
+    }
+
     /// Applies many messages and commits them in one transaction. Each message gets its own
     /// verdict; refused ones change nothing. The outer error means nothing was stored.
     pub fn apply_batch(
@@ -419,6 +431,10 @@ fn write(
             "INSERT INTO slashes (offender, nonce, reporter, evidence, slashed, to_reporter,
              timestamp_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
         )?;
+        let mut verdict = tx.prepare_cached(
+            "INSERT INTO audit_verdicts (job, offender, beneficiary, evidence, slashed, paid,
+             timestamp_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        )?;
         for record in &changes.records {
             match record {
                 Record::Proof {
@@ -460,6 +476,19 @@ fn write(
                     to_sql(*slashed),
                     to_sql(*to_reporter),
                     to_sql(s.timestamp_ms)
+                ])?,
+                Record::Verdict {
+                    verdict: v,
+                    slashed,
+                    paid,
+                } => verdict.execute(params![
+                    &v.job[..],
+                    &v.offender.0[..],
+                    &v.beneficiary.0[..],
+                    &v.evidence_hash[..],
+                    to_sql(*slashed),
+                    to_sql(*paid),
+                    to_sql(v.timestamp_ms)
                 ])?,
             };
         }
@@ -535,6 +564,15 @@ fn load(conn: &Connection) -> Result<LedgerState, StoreError> {
     }
     let ops = triples("SELECT account, nonce, hash FROM ops")?;
     let slashes = triples("SELECT offender, nonce, evidence FROM slashes")?;
+    let mut verdicts = Vec::new();
+    let mut stmt = conn.prepare("SELECT job, evidence FROM audit_verdicts")?;
+    let rows = stmt.query_map([], |r| {
+        Ok((r.get::<_, Vec<u8>>(0)?, r.get::<_, Vec<u8>>(1)?))
+    })?;
+    for row in rows {
+        let (job, evidence) = row?;
+        verdicts.push((blob32(job)?, blob32(evidence)?));
+    }
     let rules = conn
         .query_row("SELECT rules FROM genesis", [], |r| r.get::<_, Vec<u8>>(0))
         .optional()?
@@ -561,6 +599,7 @@ fn load(conn: &Connection) -> Result<LedgerState, StoreError> {
         proofs,
         ops,
         slashes,
+        verdicts,
         minted,
         burned,
     }))

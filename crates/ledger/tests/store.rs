@@ -209,3 +209,53 @@ fn last_proof_nonce_ranks_nonces_as_unsigned() -> Result<(), Box<dyn std::error:
     assert_eq!(ledger.last_proof_nonce(&b.node_id())?, Some(u64::MAX - 1));
     Ok(())
 }
+
+#[test]
+fn an_audit_verdict_is_stored_and_judged_once_across_a_reopen()
+-> Result<(), Box<dyn std::error::Error>> {
+    use neuroshard_ledger::VerifiedVerdict;
+    use neuroshard_ledger::ops::MIN_STAKE_LOCK_MS;
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("ledger.db");
+    let (a, b, n) = (test_identity(1), test_identity(2), test_identity(3));
+    let verdict = VerifiedVerdict {
+        job: [7; 32],
+        offender: a.node_id(),
+        beneficiary: b.node_id(),
+        evidence_hash: [8; 32],
+        timestamp_ms: T0,
+    };
+    let hash;
+    {
+        let mut ledger = Ledger::open(&path)?;
+        ledger.apply_proof(&verified(&training_proof(&a, &n, 1, T0), &a, &n))?;
+        let stake = op(
+            &a,
+            0,
+            T0,
+            Action::Stake {
+                amount: 1_000,
+                unlock_at_ms: T0 + MIN_STAKE_LOCK_MS,
+            },
+        );
+        assert!(matches!(ledger.apply_op(stake)?, Outcome::Applied(_)));
+        assert!(matches!(
+            ledger.apply_verdict(&verdict)?,
+            Outcome::Applied(_)
+        ));
+        assert_eq!(ledger.state().account(&a.node_id()).stake, 500);
+        assert_eq!(ledger.state().account(&b.node_id()).balance, 50);
+        hash = ledger.state_hash();
+    }
+    let mut ledger = Ledger::open(&path)?;
+    assert_eq!(ledger.state_hash(), hash);
+    assert_eq!(ledger.apply_verdict(&verdict)?, Outcome::Duplicate);
+    let kinds: Vec<String> = ledger
+        .history(&b.node_id(), 10)?
+        .into_iter()
+        .map(|h| h.kind)
+        .collect();
+    assert_eq!(kinds, ["slash_reward"]);
+    assert_eq!(ledger.state().check_invariants(), Ok(()));
+    Ok(())
+}

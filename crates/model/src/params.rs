@@ -313,7 +313,9 @@ impl ParamSet {
     /// BLAKE3 over every (name, shape, little-endian value bytes) in canonical order: the
     /// identity of a set of weights in proofs and sync checks.
     pub fn hash(&self) -> [u8; 32] {
-        let mut h = blake3::Hasher::new();
+        // Staged in aligned blocks: the same hash as feeding each value, an order of
+        // magnitude faster (it runs every step; see `neuroshard_audit::StreamHasher`).
+        let mut h = neuroshard_audit::StreamHasher::new();
         h.update(b"neuroshard-params-v1");
         for (spec, v) in self.specs.iter().zip(&self.values) {
             h.update(&(spec.name.len() as u64).to_le_bytes());
@@ -322,11 +324,9 @@ impl ParamSet {
             for d in &spec.shape {
                 h.update(&(*d as u64).to_le_bytes());
             }
-            for x in v {
-                h.update(&x.to_le_bytes());
-            }
+            h.update_f32s(v);
         }
-        *h.finalize().as_bytes()
+        h.finalize()
     }
 }
 

@@ -48,16 +48,9 @@ impl Activations {
         Ok(())
     }
 
-    /// BLAKE3 of the shape and little-endian values: what proofs commit to.
+    /// BLAKE3 of the shape and little-endian values: what proofs and audits commit to.
     pub fn hash(&self) -> [u8; 32] {
-        let mut h = blake3::Hasher::new();
-        for d in [self.batch, self.seq, self.dim] {
-            h.update(&(d as u64).to_le_bytes());
-        }
-        for x in &self.data {
-            h.update(&x.to_le_bytes());
-        }
-        *h.finalize().as_bytes()
+        neuroshard_audit::tensor_hash(self.batch, self.seq, self.dim, &self.data)
     }
 }
 

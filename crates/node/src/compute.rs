@@ -456,4 +456,101 @@ mod tests {
         assert!(load_diloco(&ck, &meta, dcfg(), n).is_err());
         assert_eq!(latest_checkpoint(&ck), Some(ck.clone()));
     }
+
+    /// Verification by recomputation replays a job through the model crate; its bits must be
+    /// those this engine produced in the pipeline, whatever either side's thread count.
+    #[test]
+    fn a_replayed_job_gives_the_bits_the_engine_produced() {
+        use crate::wire::MicroBatchId;
+        use neuroshard_audit::{JobKind, grads_hash};
+        use neuroshard_model::replay::{job_inputs, replay_job};
+        use neuroshard_model::{StageInput, Tokens, Upstream, Wire};
+
+        let mut config = tiny_config();
+        config.layers = 2;
+        let specs = StageSpec::split(&config, 2).unwrap();
+        let s0 = Stage::init(config.clone(), specs[0], 5).unwrap();
+        let s1 = Stage::init(config.clone(), specs[1], 6).unwrap();
+        let engine = |s: &Stage| {
+            Engine::new(
+                s.clone(),
+                AdamW::new(AdamWConfig::default(), s.params()),
+                None,
+            )
+        };
+        let (mut e0, mut e1) = (engine(&s0), engine(&s1));
+        let mb = MicroBatchId {
+            origin: [1; 32],
+            step: 0,
+            index: 0,
+        };
+        let tokens = StageInput::Tokens(Tokens {
+            batch: 2,
+            seq: 4,
+            ids: (0..8).collect(),
+        });
+        let replay = |s: &Stage, kind, input: &StageInput, up: Option<&Upstream>| {
+            let inputs = job_inputs(input, up).unwrap();
+            neuroshard_model::with_threads(2, || replay_job(s, kind, &inputs, &Wire::default()))
+                .unwrap()
+                .unwrap()
+        };
+
+        let done = neuroshard_model::with_threads(1, || {
+            e0.run(Job::Forward {
+                mb,
+                input: tokens.clone(),
+            })
+        })
+        .unwrap();
+        let JobDone::Forward { output, .. } = done else {
+            panic!("{done:?}")
+        };
+        let r = replay(&s0, JobKind::Forward, &tokens, None);
+        assert_eq!(r.output_hash, output.hash());
+
+        let hidden = StageInput::Hidden(output);
+        let up = Upstream::Targets((1..9).collect());
+        let done = e1.run(Job::Backward {
+            mb,
+            input: hidden.clone(),
+            upstream: up.clone(),
+        });
+        let JobDone::Backward {
+            input_grad: Some(g),
+            loss,
+            ..
+        } = done
+        else {
+            panic!("{done:?}")
+        };
+        let r = replay(&s1, JobKind::Backward, &hidden, Some(&up));
+        assert_eq!(r.output_hash, g.hash());
+        // The engine keeps the parameter gradients, accumulated from zero: value for value
+        // the replay's (0 + x only turns −0 into +0, which compares equal).
+        assert_eq!(
+            r.grads_hash,
+            grads_hash(loss, &s1.backward(&hidden, &up).unwrap().params)
+        );
+        let replayed = s1.backward(&hidden, &up).unwrap();
+        assert_eq!(e1.accum, replayed.params);
+        assert_eq!(loss.map(f32::to_bits), replayed.loss.map(f32::to_bits));
+
+        let up0 = Upstream::Grad(g);
+        let done = e0.run(Job::Backward {
+            mb,
+            input: tokens.clone(),
+            upstream: up0.clone(),
+        });
+        assert!(matches!(
+            done,
+            JobDone::Backward {
+                input_grad: None,
+                ..
+            }
+        ));
+        let r = replay(&s0, JobKind::Backward, &tokens, Some(&up0));
+        assert_eq!(r.output_hash, neuroshard_audit::NO_HASH);
+        assert_eq!(e0.accum, s0.backward(&tokens, &up0).unwrap().params);
+    }
 }

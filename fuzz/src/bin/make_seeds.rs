@@ -111,6 +111,9 @@ fn write_all(root: &Path) -> Result<(), Box<dyn std::error::Error>> {
         "u32",
         &encode_shard(&tokens, Dtype::U32)?,
     )?;
+    for (i, seed) in neuroshard_fuzz::sample_audit().iter().enumerate() {
+        write(root, "audit_evidence", &format!("mode{i}"), seed)?;
+    }
     let manifest = neuroshard_fuzz::sample_manifest(&tokens)?;
     write(root, "data_manifest", "manifest.json", &manifest)?;
 

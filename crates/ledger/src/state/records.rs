@@ -89,6 +89,11 @@ pub enum Record {
         slashed: u64,
         to_reporter: u64,
     },
+    Verdict {
+        verdict: crate::verdict::VerifiedVerdict,
+        slashed: u64,
+        paid: u64,
+    },
 }
 
 /// Everything one or more applies changed: final account values, new records, history lines

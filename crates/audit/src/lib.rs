@@ -1,0 +1,33 @@
+//! Verification by recomputation (issue 15), the pure part.
+//!
+//! A stage's worker signs a [`JobCommitment`] for every job it runs (hashes of its inputs,
+//! outputs and weights, and the [`DeterminismClass`] its bits belong to); the neighbour that
+//! receives the output countersigns the hash it received ([`Countersign`]). A replica's
+//! [`RoundCommitment`] chains its jobs with θ₀, its AdamW state, its genesis batches and its
+//! pseudo-gradient. After a round is final, [`sample`] names, from that round's hash, which
+//! jobs are audited and by whom; an auditor that replays a job and gets other bits files a
+//! [`FraudProof`], which any node settles with [`check`] by replaying the one job itself.
+//!
+//! Nothing here reads a clock, a file or the network, or draws randomness other than from a
+//! given seed: the node feeds it messages, the model crate supplies the [`Replayer`].
+
+mod class;
+mod commit;
+mod fraud;
+mod sample;
+mod tensor;
+
+pub use class::{DeterminismClass, IsaLevel, Tolerance};
+pub use commit::{
+    CommitError, Countersign, JobCommitment, JobKey, JobKind, MAX_ROUND_BATCHES, MAX_ROUND_JOBS,
+    MicroBatchRef, RoundCommitment, SignedJob, countersign, verify_countersigned, verify_job,
+};
+pub use fraud::{
+    Accusation, AuditContext, CrossClass, EvidenceError, FraudProof, Replayed, Replayer, Verdict,
+    check, check_equivocation,
+};
+pub use sample::{AuditRate, Challenge, ChallengeSeed, auditor_for, is_challenged, sample};
+pub use tensor::{
+    EvidenceLimits, JobInputs, LimitError, MAX_TENSOR_VALUES, NO_HASH, StageData, StreamHasher,
+    Tensor, TokenIds, UpstreamData, grads_hash, tensor_hash, tokens_hash,
+};

@@ -1,0 +1,183 @@
+//! Applying audit verdicts: the offender's stake is slashed like a proven equivocation's.
+
+use super::*;
+use crate::verdict::VerifiedVerdict;
+
+impl LedgerState {
+    /// Takes [`SLASH_STAKE_BPS`] of the offender's stake, pays [`SLASH_REPORTER_BPS`] of it to
+    /// the beneficiary and burns the rest. One verdict per audited job: the same evidence
+    /// again, or other evidence about the same job, is a [`Outcome::Duplicate`]. Verdicts
+    /// against different offenders commute; two against one offender do not (each takes a
+    /// share of what is left), as with equivocation slashes.
+    pub fn apply_verdict(&mut self, v: &VerifiedVerdict) -> Result<Outcome, LedgerError> {
+        if self.verdicts.contains_key(&v.job) {
+            return Ok(Outcome::Duplicate);
+        }
+        if v.offender == v.beneficiary {
+            // `neuroshard_audit::check` never names one node twice; refuse rather than pay
+            // an account from its own stake.
+            return Err(LedgerError::SelfTransfer);
+        }
+        let mut offender = self.account(&v.offender);
+        let slashed = bps_of(offender.stake, SLASH_STAKE_BPS);
+        let paid = bps_of(slashed, SLASH_REPORTER_BPS);
+        let burn = slashed - paid;
+        let mut beneficiary = self.account(&v.beneficiary);
+        beneficiary.balance = add(beneficiary.balance, paid)?;
+        let burned = add(self.burned, burn)?;
+        offender.stake -= slashed;
+        self.put_account(v.offender, offender, None);
+        self.put_account(v.beneficiary, beneficiary, None);
+        self.burned = burned;
+        self.verdicts.insert(v.job, v.evidence_hash);
+        self.digest.insert(Set::Slash, &v.evidence_hash);
+        let mut changes = self.changes_with([v.offender, v.beneficiary]);
+        let entry = |account, kind, amount, counterparty| Entry {
+            account,
+            kind,
+            amount,
+            counterparty,
+            reference: v.evidence_hash,
+            timestamp_ms: v.timestamp_ms,
+        };
+        changes.entries = vec![
+            entry(v.offender, EntryKind::Slashed, slashed, Some(v.beneficiary)),
+            entry(
+                v.beneficiary,
+                EntryKind::SlashReward,
+                paid,
+                Some(v.offender),
+            ),
+            entry(v.offender, EntryKind::Burn, burn, None),
+        ];
+        changes.records.push(Record::Verdict {
+            verdict: *v,
+            slashed,
+            paid,
+        });
+        Ok(Outcome::Applied(changes))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::amount::UNITS_PER_NEURO;
+    use proptest::prelude::*;
+
+    fn node(i: u8) -> NodeId {
+        NodeId([i; 32])
+    }
+
+    /// Accounts 1..=n, each with `stake` staked and nothing else.
+    fn staked(n: u8, stake: u64) -> LedgerState {
+        let mut s = LedgerState::new();
+        for i in 1..=n {
+            let a = Account {
+                stake,
+                ..Account::default()
+            };
+            s.put_account(node(i), a, None);
+        }
+        s.minted = stake * u64::from(n);
+        s
+    }
+
+    fn verdict(job: u8, offender: u8, beneficiary: u8, evidence: u8) -> VerifiedVerdict {
+        VerifiedVerdict {
+            job: [job; 32],
+            offender: node(offender),
+            beneficiary: node(beneficiary),
+            evidence_hash: [evidence; 32],
+            timestamp_ms: 5,
+        }
+    }
+
+    #[test]
+    fn a_verdict_slashes_the_offender_and_pays_the_beneficiary() {
+        let stake = 100 * UNITS_PER_NEURO;
+        let mut s = staked(2, stake);
+        let out = s.apply_verdict(&verdict(1, 1, 2, 9)).unwrap();
+        assert!(matches!(out, Outcome::Applied(_)));
+        let slashed = stake / 2;
+        assert_eq!(s.account(&node(1)).stake, stake - slashed);
+        assert_eq!(s.account(&node(2)).balance, slashed / 10);
+        assert_eq!(s.burned, slashed - slashed / 10);
+        assert_eq!(s.check_invariants(), Ok(()));
+        assert!(s.digest_is_consistent());
+    }
+
+    #[test]
+    fn the_same_job_is_judged_once_whatever_the_evidence() {
+        let mut s = staked(3, 1_000);
+        s.apply_verdict(&verdict(1, 1, 2, 9)).unwrap();
+        let after = s.state_hash();
+        // The same evidence again, other evidence about the job, or a counter-verdict.
+        for v in [
+            verdict(1, 1, 2, 9),
+            verdict(1, 1, 3, 8),
+            verdict(1, 2, 1, 7),
+        ] {
+            assert_eq!(s.apply_verdict(&v), Ok(Outcome::Duplicate));
+        }
+        assert_eq!(s.state_hash(), after);
+        assert_eq!(
+            s.apply_verdict(&verdict(2, 1, 1, 6)),
+            Err(LedgerError::SelfTransfer)
+        );
+        assert_eq!(s.state_hash(), after);
+    }
+
+    #[test]
+    fn applied_verdicts_survive_a_restore() {
+        let mut s = staked(2, 1_000);
+        s.apply_verdict(&verdict(1, 1, 2, 9)).unwrap();
+        let restored = LedgerState::restore(Restored {
+            rules: s.rules,
+            accounts: s.accounts.clone(),
+            registrations: BTreeMap::new(),
+            proofs: Vec::new(),
+            ops: Vec::new(),
+            slashes: Vec::new(),
+            verdicts: s.verdicts.iter().map(|(k, v)| (*k, *v)).collect(),
+            minted: s.minted,
+            burned: s.burned,
+        });
+        assert_eq!(restored.state_hash(), s.state_hash());
+        let mut restored = restored;
+        assert_eq!(
+            restored.apply_verdict(&verdict(1, 1, 2, 9)),
+            Ok(Outcome::Duplicate)
+        );
+    }
+
+    proptest! {
+        /// Any sequence of verdicts, duplicates included, conserves supply; verdicts against
+        /// distinct offenders give the same state in any order.
+        #[test]
+        fn verdicts_conserve_supply_and_commute_across_offenders(
+            steps in prop::collection::vec((0u8..6, 1u8..5, 1u8..5, any::<u8>()), 1..30),
+            stake in 0u64..u64::MAX / 8,
+        ) {
+            let mut s = staked(4, stake);
+            for (job, off, ben, ev) in &steps {
+                let _ = s.apply_verdict(&verdict(*job, *off, *ben, *ev));
+                prop_assert_eq!(s.check_invariants(), Ok(()));
+            }
+            prop_assert!(s.digest_is_consistent());
+
+            // One verdict per offender, applied forwards and backwards.
+            let distinct: Vec<VerifiedVerdict> = (1u8..5)
+                .map(|i| verdict(10 + i, i, i % 4 + 1, i))
+                .collect();
+            let (mut a, mut b) = (staked(4, stake), staked(4, stake));
+            for v in &distinct {
+                a.apply_verdict(v).unwrap();
+            }
+            for v in distinct.iter().rev() {
+                b.apply_verdict(v).unwrap();
+            }
+            prop_assert_eq!(a.state_hash(), b.state_hash());
+        }
+    }
+}
