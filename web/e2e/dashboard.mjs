@@ -100,17 +100,25 @@ try {
   await page.fill('#prompt', 'The ');
   await page.fill('#max-tokens', '24');
   // Counts the pieces as they land, to see that the text streams rather than arriving whole.
+  // The button turns to Stop while the stream runs; a short completion can end before a
+  // poll would see it, so an observer records it.
   await page.evaluate(() => {
     window.__pieces = 0;
+    window.__sawStop = false;
     new MutationObserver((ms) => (window.__pieces += ms.length)).observe(document.getElementById('completion'), {
       childList: true,
     });
+    const button = document.getElementById('generate');
+    new MutationObserver(() => {
+      if (button.textContent === 'Stop') window.__sawStop = true;
+    }).observe(button, { childList: true, characterData: true, subtree: true });
   });
   await page.click('#generate');
-  await page.waitForFunction(() => document.getElementById('generate')?.textContent === 'Stop', null, { timeout: 10_000 });
-  await page.waitForFunction(() => document.getElementById('generate')?.textContent === 'Generate', null, {
-    timeout: 60_000,
-  });
+  await page.waitForFunction(
+    () => window.__sawStop && document.getElementById('generate')?.textContent === 'Generate',
+    null,
+    { timeout: 60_000 },
+  );
   const text = await page.textContent('#completion');
   const pieces = await page.evaluate(() => window.__pieces);
   const promptError = await page.$eval('#prompt-error', (e) => (e.hidden ? '' : e.textContent));
