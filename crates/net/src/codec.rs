@@ -37,6 +37,8 @@ pub struct Counters {
     pub gossip_no_peers: u64,
     /// Events dropped because the application's event queue was full.
     pub events_dropped: u64,
+    /// Gossip messages ignored because their author was over its rate.
+    pub gossip_over_rate: u64,
 }
 
 impl Counters {
@@ -91,6 +93,7 @@ pub(crate) struct CounterSet {
     pub kad_queries: AtomicU64,
     pub gossip_no_peers: AtomicU64,
     pub events_dropped: AtomicU64,
+    pub gossip_over_rate: AtomicU64,
 }
 
 impl CounterSet {
@@ -102,6 +105,7 @@ impl CounterSet {
             kad_queries: self.kad_queries.load(Ordering::Relaxed),
             gossip_no_peers: self.gossip_no_peers.load(Ordering::Relaxed),
             events_dropped: self.events_dropped.load(Ordering::Relaxed),
+            gossip_over_rate: self.gossip_over_rate.load(Ordering::Relaxed),
         }
     }
 

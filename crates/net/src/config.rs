@@ -35,6 +35,10 @@ pub const DEFAULT_MAX_QUEUED_BYTES: usize = 256 * 1024 * 1024;
 /// Default limit of established connections, in all and per peer.
 pub const DEFAULT_MAX_CONNECTIONS: u32 = 256;
 pub const DEFAULT_MAX_CONNECTIONS_PER_PEER: u32 = 4;
+/// Default gossip rate per (author, topic): far above what a node publishes (a heartbeat
+/// every 2 s, a few sync messages a round, a proof a round, a settlement per paid stream).
+pub const DEFAULT_GOSSIP_PER_SEC: f64 = 50.0;
+pub const DEFAULT_GOSSIP_BURST: u32 = 200;
 
 /// Settings of a [`crate::Net`]. Start from [`NetConfig::local`] and change fields.
 #[derive(Clone)]
@@ -55,6 +59,10 @@ pub struct NetConfig {
     /// connection over either limit is refused by libp2p's `connection_limits`.
     pub max_connections: u32,
     pub max_connections_per_peer: u32,
+    /// Gossip messages per second, and at once, that one author may have delivered and
+    /// forwarded on one topic; past it they are ignored and a sending author is penalised.
+    pub gossip_per_sec: f64,
+    pub gossip_burst: u32,
     /// How long a request (or one blob chunk) may take, response included.
     pub request_timeout: Duration,
     /// Gossipsub topics subscribed at start.
@@ -88,6 +96,8 @@ impl NetConfig {
             max_queued_bytes: DEFAULT_MAX_QUEUED_BYTES,
             max_connections: DEFAULT_MAX_CONNECTIONS,
             max_connections_per_peer: DEFAULT_MAX_CONNECTIONS_PER_PEER,
+            gossip_per_sec: DEFAULT_GOSSIP_PER_SEC,
+            gossip_burst: DEFAULT_GOSSIP_BURST,
             request_timeout: Duration::from_secs(10),
             topics: Vec::new(),
             record_ttl: Duration::from_secs(60),
@@ -117,6 +127,8 @@ impl fmt::Debug for NetConfig {
             .field("max_queued_bytes", &self.max_queued_bytes)
             .field("max_connections", &self.max_connections)
             .field("max_connections_per_peer", &self.max_connections_per_peer)
+            .field("gossip_per_sec", &self.gossip_per_sec)
+            .field("gossip_burst", &self.gossip_burst)
             .field("request_timeout", &self.request_timeout)
             .field("topics", &self.topics)
             .field("record_ttl", &self.record_ttl)

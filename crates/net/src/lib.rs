@@ -18,9 +18,9 @@ pub use behaviour::MAX_RECORD_VALUE;
 pub use blob::CHUNK_SIZE;
 pub use codec::{Counters, Traffic};
 pub use config::{
-    DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_PEER, DEFAULT_MAX_FRAME,
-    DEFAULT_MAX_GOSSIP, DEFAULT_MAX_QUEUED_BYTES, GossipValidator, NetConfig, RecordValidator,
-    Validation,
+    DEFAULT_GOSSIP_BURST, DEFAULT_GOSSIP_PER_SEC, DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_CONNECTIONS_PER_PEER, DEFAULT_MAX_FRAME, DEFAULT_MAX_GOSSIP,
+    DEFAULT_MAX_QUEUED_BYTES, GossipValidator, NetConfig, RecordValidator, Validation,
 };
 pub use error::NetError;
 pub use net::{Net, NetEvent, NetEvents, ResponseChannel};

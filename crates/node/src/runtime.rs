@@ -452,6 +452,8 @@ fn net_config(settings: &NodeSettings) -> Result<NetConfig, NodeError> {
         .max(settings.max_frame);
     cfg.max_connections = b.connections;
     cfg.max_connections_per_peer = b.connections_per_peer;
+    cfg.gossip_per_sec = b.gossip_per_sec;
+    cfg.gossip_burst = b.gossip_burst;
     cfg.request_timeout = settings.grad_timeout();
     // Every stage's heartbeats while the node chooses its stage; then only what it needs.
     cfg.topics = Topic::all_heartbeats(settings.stages)

@@ -104,7 +104,7 @@ pub struct NodeSettings {
 }
 
 /// Limits on what peers can make a node hold (issue 20's budgets), each a named setting.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Budgets {
     /// Inbound message bytes (gossip, requests) waiting for the node; past it gossip is dropped
@@ -113,6 +113,10 @@ pub struct Budgets {
     /// Established connections in all, and per peer.
     pub connections: u32,
     pub connections_per_peer: u32,
+    /// Gossip messages per second, and at once, one author may have delivered and forwarded
+    /// on one topic.
+    pub gossip_per_sec: f64,
+    pub gossip_burst: u32,
 }
 
 impl Default for Budgets {
@@ -121,6 +125,8 @@ impl Default for Budgets {
             inbound_queue_mb: neuroshard_net::DEFAULT_MAX_QUEUED_BYTES >> 20,
             connections: neuroshard_net::DEFAULT_MAX_CONNECTIONS,
             connections_per_peer: neuroshard_net::DEFAULT_MAX_CONNECTIONS_PER_PEER,
+            gossip_per_sec: neuroshard_net::DEFAULT_GOSSIP_PER_SEC,
+            gossip_burst: neuroshard_net::DEFAULT_GOSSIP_BURST,
         }
     }
 }

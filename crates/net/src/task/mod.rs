@@ -24,10 +24,12 @@ use crate::net::{NetEvent, ResponseChannel};
 use crate::{NetConfig, NetError, Validation};
 
 mod kad_queries;
+mod rate;
 mod requests;
 mod scores;
 
 use kad_queries::Query;
+use rate::GossipRate;
 
 pub(crate) type Reply<T> = oneshot::Sender<Result<T, NetError>>;
 
@@ -152,6 +154,7 @@ pub(crate) struct Task {
     listen_waiters: Vec<oneshot::Sender<Vec<Multiaddr>>>,
     app_scores: HashMap<PeerId, f64>,
     banned: HashSet<PeerId>,
+    rate: GossipRate,
 }
 
 impl Task {
@@ -164,6 +167,11 @@ impl Task {
         config: NetConfig,
         book: AddressBook,
     ) -> Self {
+        let rate = GossipRate::new(
+            config.gossip_per_sec,
+            config.gossip_burst,
+            rate::MAX_BUCKETS,
+        );
         Task {
             swarm,
             commands,
@@ -181,6 +189,7 @@ impl Task {
             listen_waiters: Vec::new(),
             app_scores: HashMap::new(),
             banned: HashSet::new(),
+            rate,
         }
     }
 
@@ -446,10 +455,24 @@ impl Task {
         // Strict validation never delivers unsigned messages; refuse one anyway, and one from
         // a peer that is not a NeuroShard node (no secp256k1 key in its peer id).
         let author = message.source.as_ref().and_then(|a| self.book.learn(a));
+        // The rate first: a flood costs one table lookup per message, not a validation.
+        let over_rate = author
+            .as_ref()
+            .is_some_and(|a| !self.rate.allow(a, topic, std::time::Instant::now()));
         let verdict = match &author {
+            Some(_) if over_rate => Validation::Ignore,
             Some(author) => (self.config.gossip_validator)(topic, author, &message.data),
             None => Validation::Reject,
         };
+        if over_rate {
+            CounterSet::bump(&self.counters.gossip_over_rate);
+            // Relays of a flood are not at fault; its author, when it sent it itself, is.
+            if message.source == Some(propagation_source) {
+                // A quarter penalty: twenty messages over the rate before a ban at the defaults.
+                let penalty = self.config.penalty / 4.0;
+                self.penalize(propagation_source, penalty, "gossip over its rate");
+            }
+        }
         let acceptance = match verdict {
             Validation::Accept => MessageAcceptance::Accept,
             Validation::Reject => MessageAcceptance::Reject,
