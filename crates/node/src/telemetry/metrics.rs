@@ -60,10 +60,14 @@ pub struct NodeMetrics {
     failovers: Counter,
     net_sent_bytes: Counter,
     net_received_bytes: Counter,
+    /// Inbound messages the transport refused over a budget.
+    net_refused: Family<Labels, Counter>,
     last_step_ms: AtomicU64,
     last_busy_ms: AtomicU64,
     last_net_sent: AtomicU64,
     last_net_received: AtomicU64,
+    last_events_dropped: AtomicU64,
+    last_gossip_over_rate: AtomicU64,
 }
 
 impl Default for NodeMetrics {
@@ -108,10 +112,13 @@ impl NodeMetrics {
             failovers: Counter::default(),
             net_sent_bytes: Counter::default(),
             net_received_bytes: Counter::default(),
+            net_refused: Family::default(),
             last_step_ms: AtomicU64::new(0),
             last_busy_ms: AtomicU64::new(0),
             last_net_sent: AtomicU64::new(0),
             last_net_received: AtomicU64::new(0),
+            last_events_dropped: AtomicU64::new(0),
+            last_gossip_over_rate: AtomicU64::new(0),
         };
         m.registered()
     }
@@ -278,6 +285,11 @@ impl NodeMetrics {
             Unit::Bytes,
             self.net_received_bytes.clone(),
         );
+        r.register(
+            "neuroshard_net_refused",
+            "Inbound messages refused over a budget (budget: inbound_queue, gossip_rate)",
+            self.net_refused.clone(),
+        );
         self
     }
 
@@ -367,6 +379,21 @@ impl NodeMetrics {
                         &self.net_received_bytes,
                         &self.last_net_received,
                         net.received_bytes(),
+                    );
+                    let refused = |budget: &str| {
+                        self.net_refused
+                            .get_or_create(&vec![("budget".to_string(), budget.to_string())])
+                            .clone()
+                    };
+                    follow_total(
+                        &refused("inbound_queue"),
+                        &self.last_events_dropped,
+                        net.events_dropped,
+                    );
+                    follow_total(
+                        &refused("gossip_rate"),
+                        &self.last_gossip_over_rate,
+                        net.gossip_over_rate,
                     );
                 }
             }

@@ -267,3 +267,40 @@ fn validation_events_make_the_validation_curve() {
     );
     assert!(f.train_loss().is_empty());
 }
+
+#[test]
+fn transport_refusals_over_a_budget_are_counted_by_budget() {
+    let m = NodeMetrics::new();
+    for (dropped, over) in [(3, 7), (5, 7)] {
+        m.on_event(&NodeEvent::Stats {
+            stage: 0,
+            step: 1,
+            queue: 0,
+            peers: 1,
+            replicas: vec![1],
+            net: Some(Box::new(neuroshard_net::Counters {
+                events_dropped: dropped,
+                gossip_over_rate: over,
+                ..Default::default()
+            })),
+            sync_round: 0,
+            theta: String::new(),
+            ledger: crate::events::LedgerSummary {
+                state_hash: String::new(),
+                proofs: 0,
+                balance: 0,
+            },
+            time_ms: 1,
+        });
+    }
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, m.registry()).unwrap();
+    assert!(
+        text.contains("neuroshard_net_refused_total{budget=\"inbound_queue\"} 5"),
+        "{text}"
+    );
+    assert!(
+        text.contains("neuroshard_net_refused_total{budget=\"gossip_rate\"} 7"),
+        "{text}"
+    );
+}
