@@ -1,13 +1,14 @@
 //! Where the time goes when verifying and applying proofs, on one thread.
 //!
 //! `CARGO_TARGET_DIR=target-proof-bench cargo run --release -p neuroshard-ledger --example throughput [N]`
+//! (or, sharing the workspace's build: `cargo build --workspace --examples && target/debug/examples/throughput`)
 //!
 //! Reports both wall-clock and this thread's CPU time (getrusage RUSAGE_THREAD), so a figure
 //! taken on a busy machine still says what one core can do.
 
 use std::time::Instant;
 
-use neuroshard_ledger::{Ledger, LedgerState, Message};
+use neuroshard_ledger::{Ledger, LedgerState, Message, WiredMessage};
 use neuroshard_proof::fixtures::{test_identity, uptime_proof};
 use neuroshard_proof::{ProofVerifier, SignedProof, VerifiedProof, verify_with_key};
 
@@ -109,6 +110,23 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let _ = single.apply_proof(p);
         }
     });
+
+    // The node's live path: each proof with its wire bytes; one transaction per proof (as
+    // before), or one per batch of what is due (as the runtime now writes).
+    let mut single = Ledger::open(&dir.path().join("d.db"))?;
+    measure("Ledger::apply_proof_wire (1 proof/tx)", m, || {
+        for (p, w) in verified[..m].iter().zip(&wire) {
+            let _ = single.apply_proof_wire(p, w);
+        }
+    });
+    let mut wired = Ledger::open(&dir.path().join("e.db"))?;
+    measure("Ledger::apply_wired_batch (1000/tx)", n, || {
+        for (ps, ws) in verified.chunks(SQL_BATCH).zip(wire.chunks(SQL_BATCH)) {
+            let msgs = ps.iter().zip(ws).map(|(p, w)| WiredMessage::Proof(p, w));
+            let _ = wired.apply_wired_batch(msgs);
+        }
+    });
+    assert_eq!(wired.state().proof_count(), n);
 
     let mut ledger = Ledger::open(&dir.path().join("b.db"))?;
     measure("full: verify + apply + SQLite (1000/tx)", n, || {

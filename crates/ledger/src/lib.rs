@@ -31,5 +31,5 @@ pub use state::{
     Account, Changes, Entry, EntryKind, Generation, LedgerError, LedgerState, Outcome, Record,
     round_key,
 };
-pub use store::{ApplyError, HistoryLine, LEDGER_FILE, Ledger, Message, StoreError};
+pub use store::{ApplyError, HistoryLine, LEDGER_FILE, Ledger, Message, StoreError, WiredMessage};
 pub use verdict::VerifiedVerdict;

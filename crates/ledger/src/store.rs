@@ -91,6 +91,13 @@ pub enum Message {
     Slash(VerifiedSlash),
 }
 
+/// What [`Ledger::apply_wired_batch`] applies: a proof with its signed wire bytes, or an op.
+#[derive(Debug, Clone)]
+pub enum WiredMessage<'a> {
+    Proof(&'a VerifiedProof, &'a [u8]),
+    Op(&'a VerifiedOp),
+}
+
 /// One history line as read back from the database.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct HistoryLine {
@@ -280,6 +287,53 @@ impl Ledger {
         Ok(verdicts)
     }
 
+    /// Applies proofs (each with the signed bytes it was verified from, stored with it as
+    /// [`Self::apply_proof_wire`] does) and ops in order, and commits everything in one
+    /// transaction: one fsync for a batch instead of one per message. Each message gets its
+    /// own verdict; refused ones change nothing. The outer error means nothing was stored.
+    pub fn apply_wired_batch<'a>(
+        &mut self,
+        messages: impl IntoIterator<Item = WiredMessage<'a>>,
+    ) -> Result<Vec<Result<Outcome, ApplyError>>, StoreError> {
+        let mut all = Changes::default();
+        let mut wires: Vec<(Hash32, &'a [u8], bool)> = Vec::new();
+        let mut verdicts = Vec::new();
+        for message in messages {
+            let verdict = match message {
+                WiredMessage::Proof(proof, wire) => {
+                    let matches = SignedProof::from_bytes(wire)
+                        .is_ok_and(|s| s.payload_hash() == proof.hash());
+                    if matches {
+                        let outcome = self.state.apply_proof(proof).map_err(ApplyError::from);
+                        match &outcome {
+                            Ok(Outcome::Applied(_)) => wires.push((proof.hash(), wire, true)),
+                            // A duplicate whose wire was never stored gets it now.
+                            Ok(Outcome::Duplicate) => wires.push((proof.hash(), wire, false)),
+                            _ => {}
+                        }
+                        outcome
+                    } else {
+                        Err(ApplyError::WireMismatch)
+                    }
+                }
+                WiredMessage::Op(op) => self.state.apply_op(op.clone()).map_err(ApplyError::from),
+            };
+            if let Ok(Outcome::Applied(changes)) = &verdict {
+                all.merge(changes.clone());
+            }
+            verdicts.push(verdict);
+        }
+        if all.is_empty() && wires.is_empty() {
+            return Ok(verdicts);
+        }
+        if let Err(e) = write_batch(&mut self.conn, &all, &wires) {
+            // Memory ran ahead of disk; fall back to what the disk holds.
+            self.state = load(&self.conn)?;
+            return Err(e);
+        }
+        Ok(verdicts)
+    }
+
     fn persist(
         &mut self,
         outcome: &Outcome,
@@ -397,13 +451,26 @@ fn write(
     changes: &Changes,
     wire: Option<(&Hash32, &[u8])>,
 ) -> Result<(), StoreError> {
+    let wires: Vec<(Hash32, &[u8], bool)> = wire.map(|(h, b)| (*h, b, true)).into_iter().collect();
+    write_batch(conn, changes, &wires)
+}
+
+/// Writes `changes` and the proofs' wire bytes (replacing a stored one when the flag is set,
+/// else only filling a gap) in one transaction.
+fn write_batch(
+    conn: &mut Connection,
+    changes: &Changes,
+    wires: &[(Hash32, &[u8], bool)],
+) -> Result<(), StoreError> {
     let tx = conn.transaction()?;
     {
-        if let Some((hash, bytes)) = wire {
-            tx.execute(
-                "INSERT OR REPLACE INTO proof_wire (hash, wire) VALUES (?1, ?2)",
-                params![&hash[..], bytes],
-            )?;
+        for (hash, bytes, replace) in wires {
+            let sql = if *replace {
+                "INSERT OR REPLACE INTO proof_wire (hash, wire) VALUES (?1, ?2)"
+            } else {
+                "INSERT OR IGNORE INTO proof_wire (hash, wire) VALUES (?1, ?2)"
+            };
+            tx.prepare_cached(sql)?.execute(params![&hash[..], bytes])?;
         }
         let mut upsert = tx.prepare_cached(
             "INSERT INTO accounts (id, balance, stake, unlock_at_ms, next_nonce)

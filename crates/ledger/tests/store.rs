@@ -259,3 +259,59 @@ fn an_audit_verdict_is_stored_and_judged_once_across_a_reopen()
     assert_eq!(ledger.state().check_invariants(), Ok(()));
     Ok(())
 }
+
+#[test]
+fn a_wired_batch_stores_what_one_by_one_writes_store_in_one_transaction()
+-> Result<(), Box<dyn std::error::Error>> {
+    use neuroshard_ledger::WiredMessage;
+    let dir = tempfile::tempdir()?;
+    let (a, b, n) = (test_identity(21), test_identity(22), test_identity(23));
+    let proofs: Vec<(Proof, &Identity)> = vec![
+        (training_proof(&a, &n, 1, T0), &a),
+        (uptime_proof(&b, 1, T0), &b),
+        (uptime_proof(&b, 2, T0 + 10), &b),
+    ];
+    let verified_all: Vec<_> = proofs.iter().map(|(p, k)| verified(p, k, &n)).collect();
+    let wires: Vec<Vec<u8>> = proofs.iter().map(|(p, k)| wire(p, k)).collect();
+    let transfer = op(
+        &a,
+        0,
+        T0,
+        Action::Transfer {
+            to: b.node_id(),
+            amount: 1_000,
+        },
+    );
+    let one_by_one = {
+        let mut l = Ledger::open(&dir.path().join("one.db"))?;
+        for (v, w) in verified_all.iter().zip(&wires) {
+            l.apply_proof_wire(v, w)?;
+        }
+        l.apply_op(transfer.clone())?;
+        l.state_hash()
+    };
+    let path = dir.path().join("batch.db");
+    {
+        let mut l = Ledger::open(&path)?;
+        let mut batch: Vec<WiredMessage> = verified_all
+            .iter()
+            .zip(&wires)
+            .map(|(v, w)| WiredMessage::Proof(v, w))
+            .collect();
+        // A wire that is not its proof's, and a duplicate: refused or counted alone.
+        batch.insert(1, WiredMessage::Proof(&verified_all[0], &wires[2]));
+        batch.push(WiredMessage::Proof(&verified_all[1], &wires[1]));
+        batch.push(WiredMessage::Op(&transfer));
+        let verdicts = l.apply_wired_batch(batch)?;
+        assert!(matches!(verdicts[1], Err(ApplyError::WireMismatch)));
+        assert!(matches!(verdicts[4], Ok(Outcome::Duplicate)));
+        assert!(matches!(verdicts[5], Ok(Outcome::Applied(_))));
+        assert_eq!(l.state_hash(), one_by_one);
+    }
+    let l = Ledger::open(&path)?;
+    assert_eq!(l.state_hash(), one_by_one, "everything reached the disk");
+    for (v, w) in verified_all.iter().zip(&wires) {
+        assert_eq!(l.proof_wire(&v.hash())?.as_ref(), Some(w));
+    }
+    Ok(())
+}

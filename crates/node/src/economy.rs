@@ -258,6 +258,26 @@ impl LedgerStore {
         Ok(())
     }
 
+    /// Persists `writes` in order in one SQLite transaction (one fsync, however many): the
+    /// write of one proof or op refused alone comes back as its error; an error of the whole
+    /// transaction means nothing was stored.
+    pub fn write_batch(
+        &mut self,
+        writes: &[LedgerWrite],
+    ) -> Result<Vec<EconomyError>, EconomyError> {
+        let messages = writes.iter().map(|w| match w {
+            LedgerWrite::Proof { proof, wire } => {
+                neuroshard_ledger::WiredMessage::Proof(proof, wire.as_slice())
+            }
+            LedgerWrite::Op(op) => neuroshard_ledger::WiredMessage::Op(op),
+        });
+        let verdicts = self.ledger.apply_wired_batch(messages)?;
+        Ok(verdicts
+            .into_iter()
+            .filter_map(|v| v.err().map(EconomyError::from))
+            .collect())
+    }
+
     pub fn state_hash(&self) -> Hash32 {
         self.ledger.state_hash()
     }
