@@ -197,6 +197,11 @@ impl PeerTable {
         self.peers.keys().copied()
     }
 
+    /// Peers in the table that are not routed to (not registered for their stage).
+    pub fn unroutable(&self) -> usize {
+        self.peers.values().filter(|p| !p.routable).count()
+    }
+
     pub fn len(&self) -> usize {
         self.peers.len()
     }

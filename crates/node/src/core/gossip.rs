@@ -33,11 +33,19 @@ impl NodeCore {
             let actions = self.pipeline.on_peer_down(from, "left the network", now);
             self.run_actions(actions, now);
         } else {
+            let registered = self.economy.ledger().is_registered(&from, hb.stage);
+            // Keys are free: unregistered senders get a bounded share of the table, so a crowd
+            // of fresh keys cannot grow it (a joiner whose registration lands gets in then).
+            if !registered
+                && self.pipeline.peers.get(&from).is_none()
+                && self.pipeline.peers.unroutable() >= super::MAX_UNREGISTERED_PEERS
+            {
+                return;
+            }
             self.pipeline.peers.on_heartbeat(from, &hb, now);
             // Only registered replicas are routed to: an unstaked node that took micro-batches
             // would hold them until they time out (its gradients are not taken). Its
             // registration may be on its way: ask it.
-            let registered = self.economy.ledger().is_registered(&from, hb.stage);
             if let Some(p) = self.pipeline.peers.get_mut(&from) {
                 p.routable = registered;
             }

@@ -58,6 +58,8 @@ pub const ANTI_ENTROPY_EVERY: Duration = HEARTBEAT_EVERY;
 pub const PROOF_POLL_EVERY: Duration = Duration::from_millis(500);
 /// Sync messages held while their sender's registration is on its way (oldest dropped).
 pub const MAX_UNREGISTERED_HELD: usize = 64;
+/// Unregistered peers the peer table holds at most (registered ones always get in).
+pub const MAX_UNREGISTERED_PEERS: usize = 256;
 /// Least time between two ledger requests prompted by one unregistered sender.
 pub const ASK_REGISTRATION_EVERY: Duration = Duration::from_secs(5);
 

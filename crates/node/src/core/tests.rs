@@ -212,6 +212,35 @@ fn a_heartbeat_relayed_by_another_node_or_forged_is_refused_and_penalised() {
 }
 
 #[test]
+fn a_crowd_of_unregistered_keys_holds_a_bounded_share_of_the_peer_table() {
+    let now = Instant::now();
+    let me = test_identity(1);
+    let mut c = core(&me, now);
+    drain(&mut c);
+    let gossip = |data| Inbound::Gossip {
+        topic: Topic::Heartbeat(0).name(),
+        data,
+    };
+    // Identities 0..32 are registered in this ledger; these 600 are fresh keys.
+    for i in 0..600 {
+        let sybil = test_identity(1_000 + i);
+        c.handle_message(sybil.node_id(), gossip(heartbeat(&sybil, 0)), now);
+    }
+    assert_eq!(c.peer_count(), MAX_UNREGISTERED_PEERS);
+    // A registered replica always gets in, and a Sybil already held is still heard.
+    let alice = test_identity(2);
+    c.handle_message(alice.node_id(), gossip(heartbeat(&alice, 0)), now);
+    assert_eq!(c.peer_count(), MAX_UNREGISTERED_PEERS + 1);
+    let held = test_identity(1_000);
+    let later = now + Duration::from_secs(1);
+    c.handle_message(held.node_id(), gossip(heartbeat(&held, 0)), later);
+    assert_eq!(
+        c.pipeline.peers.get(&held.node_id()).map(|p| p.last_seen),
+        Some(later)
+    );
+}
+
+#[test]
 fn malformed_requests_are_answered_rejected_and_ledger_requests_answered() {
     let now = Instant::now();
     let me = test_identity(4);
