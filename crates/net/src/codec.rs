@@ -39,6 +39,8 @@ pub struct Counters {
     pub events_dropped: u64,
     /// Gossip messages ignored because their author was over its rate.
     pub gossip_over_rate: u64,
+    /// Inbound requests dropped because their peer was over its rate.
+    pub requests_over_rate: u64,
 }
 
 impl Counters {
@@ -94,6 +96,7 @@ pub(crate) struct CounterSet {
     pub gossip_no_peers: AtomicU64,
     pub events_dropped: AtomicU64,
     pub gossip_over_rate: AtomicU64,
+    pub requests_over_rate: AtomicU64,
 }
 
 impl CounterSet {
@@ -106,6 +109,7 @@ impl CounterSet {
             gossip_no_peers: self.gossip_no_peers.load(Ordering::Relaxed),
             events_dropped: self.events_dropped.load(Ordering::Relaxed),
             gossip_over_rate: self.gossip_over_rate.load(Ordering::Relaxed),
+            requests_over_rate: self.requests_over_rate.load(Ordering::Relaxed),
         }
     }
 

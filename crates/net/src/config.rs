@@ -39,6 +39,10 @@ pub const DEFAULT_MAX_CONNECTIONS_PER_PEER: u32 = 4;
 /// every 2 s, a few sync messages a round, a proof a round, a settlement per paid stream).
 pub const DEFAULT_GOSSIP_PER_SEC: f64 = 50.0;
 pub const DEFAULT_GOSSIP_BURST: u32 = 200;
+/// Default request rate per peer and protocol: above a busy pipeline and serving peer (the CI
+/// soak's entry node sends one replica about 1,700 inference steps a second).
+pub const DEFAULT_REQUEST_PER_SEC: f64 = 5_000.0;
+pub const DEFAULT_REQUEST_BURST: u32 = 10_000;
 
 /// Settings of a [`crate::Net`]. Start from [`NetConfig::local`] and change fields.
 #[derive(Clone)]
@@ -63,6 +67,10 @@ pub struct NetConfig {
     /// forwarded on one topic; past it they are ignored and a sending author is penalised.
     pub gossip_per_sec: f64,
     pub gossip_burst: u32,
+    /// Inbound requests per second, and at once, one peer may make of one protocol; past it
+    /// they are dropped (failing at the peer) and the peer is penalised.
+    pub request_per_sec: f64,
+    pub request_burst: u32,
     /// How long a request (or one blob chunk) may take, response included.
     pub request_timeout: Duration,
     /// Gossipsub topics subscribed at start.
@@ -98,6 +106,8 @@ impl NetConfig {
             max_connections_per_peer: DEFAULT_MAX_CONNECTIONS_PER_PEER,
             gossip_per_sec: DEFAULT_GOSSIP_PER_SEC,
             gossip_burst: DEFAULT_GOSSIP_BURST,
+            request_per_sec: DEFAULT_REQUEST_PER_SEC,
+            request_burst: DEFAULT_REQUEST_BURST,
             request_timeout: Duration::from_secs(10),
             topics: Vec::new(),
             record_ttl: Duration::from_secs(60),
@@ -129,6 +139,8 @@ impl fmt::Debug for NetConfig {
             .field("max_connections_per_peer", &self.max_connections_per_peer)
             .field("gossip_per_sec", &self.gossip_per_sec)
             .field("gossip_burst", &self.gossip_burst)
+            .field("request_per_sec", &self.request_per_sec)
+            .field("request_burst", &self.request_burst)
             .field("request_timeout", &self.request_timeout)
             .field("topics", &self.topics)
             .field("record_ttl", &self.record_ttl)

@@ -20,7 +20,8 @@ pub use codec::{Counters, Traffic};
 pub use config::{
     DEFAULT_GOSSIP_BURST, DEFAULT_GOSSIP_PER_SEC, DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_CONNECTIONS_PER_PEER, DEFAULT_MAX_FRAME, DEFAULT_MAX_GOSSIP,
-    DEFAULT_MAX_QUEUED_BYTES, GossipValidator, NetConfig, RecordValidator, Validation,
+    DEFAULT_MAX_QUEUED_BYTES, DEFAULT_REQUEST_BURST, DEFAULT_REQUEST_PER_SEC, GossipValidator,
+    NetConfig, RecordValidator, Validation,
 };
 pub use error::NetError;
 pub use net::{Net, NetEvent, NetEvents, ResponseChannel};

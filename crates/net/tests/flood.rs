@@ -192,3 +192,49 @@ async fn a_gossip_flood_from_one_author_is_cut_to_its_rate() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_request_flood_from_one_peer_is_cut_to_its_rate() {
+    let cfg = NetConfig {
+        request_per_sec: 1.0,
+        request_burst: 5,
+        ..NetConfig::local()
+    };
+    let (victim, mut events, addr) = start(9, cfg).await;
+    // The victim answers whatever reaches its application.
+    let server = victim.clone();
+    tokio::spawn(async move {
+        while let Some(e) = events.recv().await {
+            if let NetEvent::Request { channel, .. } = e {
+                server.respond(channel, b"ok".to_vec());
+            }
+        }
+    });
+    let attacker_cfg = NetConfig {
+        request_timeout: Duration::from_secs(3),
+        ..NetConfig::local()
+    };
+    let (attacker, attacker_events, _) = start(10, attacker_cfg).await;
+    drain(attacker_events);
+    bounded(attacker.dial(addr)).await.unwrap();
+    let began = std::time::Instant::now();
+    let target = victim.node_id();
+    let flood: Vec<_> = (0..100)
+        .map(|_| {
+            let a = attacker.clone();
+            tokio::spawn(async move { a.request(target, b"hi".to_vec()).await })
+        })
+        .collect();
+    let mut answered = 0;
+    for r in flood {
+        if bounded(r).await.unwrap().is_ok() {
+            answered += 1;
+        }
+    }
+    let allowed = 5 + began.elapsed().as_secs_f64().ceil() as usize;
+    assert!(
+        (1..=allowed).contains(&answered),
+        "{answered} of 100 requests answered (allowed {allowed})"
+    );
+    assert!(victim.counters().requests_over_rate >= 10);
+}

@@ -461,6 +461,8 @@ fn net_config(settings: &NodeSettings) -> Result<NetConfig, NodeError> {
     cfg.max_connections_per_peer = b.connections_per_peer;
     cfg.gossip_per_sec = b.gossip_per_sec;
     cfg.gossip_burst = b.gossip_burst;
+    cfg.request_per_sec = b.request_per_sec;
+    cfg.request_burst = b.request_burst;
     cfg.request_timeout = settings.grad_timeout();
     // Every stage's heartbeats while the node chooses its stage; then only what it needs.
     cfg.topics = Topic::all_heartbeats(settings.stages)

@@ -117,6 +117,9 @@ pub struct Budgets {
     /// on one topic.
     pub gossip_per_sec: f64,
     pub gossip_burst: u32,
+    /// Requests per second, and at once, one peer may make of one protocol.
+    pub request_per_sec: f64,
+    pub request_burst: u32,
 }
 
 impl Default for Budgets {
@@ -127,6 +130,8 @@ impl Default for Budgets {
             connections_per_peer: neuroshard_net::DEFAULT_MAX_CONNECTIONS_PER_PEER,
             gossip_per_sec: neuroshard_net::DEFAULT_GOSSIP_PER_SEC,
             gossip_burst: neuroshard_net::DEFAULT_GOSSIP_BURST,
+            request_per_sec: neuroshard_net::DEFAULT_REQUEST_PER_SEC,
+            request_burst: neuroshard_net::DEFAULT_REQUEST_BURST,
         }
     }
 }

@@ -29,7 +29,7 @@ mod requests;
 mod scores;
 
 use kad_queries::Query;
-use rate::GossipRate;
+use rate::RateLimit;
 
 pub(crate) type Reply<T> = oneshot::Sender<Result<T, NetError>>;
 
@@ -154,7 +154,8 @@ pub(crate) struct Task {
     listen_waiters: Vec<oneshot::Sender<Vec<Multiaddr>>>,
     app_scores: HashMap<PeerId, f64>,
     banned: HashSet<PeerId>,
-    rate: GossipRate,
+    rate: RateLimit,
+    request_rate: RateLimit,
 }
 
 impl Task {
@@ -167,9 +168,14 @@ impl Task {
         config: NetConfig,
         book: AddressBook,
     ) -> Self {
-        let rate = GossipRate::new(
+        let rate = RateLimit::new(
             config.gossip_per_sec,
             config.gossip_burst,
+            rate::MAX_BUCKETS,
+        );
+        let request_rate = RateLimit::new(
+            config.request_per_sec,
+            config.request_burst,
             rate::MAX_BUCKETS,
         );
         Task {
@@ -190,6 +196,7 @@ impl Task {
             app_scores: HashMap::new(),
             banned: HashSet::new(),
             rate,
+            request_rate,
         }
     }
 

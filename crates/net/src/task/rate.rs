@@ -1,16 +1,14 @@
-//! Per-author gossip rate limits: a token bucket for each (author, topic), so one key cannot
-//! make a node deliver and forward more than `burst` messages at once and `per_sec` after.
-//! Over the limit a message is ignored (not delivered, not forwarded; relays are not at fault)
-//! and an author that is also the sender pays a penalty. The table is bounded: past
-//! `max_entries`, buckets that refilled are forgotten first (they hold nothing), then the
-//! fullest one.
+//! Per-key rate limits: a token bucket for each (node, kind) — a gossip author and topic, or a
+//! requesting peer and protocol — so one key cannot make a node take more than `burst`
+//! messages at once and `per_sec` after. The table is bounded: past `max_entries`, buckets
+//! that refilled are forgotten first (they hold nothing), then the fullest one.
 
 use std::collections::HashMap;
 use std::time::Instant;
 
 use neuroshard_proof::NodeId;
 
-/// Most (author, topic) buckets kept.
+/// Most (key, kind) buckets kept.
 pub(crate) const MAX_BUCKETS: usize = 8192;
 
 #[derive(Debug, Clone, Copy)]
@@ -19,14 +17,14 @@ struct Bucket {
     at: Instant,
 }
 
-pub(crate) struct GossipRate {
+pub(crate) struct RateLimit {
     per_sec: f64,
     burst: f64,
     max_entries: usize,
     buckets: HashMap<(NodeId, String), Bucket>,
 }
 
-impl GossipRate {
+impl RateLimit {
     pub(crate) fn new(per_sec: f64, burst: u32, max_entries: usize) -> Self {
         Self {
             per_sec: if per_sec.is_finite() {
@@ -40,7 +38,7 @@ impl GossipRate {
         }
     }
 
-    /// Whether `author` may have one more message on `topic` delivered at `now`.
+    /// Whether `author` may have one more message of kind `topic` taken at `now`.
     pub(crate) fn allow(&mut self, author: &NodeId, topic: &str, now: Instant) -> bool {
         let key = (*author, topic.to_string());
         if !self.buckets.contains_key(&key) && self.buckets.len() >= self.max_entries {
@@ -110,7 +108,7 @@ mod tests {
     #[test]
     fn a_burst_then_the_rate_per_author_and_topic() {
         let t0 = Instant::now();
-        let mut r = GossipRate::new(2.0, 5, 100);
+        let mut r = RateLimit::new(2.0, 5, 100);
         let allowed = (0..50).filter(|_| r.allow(&id(1), "a", t0)).count();
         assert_eq!(allowed, 5);
         // Another topic and another author have their own buckets.
@@ -127,7 +125,7 @@ mod tests {
     #[test]
     fn many_authors_hold_a_bounded_table_and_drained_buckets_stay() {
         let t0 = Instant::now();
-        let mut r = GossipRate::new(1.0, 3, 16);
+        let mut r = RateLimit::new(1.0, 3, 16);
         // The flooder drains its bucket.
         while r.allow(&id(0), "a", t0) {}
         // A crowd of fresh keys passes through the table without growing it.

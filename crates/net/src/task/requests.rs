@@ -6,8 +6,9 @@ use libp2p::request_response::{self, Message, OutboundFailure};
 
 use super::Task;
 use crate::NetError;
-use crate::codec::frame_too_large;
+use crate::codec::{CounterSet, frame_too_large};
 use crate::net::{NetEvent, ResponseChannel};
+use neuroshard_proof::NodeId;
 
 type Event = request_response::Event<Vec<u8>, Vec<u8>>;
 
@@ -27,9 +28,11 @@ impl Task {
     pub(super) fn msg_event(&mut self, event: Event) {
         if let Some((peer, request, channel)) = self.settle(event, false) {
             // Requests from peers that are not NeuroShard nodes are dropped (they time out).
-            if let Some(peer) = self.book.learn(&peer) {
+            if let Some(node) = self.book.learn(&peer)
+                && self.request_allowed(peer, &node, "msg")
+            {
                 self.emit(NetEvent::Request {
-                    peer,
+                    peer: node,
                     data: request,
                     channel: ResponseChannel(channel),
                 });
@@ -37,8 +40,29 @@ impl Task {
         }
     }
 
+    /// Whether `peer` is within its request rate for `kind`; over it, the request is dropped
+    /// (it fails at the peer) and the peer pays a quarter penalty.
+    fn request_allowed(&mut self, peer: PeerId, node: &NodeId, kind: &str) -> bool {
+        if self
+            .request_rate
+            .allow(node, kind, std::time::Instant::now())
+        {
+            return true;
+        }
+        CounterSet::bump(&self.counters.requests_over_rate);
+        let penalty = self.config.penalty / 4.0;
+        self.penalize(peer, penalty, "requests over its rate");
+        false
+    }
+
     pub(super) fn blob_event(&mut self, event: Event) {
         if let Some((peer, request, channel)) = self.settle(event, true) {
+            let Some(node) = self.book.learn(&peer) else {
+                return;
+            };
+            if !self.request_allowed(peer, &node, "blob") {
+                return;
+            }
             let response = self.blobs.serve(&request);
             let blob = &mut self.swarm.behaviour_mut().blob;
             if blob.send_response(channel, response).is_err() {

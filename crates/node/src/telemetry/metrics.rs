@@ -68,6 +68,7 @@ pub struct NodeMetrics {
     last_net_received: AtomicU64,
     last_events_dropped: AtomicU64,
     last_gossip_over_rate: AtomicU64,
+    last_requests_over_rate: AtomicU64,
 }
 
 impl Default for NodeMetrics {
@@ -119,6 +120,7 @@ impl NodeMetrics {
             last_net_received: AtomicU64::new(0),
             last_events_dropped: AtomicU64::new(0),
             last_gossip_over_rate: AtomicU64::new(0),
+            last_requests_over_rate: AtomicU64::new(0),
         };
         m.registered()
     }
@@ -287,7 +289,7 @@ impl NodeMetrics {
         );
         r.register(
             "neuroshard_net_refused",
-            "Inbound messages refused over a budget (budget: inbound_queue, gossip_rate)",
+            "Inbound messages refused over a budget (budget: inbound_queue, gossip_rate, request_rate)",
             self.net_refused.clone(),
         );
         self
@@ -394,6 +396,11 @@ impl NodeMetrics {
                         &refused("gossip_rate"),
                         &self.last_gossip_over_rate,
                         net.gossip_over_rate,
+                    );
+                    follow_total(
+                        &refused("request_rate"),
+                        &self.last_requests_over_rate,
+                        net.requests_over_rate,
                     );
                 }
             }

@@ -281,6 +281,7 @@ fn transport_refusals_over_a_budget_are_counted_by_budget() {
             net: Some(Box::new(neuroshard_net::Counters {
                 events_dropped: dropped,
                 gossip_over_rate: over,
+                requests_over_rate: 2,
                 ..Default::default()
             })),
             sync_round: 0,
@@ -301,6 +302,10 @@ fn transport_refusals_over_a_budget_are_counted_by_budget() {
     );
     assert!(
         text.contains("neuroshard_net_refused_total{budget=\"gossip_rate\"} 7"),
+        "{text}"
+    );
+    assert!(
+        text.contains("neuroshard_net_refused_total{budget=\"request_rate\"} 2"),
         "{text}"
     );
 }
