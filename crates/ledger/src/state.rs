@@ -22,8 +22,11 @@ use digest::Set;
 
 mod digest;
 mod records;
+mod restore;
 mod verdict;
+
 pub use records::{Account, Changes, Entry, EntryKind, Outcome, Record};
+pub(crate) use restore::Restored;
 
 /// Share of every transfer that is burned (5 %).
 pub const TRANSFER_BURN_BPS: u64 = 500;
@@ -523,58 +526,6 @@ impl LedgerState {
         Ok(changes)
     }
 
-    /// Takes [`SLASH_STAKE_BPS`] of the offender's stake: [`SLASH_REPORTER_BPS`] of it to the
-    /// reporter, the rest burned. One slash per (offender, nonce).
-    pub fn apply_slash(&mut self, slash: &VerifiedSlash) -> Result<Outcome, LedgerError> {
-        let key = (slash.offender, slash.nonce);
-        if self.slashes.contains_key(&key) {
-            return Ok(Outcome::Duplicate);
-        }
-        let mut offender = self.account(&slash.offender);
-        let slashed = bps_of(offender.stake, SLASH_STAKE_BPS);
-        let to_reporter = bps_of(slashed, SLASH_REPORTER_BPS);
-        let burn = slashed - to_reporter;
-        offender.stake -= slashed;
-        let burned = add(self.burned, burn)?;
-        let mut reporter = self.account(&slash.reporter);
-        reporter.balance = add(reporter.balance, to_reporter)?;
-        self.put_account(slash.offender, offender, None);
-        self.put_account(slash.reporter, reporter, None);
-        self.burned = burned;
-        self.slashes.insert(key, slash.evidence_hash);
-        self.digest.insert(Set::Slash, &slash.evidence_hash);
-        let mut changes = self.changes_with([slash.offender, slash.reporter]);
-        let entry = |account, kind, amount, counterparty| Entry {
-            account,
-            kind,
-            amount,
-            counterparty,
-            reference: slash.evidence_hash,
-            timestamp_ms: slash.timestamp_ms,
-        };
-        changes.entries = vec![
-            entry(
-                slash.offender,
-                EntryKind::Slashed,
-                slashed,
-                Some(slash.reporter),
-            ),
-            entry(
-                slash.reporter,
-                EntryKind::SlashReward,
-                to_reporter,
-                Some(slash.offender),
-            ),
-            entry(slash.offender, EntryKind::Burn, burn, None),
-        ];
-        changes.records.push(Record::Slash {
-            slash: *slash,
-            slashed,
-            to_reporter,
-        });
-        Ok(Outcome::Applied(changes))
-    }
-
     /// Sets an account (and adds `register` to its stages), keeping the digest in step.
     fn put_account(&mut self, id: NodeId, account: Account, register: Option<u16>) {
         let stake_changed = self
@@ -678,60 +629,6 @@ impl LedgerState {
         }
         Ok(())
     }
-
-    /// Rebuilds the state from persisted parts (used by the storage adapter on open).
-    pub(crate) fn restore(parts: Restored) -> Self {
-        let Restored {
-            rules,
-            accounts,
-            registrations,
-            proofs,
-            ops,
-            slashes,
-            verdicts,
-            minted,
-            burned,
-        } = parts;
-        let mut s = LedgerState {
-            rules,
-            accounts,
-            registrations,
-            minted,
-            burned,
-            ..Self::default()
-        };
-        for (node, nonce, hash, round_key) in proofs {
-            s.proof_hashes.insert(hash);
-            match round_key {
-                Some(key) => {
-                    s.paid_rounds.insert(key, hash);
-                }
-                None => {
-                    s.proof_nonces.insert((node, nonce), hash);
-                }
-            }
-        }
-        s.op_hashes = ops.into_iter().map(|(a, n, h)| ((a, n), h)).collect();
-        s.slashes = slashes.into_iter().map(|(a, n, h)| ((a, n), h)).collect();
-        s.verdicts = verdicts.into_iter().collect();
-        s.digest = s.rebuilt_digest();
-        s
-    }
-}
-
-/// What the storage adapter read back, for [`LedgerState::restore`].
-pub(crate) struct Restored {
-    pub rules: Rules,
-    pub accounts: BTreeMap<NodeId, Account>,
-    pub registrations: BTreeMap<NodeId, BTreeSet<u16>>,
-    /// (node, nonce, hash, round key of a training proof)
-    pub proofs: Vec<(NodeId, u64, Hash32, Option<Hash32>)>,
-    pub ops: Vec<(NodeId, u64, Hash32)>,
-    pub slashes: Vec<(NodeId, u64, Hash32)>,
-    /// (job key, evidence hash) of applied audit verdicts.
-    pub verdicts: Vec<(Hash32, Hash32)>,
-    pub minted: u64,
-    pub burned: u64,
 }
 
 /// The (node, stage, round) a training proof is paid for, hashed. The stage is named by the

@@ -1,9 +1,62 @@
-//! Applying audit verdicts: the offender's stake is slashed like a proven equivocation's.
+//! Slashing: a proven equivocation, and an audit verdict (the offender's stake is slashed
+//! alike).
 
 use super::*;
 use crate::verdict::VerifiedVerdict;
 
 impl LedgerState {
+    /// Takes [`SLASH_STAKE_BPS`] of the offender's stake: [`SLASH_REPORTER_BPS`] of it to the
+    /// reporter, the rest burned. One slash per (offender, nonce).
+    pub fn apply_slash(&mut self, slash: &VerifiedSlash) -> Result<Outcome, LedgerError> {
+        let key = (slash.offender, slash.nonce);
+        if self.slashes.contains_key(&key) {
+            return Ok(Outcome::Duplicate);
+        }
+        let mut offender = self.account(&slash.offender);
+        let slashed = bps_of(offender.stake, SLASH_STAKE_BPS);
+        let to_reporter = bps_of(slashed, SLASH_REPORTER_BPS);
+        let burn = slashed - to_reporter;
+        offender.stake -= slashed;
+        let burned = add(self.burned, burn)?;
+        let mut reporter = self.account(&slash.reporter);
+        reporter.balance = add(reporter.balance, to_reporter)?;
+        self.put_account(slash.offender, offender, None);
+        self.put_account(slash.reporter, reporter, None);
+        self.burned = burned;
+        self.slashes.insert(key, slash.evidence_hash);
+        self.digest.insert(Set::Slash, &slash.evidence_hash);
+        let mut changes = self.changes_with([slash.offender, slash.reporter]);
+        let entry = |account, kind, amount, counterparty| Entry {
+            account,
+            kind,
+            amount,
+            counterparty,
+            reference: slash.evidence_hash,
+            timestamp_ms: slash.timestamp_ms,
+        };
+        changes.entries = vec![
+            entry(
+                slash.offender,
+                EntryKind::Slashed,
+                slashed,
+                Some(slash.reporter),
+            ),
+            entry(
+                slash.reporter,
+                EntryKind::SlashReward,
+                to_reporter,
+                Some(slash.offender),
+            ),
+            entry(slash.offender, EntryKind::Burn, burn, None),
+        ];
+        changes.records.push(Record::Slash {
+            slash: *slash,
+            slashed,
+            to_reporter,
+        });
+        Ok(Outcome::Applied(changes))
+    }
+
     /// Takes [`SLASH_STAKE_BPS`] of the offender's stake, pays [`SLASH_REPORTER_BPS`] of it to
     /// the beneficiary and burns the rest. One verdict per audited job: the same evidence
     /// again, or other evidence about the same job, is a [`Outcome::Duplicate`]. Verdicts

@@ -9,6 +9,7 @@
 //! function it is handed ([`BatchSource`]). A runtime over libp2p and the simulator drive
 //! the same code.
 
+mod config;
 mod evaluate;
 #[cfg(test)]
 mod evaluate_tests;
@@ -27,11 +28,12 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use neuroshard_model::{Batch, StageSpec};
+use neuroshard_model::Batch;
 use neuroshard_proof::{Canonical, Hash32, Identity, NodeId, Signed};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
+pub use config::{BatchError, BatchSource, CoreConfig};
 pub use evaluate::Window;
 pub use io::{
     Compute, EngineError, EngineJob, EngineOutput, Inbound, OpenError, Token, TransferError,
@@ -42,7 +44,7 @@ pub use rounds::{outer_state_limit, stage_claim};
 
 use crate::economy::{Economy, LedgerSyncRequest, LedgerSyncResponse, LedgerWrite};
 use crate::events::{Clock, LedgerSummary, NodeEvent};
-use crate::peers::{HEARTBEAT_EVERY, PeerTable};
+use crate::peers::HEARTBEAT_EVERY;
 use crate::pipeline::{Action, JobDone, Pipeline, PipelineConfig};
 use crate::records::Topic;
 use crate::settings::NodeSettings;
@@ -62,52 +64,6 @@ pub const MAX_UNREGISTERED_HELD: usize = 64;
 pub const MAX_UNREGISTERED_PEERS: usize = 256;
 /// Least time between two ledger requests prompted by one unregistered sender.
 pub const ASK_REGISTRATION_EVERY: Duration = Duration::from_secs(5);
-
-/// Why a batch could not be read.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct BatchError(pub String);
-
-/// The batches a driver trains on: a pure function of the genesis dataset.
-pub trait BatchSource: Send {
-    /// The batch the driver `origin` trains on at `step`, when `drivers` (sorted, `origin`
-    /// among them) are the network's drivers: drivers of a round share the data without
-    /// overlap.
-    fn batch(
-        &self,
-        origin: &[u8; 32],
-        step: u64,
-        drivers: &[[u8; 32]],
-    ) -> Result<neuroshard_data::Batch, BatchError>;
-
-    /// The first `windows` held-out windows of `seq` inputs (fewer when the validation split
-    /// has fewer), the same ones every time: what the validation loss is measured on.
-    fn validation(&self, windows: usize, seq: usize) -> Result<Vec<evaluate::Window>, BatchError>;
-}
-
-/// Everything the core starts from; the runtime (or simulator) prepares it.
-pub struct CoreConfig {
-    pub settings: NodeSettings,
-    pub identity: Identity,
-    pub network: Hash32,
-    pub stage: usize,
-    pub spec: StageSpec,
-    /// Parameters of the stage (bounds what peers may send).
-    pub numel: usize,
-    /// Optimizer steps already taken (resumed or borrowed by a joiner).
-    pub steps_done: u64,
-    pub sync_round: u64,
-    pub sync_theta: Hash32,
-    /// Seed of the core's own randomness (anti-entropy peer choice).
-    pub seed: u64,
-    /// The instant the core starts at and the Unix time in ms it corresponds to.
-    pub start: Instant,
-    pub start_unix_ms: u64,
-    /// Addresses the node announces in its DHT record.
-    pub addrs: Vec<String>,
-    /// Peers heard of before the core started (heartbeats, DHT providers).
-    pub peers: PeerTable,
-}
 
 /// What an outstanding request of ours was for.
 #[derive(Debug, Clone)]

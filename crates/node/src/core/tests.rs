@@ -8,6 +8,7 @@ use neuroshard_proof::{Canonical, Identity, Signed};
 
 use super::*;
 use crate::economy::{Economy, LedgerSyncRequest, LedgerSyncResponse};
+use crate::peers::PeerTable;
 use crate::records::{Heartbeat, Topic};
 use crate::replica::tests::tiny_config;
 use crate::settings::{DataOrder, SyncSettings};
