@@ -43,6 +43,37 @@ pub fn tiny_model() -> ModelConfig {
     }
 }
 
+/// A tiny model with room to serve: a prompt and its completion fit its 24 positions.
+pub fn serving_model(layers: usize) -> ModelConfig {
+    ModelConfig {
+        layers,
+        d_model: 16,
+        heads: 2,
+        kv_heads: 1,
+        ffn: 32,
+        max_seq: 24,
+        ..ModelConfig::tiny(32)
+    }
+}
+
+/// A network of real engines on `settings`, `replicas` per stage: node i serves stage
+/// i % stages, the nodes start 10 ms apart.
+pub fn real_network(seed: u64, settings: NodeSettings, replicas: usize) -> Sim {
+    let stages = settings.stages;
+    let factory = Factory::new(settings.clone(), EngineKind::Real);
+    let mut sim = Sim::new(
+        seed,
+        settings,
+        LinkModel::lan(),
+        EngineCosts::default(),
+        Box::new(factory),
+    );
+    for i in 0..stages * replicas {
+        sim.add_node(i % stages, std::time::Duration::from_millis(10 * i as u64));
+    }
+    sim
+}
+
 /// Node settings for a simulated network of `stages` stages on `model`.
 pub fn settings(model: ModelConfig, stages: usize, wait_replicas: usize) -> NodeSettings {
     NodeSettings {

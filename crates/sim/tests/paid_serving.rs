@@ -6,39 +6,19 @@
 use std::time::Duration;
 
 use neuroshard_ledger::{AccountOp, Action, INFERENCE_BURN_BPS};
-use neuroshard_model::ModelConfig;
+
 use neuroshard_node::serve::{Completion, OpenError, SampleSpec, ServeEvent};
-use neuroshard_sim::{EngineCosts, EngineKind, Factory, LinkModel, Sim, UNIX_START_MS, settings};
+use neuroshard_sim::{Sim, UNIX_START_MS, real_network, serving_model, settings};
 
 const STAGES: usize = 2;
 const REQUEST: [u8; 32] = [5; 32];
 
 fn sim() -> Sim {
-    let model = ModelConfig {
-        layers: 2,
-        d_model: 16,
-        heads: 2,
-        kv_heads: 1,
-        ffn: 32,
-        max_seq: 24,
-        ..ModelConfig::tiny(32)
-    };
-    let mut s = settings(model, STAGES, 2);
+    let mut s = settings(serving_model(2), STAGES, 2);
     s.seq = 8;
     // Rounds often, so the nodes earn the balance the payer spends.
     s.sync.every = 4;
-    let factory = Factory::new(s.clone(), EngineKind::Real);
-    let mut sim = Sim::new(
-        9,
-        s,
-        LinkModel::lan(),
-        EngineCosts::default(),
-        Box::new(factory),
-    );
-    for i in 0..2 * STAGES {
-        sim.add_node(i % STAGES, Duration::from_millis(10 * i as u64));
-    }
-    sim
+    real_network(9, s, 2)
 }
 
 fn request(payment: Option<Vec<u8>>) -> Completion {

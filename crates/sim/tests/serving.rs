@@ -6,20 +6,12 @@ use std::time::Duration;
 
 use neuroshard_model::{Generator, ModelConfig, ParamSet, Sampling, Stage, StageSpec};
 use neuroshard_node::serve::{Completion, Finish, SampleSpec, ServeEvent};
-use neuroshard_sim::{EngineCosts, EngineKind, Factory, LinkModel, Sim, settings};
+use neuroshard_sim::{Sim, real_network, serving_model, settings};
 
 const STAGES: usize = 3;
 
 fn model() -> ModelConfig {
-    ModelConfig {
-        layers: 3,
-        d_model: 16,
-        heads: 2,
-        kv_heads: 1,
-        ffn: 32,
-        max_seq: 24,
-        ..ModelConfig::tiny(32)
-    }
+    serving_model(3)
 }
 
 /// `replicas` per stage, node i in stage i % 3; DiLoCo rounds far apart, so θ₀ stays where it
@@ -28,17 +20,7 @@ fn sim(replicas: usize) -> Sim {
     let mut s = settings(model(), STAGES, replicas);
     s.seq = 8;
     s.sync.every = 10_000;
-    let factory = Factory::new(s.clone(), EngineKind::Real);
-    let mut sim = Sim::new(
-        5,
-        s,
-        LinkModel::lan(),
-        EngineCosts::default(),
-        Box::new(factory),
-    );
-    for i in 0..STAGES * replicas {
-        sim.add_node(i % STAGES, Duration::from_millis(10 * i as u64));
-    }
+    let mut sim = real_network(5, s, replicas);
     sim.run_until(Duration::from_secs(5));
     sim
 }

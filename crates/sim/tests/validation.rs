@@ -4,38 +4,18 @@
 
 use std::time::Duration;
 
-use neuroshard_model::ModelConfig;
 use neuroshard_node::events::NodeEvent;
-use neuroshard_sim::{EngineCosts, EngineKind, Factory, LinkModel, Sim, settings};
+use neuroshard_sim::{real_network, serving_model, settings};
 
 const STAGES: usize = 2;
 
 #[test]
 fn drivers_measure_a_falling_validation_loss_once_per_round() {
-    let model = ModelConfig {
-        layers: 2,
-        d_model: 16,
-        heads: 2,
-        kv_heads: 1,
-        ffn: 32,
-        max_seq: 24,
-        ..ModelConfig::tiny(32)
-    };
-    let mut s = settings(model, STAGES, 2);
+    let mut s = settings(serving_model(2), STAGES, 2);
     s.seq = 8;
     s.sync.every = 4;
     s.eval_windows = 4;
-    let factory = Factory::new(s.clone(), EngineKind::Real);
-    let mut sim = Sim::new(
-        3,
-        s,
-        LinkModel::lan(),
-        EngineCosts::default(),
-        Box::new(factory),
-    );
-    for i in 0..2 * STAGES {
-        sim.add_node(i % STAGES, Duration::from_millis(10 * i as u64));
-    }
+    let mut sim = real_network(3, s, 2);
     sim.run_until(Duration::from_secs(40));
     let mut curves = Vec::new();
     for driver in (0..sim.len()).step_by(STAGES) {
