@@ -67,6 +67,31 @@ struct Stream {
     score: Option<Scored>,
 }
 
+impl Stream {
+    /// A stream of `prompt` through `stages` stages, nothing fed yet, free and sampling.
+    fn new(
+        prompt: Vec<u32>,
+        max_tokens: usize,
+        sample: SampleSpec,
+        stop_token: Option<u32>,
+        stages: usize,
+    ) -> Self {
+        Stream {
+            tokens: prompt,
+            generated: 0,
+            max_tokens,
+            sample,
+            stop_token,
+            history: vec![Vec::new(); stages],
+            positions: vec![0; stages],
+            holders: vec![None; stages],
+            hop: None,
+            paid: None,
+            score: None,
+        }
+    }
+}
+
 /// A held-out window's targets and, once the last stage answered, their summed loss.
 #[derive(Debug, Clone)]
 struct Scored {
@@ -155,30 +180,21 @@ impl NodeCore {
         if let Some(p) = &paid {
             self.serve.paying.insert(p.payer);
         }
-        let id = self.serve.next_stream;
-        self.serve.next_stream += 1;
-        let stages = self.stages;
-        self.serve.streams.insert(
-            id,
-            Stream {
-                tokens: req.prompt.clone(),
-                generated: 0,
-                max_tokens: req.max_tokens,
-                sample: SampleSpec {
-                    draws: 0,
-                    ..req.sample
-                },
-                stop_token: req.stop_token,
-                history: vec![Vec::new(); stages],
-                positions: vec![0; stages],
-                holders: vec![None; stages],
-                hop: None,
-                paid,
-                score: None,
-            },
-        );
-        self.start_hop(id, 0, Chunk::Tokens(req.prompt), now);
-        Ok(id)
+        let sample = SampleSpec {
+            draws: 0,
+            ..req.sample
+        };
+        let stream = Stream {
+            paid,
+            ..Stream::new(
+                req.prompt,
+                req.max_tokens,
+                sample,
+                req.stop_token,
+                self.stages,
+            )
+        };
+        Ok(self.launch(stream, now))
     }
 
     /// Opens a stream of our own that feeds `inputs` through every stage and has the last
@@ -190,32 +206,28 @@ impl NodeCore {
         targets: Vec<u32>,
         now: Instant,
     ) -> u64 {
+        // Scoring draws nothing: the sampling rules are never used.
+        let greedy = SampleSpec {
+            temperature: 0.0,
+            top_p: 1.0,
+            top_k: 0,
+            seed: 0,
+            draws: 0,
+        };
+        let stream = Stream {
+            score: Some(Scored { targets, nll: None }),
+            ..Stream::new(inputs, 1, greedy, None, self.stages)
+        };
+        self.launch(stream, now)
+    }
+
+    /// Numbers `stream`, keeps it, and feeds its prompt to stage 0.
+    fn launch(&mut self, stream: Stream, now: Instant) -> u64 {
         let id = self.serve.next_stream;
         self.serve.next_stream += 1;
-        let stages = self.stages;
-        self.serve.streams.insert(
-            id,
-            Stream {
-                tokens: inputs.clone(),
-                generated: 0,
-                max_tokens: 1,
-                sample: SampleSpec {
-                    temperature: 0.0,
-                    top_p: 1.0,
-                    top_k: 0,
-                    seed: 0,
-                    draws: 0,
-                },
-                stop_token: None,
-                history: vec![Vec::new(); stages],
-                positions: vec![0; stages],
-                holders: vec![None; stages],
-                hop: None,
-                paid: None,
-                score: Some(Scored { targets, nll: None }),
-            },
-        );
-        self.start_hop(id, 0, Chunk::Tokens(inputs), now);
+        let prompt = Chunk::Tokens(stream.tokens.clone());
+        self.serve.streams.insert(id, stream);
+        self.start_hop(id, 0, prompt, now);
         id
     }
 

@@ -164,6 +164,19 @@ fn positions_beyond_max_seq_and_non_finite_states_are_refused_and_penalised() {
                 ..sample()
             })),
         },
+        // Scoring: a target per position of the last chunk, each inside the vocabulary.
+        InferMsg::Step {
+            stream: 1,
+            pos: 0,
+            chunks: vec![Chunk::Hidden(vec![0.5; 2 * D])],
+            head: Some(Head::Score(vec![1])),
+        },
+        InferMsg::Step {
+            stream: 1,
+            pos: 0,
+            chunks: vec![Chunk::Hidden(vec![0.5; 2 * D])],
+            head: Some(Head::Score(vec![1, 1 << 30])),
+        },
     ];
     for msg in bad {
         core.handle_message(
@@ -192,6 +205,18 @@ fn positions_beyond_max_seq_and_non_finite_states_are_refused_and_penalised() {
     // Exactly max_seq positions are fine.
     let r = ask(&mut core, &mut engine, a, step(1, 0, 8), now);
     assert!(matches!(r, InferReply::Token { pos: 8, .. }), "{r:?}");
+    // And a well-formed scoring step is scored.
+    let score = InferMsg::Step {
+        stream: 2,
+        pos: 0,
+        chunks: vec![Chunk::Hidden(vec![0.5; 2 * D])],
+        head: Some(Head::Score(vec![1, 3])),
+    };
+    let r = ask(&mut core, &mut engine, a, score, now);
+    assert!(
+        matches!(r, InferReply::Scored { stream: 2, pos: 2, nll } if nll.is_finite() && nll > 0.0),
+        "{r:?}"
+    );
 }
 
 #[test]
