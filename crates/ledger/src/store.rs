@@ -91,6 +91,11 @@ pub enum Message {
     Slash(VerifiedSlash),
 }
 
+/// Whether `wire` is `proof`'s signed form: it is served to peers as this proof.
+fn wire_matches(proof: &VerifiedProof, wire: &[u8]) -> bool {
+    SignedProof::from_bytes(wire).is_ok_and(|s| s.payload_hash() == proof.hash())
+}
+
 /// What [`Ledger::apply_wired_batch`] applies: a proof with its signed wire bytes, or an op.
 #[derive(Debug, Clone)]
 pub enum WiredMessage<'a> {
@@ -176,7 +181,7 @@ impl Ledger {
             }
             None => {
                 let (state, changes) = LedgerState::from_genesis(genesis)?;
-                write(&mut self.conn, &changes, None)?;
+                write(&mut self.conn, &changes, &[])?;
                 self.state = state;
                 Ok(())
             }
@@ -224,9 +229,7 @@ impl Ledger {
         proof: &VerifiedProof,
         wire: &[u8],
     ) -> Result<Outcome, ApplyError> {
-        // Served to peers as this proof, so it must be exactly this proof's signed payload.
-        let matches = SignedProof::from_bytes(wire).is_ok_and(|s| s.payload_hash() == proof.hash());
-        if !matches {
+        if !wire_matches(proof, wire) {
             return Err(ApplyError::WireMismatch);
         }
         let hash = proof.hash();
@@ -300,22 +303,17 @@ impl Ledger {
         let mut verdicts = Vec::new();
         for message in messages {
             let verdict = match message {
-                WiredMessage::Proof(proof, wire) => {
-                    let matches = SignedProof::from_bytes(wire)
-                        .is_ok_and(|s| s.payload_hash() == proof.hash());
-                    if matches {
-                        let outcome = self.state.apply_proof(proof).map_err(ApplyError::from);
-                        match &outcome {
-                            Ok(Outcome::Applied(_)) => wires.push((proof.hash(), wire, true)),
-                            // A duplicate whose wire was never stored gets it now.
-                            Ok(Outcome::Duplicate) => wires.push((proof.hash(), wire, false)),
-                            _ => {}
-                        }
-                        outcome
-                    } else {
-                        Err(ApplyError::WireMismatch)
+                WiredMessage::Proof(proof, wire) if wire_matches(proof, wire) => {
+                    let outcome = self.state.apply_proof(proof).map_err(ApplyError::from);
+                    match &outcome {
+                        Ok(Outcome::Applied(_)) => wires.push((proof.hash(), wire, true)),
+                        // A duplicate whose wire was never stored gets it now.
+                        Ok(Outcome::Duplicate) => wires.push((proof.hash(), wire, false)),
+                        _ => {}
                     }
+                    outcome
                 }
+                WiredMessage::Proof(..) => Err(ApplyError::WireMismatch),
                 WiredMessage::Op(op) => self.state.apply_op(op.clone()).map_err(ApplyError::from),
             };
             if let Ok(Outcome::Applied(changes)) = &verdict {
@@ -323,14 +321,7 @@ impl Ledger {
             }
             verdicts.push(verdict);
         }
-        if all.is_empty() && wires.is_empty() {
-            return Ok(verdicts);
-        }
-        if let Err(e) = write_batch(&mut self.conn, &all, &wires) {
-            // Memory ran ahead of disk; fall back to what the disk holds.
-            self.state = load(&self.conn)?;
-            return Err(e);
-        }
+        self.commit(&all, &wires)?;
         Ok(verdicts)
     }
 
@@ -342,11 +333,21 @@ impl Ledger {
         let Outcome::Applied(changes) = outcome else {
             return Ok(());
         };
-        if changes.is_empty() {
+        let wires: Vec<_> = wire.map(|(h, b)| (*h, b, true)).into_iter().collect();
+        self.commit(changes, &wires)
+    }
+
+    /// Writes what memory already applied in one transaction; if that fails, memory falls
+    /// back to what the disk holds.
+    fn commit(
+        &mut self,
+        changes: &Changes,
+        wires: &[(Hash32, &[u8], bool)],
+    ) -> Result<(), StoreError> {
+        if changes.is_empty() && wires.is_empty() {
             return Ok(());
         }
-        if let Err(e) = write(&mut self.conn, changes, wire) {
-            // Memory ran ahead of disk; fall back to what the disk holds.
+        if let Err(e) = write(&mut self.conn, changes, wires) {
             self.state = load(&self.conn)?;
             return Err(e);
         }
@@ -446,18 +447,9 @@ impl Ledger {
     }
 }
 
-fn write(
-    conn: &mut Connection,
-    changes: &Changes,
-    wire: Option<(&Hash32, &[u8])>,
-) -> Result<(), StoreError> {
-    let wires: Vec<(Hash32, &[u8], bool)> = wire.map(|(h, b)| (*h, b, true)).into_iter().collect();
-    write_batch(conn, changes, &wires)
-}
-
 /// Writes `changes` and the proofs' wire bytes (replacing a stored one when the flag is set,
 /// else only filling a gap) in one transaction.
-fn write_batch(
+fn write(
     conn: &mut Connection,
     changes: &Changes,
     wires: &[(Hash32, &[u8], bool)],

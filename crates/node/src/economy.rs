@@ -246,18 +246,6 @@ impl LedgerStore {
         Ok((Self { ledger }, snapshot))
     }
 
-    pub fn write(&mut self, w: &LedgerWrite) -> Result<(), EconomyError> {
-        match w {
-            LedgerWrite::Proof { proof, wire } => {
-                self.ledger.apply_proof_wire(proof, wire)?;
-            }
-            LedgerWrite::Op(op) => {
-                self.ledger.apply_op((**op).clone())?;
-            }
-        }
-        Ok(())
-    }
-
     /// Persists `writes` in order in one SQLite transaction (one fsync, however many): the
     /// write of one proof or op refused alone comes back as its error; an error of the whole
     /// transaction means nothing was stored.

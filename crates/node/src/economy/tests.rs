@@ -443,10 +443,11 @@ fn nonces_keep_rising_across_a_reopen_even_if_the_clock_goes_back()
         ))
     };
     let flush = |store: &mut LedgerStore, a: &mut Economy| -> Result<(), EconomyError> {
-        while let Some(w) = a.poll_write() {
-            store.write(&w)?;
+        let writes: Vec<_> = std::iter::from_fn(|| a.poll_write()).collect();
+        match store.write_batch(&writes)?.into_iter().next() {
+            Some(e) => Err(e),
+            None => Ok(()),
         }
-        Ok(())
     };
     let (first, hash) = {
         let (mut store, mut a) = open()?;
