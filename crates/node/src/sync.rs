@@ -137,6 +137,10 @@ pub struct Syncer {
     offer_base: Option<(u64, Hash32)>,
     /// When this replica last finished a round (its own, recomputed or adopted).
     last_progress: Option<Instant>,
+    /// Our training has ended (a driver took its last step): we start no round and follow
+    /// none, since no inner progress comes after it, and a round begun at the end would
+    /// leave us on a state our co-replicas may never see.
+    training_ended: bool,
 }
 
 /// Rounds of offers (and of outcomes) kept per sender: its latest ones. Replicas are at most
@@ -188,7 +192,14 @@ impl Syncer {
             aggregated: false,
             offer_base: None,
             last_progress: None,
+            training_ended: false,
         }
+    }
+
+    /// Our training has ended: rounds already under way finish, outcomes of others are still
+    /// adopted, but no new round starts here.
+    pub fn end_training(&mut self) {
+        self.training_ended = true;
     }
 
     pub fn enabled(&self) -> bool {
@@ -292,6 +303,9 @@ impl Syncer {
                     now.saturating_duration_since(since) >= self.cfg.timeout * STALLED_TIMEOUTS;
                 if let Some(adopt) = self.behind(live, stalled) {
                     return vec![adopt];
+                }
+                if self.training_ended {
+                    return Vec::new();
                 }
                 let next = self.round.saturating_add(1);
                 let led = self

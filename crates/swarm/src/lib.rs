@@ -435,7 +435,8 @@ impl Swarm<'_> {
                     .filter(|m| m.alive)
                     .map(|m| m.index)
                     .collect();
-                if self.report.ledgers_settled(&live) || since.elapsed() > self.cfg.settle {
+                if self.report.settled(&live, report::now_ms()) || since.elapsed() > self.cfg.settle
+                {
                     return Ok(());
                 }
             }

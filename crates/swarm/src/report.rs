@@ -9,6 +9,10 @@ use serde_json::{Value, json};
 
 use crate::{Assembly, Member};
 
+/// How long ledgers and rounds must stay unchanged before a finished swarm stops: longer
+/// than a round's collection timeout (5 s by default).
+const QUIET_MS: u64 = 6_000;
+
 pub fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -90,6 +94,8 @@ pub struct Report {
     thetas: BTreeMap<(usize, u64), BTreeMap<usize, String>>,
     syncs: Vec<SyncSample>,
     adoptions: u64,
+    /// When any replica last ended a round (wall clock ms).
+    last_round_ms: u64,
     /// The restarted node's first round outcome after restarting (wall clock ms).
     caught_up: Option<u64>,
     /// Latest ledger summary per node, and when its state hash last changed.
@@ -221,6 +227,7 @@ impl Report {
             .entry((stage, round))
             .or_default()
             .insert(i, theta.to_string());
+        self.last_round_ms = self.last_round_ms.max(t);
         if Some(i) == self.killed && self.restart_time_ms.is_some() && self.caught_up.is_none() {
             self.caught_up = Some(t);
         }
@@ -248,8 +255,13 @@ impl Report {
         self.stages.get(&i).copied()
     }
 
-    /// Every live node reports the same ledger, unchanged for a few seconds.
-    pub fn ledgers_settled(&self, live: &[usize]) -> bool {
+    /// Every live node reports the same ledger, unchanged for a few seconds, and no replica
+    /// ended a round for as long (a round under way, or two outcomes being reconciled, would
+    /// otherwise be cut short by the stop and leave replicas on different θ₀).
+    pub fn settled(&self, live: &[usize], now: u64) -> bool {
+        if now.saturating_sub(self.last_round_ms) < QUIET_MS {
+            return false;
+        }
         let mut hashes = live.iter().map(|i| self.ledgers.get(i));
         let Some(Some((first, _))) = hashes.next() else {
             return false;
@@ -257,7 +269,7 @@ impl Report {
         let quiet = live
             .iter()
             .filter_map(|i| self.ledgers.get(i))
-            .all(|(_, t)| now_ms().saturating_sub(*t) >= 6_000);
+            .all(|(_, t)| now.saturating_sub(*t) >= QUIET_MS);
         quiet && hashes.all(|h| h.is_some_and(|(l, _)| l.state_hash == first.state_hash))
     }
 

@@ -112,7 +112,18 @@ fn report_follows_steps_rounds_traffic_and_ledgers() {
     let line = r.progress_line(&[], 2);
     assert!(line.contains("sent 4.0 MB recv 6.0 MB"), "{line}");
     // Equal hashes, but they only just changed: not settled yet.
-    assert!(!r.ledgers_settled(&[0, 1]));
+    let now = crate::report::now_ms();
+    assert!(!r.settled(&[0, 1], now));
+    assert!(r.settled(&[0, 1], now + 7_000));
+    // A replica ended a round since: two outcomes may still be reconciling, so the swarm
+    // waits until rounds too have been quiet for as long.
+    let mut late = sync(0, 3, "dd");
+    if let NodeEvent::Sync { time_ms, .. } = &mut late {
+        *time_ms = now + 5_000;
+    }
+    r.on_event(1, &late);
+    assert!(!r.settled(&[0, 1], now + 7_000));
+    assert!(r.settled(&[0, 1], now + 12_000));
     assert_eq!(r.ledger_figures()["all_equal"], true);
 }
 

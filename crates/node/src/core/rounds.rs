@@ -166,6 +166,9 @@ impl NodeCore {
         // alive and registered for the stage with stake behind them.
         let live = self.live_co_replicas();
         let steps = self.pipeline.steps_done();
+        if self.pipeline.finished() {
+            self.rounds.syncer.end_training();
+        }
         let actions = self.rounds.syncer.poll(now, steps, &live);
         self.run_sync_actions(actions, now);
     }

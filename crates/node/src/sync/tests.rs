@@ -561,3 +561,37 @@ fn a_flood_of_future_rounds_from_one_sender_holds_a_few_entries() {
     all[0].s.on_offer(p1, n1, offer(1, BASE), Instant::now());
     assert_eq!(all[0].s.held(), 2 * ROUNDS_PER_SENDER + 1);
 }
+
+#[test]
+fn a_replica_whose_training_ended_starts_no_round_and_follows_none_but_still_adopts() {
+    let mut all = replicas(3);
+    let now = Instant::now();
+    all[0].s.end_training();
+    let l0 = live(&all, 0);
+    // H steps done: it would lead a round, but no inner progress will come after it.
+    assert!(all[0].s.poll(now, 4, &l0).is_empty());
+    // Another replica leads: it does not follow into a round it cannot train through.
+    let l1 = live(&all, 1);
+    assert_eq!(
+        all[1].s.poll(now, 4, &l1),
+        vec![SyncAction::Prepare { round: 1 }]
+    );
+    prepare_and_offer(&mut all, 1, now);
+    assert!(all[0].s.poll(now, 4, &l0).is_empty());
+    // Outcomes its co-replicas agree on still move it, so it ends on their state.
+    let others = vec![all[1].node, all[2].node];
+    for i in 1..3 {
+        let (peer, node) = (all[i].peer, all[i].node);
+        all[0]
+            .s
+            .on_done(peer, node, done(1, [7; 32], others.clone()), Instant::now());
+    }
+    assert!(matches!(
+        all[0].s.poll(now, 4, &l0).as_slice(),
+        [SyncAction::Adopt {
+            round: 1,
+            hash: [7, ..],
+            ..
+        }]
+    ));
+}
