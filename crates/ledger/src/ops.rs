@@ -309,15 +309,11 @@ pub fn verify_slash(signed: &Signed<SlashReport>) -> Result<VerifiedSlash, OpErr
     if reporter == a.signer() {
         return Err(OpError::Evidence("a node cannot report itself"));
     }
-    let (lo, hi) = if ha < hb { (ha, hb) } else { (hb, ha) };
-    let mut hasher = blake3::Hasher::new();
-    hasher.update(&lo);
-    hasher.update(&hi);
     Ok(VerifiedSlash {
         offender: pa.node_id,
         nonce: pa.nonce,
         reporter: reporter.node_id(),
-        evidence_hash: *hasher.finalize().as_bytes(),
+        evidence_hash: crate::state::evidence_hash(&ha, &hb),
         timestamp_ms: pa.timestamp_ms.max(pb.timestamp_ms),
     })
 }

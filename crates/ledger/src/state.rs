@@ -11,7 +11,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
-use neuroshard_proof::{Hash32, NodeId, Proof, ProofKind, VerifiedProof};
+use neuroshard_proof::{Hash32, LayerRange, NodeId, Proof, ProofKind, VerifiedProof};
 
 use crate::amount::bps_of;
 use crate::ops::{Action, MIN_STAKE_LOCK_MS, VerifiedOp, VerifiedSlash};
@@ -21,12 +21,15 @@ use crate::rules::{LedgerGenesis, Rules};
 use digest::Set;
 
 mod digest;
+mod equivocation;
 mod records;
 mod restore;
 mod verdict;
 
+use equivocation::Slot;
+pub use equivocation::evidence_hash;
 pub use records::{Account, Changes, Entry, EntryKind, Outcome, Record};
-pub(crate) use restore::Restored;
+pub(crate) use restore::{Restored, RestoredProof};
 
 /// Share of every transfer that is burned (5 %).
 pub const TRANSFER_BURN_BPS: u64 = 500;
@@ -87,9 +90,12 @@ pub struct LedgerState {
     /// Stages each account ever registered for (only ever grows, so a receipt or proof that
     /// was valid stays valid whatever arrives later).
     registrations: BTreeMap<NodeId, BTreeSet<u16>>,
-    /// Paid (node, stage, round) keys of training proofs, with the proof paid.
-    paid_rounds: HashMap<Hash32, Hash32>,
-    proof_nonces: HashMap<(NodeId, u64), Hash32>,
+    /// Paid (node, stage, round) keys of training proofs, with the proof paid and its reward.
+    paid_rounds: HashMap<Hash32, (Hash32, u64)>,
+    /// Round keys void by an equivocation (two proofs for one round) → evidence hash.
+    void_rounds: HashMap<Hash32, Hash32>,
+    /// Paid proofs that are not paid by round: (node, nonce) → (proof hash, reward paid).
+    proof_nonces: HashMap<(NodeId, u64), (Hash32, u64)>,
     proof_hashes: HashSet<Hash32>,
     op_hashes: HashMap<(NodeId, u64), Hash32>,
     slashes: HashMap<(NodeId, u64), Hash32>,
@@ -220,6 +226,12 @@ impl LedgerState {
         self.proof_hashes.contains(hash)
     }
 
+    /// Whether a training proof for this round key was paid, or the round is void by an
+    /// equivocation: either way, another proof for it would be an equivocation.
+    pub fn round_claimed(&self, key: &Hash32) -> bool {
+        self.paid_rounds.contains_key(key) || self.void_rounds.contains_key(key)
+    }
+
     pub fn pending_len(&self) -> usize {
         self.pending.len()
     }
@@ -254,23 +266,39 @@ impl LedgerState {
                         max,
                     });
                 }
-                if self.paid_rounds.contains_key(&key) {
+                // Two proofs for one round is an equivocation: settled once, then void.
+                if self.void_rounds.contains_key(&key) {
                     return Err(LedgerError::RoundPaid {
                         node: proof.node_id,
                         round: proof.round,
                     });
                 }
+                if let Some(&(first, first_reward)) = self.paid_rounds.get(&key) {
+                    return self.settle_equivocation(
+                        verified,
+                        first,
+                        first_reward,
+                        Slot::Round(key),
+                    );
+                }
                 self.reward_for(proof)
             }
             None => {
-                if self
-                    .proof_nonces
-                    .contains_key(&(proof.node_id, proof.nonce))
-                {
+                let nonce_key = (proof.node_id, proof.nonce);
+                // An equivocation at this nonce is settled: any further proof there is void.
+                if self.slashes.contains_key(&nonce_key) {
                     return Err(LedgerError::ProofNonceConflict {
                         node: proof.node_id,
                         nonce: proof.nonce,
                     });
+                }
+                if let Some(&(first, first_reward)) = self.proof_nonces.get(&nonce_key) {
+                    return self.settle_equivocation(
+                        verified,
+                        first,
+                        first_reward,
+                        Slot::Nonce(nonce_key),
+                    );
                 }
                 self.reward_for(proof)
             }
@@ -283,11 +311,12 @@ impl LedgerState {
         self.proof_hashes.insert(hash);
         match round_key {
             Some(key) => {
-                self.paid_rounds.insert(key, hash);
+                self.paid_rounds.insert(key, (hash, amount));
                 self.digest.insert(Set::Round, &key);
             }
             None => {
-                self.proof_nonces.insert((proof.node_id, proof.nonce), hash);
+                self.proof_nonces
+                    .insert((proof.node_id, proof.nonce), (hash, amount));
                 self.digest.insert(Set::Proof, &hash);
             }
         }
@@ -555,7 +584,7 @@ impl LedgerState {
         for (id, a) in &self.accounts {
             d.add_account(id, a, self.registrations.get(id).into_iter().flatten());
         }
-        for h in self.proof_nonces.values() {
+        for (h, _) in self.proof_nonces.values() {
             d.insert(Set::Proof, h);
         }
         for k in self.paid_rounds.keys() {
@@ -564,7 +593,12 @@ impl LedgerState {
         for h in self.op_hashes.values() {
             d.insert(Set::Op, h);
         }
-        for h in self.slashes.values().chain(self.verdicts.values()) {
+        for h in self
+            .slashes
+            .values()
+            .chain(self.verdicts.values())
+            .chain(self.void_rounds.values())
+        {
             d.insert(Set::Slash, h);
         }
         d
@@ -598,8 +632,9 @@ impl LedgerState {
             self.proof_nonces.len(),
             self.paid_rounds.len(),
             self.op_hashes.len(),
-            // Verdicts count with slashes, so a ledger without any keeps its hash.
-            self.slashes.len() + self.verdicts.len(),
+            // Verdicts and void rounds count with slashes, so a ledger without any keeps its
+            // hash.
+            self.slashes.len() + self.verdicts.len() + self.void_rounds.len(),
         ] {
             h.update(&(n as u64).to_le_bytes());
         }
@@ -634,12 +669,17 @@ impl LedgerState {
 /// The (node, stage, round) a training proof is paid for, hashed. The stage is named by the
 /// layers it holds, which are fixed per stage in a network.
 pub fn round_key(proof: &Proof) -> Hash32 {
+    round_key_of(&proof.node_id, proof.layers, proof.round)
+}
+
+/// The round key of `node`'s training proof of `round` for `layers`.
+pub fn round_key_of(node: &NodeId, layers: LayerRange, round: u64) -> Hash32 {
     let mut h = blake3::Hasher::new();
     h.update(b"neuroshard/round-key/v1");
-    h.update(&proof.node_id.0);
-    h.update(&proof.layers.start.to_le_bytes());
-    h.update(&proof.layers.end.to_le_bytes());
-    h.update(&proof.round.to_le_bytes());
+    h.update(&node.0);
+    h.update(&layers.start.to_le_bytes());
+    h.update(&layers.end.to_le_bytes());
+    h.update(&round.to_le_bytes());
     *h.finalize().as_bytes()
 }
 

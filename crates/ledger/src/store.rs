@@ -12,15 +12,18 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
-use neuroshard_proof::{Hash32, NodeId, SignedProof, VerifiedProof};
+use neuroshard_proof::{Hash32, NodeId, ProofKind, SignedProof, VerifiedProof};
 use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::ops::{Action, VerifiedOp, VerifiedSlash};
 use crate::rules::{LedgerGenesis, Rules};
 use crate::state::{
-    Account, Changes, EntryKind, LedgerError, LedgerState, Outcome, Record, Restored,
+    Account, Changes, EntryKind, LedgerError, LedgerState, Outcome, Record, Restored, RestoredProof,
 };
 use crate::verdict::VerifiedVerdict;
+
+mod load;
+use load::{keyed_blobs, load};
 
 /// File name of the ledger database inside a node's data directory.
 pub const LEDGER_FILE: &str = "ledger.db";
@@ -46,6 +49,10 @@ CREATE TABLE IF NOT EXISTS audit_verdicts (
     job BLOB PRIMARY KEY, offender BLOB NOT NULL, beneficiary BLOB NOT NULL,
     evidence BLOB NOT NULL, slashed INTEGER NOT NULL, paid INTEGER NOT NULL,
     timestamp_ms INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS equivocations (
+    evidence BLOB PRIMARY KEY, offender BLOB NOT NULL, nonce INTEGER NOT NULL, round_key BLOB,
+    clawed INTEGER NOT NULL, slashed INTEGER NOT NULL, timestamp_ms INTEGER NOT NULL)
+    WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS entries (
     seq INTEGER PRIMARY KEY, account BLOB NOT NULL, kind TEXT NOT NULL, amount INTEGER NOT NULL,
     counterparty BLOB, reference BLOB NOT NULL, timestamp_ms INTEGER NOT NULL);
@@ -549,6 +556,28 @@ fn write(
                     to_sql(*paid),
                     to_sql(v.timestamp_ms)
                 ])?,
+                Record::Equivocation {
+                    offender,
+                    nonce,
+                    round_key,
+                    evidence,
+                    clawed,
+                    slashed,
+                    timestamp_ms,
+                } => tx
+                    .prepare_cached(
+                        "INSERT INTO equivocations (offender, nonce, round_key, evidence, clawed,
+                         slashed, timestamp_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                    )?
+                    .execute(params![
+                        &offender.0[..],
+                        to_sql(*nonce),
+                        round_key.map(|k| k.to_vec()),
+                        &evidence[..],
+                        to_sql(*clawed),
+                        to_sql(*slashed),
+                        to_sql(*timestamp_ms)
+                    ])?,
             };
         }
         let mut entry = tx.prepare_cached(
@@ -573,117 +602,8 @@ fn write(
     Ok(())
 }
 
-fn load(conn: &Connection) -> Result<LedgerState, StoreError> {
-    let meta = |key: &str| -> Result<u64, StoreError> {
-        let v: i64 =
-            conn.query_row("SELECT value FROM meta WHERE key = ?1", [key], |r| r.get(0))?;
-        Ok(from_sql(v))
-    };
-    let (minted, burned) = (meta("minted")?, meta("burned")?);
-
-    let mut accounts = BTreeMap::new();
-    let mut stmt =
-        conn.prepare("SELECT id, balance, stake, unlock_at_ms, next_nonce FROM accounts")?;
-    let rows = stmt.query_map([], |r| {
-        Ok((
-            r.get::<_, Vec<u8>>(0)?,
-            Account {
-                balance: from_sql(r.get(1)?),
-                stake: from_sql(r.get(2)?),
-                unlock_at_ms: from_sql(r.get(3)?),
-                next_nonce: from_sql(r.get(4)?),
-            },
-        ))
-    })?;
-    for row in rows {
-        let (id, account) = row?;
-        accounts.insert(NodeId(blob32(id)?), account);
-    }
-
-    let triples = |sql: &str| -> Result<Vec<(NodeId, u64, Hash32)>, StoreError> {
-        keyed_blobs(conn, sql)?
-            .into_iter()
-            .map(|(node, nonce, hash)| Ok((node, nonce, blob32(hash)?)))
-            .collect()
-    };
-    let mut proofs = Vec::new();
-    let mut stmt = conn.prepare("SELECT node, nonce, hash, round_key FROM proofs")?;
-    let rows = stmt.query_map([], |r| {
-        Ok((
-            r.get::<_, Vec<u8>>(0)?,
-            from_sql(r.get(1)?),
-            r.get::<_, Vec<u8>>(2)?,
-            r.get::<_, Option<Vec<u8>>>(3)?,
-        ))
-    })?;
-    for row in rows {
-        let (node, nonce, hash, key) = row?;
-        let key = key.map(blob32).transpose()?;
-        proofs.push((NodeId(blob32(node)?), nonce, blob32(hash)?, key));
-    }
-    let ops = triples("SELECT account, nonce, hash FROM ops")?;
-    let slashes = triples("SELECT offender, nonce, evidence FROM slashes")?;
-    let mut verdicts = Vec::new();
-    let mut stmt = conn.prepare("SELECT job, evidence FROM audit_verdicts")?;
-    let rows = stmt.query_map([], |r| {
-        Ok((r.get::<_, Vec<u8>>(0)?, r.get::<_, Vec<u8>>(1)?))
-    })?;
-    for row in rows {
-        let (job, evidence) = row?;
-        verdicts.push((blob32(job)?, blob32(evidence)?));
-    }
-    let rules = conn
-        .query_row("SELECT rules FROM genesis", [], |r| r.get::<_, Vec<u8>>(0))
-        .optional()?
-        .map(|b| Rules::from_bytes(&b).ok_or_else(|| StoreError::Corrupt("genesis rules".into())))
-        .transpose()?
-        .unwrap_or_default();
-    // Registrations are what the applied Register ops say; they are rebuilt from the ops'
-    // signed bytes rather than stored twice.
-    let mut registrations: BTreeMap<NodeId, BTreeSet<u16>> = BTreeMap::new();
-    let mut stmt = conn.prepare("SELECT wire FROM ops")?;
-    let wires = stmt.query_map([], |r| r.get::<_, Vec<u8>>(0))?;
-    for wire in wires {
-        let op = *crate::inference::decode_op(&wire?)
-            .map_err(|e| StoreError::Corrupt(format!("stored op: {e}")))?
-            .op();
-        if let Action::Register { stage } = op.action {
-            registrations.entry(op.account).or_default().insert(stage);
-        }
-    }
-    Ok(LedgerState::restore(Restored {
-        rules,
-        accounts,
-        registrations,
-        proofs,
-        ops,
-        slashes,
-        verdicts,
-        minted,
-        burned,
-    }))
-}
-
-/// Rows of (node id, integer, blob) from `sql`.
-fn keyed_blobs(conn: &Connection, sql: &str) -> Result<Vec<(NodeId, u64, Vec<u8>)>, StoreError> {
-    let mut stmt = conn.prepare_cached(sql)?;
-    let rows = stmt.query_map([], |r| {
-        Ok((
-            r.get::<_, Vec<u8>>(0)?,
-            from_sql(r.get(1)?),
-            r.get::<_, Vec<u8>>(2)?,
-        ))
-    })?;
-    let mut out = Vec::new();
-    for row in rows {
-        let (node, n, blob) = row?;
-        out.push((NodeId(blob32(node)?), n, blob));
-    }
-    Ok(out)
-}
-
 /// History kinds as stored, for callers that want to filter.
-pub fn entry_kind_names() -> [&'static str; 10] {
+pub fn entry_kind_names() -> [&'static str; 11] {
     [
         EntryKind::Reward,
         EntryKind::TransferOut,
@@ -695,6 +615,7 @@ pub fn entry_kind_names() -> [&'static str; 10] {
         EntryKind::SlashReward,
         EntryKind::InferenceFee,
         EntryKind::InferenceIncome,
+        EntryKind::Clawback,
     ]
     .map(EntryKind::as_str)
 }

@@ -315,3 +315,79 @@ fn a_wired_batch_stores_what_one_by_one_writes_store_in_one_transaction()
     }
     Ok(())
 }
+
+/// A settled equivocation survives a reopen: both proofs are kept and servable (so peers
+/// that saw one of them learn of the other), the nonce stays void, the history says why.
+#[test]
+fn a_settled_equivocation_survives_reopen() -> Result<(), Box<dyn std::error::Error>> {
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("ledger.db");
+    let (cheat, n) = (test_identity(40), test_identity(41));
+    let first = uptime_proof(&cheat, 3, T0);
+    let mut second = first.clone();
+    second.claimed_duration_ms += 5_000;
+    let (v1, v2) = (verified(&first, &cheat, &n), verified(&second, &cheat, &n));
+    let hash;
+    {
+        let mut ledger = Ledger::open(&path)?;
+        assert!(matches!(
+            ledger.apply_proof_wire(&v1, &wire(&first, &cheat))?,
+            Outcome::Applied(_)
+        ));
+        assert!(matches!(
+            ledger.apply_proof_wire(&v2, &wire(&second, &cheat))?,
+            Outcome::Applied(_)
+        ));
+        assert_eq!(ledger.state().account(&cheat.node_id()).balance, 0);
+        hash = ledger.state_hash();
+    }
+    let mut ledger = Ledger::open(&path)?;
+    assert_eq!(ledger.state_hash(), hash);
+    assert_eq!(ledger.state().check_invariants(), Ok(()));
+    assert_eq!(ledger.proof_wire(&v2.hash())?, Some(wire(&second, &cheat)));
+    assert_eq!(ledger.apply_proof(&v1)?, Outcome::Duplicate);
+    let mut third = first.clone();
+    third.claimed_duration_ms += 9_000;
+    assert!(matches!(
+        ledger.apply_proof(&verified(&third, &cheat, &n)),
+        Err(ApplyError::Rejected(LedgerError::ProofNonceConflict { .. }))
+    ));
+    assert_eq!(ledger.state_hash(), hash);
+    let history = ledger.history(&cheat.node_id(), 10)?;
+    let kinds: Vec<&str> = history.iter().map(|h| h.kind.as_str()).collect();
+    assert_eq!(kinds, ["burn", "slashed", "clawback", "reward"]);
+    Ok(())
+}
+
+/// The same for training proofs, paid by round: the round stays void after a reopen.
+#[test]
+fn a_void_round_survives_reopen() -> Result<(), Box<dyn std::error::Error>> {
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("ledger.db");
+    let (cheat, n) = (test_identity(42), test_identity(43));
+    let first = training_proof(&cheat, &n, 2, T0);
+    let mut second = first.clone();
+    second.nonce += 1;
+    second.tokens /= 2;
+    let (v1, v2) = (verified(&first, &cheat, &n), verified(&second, &cheat, &n));
+    let hash;
+    {
+        let mut ledger = Ledger::open(&path)?;
+        assert!(matches!(ledger.apply_proof(&v2)?, Outcome::Applied(_)));
+        assert!(matches!(ledger.apply_proof(&v1)?, Outcome::Applied(_)));
+        assert_eq!(ledger.state().account(&cheat.node_id()).balance, 0);
+        hash = ledger.state_hash();
+    }
+    let mut ledger = Ledger::open(&path)?;
+    assert_eq!(ledger.state_hash(), hash);
+    assert_eq!(ledger.state().check_invariants(), Ok(()));
+    assert_eq!(ledger.apply_proof(&v2)?, Outcome::Duplicate);
+    let mut third = first.clone();
+    third.nonce += 7;
+    assert!(matches!(
+        ledger.apply_proof(&verified(&third, &cheat, &n)),
+        Err(ApplyError::Rejected(LedgerError::RoundPaid { .. }))
+    ));
+    assert_eq!(ledger.state_hash(), hash);
+    Ok(())
+}

@@ -95,6 +95,10 @@ impl Digest {
         self.add(&expand(&[set as u8], &[value]));
     }
 
+    pub(super) fn remove(&mut self, set: Set, value: &[u8; 32]) {
+        self.sub(&expand(&[set as u8], &[value]));
+    }
+
     pub(super) fn add_account<'a>(
         &mut self,
         id: &NodeId,

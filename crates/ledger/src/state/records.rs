@@ -32,6 +32,8 @@ pub enum EntryKind {
     SlashReward,
     InferenceFee,
     InferenceIncome,
+    /// A reward taken back: the proof it paid was one of two at one nonce.
+    Clawback,
 }
 
 impl EntryKind {
@@ -47,6 +49,7 @@ impl EntryKind {
             EntryKind::SlashReward => "slash_reward",
             EntryKind::InferenceFee => "inference_fee",
             EntryKind::InferenceIncome => "inference_income",
+            EntryKind::Clawback => "clawback",
         }
     }
 }
@@ -93,6 +96,17 @@ pub enum Record {
         verdict: crate::verdict::VerifiedVerdict,
         slashed: u64,
         paid: u64,
+    },
+    /// Two proofs for one slot: neither paid (`clawed` taken back), `slashed` burned. The slot
+    /// is the round key for training proofs, else (offender, nonce of the second proof).
+    Equivocation {
+        offender: NodeId,
+        nonce: u64,
+        round_key: Option<Hash32>,
+        evidence: Hash32,
+        clawed: u64,
+        slashed: u64,
+        timestamp_ms: u64,
     },
 }
 

@@ -2,15 +2,29 @@
 
 use super::*;
 
+/// One stored proof.
+pub(crate) struct RestoredProof {
+    pub node: NodeId,
+    pub nonce: u64,
+    pub hash: Hash32,
+    /// The round key a training proof was paid for; None for one that was not paid (the
+    /// second of an equivocating pair).
+    pub round_key: Option<Hash32>,
+    pub training: bool,
+    pub reward: u64,
+}
+
 /// What the storage adapter read back, for [`LedgerState::restore`].
 pub(crate) struct Restored {
     pub rules: Rules,
     pub accounts: BTreeMap<NodeId, Account>,
     pub registrations: BTreeMap<NodeId, BTreeSet<u16>>,
-    /// (node, nonce, hash, round key of a training proof)
-    pub proofs: Vec<(NodeId, u64, Hash32, Option<Hash32>)>,
+    pub proofs: Vec<RestoredProof>,
     pub ops: Vec<(NodeId, u64, Hash32)>,
     pub slashes: Vec<(NodeId, u64, Hash32)>,
+    /// Settled equivocations: (offender, nonce, round key of training proofs, evidence).
+    /// Both proofs are in `proofs`.
+    pub equivocations: Vec<(NodeId, u64, Option<Hash32>, Hash32)>,
     /// (job key, evidence hash) of applied audit verdicts.
     pub verdicts: Vec<(Hash32, Hash32)>,
     pub minted: u64,
@@ -27,6 +41,7 @@ impl LedgerState {
             proofs,
             ops,
             slashes,
+            equivocations,
             verdicts,
             minted,
             burned,
@@ -39,19 +54,32 @@ impl LedgerState {
             burned,
             ..Self::default()
         };
-        for (node, nonce, hash, round_key) in proofs {
-            s.proof_hashes.insert(hash);
-            match round_key {
-                Some(key) => {
-                    s.paid_rounds.insert(key, hash);
+        for p in proofs {
+            s.proof_hashes.insert(p.hash);
+            match (p.round_key, p.training) {
+                (Some(key), _) => {
+                    s.paid_rounds.insert(key, (p.hash, p.reward));
                 }
-                None => {
-                    s.proof_nonces.insert((node, nonce), hash);
+                (None, true) => {}
+                (None, false) => {
+                    s.proof_nonces.insert((p.node, p.nonce), (p.hash, p.reward));
                 }
             }
         }
         s.op_hashes = ops.into_iter().map(|(a, n, h)| ((a, n), h)).collect();
         s.slashes = slashes.into_iter().map(|(a, n, h)| ((a, n), h)).collect();
+        for (node, nonce, round_key, evidence) in equivocations {
+            match round_key {
+                Some(key) => {
+                    s.paid_rounds.remove(&key);
+                    s.void_rounds.insert(key, evidence);
+                }
+                None => {
+                    s.proof_nonces.remove(&(node, nonce));
+                    s.slashes.insert((node, nonce), evidence);
+                }
+            }
+        }
         s.verdicts = verdicts.into_iter().collect();
         s.digest = s.rebuilt_digest();
         s

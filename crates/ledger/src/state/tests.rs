@@ -6,11 +6,11 @@ use crate::ops::{AccountOp, SlashReport, verify_op, verify_slash};
 use neuroshard_proof::fixtures::{test_identity, training_proof, uptime_proof};
 use neuroshard_proof::{Identity, Proof, ProofVerifier, Signed, SignedProof};
 
-const T0: u64 = 1_800_000_000_000;
-const DAY: u64 = 24 * 60 * 60 * 1000;
+pub(super) const T0: u64 = 1_800_000_000_000;
+pub(super) const DAY: u64 = 24 * 60 * 60 * 1000;
 
 /// Signs `proof` as `prover` and runs it through a fresh verifier at its own timestamp.
-fn verified(proof: &Proof, prover: &Identity, neighbour: &Identity) -> VerifiedProof {
+pub(super) fn verified(proof: &Proof, prover: &Identity, neighbour: &Identity) -> VerifiedProof {
     let mut v = ProofVerifier::new();
     v.add_known_node(neighbour.public_key());
     let signed = proof.sign(prover);
@@ -20,7 +20,7 @@ fn verified(proof: &Proof, prover: &Identity, neighbour: &Identity) -> VerifiedP
     }
 }
 
-fn op(id: &Identity, nonce: u64, timestamp_ms: u64, action: Action) -> VerifiedOp {
+pub(super) fn op(id: &Identity, nonce: u64, timestamp_ms: u64, action: Action) -> VerifiedOp {
     let signed = AccountOp {
         network: [0; 32],
         account: id.node_id(),
@@ -87,14 +87,22 @@ fn proof_reward_is_credited_once() {
     let before = w.state.state_hash();
     assert_eq!(w.state.apply_proof(&p), Ok(Outcome::Duplicate));
     assert_eq!(w.state.state_hash(), before);
-    // Another proof for the same round, with a fresh nonce and a bigger claim: not paid again.
+    // Another proof for the same round, with a fresh nonce and a bigger claim: not paid again
+    // (an equivocation: the first reward is taken back, see `equivocation`), and the round
+    // pays nothing after.
     let mut other = training_proof(id, &w.neighbour, 1, T0);
     other.nonce = 2;
     other.batches *= 4;
     other.tokens *= 4;
     let conflicting = verified(&other, id, &w.neighbour);
-    assert_eq!(
+    assert!(matches!(
         w.state.apply_proof(&conflicting),
+        Ok(Outcome::Applied(_))
+    ));
+    assert_eq!(w.state.account(&id.node_id()).balance, 0);
+    other.nonce = 3;
+    assert_eq!(
+        w.state.apply_proof(&verified(&other, id, &w.neighbour)),
         Err(LedgerError::RoundPaid {
             node: id.node_id(),
             round: 1
@@ -103,6 +111,14 @@ fn proof_reward_is_credited_once() {
     let mut uptime = uptime_proof(id, 5, T0);
     let u = verified(&uptime, id, &w.neighbour);
     assert!(matches!(w.state.apply_proof(&u), Ok(Outcome::Applied(_))));
+    // A second proof at nonce 5 settles an equivocation (neither paid, see `equivocation`);
+    // a third one there is refused.
+    uptime.claimed_duration_ms += 1;
+    let second = verified(&uptime, id, &w.neighbour);
+    assert!(matches!(
+        w.state.apply_proof(&second),
+        Ok(Outcome::Applied(_))
+    ));
     uptime.claimed_duration_ms += 1;
     assert_eq!(
         w.state.apply_proof(&verified(&uptime, id, &w.neighbour)),

@@ -192,6 +192,7 @@ mod tests {
             proofs: Vec::new(),
             ops: Vec::new(),
             slashes: Vec::new(),
+            equivocations: Vec::new(),
             verdicts: s.verdicts.iter().map(|(k, v)| (*k, *v)).collect(),
             minted: s.minted,
             burned: s.burned,

@@ -1,7 +1,7 @@
 //! The node's own proofs: one per DiLoCo round it contributed to, backed by gradient receipts
 //! of its registered co-replicas, and its own registration for the stage it serves.
 
-use neuroshard_ledger::{AccountOp, Action, verify_op};
+use neuroshard_ledger::{AccountOp, Action, round_key_of, verify_op};
 use neuroshard_proof::plausibility::{
     MAX_CLAIMED_DURATION_MS, MAX_TOKENS_PER_BATCH, MIN_CLAIMED_DURATION_MS,
 };
@@ -148,6 +148,14 @@ impl Economy {
         let (at, stage) = self.rounds.iter().enumerate().find_map(|(at, r)| {
             let work = r.work.as_ref()?;
             let stage = self.stage_of(work.layers, work.roles)?;
+            // A round our ledger already holds a proof of (ours from before a restart) is
+            // never proved again: a second proof for one round is an equivocation, slashed.
+            if self
+                .ledger
+                .round_claimed(&round_key_of(&me, work.layers, work.round))
+            {
+                return None;
+            }
             let registered = r
                 .receipts
                 .iter()

@@ -629,11 +629,22 @@ fn sybil_receipts_resigned_rounds_and_future_rounds_mint_nothing() {
     again.batches *= 4;
     again.timestamp_ms += 60_000;
     let again = again.sign(&ida).to_bytes();
-    match b.on_proof(&again, T + 60_000) {
+    // Two proofs for one round are an equivocation: neither is paid, the stake is slashed,
+    // and a third proof for the round is refused.
+    let stake = b.ledger().account(&a.node_id()).stake;
+    assert!(matches!(
+        b.on_proof(&again, T + 60_000),
+        ProofOutcome::Applied { .. }
+    ));
+    assert_eq!(b.balance(&a.node_id()), 0);
+    assert!(b.ledger().account(&a.node_id()).stake < stake);
+    let mut third = decode(&honest);
+    third.nonce += 11;
+    match b.on_proof(&third.sign(&ida).to_bytes(), T + 60_000) {
         ProofOutcome::Rejected(why) => assert!(why.contains("already paid"), "{why}"),
-        other => panic!("a re-signed round was {other:?}"),
+        other => panic!("a third proof for the round was {other:?}"),
     }
-    assert_eq!(b.balance(&a.node_id()), rules().round_reward);
+    assert_eq!(b.balance(&a.node_id()), 0);
 
     // Founded a day before T with rounds of at least 1 s: round 86 401 is in the future.
     let mut early = decode(&honest);
@@ -644,7 +655,36 @@ fn sybil_receipts_resigned_rounds_and_future_rounds_mint_nothing() {
         ProofOutcome::Rejected(why) => assert!(why.contains("cannot have happened"), "{why}"),
         other => panic!("a future round was {other:?}"),
     }
-    assert_eq!(b.balance(&a.node_id()), rules().round_reward);
+    assert_eq!(b.balance(&a.node_id()), 0);
+}
+
+/// An honest node never equivocates: a round its ledger already holds a proof of (its own,
+/// from before a restart that lost what it had in memory) is not proved again, so it is
+/// never slashed for doing the same work twice.
+#[test]
+fn a_round_already_proved_is_never_proved_again() {
+    // `restarted` is `a` after a restart (same key, same ledger contents).
+    let (mut a, mut b, mut restarted) = (economy(62), economy(63), economy(62));
+    registered(&mut [&mut a, &mut b, &mut restarted]);
+    let first = prove(&mut a, &b, 1, T);
+    assert!(matches!(
+        b.on_proof(&first, T),
+        ProofOutcome::Applied { .. }
+    ));
+    // `a` restarts: its ledger (on disk) holds its proof, what it had in memory is gone, and
+    // the same round's work and receipt come back.
+    assert!(matches!(
+        restarted.on_proof(&first, T),
+        ProofOutcome::Applied { .. }
+    ));
+    restarted.record_round(work(&restarted, 1));
+    let receipt = b.receipt_for(restarted.node_id(), 1, grad(&restarted, 1));
+    assert!(matches!(restarted.on_receipt(1, receipt), Ok(true)));
+    assert!(
+        restarted.poll_proof(T + 1_000).is_none(),
+        "round 1 proved twice"
+    );
+    assert_eq!(restarted.balance(&a.node_id()), rules().round_reward);
 }
 
 /// An op signed with a time beyond the clock skew is refused: its signed time decides when a

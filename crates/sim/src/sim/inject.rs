@@ -1,6 +1,7 @@
 //! What an adversary outside the nodes' cores needs: speaking as a node on its own schedule.
 
-use neuroshard_node::core::Transmit;
+use neuroshard_node::core::{Inbound, Transmit};
+use neuroshard_node::records::Topic;
 
 use super::Sim;
 
@@ -10,6 +11,20 @@ impl Sim {
     pub fn transmit_as(&mut self, i: usize, t: Transmit) {
         if self.nodes[i].core.is_some() {
             self.transmit(i, t);
+        }
+    }
+
+    /// Gossips `data` on `topic` from node `i` to node `j` only: how an adversary shows
+    /// different nodes different messages (gossip here reaches every subscriber at once, so
+    /// this is the only way to split what they see).
+    pub fn gossip_to(&mut self, i: usize, j: usize, topic: &Topic, data: Vec<u8>) {
+        if self.nodes[i].core.is_some() {
+            let len = data.len();
+            let inbound = Inbound::Gossip {
+                topic: topic.name(),
+                data,
+            };
+            self.deliver(i, j, len, inbound);
         }
     }
 

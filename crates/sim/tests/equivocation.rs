@@ -1,0 +1,118 @@
+//! A node that signs two different proofs for one round and shows each to a different half of
+//! the network: every ledger settles it alike (neither proof paid, stake slashed), whatever
+//! order the proofs reached it in, and no honest node is touched.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use neuroshard_node::core::Transmit;
+use neuroshard_node::records::Topic;
+use neuroshard_proof::{Canonical, Proof, SignedProof};
+use neuroshard_sim::{EngineCosts, EngineKind, Factory, LinkModel, Sim, settings, tiny_model};
+
+const CHEAT: usize = 1;
+
+/// The proof the cheat withheld, with its topic.
+type Held = Arc<Mutex<Option<(Topic, Vec<u8>)>>>;
+
+/// 2 stages × 3 replicas on the stand-in; node 1 (stage 1) withholds its first proof, which the
+/// test then splits.
+fn network(seed: u64) -> (Sim, Held) {
+    let (stages, n) = (2, 6);
+    let mut s = settings(tiny_model(), stages, 3);
+    s.steps = 80;
+    let factory = Factory::new(s.clone(), EngineKind::StandIn);
+    let mut sim = Sim::new(
+        seed,
+        s,
+        LinkModel::lan(),
+        EngineCosts::default(),
+        Box::new(factory),
+    );
+    for i in 0..n {
+        sim.add_node(i % stages, Duration::from_millis(10 * i as u64));
+    }
+    let held = Arc::new(Mutex::new(None));
+    let slot = Arc::clone(&held);
+    sim.set_tamper(
+        CHEAT,
+        Box::new(move |t| match t {
+            Transmit::Publish {
+                topic: topic @ Topic::Proof(_),
+                data,
+            } => {
+                let mut held = slot.lock().unwrap();
+                if held.is_none() {
+                    *held = Some((topic, data));
+                    return None;
+                }
+                Some(Transmit::Publish { topic, data })
+            }
+            other => Some(other),
+        }),
+    );
+    (sim, held)
+}
+
+/// A second proof of the same round: same work, half the tokens, the next nonce.
+fn twin(wire: &[u8], sim: &Sim) -> Vec<u8> {
+    let signed = SignedProof::from_bytes(wire).expect("the cheat's own proof");
+    let mut proof = Proof::from_canonical_bytes(signed.payload_bytes()).expect("decodes");
+    proof.nonce += 1;
+    proof.tokens = (proof.tokens / 2).max(1);
+    proof.sign(sim.identity(CHEAT)).to_bytes()
+}
+
+#[test]
+fn an_equivocation_split_across_the_network_is_settled_alike_on_every_ledger() {
+    let (mut sim, held) = network(11);
+    let mut at = Duration::from_secs(5);
+    let (topic, first) = loop {
+        sim.run_until(at);
+        if let Some(h) = held.lock().unwrap().clone() {
+            break h;
+        }
+        at += Duration::from_secs(5);
+        assert!(
+            at < Duration::from_secs(120),
+            "the cheat never proved a round"
+        );
+    };
+    let second = twin(&first, &sim);
+    let stake_before = sim
+        .core(0)
+        .unwrap()
+        .economy()
+        .ledger()
+        .account(&sim.node_id(CHEAT))
+        .stake;
+    // Half the network sees one proof, the other half the other; the cheat holds the first.
+    for j in 0..sim.len() {
+        let wire = if j % 2 == 0 { &first } else { &second };
+        if j != CHEAT {
+            sim.gossip_to(CHEAT, j, &topic, wire.clone());
+        }
+    }
+    sim.run_until(at + Duration::from_secs(150));
+
+    let cheat = sim.node_id(CHEAT);
+    let hashes: std::collections::BTreeSet<_> = (0..sim.len())
+        .map(|i| sim.core(i).expect("every node runs").economy().state_hash())
+        .collect();
+    assert_eq!(hashes.len(), 1, "ledgers split over the equivocation");
+    let ledger = sim.core(0).unwrap().economy().ledger();
+    let stake = ledger.account(&cheat).stake;
+    assert!(
+        stake * 2 <= stake_before,
+        "stake {stake_before} → {stake}: not slashed"
+    );
+    for i in (0..sim.len()).filter(|i| *i != CHEAT) {
+        let id = sim.node_id(i);
+        assert_eq!(
+            ledger.account(&id).stake,
+            stake_before,
+            "honest node {i} lost stake"
+        );
+        assert!(ledger.account(&id).balance > 0, "honest node {i} unpaid");
+    }
+}
