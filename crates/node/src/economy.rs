@@ -585,7 +585,7 @@ mod intern;
 mod ops;
 mod produce;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 pub use antientropy::{
     LedgerSyncRequest, LedgerSyncResponse, MAX_PROOF_WIRE, MAX_SYNC_ACCOUNTS, MAX_SYNC_OPS,

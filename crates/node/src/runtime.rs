@@ -3,6 +3,7 @@
 //! deadlines; every decision is the core's.
 
 mod genesis;
+mod ledger_writer;
 mod start;
 
 use std::collections::HashMap;
@@ -27,6 +28,7 @@ use crate::records::{Role, Topic, validate_gossip, validate_record};
 use crate::serve::{ServeCmd, ServeEvent};
 use crate::settings::NodeSettings;
 use crate::telemetry::Telemetry;
+use ledger_writer::LedgerWriter;
 
 const CHECKPOINT_DIR: &str = "checkpoint";
 
@@ -54,7 +56,7 @@ struct Driver {
     net: Net,
     engine: std::sync::mpsc::Sender<(Token, EngineJob)>,
     busy: compute::BusyTime,
-    store: LedgerStore,
+    ledger: LedgerWriter,
     /// Inbound requests waiting for the core's answer.
     channels: HashMap<Token, ResponseChannel>,
     next_inbound: Token,
@@ -208,7 +210,8 @@ pub async fn run_serving(
         net: net.clone(),
         engine,
         busy,
-        store,
+        ledger: LedgerWriter::spawn(store, core.stage())
+            .map_err(|e| NodeError::Config(format!("starting the ledger writer: {e}")))?,
         channels: HashMap::new(),
         next_inbound: 1,
         done_tx,
@@ -251,6 +254,8 @@ pub async fn run_serving(
         }
     };
     driver.flush(&mut core);
+    // What the core decided is on disk before the node says it stopped.
+    driver.ledger.finish();
     // Give the deathrattle a moment on the wire before the connections close.
     tokio::time::sleep(Duration::from_millis(200)).await;
     emit(&NodeEvent::Stopped {
@@ -330,21 +335,11 @@ impl Driver {
                 self.engine_pending += 1;
             }
         }
-        // Everything due goes to disk in one transaction: an anti-entropy answer of a thousand
-        // proofs costs one fsync on this loop, not a thousand.
+        // Everything due goes to disk in one transaction, off this loop: an anti-entropy answer
+        // of a thousand proofs costs one fsync on the ledger thread, not a thousand here.
         let writes: Vec<_> = std::iter::from_fn(|| core.poll_ledger_write()).collect();
         if !writes.is_empty() {
-            let errors = match self.store.write_batch(&writes) {
-                Ok(errors) => errors,
-                Err(e) => vec![e],
-            };
-            for e in errors {
-                emit(&NodeEvent::Warning {
-                    stage: Some(core.stage()),
-                    message: format!("ledger storage: {e}"),
-                    time_ms: now_ms(),
-                });
-            }
+            self.ledger.write(writes);
         }
         while let Some(ev) = core.poll_serve() {
             let id = ev.stream();

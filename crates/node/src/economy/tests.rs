@@ -8,7 +8,7 @@ use proptest::prelude::*;
 use super::*;
 use neuroshard_proof::Canonical;
 
-const T: u64 = 1_800_000_000_000;
+pub(crate) const T: u64 = 1_800_000_000_000;
 const NET: Hash32 = [7; 32];
 /// Keys from this seed on hold no stake in the test genesis (Sybils).
 const SYBIL_SEEDS: u64 = 90;
@@ -30,7 +30,7 @@ fn rules() -> Rules {
     }
 }
 
-fn genesis() -> LedgerGenesis {
+pub(crate) fn genesis() -> LedgerGenesis {
     let stakes = (1..SYBIL_SEEDS)
         .map(|s| (test_identity(s).node_id(), 50 * UNITS_PER_NEURO))
         .collect();
@@ -40,7 +40,7 @@ fn genesis() -> LedgerGenesis {
     }
 }
 
-fn config() -> EconomyConfig {
+pub(crate) fn config() -> EconomyConfig {
     EconomyConfig {
         network: NET,
         layout: layout(),
@@ -48,7 +48,7 @@ fn config() -> EconomyConfig {
     }
 }
 
-fn economy(seed: u64) -> Economy {
+pub(crate) fn economy(seed: u64) -> Economy {
     match Economy::in_memory(test_identity(seed), config(), &genesis()) {
         Ok(e) => e,
         Err(err) => panic!("in-memory economy: {err}"),
@@ -82,7 +82,7 @@ fn work(node: &Economy, round: u64) -> WorkSummary {
 }
 
 /// `prover` does `round`, `witness` receipts it, `prover` emits the proof at `now`.
-fn prove(prover: &mut Economy, witness: &Economy, round: u64, now: u64) -> Vec<u8> {
+pub(crate) fn prove(prover: &mut Economy, witness: &Economy, round: u64, now: u64) -> Vec<u8> {
     prover.record_round(work(prover, round));
     let receipt = witness.receipt_for(prover.node_id(), round, grad(prover, round));
     assert!(matches!(prover.on_receipt(round, receipt), Ok(true)));
@@ -101,7 +101,7 @@ fn decode(wire: &[u8]) -> Proof {
 }
 
 /// `node`'s registration for stage 0, applied at home.
-fn register(node: &mut Economy) -> Vec<u8> {
+pub(crate) fn register(node: &mut Economy) -> Vec<u8> {
     match node.register(0, T - 1_000) {
         Some(Ok(wire)) => wire,
         other => panic!("registration: {other:?}"),
@@ -109,7 +109,7 @@ fn register(node: &mut Economy) -> Vec<u8> {
 }
 
 /// Every node registers for stage 0 and every other node applies the op.
-fn registered(nodes: &mut [&mut Economy]) {
+pub(crate) fn registered(nodes: &mut [&mut Economy]) {
     let ops: Vec<Vec<u8>> = nodes.iter_mut().map(|n| register(n)).collect();
     for n in nodes.iter_mut() {
         for op in &ops {

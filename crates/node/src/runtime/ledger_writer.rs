@@ -1,0 +1,124 @@
+//! The ledger's SQLite writes on a thread of their own: the event loop hands each turn's
+//! writes over and goes on, so an fsync never holds up gossip, the pipeline or serving.
+//!
+//! The in-memory ledger in the core is the truth the node acts on; the database is its
+//! durable copy, written in the order the core decided. A crash loses at most the batches
+//! still queued here, which anti-entropy fetches back from peers after the restart (every
+//! proof and op a node accepted was also forwarded or served to others).
+
+use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, sync_channel};
+use std::thread::JoinHandle;
+
+use crate::economy::{LedgerStore, LedgerWrite};
+use crate::events::NodeEvent;
+
+use super::{emit, now_ms};
+
+/// Batches queued before the event loop waits for the disk: backpressure instead of memory
+/// that grows while a slow disk falls behind.
+const QUEUED_BATCHES: usize = 64;
+
+pub(super) struct LedgerWriter {
+    tx: Option<SyncSender<Vec<LedgerWrite>>>,
+    thread: Option<JoinHandle<()>>,
+    stage: usize,
+}
+
+impl LedgerWriter {
+    pub fn spawn(store: LedgerStore, stage: usize) -> std::io::Result<Self> {
+        let (tx, rx) = sync_channel(QUEUED_BATCHES);
+        let thread = std::thread::Builder::new()
+            .name("ledger".into())
+            .spawn(move || run(store, rx, stage))?;
+        Ok(Self {
+            tx: Some(tx),
+            thread: Some(thread),
+            stage,
+        })
+    }
+
+    /// Queues one turn's writes (waits only while [`QUEUED_BATCHES`] are queued).
+    pub fn write(&self, writes: Vec<LedgerWrite>) {
+        let sent = self.tx.as_ref().is_some_and(|tx| tx.send(writes).is_ok());
+        if !sent {
+            warn(
+                self.stage,
+                "the ledger writer stopped: a write was not stored".into(),
+            );
+        }
+    }
+
+    /// Writes what is queued and stops the thread.
+    pub fn finish(&mut self) {
+        self.tx = None;
+        if let Some(t) = self.thread.take()
+            && t.join().is_err()
+        {
+            warn(self.stage, "the ledger writer panicked".into());
+        }
+    }
+}
+
+impl Drop for LedgerWriter {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
+
+fn warn(stage: usize, message: String) {
+    emit(&NodeEvent::Warning {
+        stage: Some(stage),
+        message,
+        time_ms: now_ms(),
+    });
+}
+
+/// Writes batches in order; what queued up while one was written goes in the next
+/// transaction together (one fsync for up to [`QUEUED_BATCHES`] of them).
+fn run(mut store: LedgerStore, rx: Receiver<Vec<LedgerWrite>>, stage: usize) {
+    while let Ok(mut writes) = rx.recv() {
+        for _ in 1..QUEUED_BATCHES {
+            match rx.try_recv() {
+                Ok(more) => writes.extend(more),
+                Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
+            }
+        }
+        let errors = match store.write_batch(&writes) {
+            Ok(errors) => errors,
+            Err(e) => vec![e],
+        };
+        for e in errors {
+            warn(stage, format!("ledger storage: {e}"));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::economy::tests::{T, economy, genesis, prove, registered};
+    use neuroshard_proof::fixtures::test_identity;
+
+    /// What the event loop handed over is on disk once the writer finishes, in the order the
+    /// core decided (a registration before the proof that needs it).
+    #[test]
+    fn handed_over_writes_are_on_disk_after_finish() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("ledger.db");
+        let (mut a, mut b) = (economy(80), economy(81));
+        registered(&mut [&mut a, &mut b]);
+        prove(&mut a, &b, 1, T);
+        let me = test_identity(80).node_id();
+        let (store, _) = LedgerStore::open(&path, &me, &genesis())?;
+        let mut writer = LedgerWriter::spawn(store, 0)?;
+        // One turn's writes at a time, as the event loop hands them over.
+        while let Some(w) = a.poll_write() {
+            writer.write(vec![w]);
+        }
+        writer.finish();
+        let (_, snapshot) = LedgerStore::open(&path, &me, &genesis())?;
+        assert_eq!(snapshot.state.state_hash(), a.state_hash());
+        assert_eq!(snapshot.state.proof_count(), 1);
+        Ok(())
+    }
+}
