@@ -4,7 +4,7 @@
 //! A secp256k1 public key encodes to 37 protobuf bytes, short enough that libp2p inlines it in
 //! the peer id (identity multihash); [`public_key_of`] reads it back out.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use libp2p::PeerId;
@@ -19,24 +19,71 @@ pub(crate) fn node_of(peer: &PeerId) -> Option<NodeId> {
     PublicKey::from_bytes(&key).ok().map(|k| k.node_id())
 }
 
-/// Node id → libp2p peer id of every peer this node heard from. Above this crate a peer is a
-/// [`NodeId`]; the node id is a hash of the key, so the way back needs a peer seen once.
-#[derive(Clone, Default)]
-pub(crate) struct AddressBook(Arc<Mutex<HashMap<NodeId, PeerId>>>);
+/// Peers the address book holds: it learns every peer heard from, and fresh keys cost nothing
+/// to mint, so the one heard from least recently makes room.
+pub(crate) const MAX_BOOK: usize = 65_536;
+
+/// Node id → libp2p peer id of the peers this node heard from (at most [`MAX_BOOK`], the most
+/// recently heard). Above this crate a peer is a [`NodeId`]; the node id is a hash of the key,
+/// so the way back needs a peer seen once.
+#[derive(Clone)]
+pub(crate) struct AddressBook(Arc<Mutex<Book>>);
+
+struct Book {
+    peers: HashMap<NodeId, (PeerId, u64)>,
+    /// When each peer was last heard (a counter) → the peer: the eviction order.
+    heard: BTreeMap<u64, NodeId>,
+    next: u64,
+    capacity: usize,
+}
+
+impl Default for AddressBook {
+    fn default() -> Self {
+        Self::with_capacity(MAX_BOOK)
+    }
+}
 
 impl AddressBook {
-    /// Records `peer` and returns its node id (`None` for peers without a secp256k1 key,
-    /// which are not NeuroShard nodes).
+    pub fn with_capacity(capacity: usize) -> Self {
+        Self(Arc::new(Mutex::new(Book {
+            peers: HashMap::new(),
+            heard: BTreeMap::new(),
+            next: 0,
+            capacity: capacity.max(1),
+        })))
+    }
+
+    /// Records `peer` as heard now and returns its node id (`None` for peers without a
+    /// secp256k1 key, which are not NeuroShard nodes).
     pub fn learn(&self, peer: &PeerId) -> Option<NodeId> {
         let node = node_of(peer)?;
         if let Ok(mut book) = self.0.lock() {
-            book.insert(node, *peer);
+            let book = &mut *book;
+            let at = book.next;
+            book.next += 1;
+            match book.peers.insert(node, (*peer, at)) {
+                Some((_, before)) => {
+                    book.heard.remove(&before);
+                }
+                None if book.peers.len() > book.capacity => {
+                    if let Some((_, oldest)) = book.heard.pop_first() {
+                        book.peers.remove(&oldest);
+                    }
+                }
+                None => {}
+            }
+            book.heard.insert(at, node);
         }
         Some(node)
     }
 
     pub fn peer(&self, node: &NodeId) -> Option<PeerId> {
-        self.0.lock().ok()?.get(node).copied()
+        self.0.lock().ok()?.peers.get(node).map(|(p, _)| *p)
+    }
+
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.0.lock().map(|b| b.peers.len()).unwrap_or(0)
     }
 }
 
@@ -79,6 +126,37 @@ pub(crate) fn peer_id_of(public_key: &[u8; 33]) -> Result<PeerId, NetError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn fresh_peer(i: u64) -> PeerId {
+        let mut secret = [0u8; 32];
+        secret[..8].copy_from_slice(&(i + 1).to_be_bytes());
+        secret[31] = 1;
+        peer_id_from_secret(&secret).expect("a valid scalar")
+    }
+
+    /// Fresh keys cannot grow the book without bound: the least recently heard make room,
+    /// and a peer heard again stays.
+    #[test]
+    fn a_crowd_of_fresh_keys_holds_a_bounded_book_and_recent_peers_stay() {
+        let book = AddressBook::with_capacity(16);
+        let regular = fresh_peer(1_000);
+        let regular_node = book.learn(&regular).expect("secp256k1 peer");
+        for i in 0..100 {
+            book.learn(&fresh_peer(i));
+            // The regular peer keeps talking.
+            book.learn(&regular);
+        }
+        assert_eq!(book.len(), 16);
+        assert_eq!(book.peer(&regular_node), Some(regular));
+        let early = node_of(&fresh_peer(0)).expect("node id");
+        assert_eq!(
+            book.peer(&early),
+            None,
+            "the least recently heard made room"
+        );
+        let late = node_of(&fresh_peer(99)).expect("node id");
+        assert_eq!(book.peer(&late), Some(fresh_peer(99)));
+    }
 
     #[test]
     fn round_trip() {

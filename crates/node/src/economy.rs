@@ -585,6 +585,8 @@ mod intern;
 mod ops;
 mod produce;
 #[cfg(test)]
+mod receipt_tests;
+#[cfg(test)]
 pub(crate) mod tests;
 
 pub use antientropy::{

@@ -140,7 +140,7 @@ impl Task {
             (
                 Query::Providers { found, .. },
                 QueryResult::GetProviders(Ok(GetProvidersOk::FoundProviders { providers, .. })),
-            ) => found.extend(providers.into_iter().filter(|p| !self.banned.contains(p))),
+            ) => found.extend(providers.into_iter().filter(|p| !self.scores.is_banned(p))),
             (Query::Providers { .. }, QueryResult::GetProviders(Err(e))) => {
                 tracing::debug!(error = %e, "get_providers finished");
             }

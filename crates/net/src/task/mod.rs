@@ -152,8 +152,7 @@ pub(crate) struct Task {
     queries: HashMap<QueryId, Query>,
     listen_addrs: Vec<Multiaddr>,
     listen_waiters: Vec<oneshot::Sender<Vec<Multiaddr>>>,
-    app_scores: HashMap<PeerId, f64>,
-    banned: HashSet<PeerId>,
+    scores: scores::Scores,
     rate: RateLimit,
     request_rate: RateLimit,
 }
@@ -193,8 +192,7 @@ impl Task {
             queries: HashMap::new(),
             listen_addrs: Vec::new(),
             listen_waiters: Vec::new(),
-            app_scores: HashMap::new(),
-            banned: HashSet::new(),
+            scores: scores::Scores::default(),
             rate,
             request_rate,
         }
@@ -295,7 +293,7 @@ impl Task {
     fn refuse_peer<T>(&self, peer: PeerId, reply: Reply<T>) -> Option<Reply<T>> {
         let why = if peer == self.local() {
             "cannot send a request to ourselves"
-        } else if self.banned.contains(&peer) {
+        } else if self.scores.is_banned(&peer) {
             "peer is blocked"
         } else {
             return Some(reply);

@@ -51,13 +51,31 @@ fn claim(work: &WorkSummary, hardware: HardwareClass) -> (u64, u64, u64) {
     (tokens, batches, duration)
 }
 
-/// Adds a receipt unless its signer is already there or the list is full.
-fn push_receipt(receipts: &mut Vec<Receipt>, receipt: Receipt) -> bool {
-    if receipts.len() >= RECEIPTS_PER_ROUND || receipts.iter().any(|r| r.signer == receipt.signer) {
+/// Adds a receipt unless its signer is already there. When the list is full, a receipt of a
+/// signer `registered` for the stage takes the place of one whose signer is not: anyone can
+/// sign a receipt for our (public) pseudo-gradient hash, and only registered ones back a proof.
+fn push_receipt(
+    receipts: &mut Vec<Receipt>,
+    receipt: Receipt,
+    registered: impl Fn(&Receipt) -> bool,
+) -> bool {
+    if receipts.iter().any(|r| r.signer == receipt.signer) {
         return false;
     }
-    receipts.push(receipt);
-    true
+    if receipts.len() < RECEIPTS_PER_ROUND {
+        receipts.push(receipt);
+        return true;
+    }
+    if !registered(&receipt) {
+        return false;
+    }
+    match receipts.iter_mut().find(|r| !registered(r)) {
+        Some(slot) => {
+            *slot = receipt;
+            true
+        }
+        None => false,
+    }
 }
 
 impl Economy {
@@ -89,11 +107,15 @@ impl Economy {
                 &receipt.signature,
             )
             .map_err(ReceiptRefused::Signature)?;
+        let stage = self.round_stage(round);
+        let ledger = &self.ledger;
+        let registered =
+            |r: &Receipt| stage.is_some_and(|s| ledger.was_registered(&r.signer.node_id(), s));
         if let Some(info) = self.rounds.iter_mut().find(|r| r.round == round) {
             if receipt.hash != info.hash {
                 return Err(ReceiptRefused::HashMismatch { round }.into());
             }
-            return Ok(push_receipt(&mut info.receipts, receipt));
+            return Ok(push_receipt(&mut info.receipts, receipt, registered));
         }
         let newest = self.rounds.back().map(|r| r.round);
         let is_future = newest.is_none_or(|n| round > n);
@@ -101,8 +123,24 @@ impl Economy {
             .early
             .iter()
             .any(|(r, e)| *r == round && e.signer == receipt.signer);
-        if !is_future || dup || self.early.len() >= MAX_EARLY_RECEIPTS {
+        if !is_future || dup {
             return Ok(false);
+        }
+        if self.early.len() >= MAX_EARLY_RECEIPTS {
+            // The nearest rounds come first: receipts for a round far ahead (which anyone can
+            // sign) make room rather than shut the buffer for good.
+            let furthest = self
+                .early
+                .iter()
+                .enumerate()
+                .max_by_key(|(_, (r, _))| *r)
+                .map(|(i, (r, _))| (i, *r));
+            match furthest {
+                Some((i, r)) if r > round => {
+                    self.early.swap_remove(i);
+                }
+                _ => return Ok(false),
+            }
         }
         self.early.push((round, receipt));
         Ok(true)
@@ -130,15 +168,30 @@ impl Economy {
         while self.rounds.len() > ROUND_MEMORY {
             self.rounds.pop_front();
         }
+        let stage = self.round_stage(round);
         let Some(info) = self.rounds.iter_mut().find(|r| r.round == round) else {
             return;
         };
+        let ledger = &self.ledger;
+        let registered =
+            |r: &Receipt| stage.is_some_and(|s| ledger.was_registered(&r.signer.node_id(), s));
         for (_, receipt) in self.early.iter().filter(|(r, _)| *r == round) {
             if receipt.hash == hash {
-                push_receipt(&mut info.receipts, *receipt);
+                push_receipt(&mut info.receipts, *receipt, registered);
             }
         }
         self.early.retain(|(r, _)| *r > round);
+    }
+
+    /// The stage whose work we recorded for `round` (None once it was claimed).
+    fn round_stage(&self, round: u64) -> Option<u16> {
+        let work = self
+            .rounds
+            .iter()
+            .find(|r| r.round == round)?
+            .work
+            .as_ref()?;
+        self.stage_of(work.layers, work.roles)
     }
 
     /// Builds, signs and applies the proof of our oldest round that has work and enough

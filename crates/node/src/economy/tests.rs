@@ -9,7 +9,7 @@ use super::*;
 use neuroshard_proof::Canonical;
 
 pub(crate) const T: u64 = 1_800_000_000_000;
-const NET: Hash32 = [7; 32];
+pub(crate) const NET: Hash32 = [7; 32];
 /// Keys from this seed on hold no stake in the test genesis (Sybils).
 const SYBIL_SEEDS: u64 = 90;
 
@@ -55,14 +55,14 @@ pub(crate) fn economy(seed: u64) -> Economy {
     }
 }
 
-fn grad(node: &Economy, round: u64) -> Hash32 {
+pub(crate) fn grad(node: &Economy, round: u64) -> Hash32 {
     let mut h = blake3::Hasher::new();
     h.update(&node.node_id().0);
     h.update(&round.to_le_bytes());
     *h.finalize().as_bytes()
 }
 
-fn work(node: &Economy, round: u64) -> WorkSummary {
+pub(crate) fn work(node: &Economy, round: u64) -> WorkSummary {
     WorkSummary {
         round,
         layers: LayerRange { start: 0, end: 4 },

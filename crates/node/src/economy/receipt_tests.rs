@@ -1,0 +1,58 @@
+//! Receipts anyone can sign (a pseudo-gradient's hash is public) cannot crowd out the ones
+//! that back a proof.
+
+use neuroshard_proof::fixtures::test_identity;
+use neuroshard_proof::{Receipt, ReceiptKind};
+
+use super::tests::{NET, T, economy, grad, registered, work};
+use super::*;
+
+/// A receipt for `prover`'s pseudo-gradient `hash` of `round`, by a fresh unregistered key.
+fn stranger(seed: u64, prover: NodeId, round: u64, hash: Hash32) -> Receipt {
+    Receipt::sign(
+        &test_identity(1_000 + seed),
+        NET,
+        prover,
+        round,
+        ReceiptKind::Gradients,
+        hash,
+    )
+}
+
+#[test]
+fn receipts_of_unregistered_keys_make_room_for_a_registered_one() {
+    let (mut a, mut b) = (economy(64), economy(65));
+    registered(&mut [&mut a, &mut b]);
+    a.record_round(work(&a, 1));
+    let hash = grad(&a, 1);
+    for i in 0..RECEIPTS_PER_ROUND as u64 {
+        assert!(matches!(
+            a.on_receipt(1, stranger(i, a.node_id(), 1, hash)),
+            Ok(true)
+        ));
+    }
+    // The round is full of strangers' receipts; the co-replica's still gets in and backs a
+    // proof.
+    let real = b.receipt_for(a.node_id(), 1, hash);
+    assert!(matches!(a.on_receipt(1, real), Ok(true)));
+    assert!(matches!(a.poll_proof(T), Some(Ok(_))), "no proof");
+}
+
+#[test]
+fn receipts_for_rounds_far_ahead_do_not_shut_the_early_buffer() {
+    let (mut a, mut b) = (economy(66), economy(67));
+    registered(&mut [&mut a, &mut b]);
+    for i in 0..MAX_EARLY_RECEIPTS as u64 {
+        let far = 1 << 40;
+        assert!(matches!(
+            a.on_receipt(far, stranger(i, a.node_id(), far, [3; 32])),
+            Ok(true)
+        ));
+    }
+    // The next round's receipt arrives before we recorded the round: it is kept, and backs
+    // the proof once the round is recorded.
+    let early = b.receipt_for(a.node_id(), 1, grad(&a, 1));
+    assert!(matches!(a.on_receipt(1, early), Ok(true)));
+    a.record_round(work(&a, 1));
+    assert!(matches!(a.poll_proof(T), Some(Ok(_))), "no proof");
+}
