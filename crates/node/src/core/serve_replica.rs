@@ -1,6 +1,7 @@
 //! The replica side of serving: admission of a peer's (or our own) step, per-peer and total
 //! bounds, and one engine job for all queued steps.
 
+use std::collections::BTreeMap;
 use std::time::Instant;
 
 use neuroshard_proof::{Canonical, NodeId};
@@ -161,27 +162,55 @@ impl NodeCore {
     }
 
     /// Room for one more stream of `peer`: its own least recently used idle stream goes when
-    /// it holds `per_peer`; a full replica takes no new stream.
+    /// it holds `per_peer`. A full replica takes the least recently used idle stream of the
+    /// peer holding the most, when that one holds more than `peer` would: a few keys cannot
+    /// keep every other entry node out. Otherwise a full replica takes no new stream.
     fn make_room(&mut self, peer: NodeId) -> bool {
         let limits = self.serve.limits;
-        let own: Vec<(&StreamKey, &Cached)> = self
-            .serve
-            .cached
-            .range((peer, 0)..=(peer, u64::MAX))
-            .collect();
-        if own.len() >= limits.per_peer {
-            let lru = own
-                .iter()
-                .filter(|(_, c)| !c.busy)
-                .min_by_key(|(_, c)| c.last_used)
-                .map(|(k, _)| **k);
-            let Some(k) = lru else {
+        let mut own = self.streams_of(peer).len();
+        if own >= limits.per_peer {
+            if !self.evict_idle_stream_of(peer) {
                 return false;
-            };
-            self.serve.cached.remove(&k);
-            self.serve.evict.push(k);
+            }
+            own -= 1;
+        }
+        if self.serve.cached.len() >= limits.cached {
+            let mut held: BTreeMap<NodeId, usize> = BTreeMap::new();
+            for (p, _) in self.serve.cached.keys() {
+                *held.entry(*p).or_default() += 1;
+            }
+            let fullest = held
+                .into_iter()
+                .max_by_key(|(p, n)| (*n, *p))
+                .filter(|(_, n)| *n > own + 1);
+            if let Some((heavy, _)) = fullest {
+                self.evict_idle_stream_of(heavy);
+            }
         }
         self.serve.cached.len() < limits.cached
+    }
+
+    fn streams_of(&self, peer: NodeId) -> Vec<(&StreamKey, &Cached)> {
+        self.serve
+            .cached
+            .range((peer, 0)..=(peer, u64::MAX))
+            .collect()
+    }
+
+    /// Drops `peer`'s least recently used idle stream; false when all its streams are busy.
+    fn evict_idle_stream_of(&mut self, peer: NodeId) -> bool {
+        let lru = self
+            .streams_of(peer)
+            .into_iter()
+            .filter(|(_, c)| !c.busy)
+            .min_by_key(|(_, c)| c.last_used)
+            .map(|(k, _)| *k);
+        let Some(k) = lru else {
+            return false;
+        };
+        self.serve.cached.remove(&k);
+        self.serve.evict.push(k);
+        true
     }
 
     /// One engine job for every queued step (a batch per stage), when none is running.

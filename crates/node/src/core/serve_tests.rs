@@ -261,6 +261,31 @@ fn a_flood_of_stream_openings_holds_bounded_caches_and_idle_ones_are_evicted() {
     assert_eq!(engine.cached_streams(), 0, "idle caches are dropped");
 }
 
+/// A few keys holding every cache slot of a replica cannot keep another entry node out: a
+/// full replica gives the newcomer the least recently used idle stream of the peer holding
+/// the most.
+#[test]
+fn a_full_replica_makes_room_for_a_peer_holding_fewer_streams() {
+    let now = Instant::now();
+    let (mut core, mut engine) = replica(now);
+    core.set_serve_limits(ServeLimits {
+        per_peer: 3,
+        cached: 6,
+        idle: Duration::from_secs(30),
+        ..ServeLimits::default()
+    });
+    let [a, b, c] = [1, 2, 3].map(|i| test_identity(i).node_id());
+    for peer in [a, b] {
+        for s in 0..3 {
+            let r = ask(&mut core, &mut engine, peer, step(s, 0, 1), now);
+            assert!(matches!(r, InferReply::Token { .. }), "{r:?}");
+        }
+    }
+    let r = ask(&mut core, &mut engine, c, step(0, 0, 1), now);
+    assert!(matches!(r, InferReply::Token { .. }), "{r:?}");
+    assert_eq!(engine.cached_streams(), 6);
+}
+
 #[test]
 fn answers_that_do_not_answer_the_hop_move_the_stream_to_another_replica() {
     let now = Instant::now();
