@@ -16,7 +16,7 @@ use neuroshard_node::records::{Heartbeat, NodeRecord};
 use neuroshard_node::replica::{Diloco, DilocoConfig, encode_adamw};
 use neuroshard_node::serve::{Chunk, Head, InferMsg, InferReply, SampleSpec};
 use neuroshard_node::sync::{SyncDone, SyncMsg, SyncOffer, ThetaRecord};
-use neuroshard_node::wire::{Ack, MicroBatchId, Msg, Payload};
+use neuroshard_node::wire::{Ack, MicroBatchId, Msg, Payload, TargetWindow, Targets};
 use neuroshard_proof::fixtures::{TEST_NETWORK, training_proof};
 use neuroshard_proof::{Hash32, LayerRange, Receipt, ReceiptKind, Roles};
 
@@ -42,7 +42,19 @@ pub fn sample_msgs() -> Vec<Msg> {
                 seq: 4,
                 ids: (0..8).collect(),
             }),
-            targets: (1..9).collect(),
+            targets: Targets::new(
+                (1..9).collect(),
+                vec![
+                    TargetWindow {
+                        shard: 0,
+                        window: 7,
+                    },
+                    TargetWindow {
+                        shard: 2,
+                        window: 1,
+                    },
+                ],
+            ),
         },
         Msg::Forward {
             mb: mb(),
@@ -55,7 +67,7 @@ pub fn sample_msgs() -> Vec<Msg> {
                 },
                 Scheme::Int8,
             )),
-            targets: vec![4, 5],
+            targets: vec![4, 5].into(),
         },
         Msg::Backward {
             mb: mb(),

@@ -5,6 +5,8 @@ use neuroshard_data::Genesis;
 
 use crate::core::{BatchError, BatchSource, Window};
 use crate::settings::DataOrder;
+use crate::wire::Targets;
+use neuroshard_data::Split;
 
 /// The genesis dataset as the core's batch source.
 pub struct GenesisBatches {
@@ -54,6 +56,37 @@ impl BatchSource for GenesisBatches {
             .val_batches(1, seq, windows)
             .map_err(|e| BatchError(e.to_string()))?;
         Ok(batches.into_iter().map(|b| (b.inputs, b.targets)).collect())
+    }
+
+    /// Each row must be the targets of the training window it names (which driver read it
+    /// when is not checked: the assignment depends on the driver set each driver sees).
+    fn check_targets(
+        &self,
+        _origin: &[u8; 32],
+        _step: u64,
+        seq: usize,
+        targets: &Targets,
+    ) -> Result<(), BatchError> {
+        let rows = targets.windows.len();
+        if rows == 0 || rows.checked_mul(seq) != Some(targets.ids.len()) {
+            return Err(BatchError(format!(
+                "{} targets name {rows} genesis windows of {seq}",
+                targets.ids.len()
+            )));
+        }
+        for (w, row) in targets.windows.iter().zip(targets.ids.chunks_exact(seq)) {
+            let tokens = self
+                .genesis
+                .window(Split::Train, w.shard as usize, w.window, seq)
+                .map_err(|e| BatchError(e.to_string()))?;
+            if tokens.get(1..) != Some(row) {
+                return Err(BatchError(format!(
+                    "targets differ from genesis window {}:{}",
+                    w.shard, w.window
+                )));
+            }
+        }
+        Ok(())
     }
 }
 

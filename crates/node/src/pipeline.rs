@@ -18,7 +18,7 @@ use crate::events::{Clock, NodeEvent};
 use crate::peers::PeerTable;
 use crate::records::Role;
 use crate::router;
-use crate::wire::{Ack, MicroBatchId, Msg, Payload};
+use crate::wire::{Ack, MicroBatchId, Msg, Payload, TargetWindow, Targets};
 
 #[derive(Debug, Clone)]
 pub struct PipelineConfig {
@@ -108,7 +108,7 @@ pub enum Action {
 #[derive(Debug, Clone)]
 struct Stashed {
     input: StageInput,
-    targets: Vec<u32>,
+    targets: Targets,
     /// Who sent the input and gets our input gradient (None on the driver).
     upstream: Option<NodeId>,
     /// Loss reported with the gradient, passed upstream.
@@ -244,13 +244,17 @@ impl Pipeline {
         Vec::new()
     }
 
-    /// Driver: the batch of `step` arrived; split it and start the forward passes.
-    pub fn on_batch(&mut self, step: u64, batch: Batch) -> Vec<Action> {
+    /// Driver: the batch of `step` arrived, with the genesis window of each row; split it
+    /// and start the forward passes.
+    pub fn on_batch(&mut self, step: u64, batch: Batch, windows: Vec<TargetWindow>) -> Vec<Action> {
         let parts = batch.split_rows(self.cfg.micro_batches);
         let tokens = (batch.batch * batch.seq) as u64;
         self.driver_step = Some((step, Vec::new(), tokens));
         let now = Instant::now();
+        let mut row = 0;
         for (i, part) in parts.into_iter().enumerate() {
+            let rows = row..row + part.batch;
+            row += part.batch;
             let mb = MicroBatchId {
                 origin: self.node,
                 step,
@@ -261,7 +265,9 @@ impl Pipeline {
                 seq: part.seq,
                 ids: part.inputs,
             });
-            let job = self.admit(mb, input, part.targets, None, now);
+            let targets =
+                Targets::new(part.targets, windows.get(rows).unwrap_or_default().to_vec());
+            let job = self.admit(mb, input, targets, None, now);
             match job {
                 Job::Backward { .. } => self.backward_jobs.push_back(job),
                 _ => self.forward_jobs.push_back(job),
@@ -311,7 +317,7 @@ impl Pipeline {
         from: NodeId,
         mb: MicroBatchId,
         input: Payload,
-        targets: Vec<u32>,
+        targets: Targets,
         now: Instant,
         answer: &mut Vec<Action>,
     ) -> Result<Ack, String> {
@@ -331,15 +337,16 @@ impl Pipeline {
             .unpack(&self.expect(self.cfg.activations.forward))
             .map_err(|e| e.to_string())?;
         acts.validate(&self.cfg.model).map_err(|e| e.to_string())?;
-        if self.is_last() && targets.len() != acts.batch * acts.seq {
+        if self.is_last() && targets.ids.len() != acts.batch * acts.seq {
             return Err(format!(
                 "{} targets for a [{}, {}] micro-batch",
-                targets.len(),
+                targets.ids.len(),
                 acts.batch,
                 acts.seq
             ));
         }
         if let Some(&bad) = targets
+            .ids
             .iter()
             .find(|&&t| t as usize >= self.cfg.model.vocab)
         {
@@ -363,7 +370,7 @@ impl Pipeline {
         &mut self,
         mb: MicroBatchId,
         input: StageInput,
-        targets: Vec<u32>,
+        targets: Targets,
         upstream: Option<NodeId>,
         now: Instant,
     ) -> Job {
@@ -371,7 +378,7 @@ impl Pipeline {
             Job::Backward {
                 mb,
                 input: input.clone(),
-                upstream: Upstream::Targets(targets.clone()),
+                upstream: Upstream::Targets(targets.ids.clone()),
             }
         } else {
             Job::Forward {

@@ -50,6 +50,74 @@ impl MicroBatchId {
     }
 }
 
+/// A window of the genesis training split: shard index and window index within it (what
+/// `neuroshard_data::WindowRef` names for the train split).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TargetWindow {
+    pub shard: u32,
+    pub window: u64,
+}
+
+/// Next-token targets of a micro-batch, row-major, and the genesis window each row was read
+/// from, so the last stage can check them against its own copy of the data: targets that
+/// are no genesis text are refused, whoever forwards them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Targets {
+    pub ids: Vec<u32>,
+    pub windows: Vec<TargetWindow>,
+}
+
+impl Targets {
+    pub fn new(ids: Vec<u32>, windows: Vec<TargetWindow>) -> Self {
+        Self { ids, windows }
+    }
+
+    /// Rows `rows` of `seq` targets each (for a driver splitting its batch).
+    pub fn rows(&self, rows: std::ops::Range<usize>, seq: usize) -> Self {
+        let ids = self
+            .ids
+            .get(rows.start * seq..rows.end * seq)
+            .unwrap_or_default()
+            .to_vec();
+        let windows = self.windows.get(rows).unwrap_or_default().to_vec();
+        Self { ids, windows }
+    }
+
+    fn encode(&self, w: &mut Writer) {
+        put_u32s(w, &self.ids);
+        w.len(self.windows.len());
+        for t in &self.windows {
+            w.u32(t.shard);
+            w.u64(t.window);
+        }
+    }
+
+    fn decode(r: &mut Reader<'_>) -> Result<Self, CodecError> {
+        let ids = get_u32s(r)?;
+        // A row has at least one target: more windows than targets is malformed.
+        let n = r.len(ids.len())?;
+        let windows = (0..n)
+            .map(|_| {
+                Ok(TargetWindow {
+                    shard: r.u32()?,
+                    window: r.u64()?,
+                })
+            })
+            .collect::<Result<_, CodecError>>()?;
+        Ok(Self { ids, windows })
+    }
+}
+
+impl From<Vec<u32>> for Targets {
+    /// Targets without their windows (tests, and stages before the last that get none).
+    fn from(ids: Vec<u32>) -> Self {
+        Self {
+            ids,
+            windows: Vec::new(),
+        }
+    }
+}
+
 /// What flows into a stage: token ids (first stage) or packed hidden states.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Payload {
@@ -64,7 +132,7 @@ pub enum Msg {
     Forward {
         mb: MicroBatchId,
         input: Payload,
-        targets: Vec<u32>,
+        targets: Targets,
     },
     /// Gradient of the loss with respect to the output the receiver sent for `mb`, and the
     /// micro-batch loss measured by the last stage.
@@ -144,7 +212,7 @@ fn get_packed(r: &mut Reader<'_>) -> Result<Packed, CodecError> {
 }
 
 impl Canonical for Msg {
-    const DOMAIN: &'static str = "neuroshard/pipe/v2";
+    const DOMAIN: &'static str = "neuroshard/pipe/v3";
 
     fn encode_body(&self, w: &mut Writer) {
         match self {
@@ -163,7 +231,7 @@ impl Canonical for Msg {
                         put_packed(w, a);
                     }
                 }
-                put_u32s(w, targets);
+                targets.encode(w);
             }
             Msg::Backward { mb, grad, loss } => {
                 w.u8(2);
@@ -198,7 +266,7 @@ impl Canonical for Msg {
                         });
                     }
                 };
-                let targets = get_u32s(r)?;
+                let targets = Targets::decode(r)?;
                 Ok(Msg::Forward { mb, input, targets })
             }
             2 => {
@@ -290,7 +358,13 @@ mod tests {
                 seq: 3,
                 ids: vec![1, 2, 3, 4, 5, 6],
             }),
-            targets: vec![2, 3, 4, 5, 6, 7],
+            targets: Targets::new(
+                vec![2, 3, 4, 5, 6, 7],
+                vec![TargetWindow {
+                    shard: 1,
+                    window: 9,
+                }],
+            ),
         }];
         for scheme in Scheme::ALL {
             msgs.push(Msg::Backward {
@@ -301,7 +375,7 @@ mod tests {
             msgs.push(Msg::Forward {
                 mb: mb(),
                 input: Payload::Hidden(grad(2, 1, 5, scheme)),
-                targets: vec![1, 2],
+                targets: vec![1, 2].into(),
             });
         }
         for m in msgs {

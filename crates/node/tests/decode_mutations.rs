@@ -23,7 +23,7 @@ use neuroshard_node::records::{
 use neuroshard_node::replica::{Diloco, DilocoConfig, decode_adamw, encode_adamw, outer_theta};
 use neuroshard_node::serve::{Chunk, Head, InferMsg, InferReply, SampleSpec};
 use neuroshard_node::sync::{SyncDone, SyncMsg, SyncOffer, ThetaRecord, theta_key};
-use neuroshard_node::wire::{Ack, MicroBatchId, Msg, Payload};
+use neuroshard_node::wire::{Ack, MicroBatchId, Msg, Payload, TargetWindow, Targets};
 use neuroshard_proof::fixtures::{TEST_NETWORK, test_identity, training_proof};
 use neuroshard_proof::{Canonical, Hash32, Identity, NodeId, Receipt, ReceiptKind, Signed};
 use neuroshard_proof::{LayerRange, Roles};
@@ -63,7 +63,19 @@ fn msg(kind: u8) -> Msg {
                 seq: 4,
                 ids: (0..8).collect(),
             }),
-            targets: (1..9).collect(),
+            targets: Targets::new(
+                (1..9).collect(),
+                vec![
+                    TargetWindow {
+                        shard: 0,
+                        window: 7,
+                    },
+                    TargetWindow {
+                        shard: 3,
+                        window: u64::MAX,
+                    },
+                ],
+            ),
         },
         1 => Msg::Forward {
             mb,
@@ -76,7 +88,7 @@ fn msg(kind: u8) -> Msg {
                 },
                 Scheme::Int8,
             )),
-            targets: vec![4, 5],
+            targets: vec![4, 5].into(),
         },
         _ => Msg::Backward {
             mb,

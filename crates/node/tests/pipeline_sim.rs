@@ -141,7 +141,11 @@ impl Sim {
                     queue.extend(self.replicas[i].pipeline.on_job_done(done, Instant::now()));
                 }
                 Action::NeedBatch { step } => {
-                    queue.extend(self.replicas[i].pipeline.on_batch(step, batch(step)));
+                    queue.extend(
+                        self.replicas[i]
+                            .pipeline
+                            .on_batch(step, batch(step), Vec::new()),
+                    );
                 }
                 Action::Penalize { reason, .. } => panic!("unexpected penalty: {reason}"),
                 Action::Event(NodeEvent::Step { stage, loss, .. }) => {
@@ -364,7 +368,7 @@ fn a_full_queue_answers_busy() {
             index,
         },
         input: neuroshard_node::wire::Payload::Hidden(hidden(0.1)),
-        targets: vec![1, 2, 3, 4],
+        targets: vec![1, 2, 3, 4].into(),
     };
     use neuroshard_node::wire::Ack;
     // The first goes straight to the idle engine, the second waits in the queue, the third
@@ -452,7 +456,7 @@ fn forward_of(hidden: Packed, rows: usize) -> Msg {
             index: 0,
         },
         input: neuroshard_node::wire::Payload::Hidden(hidden),
-        targets: vec![1; rows * 4],
+        targets: vec![1; rows * 4].into(),
     }
 }
 

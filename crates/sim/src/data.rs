@@ -3,6 +3,7 @@
 
 use neuroshard_data::{Batch, Split, WindowRef};
 use neuroshard_node::core::{BatchError, BatchSource, Window};
+use neuroshard_node::wire::{TargetWindow, Targets};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -63,6 +64,40 @@ impl BatchSource for PatternBatches {
             ..self.clone()
         };
         Ok((0..windows).map(|_| source.row(&mut rng)).collect())
+    }
+
+    /// A pattern batch is a pure function of (origin, step): each row must be one of the
+    /// batch's rows, under the window that row was given.
+    fn check_targets(
+        &self,
+        origin: &[u8; 32],
+        step: u64,
+        seq: usize,
+        targets: &Targets,
+    ) -> Result<(), BatchError> {
+        let rows = targets.windows.len();
+        if rows == 0 || seq != self.seq || rows.checked_mul(seq) != Some(targets.ids.len()) {
+            return Err(BatchError(format!(
+                "{} targets name {rows} windows of {seq}",
+                targets.ids.len()
+            )));
+        }
+        let batch = self.batch(origin, step, &[])?;
+        let found = |w: &TargetWindow, row: &[u32]| {
+            batch
+                .windows
+                .iter()
+                .zip(batch.targets.chunks_exact(self.seq))
+                .any(|(b, t)| b.shard == w.shard as usize && b.window == w.window && t == row)
+        };
+        for (w, row) in targets.windows.iter().zip(targets.ids.chunks_exact(seq)) {
+            if !found(w, row) {
+                return Err(BatchError(format!(
+                    "targets are not the batch of step {step}"
+                )));
+            }
+        }
+        Ok(())
     }
 }
 

@@ -29,6 +29,16 @@ pub trait BatchSource: Send {
     /// The first `windows` held-out windows of `seq` inputs (fewer when the validation split
     /// has fewer), the same ones every time: what the validation loss is measured on.
     fn validation(&self, windows: usize, seq: usize) -> Result<Vec<Window>, BatchError>;
+
+    /// Whether `targets` (rows of `seq`) are the training data the driver `origin` read at
+    /// `step` from the windows they name: the last stage's check of every micro-batch.
+    fn check_targets(
+        &self,
+        origin: &[u8; 32],
+        step: u64,
+        seq: usize,
+        targets: &crate::wire::Targets,
+    ) -> Result<(), BatchError>;
 }
 
 /// Everything the core starts from; the runtime (or simulator) prepares it.

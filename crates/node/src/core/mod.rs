@@ -49,7 +49,7 @@ use crate::pipeline::{Action, JobDone, Pipeline, PipelineConfig};
 use crate::records::Topic;
 use crate::settings::NodeSettings;
 use crate::sync::{SyncConfig, Syncer};
-use crate::wire::{Ack, MicroBatchId, Msg};
+use crate::wire::{Ack, MicroBatchId, Msg, TargetWindow};
 
 /// How long a DHT record lives, and how often the node re-publishes its own.
 pub const RECORD_TTL: Duration = Duration::from_secs(60);
@@ -514,15 +514,23 @@ impl NodeCore {
                         .data
                         .batch(&self.me.0, step, &self.drivers_with(&self.me.0))
                     {
-                        Ok(b) => queue.extend(self.pipeline.on_batch(
-                            step,
-                            Batch {
+                        Ok(b) => {
+                            let windows = b
+                                .windows
+                                .iter()
+                                .map(|w| TargetWindow {
+                                    shard: u32::try_from(w.shard).unwrap_or(u32::MAX),
+                                    window: w.window,
+                                })
+                                .collect();
+                            let batch = Batch {
                                 batch: b.rows,
                                 seq: self.settings.seq,
                                 inputs: b.inputs,
                                 targets: b.targets,
-                            },
-                        )),
+                            };
+                            queue.extend(self.pipeline.on_batch(step, batch, windows));
+                        }
                         Err(e) => self.warn(format!("loading batch {step}: {e}"), now),
                     }
                 }
@@ -564,11 +572,27 @@ impl NodeCore {
                 });
                 Ack::Busy
             }
-            Ok(msg) => {
-                let (ack, actions) = self.pipeline.on_message(from, msg, now);
-                self.run_actions(actions, now);
-                ack
-            }
+            Ok(msg) => match self.check_targets(&msg) {
+                Err(why) => {
+                    let reason = format!("targets: {why}");
+                    self.penalize(from, reason.clone());
+                    let time_ms = self.unix_ms(now);
+                    self.events.push_back(NodeEvent::Dropped {
+                        what: Some(format!("{} message", msg.kind())),
+                        peer: Some(from.to_string()),
+                        stage: Some(self.stage),
+                        round: None,
+                        reason: reason.clone(),
+                        time_ms,
+                    });
+                    Ack::Rejected(reason)
+                }
+                Ok(()) => {
+                    let (ack, actions) = self.pipeline.on_message(from, msg, now);
+                    self.run_actions(actions, now);
+                    ack
+                }
+            },
             Err(e) => {
                 let reason = format!("undecodable message: {e}");
                 self.penalize(from, reason.clone());
@@ -588,6 +612,18 @@ impl NodeCore {
             token,
             data: ack.to_canonical_bytes(),
         });
+    }
+
+    /// On the last stage, the targets of a forward message must be the genesis windows its
+    /// driver read them from: whoever forwards them cannot train in text of their own.
+    fn check_targets(&self, msg: &Msg) -> Result<(), String> {
+        match msg {
+            Msg::Forward { mb, targets, .. } if self.stage + 1 == self.settings.stages => self
+                .data
+                .check_targets(&mb.origin, mb.step, self.settings.seq, targets)
+                .map_err(|e| e.0),
+            _ => Ok(()),
+        }
     }
 
     /// Whether `from` may send `msg`: registered for the stage that sends this kind to us.

@@ -28,6 +28,16 @@ impl BatchSource for NoData {
     fn validation(&self, _: usize, _: usize) -> Result<Vec<Window>, BatchError> {
         Err(BatchError("no data in this test".into()))
     }
+
+    fn check_targets(
+        &self,
+        _: &[u8; 32],
+        _: u64,
+        _: usize,
+        _: &crate::wire::Targets,
+    ) -> Result<(), BatchError> {
+        Err(BatchError("no data in this test".into()))
+    }
 }
 
 fn settings() -> NodeSettings {

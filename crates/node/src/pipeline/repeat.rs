@@ -28,7 +28,7 @@ impl Pipeline {
         from: NodeId,
         mb: MicroBatchId,
         acts: &Activations,
-        targets: &[u32],
+        targets: &Targets,
         answer: &mut Vec<Action>,
     ) -> Option<Ack> {
         if let Some(kept) = self.answered.iter().find(|a| a.mb == mb && a.to == from) {
@@ -56,7 +56,7 @@ impl Pipeline {
         // Still queued: the new sender's input replaces the old one in the queued job.
         let input = StageInput::Hidden(acts.clone());
         stashed.input = input.clone();
-        stashed.targets = targets.to_vec();
+        stashed.targets = targets.clone();
         stashed.upstream = Some(from);
         for job in self.forward_jobs.iter_mut().chain(&mut self.backward_jobs) {
             match job {
@@ -67,7 +67,7 @@ impl Pipeline {
                     upstream,
                 } if *m == mb => {
                     *i = input.clone();
-                    *upstream = Upstream::Targets(targets.to_vec());
+                    *upstream = Upstream::Targets(targets.ids.clone());
                 }
                 _ => {}
             }

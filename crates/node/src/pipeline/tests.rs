@@ -230,7 +230,7 @@ fn a_failed_backward_on_the_driver_does_not_stall_training() {
     let start = w.p.start();
     w.handle(start);
     assert_eq!(w.asked, [0]);
-    let first = w.p.on_batch(0, batch(0));
+    let first = w.p.on_batch(0, batch(0), Vec::new());
     w.handle(first);
     assert_eq!(w.sent.len(), 2, "both micro-batches go downstream");
     // The first gradient's backward pass fails on the driver, the second succeeds.
@@ -254,7 +254,7 @@ fn a_replica_answering_after_a_failover_is_not_penalised() {
     for step in 0..8u64 {
         w.beat(x);
         w.beat(y);
-        let actions = w.p.on_batch(step, batch(step));
+        let actions = w.p.on_batch(step, batch(step), Vec::new());
         w.handle(actions);
         assert_eq!(w.sent.len(), 1);
         let slow = w.sent[0].0;
@@ -270,7 +270,7 @@ fn a_replica_answering_after_a_failover_is_not_penalised() {
         assert_eq!(w.asked.last(), Some(&(step + 1)));
     }
     // A replica the micro-batch never went to is still refused and penalised.
-    let actions = w.p.on_batch(8, batch(8));
+    let actions = w.p.on_batch(8, batch(8), Vec::new());
     w.handle(actions);
     let (_, forward) = w.sent.remove(0);
     let stranger = NodeId([9; 32]);
@@ -292,7 +292,7 @@ fn the_gradient_wait_grows_with_the_stages_downstream() {
     w.beat(x);
     let start = w.p.start();
     w.handle(start);
-    let actions = w.p.on_batch(0, batch(0));
+    let actions = w.p.on_batch(0, batch(0), Vec::new());
     w.handle(actions);
     assert_eq!(w.sent.len(), 1);
     for _ in 0..2 {
@@ -326,7 +326,7 @@ fn forward_from(origin: u8, step: u64, index: u32) -> Msg {
             )
             .expect("finite"),
         ),
-        targets: vec![1; 8],
+        targets: vec![1; 8].into(),
     }
 }
 
