@@ -178,17 +178,30 @@ impl ProofVerifier {
         Ok(verified)
     }
 
-    fn verifying_key(&mut self, key: &PublicKey) -> Result<PreparedKey, VerifyError> {
-        if let Some(vk) = self.keys.get(key) {
-            return Ok(*vk);
+    /// The decompressed key, from the cache or computed (not cached: see [`Self::remember`]).
+    fn verifying_key(&self, key: &PublicKey) -> Result<PreparedKey, VerifyError> {
+        match self.keys.get(key) {
+            Some(vk) => Ok(*vk),
+            None => key.prepare().map_err(VerifyError::Signature),
         }
-        let vk = key.prepare().map_err(VerifyError::Signature)?;
+    }
+
+    /// Caches a key once a signature under it verified: garbage signatures under fresh keys
+    /// must not flush the keys of the nodes that sign for real.
+    fn remember(&mut self, key: &PublicKey, vk: PreparedKey) {
+        if self.keys.contains_key(key) {
+            return;
+        }
         if self.keys.len() >= KEY_CACHE_CAPACITY {
             // Crude but bounded: a full cache is rebuilt from the keys seen next.
             self.keys.clear();
         }
         self.keys.insert(*key, vk);
-        Ok(vk)
+    }
+
+    /// Keys cached for verification.
+    pub fn cached_keys(&self) -> usize {
+        self.keys.len()
     }
 
     /// All checks without recording (callers that want a dry run, e.g. `verify-proof`).
@@ -259,6 +272,7 @@ impl ProofVerifier {
         let vk = self.verifying_key(&signed.signer())?;
         verify_with_key(&vk, signed.payload_bytes(), &signed.signature())
             .map_err(VerifyError::Signature)?;
+        self.remember(&signed.signer(), vk);
         let proof = Proof::from_canonical_bytes(signed.payload_bytes()).map_err(|e| match e {
             CodecError::Version { got, supported } => VerifyError::Version { got, supported },
             other => VerifyError::Format(EnvelopeError::Payload(other)),
@@ -330,6 +344,7 @@ impl ProofVerifier {
                 &receipt.signature,
             )
             .map_err(|source| ReceiptError::Signature { index, source })?;
+            self.remember(&receipt.signer, vk);
         }
         Ok(())
     }

@@ -81,6 +81,10 @@ fn targets_that_are_not_the_named_data_are_refused_at_the_last_stage() {
     let sim = run(true);
     assert!(refused_targets(&sim) > 0);
     // None of the liar's micro-batches completed a step; the honest driver trained on.
-    assert_eq!(steps(&sim, LIAR), 0, "the rewritten targets were trained in");
+    assert_eq!(
+        steps(&sim, LIAR),
+        0,
+        "the rewritten targets were trained in"
+    );
     assert!(steps(&sim, 0) >= 20, "{}", steps(&sim, 0));
 }

@@ -118,6 +118,26 @@ fn signature_by_another_key_is_rejected() {
     );
 }
 
+/// Garbage signatures under fresh keys cost the verifier a decompression each but cache
+/// nothing, so they cannot flush the keys of nodes that sign for real; a valid signature's key
+/// is cached.
+#[test]
+fn only_keys_of_valid_signatures_are_cached() {
+    let mut s = setup();
+    for seed in 200..210 {
+        let liar = test_identity(seed);
+        let proof = training_proof(&liar, &s.neighbour, 1, NOW);
+        let wrong = test_identity(99).sign(&proof.to_canonical_bytes());
+        let forged = SignedProof::from_parts(proof.to_canonical_bytes(), liar.public_key(), wrong);
+        assert!(s.verifier.verify(&forged, NOW).is_err());
+    }
+    assert_eq!(s.verifier.cached_keys(), 0);
+    let signed = training_proof(&s.prover, &s.neighbour, 1, NOW).sign(&s.prover);
+    assert!(s.verifier.verify(&signed, NOW).is_ok());
+    // The prover's key and its receipt signer's.
+    assert_eq!(s.verifier.cached_keys(), 2);
+}
+
 #[test]
 fn proof_signed_by_someone_else_than_its_key_is_rejected() {
     let mut s = setup();
