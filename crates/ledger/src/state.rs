@@ -11,7 +11,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
-use neuroshard_proof::{Hash32, LayerRange, NodeId, Proof, ProofKind, VerifiedProof};
+use neuroshard_proof::{Hash32, NodeId, Proof, ProofKind, VerifiedProof};
 
 use crate::amount::bps_of;
 use crate::ops::{Action, MIN_STAKE_LOCK_MS, VerifiedOp, VerifiedSlash};
@@ -24,12 +24,14 @@ mod digest;
 mod equivocation;
 mod records;
 mod restore;
+mod round_key;
 mod verdict;
 
 use equivocation::Slot;
 pub use equivocation::evidence_hash;
 pub use records::{Account, Changes, Entry, EntryKind, Outcome, Record};
 pub(crate) use restore::{Restored, RestoredProof};
+pub use round_key::{round_key, round_key_of};
 
 /// Share of every transfer that is burned (5 %).
 pub const TRANSFER_BURN_BPS: u64 = 500;
@@ -664,23 +666,6 @@ impl LedgerState {
         }
         Ok(())
     }
-}
-
-/// The (node, stage, round) a training proof is paid for, hashed. The stage is named by the
-/// layers it holds, which are fixed per stage in a network.
-pub fn round_key(proof: &Proof) -> Hash32 {
-    round_key_of(&proof.node_id, proof.layers, proof.round)
-}
-
-/// The round key of `node`'s training proof of `round` for `layers`.
-pub fn round_key_of(node: &NodeId, layers: LayerRange, round: u64) -> Hash32 {
-    let mut h = blake3::Hasher::new();
-    h.update(b"neuroshard/round-key/v1");
-    h.update(&node.0);
-    h.update(&layers.start.to_le_bytes());
-    h.update(&layers.end.to_le_bytes());
-    h.update(&round.to_le_bytes());
-    *h.finalize().as_bytes()
 }
 
 /// `have - amount`, or the matching "insufficient" error.

@@ -252,12 +252,6 @@ impl Sim {
         i
     }
 
-    /// Leaves node `i` out of the genesis stakes (call before the first start): it can run,
-    /// but never register, so the network counts none of its work.
-    pub fn without_stake(&mut self, i: usize) {
-        self.unstaked.insert(i);
-    }
-
     /// The network's genesis (fixed at the first start).
     pub fn network(&mut self) -> &Network {
         self.genesis.get_or_insert_with(|| {
@@ -272,16 +266,6 @@ impl Sim {
                 &mut self.spare_keys,
             )
         })
-    }
-
-    /// Makes node `i` an adversary: everything it sends passes through `tamper`.
-    pub fn set_tamper(&mut self, i: usize, tamper: Tamper) {
-        self.nodes[i].tamper = Some(tamper);
-    }
-
-    /// Node `i`'s key (an adversary's tamper re-signs what it rewrites with it).
-    pub fn identity(&self, i: usize) -> &Identity {
-        &self.nodes[i].identity
     }
 
     pub fn node_id(&self, i: usize) -> NodeId {

@@ -1,7 +1,7 @@
 use proptest::prelude::*;
 use rand::{SeedableRng, seq::SliceRandom};
 
-use super::super::tests::{DAY, T0, op, verified};
+use super::super::tests::{DAY, T0, op, slash, verified, world};
 use super::*;
 use neuroshard_proof::Identity;
 use neuroshard_proof::fixtures::{test_identity, uptime_proof};
@@ -205,4 +205,38 @@ fn two_training_proofs_for_one_round_pay_neither_in_either_order() {
     let next = verified(&training_proof(&cheat, &witness, 3, T0), &cheat, &witness);
     assert!(matches!(ab.apply_proof(&next), Ok(Outcome::Applied(_))));
     assert!(ab.account(&cheat.node_id()).balance > 0);
+}
+
+#[test]
+fn slash_pays_reporter_and_burns_the_rest() {
+    let mut w = world(2, 4);
+    let (cheat, reporter) = (&w.ids[0], &w.ids[1]);
+    let stake = w.state.account(&cheat.node_id()).balance;
+    let s = op(
+        cheat,
+        0,
+        T0,
+        Action::Stake {
+            amount: stake,
+            unlock_at_ms: T0 + DAY,
+        },
+    );
+    assert!(w.state.apply_op(s).is_ok());
+    let rep_before = w.state.account(&reporter.node_id()).balance;
+    let burned_before = w.state.burned();
+    let evidence = slash(cheat, reporter, 77);
+    assert!(matches!(
+        w.state.apply_slash(&evidence),
+        Ok(Outcome::Applied(_))
+    ));
+    let taken = bps_of(stake, SLASH_STAKE_BPS);
+    let paid = bps_of(taken, SLASH_REPORTER_BPS);
+    assert_eq!(w.state.account(&cheat.node_id()).stake, stake - taken);
+    assert_eq!(
+        w.state.account(&reporter.node_id()).balance,
+        rep_before + paid
+    );
+    assert_eq!(w.state.burned(), burned_before + taken - paid);
+    assert_eq!(w.state.apply_slash(&evidence), Ok(Outcome::Duplicate));
+    assert_eq!(w.state.check_invariants(), Ok(()));
 }

@@ -15,6 +15,7 @@ mod evaluate;
 mod evaluate_tests;
 mod gossip;
 mod io;
+mod requests;
 mod rounds;
 mod serve;
 mod serve_pay;
@@ -42,14 +43,14 @@ pub use io::{
 use rounds::RoundState;
 pub use rounds::{outer_state_limit, stage_claim};
 
-use crate::economy::{Economy, LedgerSyncRequest, LedgerSyncResponse, LedgerWrite};
+use crate::economy::{Economy, LedgerSyncResponse, LedgerWrite};
 use crate::events::{Clock, LedgerSummary, NodeEvent};
 use crate::peers::HEARTBEAT_EVERY;
 use crate::pipeline::{Action, JobDone, Pipeline, PipelineConfig};
 use crate::records::Topic;
 use crate::settings::NodeSettings;
 use crate::sync::{SyncConfig, Syncer};
-use crate::wire::{Ack, MicroBatchId, Msg, TargetWindow};
+use crate::wire::{Ack, MicroBatchId, TargetWindow};
 
 /// How long a DHT record lives, and how often the node re-publishes its own.
 pub const RECORD_TTL: Duration = Duration::from_secs(60);
@@ -538,103 +539,6 @@ impl NodeCore {
                 Action::Event(ev) => self.events.push_back(ev),
             }
         }
-    }
-
-    fn on_request(&mut self, from: NodeId, token: Token, data: &[u8], now: Instant) {
-        if let Ok(req) = LedgerSyncRequest::from_canonical_bytes(data) {
-            let max = self.settings.max_frame / 2;
-            let resp = self.economy.answer_sync(&req, max).unwrap_or_default();
-            self.transmits.push_back(Transmit::Respond {
-                token,
-                data: resp.to_canonical_bytes(),
-            });
-            return;
-        }
-        if let Ok(msg) = crate::serve::InferMsg::from_canonical_bytes(data) {
-            self.on_infer_request(from, token, msg, now);
-            return;
-        }
-        let ack = match Msg::from_canonical_bytes(data) {
-            Ok(msg) if !self.sent_by_neighbour_stage(from, &msg) => {
-                // Activations and targets come only from replicas registered for the stage
-                // before, gradients only from the stage after: a key without stake cannot get
-                // its data trained in. Busy, not refused, and no penalty: an honest sender's
-                // registration may not have reached us yet, so we ask it for its ledger.
-                self.ask_registration(from, now);
-                let time_ms = self.unix_ms(now);
-                self.events.push_back(NodeEvent::Dropped {
-                    what: Some(format!("{} message", msg.kind())),
-                    peer: Some(from.to_string()),
-                    stage: Some(self.stage),
-                    round: None,
-                    reason: "sender is not registered for a neighbouring stage".into(),
-                    time_ms,
-                });
-                Ack::Busy
-            }
-            Ok(msg) => match self.check_targets(&msg) {
-                Err(why) => {
-                    let reason = format!("targets: {why}");
-                    self.penalize(from, reason.clone());
-                    let time_ms = self.unix_ms(now);
-                    self.events.push_back(NodeEvent::Dropped {
-                        what: Some(format!("{} message", msg.kind())),
-                        peer: Some(from.to_string()),
-                        stage: Some(self.stage),
-                        round: None,
-                        reason: reason.clone(),
-                        time_ms,
-                    });
-                    Ack::Rejected(reason)
-                }
-                Ok(()) => {
-                    let (ack, actions) = self.pipeline.on_message(from, msg, now);
-                    self.run_actions(actions, now);
-                    ack
-                }
-            },
-            Err(e) => {
-                let reason = format!("undecodable message: {e}");
-                self.penalize(from, reason.clone());
-                let time_ms = self.unix_ms(now);
-                self.events.push_back(NodeEvent::Dropped {
-                    what: Some("message".into()),
-                    peer: Some(from.to_string()),
-                    stage: Some(self.stage),
-                    round: None,
-                    reason: reason.clone(),
-                    time_ms,
-                });
-                Ack::Rejected(reason)
-            }
-        };
-        self.transmits.push_back(Transmit::Respond {
-            token,
-            data: ack.to_canonical_bytes(),
-        });
-    }
-
-    /// On the last stage, the targets of a forward message must be the genesis windows its
-    /// driver read them from: whoever forwards them cannot train in text of their own.
-    fn check_targets(&self, msg: &Msg) -> Result<(), String> {
-        match msg {
-            Msg::Forward { mb, targets, .. } if self.stage + 1 == self.settings.stages => self
-                .data
-                .check_targets(&mb.origin, mb.step, self.settings.seq, targets)
-                .map_err(|e| e.0),
-            _ => Ok(()),
-        }
-    }
-
-    /// Whether `from` may send `msg`: registered for the stage that sends this kind to us.
-    fn sent_by_neighbour_stage(&self, from: NodeId, msg: &Msg) -> bool {
-        let sender = match msg {
-            Msg::Forward { .. } => self.stage.checked_sub(1),
-            Msg::Backward { .. } => self.stage.checked_add(1),
-        };
-        sender
-            .and_then(|s| u16::try_from(s).ok())
-            .is_some_and(|s| self.economy.ledger().is_registered(&from, s))
     }
 
     /// `_from` is the peer the transport matched the answer to: the one we asked, since

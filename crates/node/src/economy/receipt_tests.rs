@@ -1,11 +1,12 @@
 //! Receipts anyone can sign (a pseudo-gradient's hash is public) cannot crowd out the ones
-//! that back a proof.
+//! that back a proof; a round is proved once.
 
 use neuroshard_proof::fixtures::test_identity;
 use neuroshard_proof::{Receipt, ReceiptKind};
 
-use super::tests::{NET, T, economy, grad, registered, work};
+use super::tests::{NET, T, economy, grad, prove, registered, rules, work};
 use super::*;
+use crate::economy::ProofOutcome;
 
 /// A receipt for `prover`'s pseudo-gradient `hash` of `round`, by a fresh unregistered key.
 fn stranger(seed: u64, prover: NodeId, round: u64, hash: Hash32) -> Receipt {
@@ -55,4 +56,33 @@ fn receipts_for_rounds_far_ahead_do_not_shut_the_early_buffer() {
     assert!(matches!(a.on_receipt(1, early), Ok(true)));
     a.record_round(work(&a, 1));
     assert!(matches!(a.poll_proof(T), Some(Ok(_))), "no proof");
+}
+
+/// An honest node never equivocates: a round its ledger already holds a proof of (its own,
+/// from before a restart that lost what it had in memory) is not proved again, so it is
+/// never slashed for doing the same work twice.
+#[test]
+fn a_round_already_proved_is_never_proved_again() {
+    // `restarted` is `a` after a restart (same key, same ledger contents).
+    let (mut a, mut b, mut restarted) = (economy(62), economy(63), economy(62));
+    registered(&mut [&mut a, &mut b, &mut restarted]);
+    let first = prove(&mut a, &b, 1, T);
+    assert!(matches!(
+        b.on_proof(&first, T),
+        ProofOutcome::Applied { .. }
+    ));
+    // `a` restarts: its ledger (on disk) holds its proof, what it had in memory is gone, and
+    // the same round's work and receipt come back.
+    assert!(matches!(
+        restarted.on_proof(&first, T),
+        ProofOutcome::Applied { .. }
+    ));
+    restarted.record_round(work(&restarted, 1));
+    let receipt = b.receipt_for(restarted.node_id(), 1, grad(&restarted, 1));
+    assert!(matches!(restarted.on_receipt(1, receipt), Ok(true)));
+    assert!(
+        restarted.poll_proof(T + 1_000).is_none(),
+        "round 1 proved twice"
+    );
+    assert_eq!(restarted.balance(&a.node_id()), rules().round_reward);
 }

@@ -20,7 +20,7 @@ fn layout() -> Vec<(LayerRange, Roles)> {
     ]
 }
 
-fn rules() -> Rules {
+pub(crate) fn rules() -> Rules {
     Rules {
         network: NET,
         founded_ms: T - 86_400_000,
@@ -656,35 +656,6 @@ fn sybil_receipts_resigned_rounds_and_future_rounds_mint_nothing() {
         other => panic!("a future round was {other:?}"),
     }
     assert_eq!(b.balance(&a.node_id()), 0);
-}
-
-/// An honest node never equivocates: a round its ledger already holds a proof of (its own,
-/// from before a restart that lost what it had in memory) is not proved again, so it is
-/// never slashed for doing the same work twice.
-#[test]
-fn a_round_already_proved_is_never_proved_again() {
-    // `restarted` is `a` after a restart (same key, same ledger contents).
-    let (mut a, mut b, mut restarted) = (economy(62), economy(63), economy(62));
-    registered(&mut [&mut a, &mut b, &mut restarted]);
-    let first = prove(&mut a, &b, 1, T);
-    assert!(matches!(
-        b.on_proof(&first, T),
-        ProofOutcome::Applied { .. }
-    ));
-    // `a` restarts: its ledger (on disk) holds its proof, what it had in memory is gone, and
-    // the same round's work and receipt come back.
-    assert!(matches!(
-        restarted.on_proof(&first, T),
-        ProofOutcome::Applied { .. }
-    ));
-    restarted.record_round(work(&restarted, 1));
-    let receipt = b.receipt_for(restarted.node_id(), 1, grad(&restarted, 1));
-    assert!(matches!(restarted.on_receipt(1, receipt), Ok(true)));
-    assert!(
-        restarted.poll_proof(T + 1_000).is_none(),
-        "round 1 proved twice"
-    );
-    assert_eq!(restarted.balance(&a.node_id()), rules().round_reward);
 }
 
 /// An op signed with a time beyond the clock skew is refused: its signed time decides when a

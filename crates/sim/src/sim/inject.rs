@@ -3,9 +3,27 @@
 use neuroshard_node::core::{Inbound, Transmit};
 use neuroshard_node::records::Topic;
 
-use super::Sim;
+use neuroshard_proof::Identity;
+
+use super::{Sim, Tamper};
 
 impl Sim {
+    /// Leaves node `i` out of the genesis stakes (call before the first start): it can run,
+    /// but never register, so the network counts none of its work.
+    pub fn without_stake(&mut self, i: usize) {
+        self.unstaked.insert(i);
+    }
+
+    /// Makes node `i` an adversary: everything it sends passes through `tamper`.
+    pub fn set_tamper(&mut self, i: usize, tamper: Tamper) {
+        self.nodes[i].tamper = Some(tamper);
+    }
+
+    /// Node `i`'s key (an adversary's tamper re-signs what it rewrites with it).
+    pub fn identity(&self, i: usize) -> &Identity {
+        &self.nodes[i].identity
+    }
+
     /// Sends `t` from node `i` now, as if its core had emitted it (past any tamper): how an
     /// adversary that waits for what others sent answers later. Nothing if `i` is down.
     pub fn transmit_as(&mut self, i: usize, t: Transmit) {
