@@ -2,7 +2,6 @@
 
 use neuroshard_node::core::{Inbound, Transmit};
 use neuroshard_node::records::Topic;
-
 use neuroshard_proof::Identity;
 
 use super::{Sim, Tamper};
