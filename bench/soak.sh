@@ -10,10 +10,11 @@
 #   bench/soak.sh            # 10 minutes of chaos, 6 nodes, `home` links (root)
 #
 # Environment (defaults in brackets): SOAK_SECS [600] chaos window; SOAK_NODES [6];
-# SOAK_STAGES [2]; SOAK_STEPS [steps per driver: enough to train past the window];
+# SOAK_STAGES [2]; SOAK_STEPS [4 × SOAK_SECS: drivers step about 3 times a second on `home`
+# links, so training outlasts the window];
 # SOAK_KILL [30-60] seconds between kills; SOAK_PARTITION [20] seconds; SOAK_SEED [1];
 # SOAK_PROFILE [home]; SOAK_BOUNDS [recover-ms=60000,mem-mb=1024,loss-drop=0.3];
-# SOAK_BASELINE [1]: first train SOAK_BASELINE_STEPS [60] steps without chaos on loopback
+# SOAK_BASELINE [1]: first train SOAK_BASELINE_STEPS [200] steps without chaos on loopback
 # and on the shaped links, for tokens/s; SOAK_OUT [runs/soak]; NEUROSHARD
 # [target/debug/neuroshard]; LINKEM [target/release/linkem]; LINKS_PREFIX [sk].
 set -euo pipefail
@@ -22,14 +23,14 @@ cd "$(dirname "$0")/.."
 secs=${SOAK_SECS:-600}
 nodes=${SOAK_NODES:-6}
 stages=${SOAK_STAGES:-2}
-steps=${SOAK_STEPS:-$((secs * 2 / 3 + 100))}
+steps=${SOAK_STEPS:-$((secs * 4))}
 kill_every=${SOAK_KILL:-30-60}
 partition=${SOAK_PARTITION:-20}
 seed=${SOAK_SEED:-1}
 profile=${SOAK_PROFILE:-home}
 bounds=${SOAK_BOUNDS:-recover-ms=60000,mem-mb=1024,loss-drop=0.3}
 baseline=${SOAK_BASELINE:-1}
-baseline_steps=${SOAK_BASELINE_STEPS:-60}
+baseline_steps=${SOAK_BASELINE_STEPS:-200}
 out=${SOAK_OUT:-runs/soak}
 exe=${NEUROSHARD:-target/debug/neuroshard}
 export LINKEM=${LINKEM:-target/release/linkem}

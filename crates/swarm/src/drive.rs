@@ -172,7 +172,14 @@ impl Swarm<'_> {
         }
         let now = now_ms();
         if heal {
-            if let Some(c) = self.report.soak.cuts.iter_mut().rev().find(|c| c.node == node) {
+            if let Some(c) = self
+                .report
+                .soak
+                .cuts
+                .iter_mut()
+                .rev()
+                .find(|c| c.node == node)
+            {
                 c.healed_ms = Some(now);
             }
             if let Some(run) = self.chaos.as_mut() {
@@ -194,7 +201,10 @@ impl Swarm<'_> {
     }
 
     fn start_flood(&mut self, node: usize, observer: &mut dyn Observer) -> bool {
-        let Some((tcp, p2p)) = self.members.get(node).and_then(|m| flood::tcp_target(&m.addrs))
+        let Some((tcp, p2p)) = self
+            .members
+            .get(node)
+            .and_then(|m| flood::tcp_target(&m.addrs))
         else {
             observer.note(&format!("chaos: node {node} has no TCP address to flood"));
             return false;

@@ -206,7 +206,9 @@ async fn junk_connection(
         while !stop.load(Ordering::Relaxed) && born.elapsed() < CONN_LIFE {
             let chunk = junk(&mut rng, JUNK_CHUNK);
             match tokio::time::timeout(Duration::from_secs(1), stream.write_all(&chunk)).await {
-                Ok(Ok(())) => counts.bytes.fetch_add(chunk.len() as u64, Ordering::Relaxed),
+                Ok(Ok(())) => counts
+                    .bytes
+                    .fetch_add(chunk.len() as u64, Ordering::Relaxed),
                 _ => break,
             };
             tokio::time::sleep(JUNK_EVERY).await;

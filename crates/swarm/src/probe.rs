@@ -39,7 +39,8 @@ pub fn ledger_hashes(dir: &Path) -> Result<Vec<ProofHash>, String> {
     if !path.exists() {
         return Ok(Vec::new());
     }
-    let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let flags =
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let conn = rusqlite::Connection::open_with_flags(&path, flags).map_err(|e| e.to_string())?;
     conn.busy_timeout(Duration::from_millis(200))
         .map_err(|e| e.to_string())?;

@@ -47,7 +47,10 @@ pub struct CutRecord {
 
 impl CutRecord {
     pub fn recovery_ms(&self) -> Option<u64> {
-        Some(self.first_step_after_heal_ms?.saturating_sub(self.healed_ms?))
+        Some(
+            self.first_step_after_heal_ms?
+                .saturating_sub(self.healed_ms?),
+        )
     }
 }
 
@@ -205,7 +208,10 @@ impl Soak {
     }
 
     fn recoveries(&self) -> Vec<u64> {
-        self.kills.iter().filter_map(KillRecord::recovery_ms).collect()
+        self.kills
+            .iter()
+            .filter_map(KillRecord::recovery_ms)
+            .collect()
     }
 
     /// Each check: (name, passed, the figure it judged).

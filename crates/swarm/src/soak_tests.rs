@@ -234,7 +234,10 @@ fn a_good_soak_passes_and_each_fault_fails_its_check() {
             .collect::<Vec<_>>()
     };
     assert_eq!(names(&s, Some(5.0), Some(4.9)), ["training_progressed"]);
-    assert_eq!(names(&s, Some(5.0), Some(f64::NAN)), ["training_progressed"]);
+    assert_eq!(
+        names(&s, Some(5.0), Some(f64::NAN)),
+        ["training_progressed"]
+    );
     assert_eq!(names(&s, None, Some(3.0)), ["training_progressed"]);
 
     let mut s = good_soak();
