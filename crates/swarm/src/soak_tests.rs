@@ -24,6 +24,25 @@ fn step(stage: usize, time_ms: u64) -> NodeEvent {
     }
 }
 
+fn stats(proofs: usize) -> NodeEvent {
+    NodeEvent::Stats {
+        stage: 0,
+        step: 1,
+        queue: 0,
+        peers: 1,
+        replicas: vec![1],
+        net: None,
+        sync_round: 0,
+        theta: String::new(),
+        ledger: neuroshard_node::events::LedgerSummary {
+            state_hash: "h".into(),
+            proofs,
+            balance: 0,
+        },
+        time_ms: 9,
+    }
+}
+
 #[test]
 fn chaos_specs_read_over_the_defaults() {
     let c = Chaos::parse("secs=150,kill=20-30,partition-s=0,flood=off,seed=9").unwrap();
@@ -269,6 +288,13 @@ fn a_good_soak_passes_and_each_fault_fails_its_check() {
     let mut s = good_soak();
     s.finals.insert(1, ledger("h", &[1]));
     assert_eq!(failed(&s), ["no_entry_lost"]);
+    // A node once counted three proofs; the final ledgers hold two.
+    let mut s = good_soak();
+    s.on_event(2, &stats(3), 9);
+    assert_eq!(failed(&s), ["no_entry_lost"]);
+    let mut s = good_soak();
+    s.on_event(2, &stats(2), 9);
+    assert_eq!(failed(&s), Vec::<String>::new());
     let mut s = good_soak();
     s.finals.insert(1, ledger("other", &[1, 2]));
     assert_eq!(failed(&s), ["ledgers_agree"]);
