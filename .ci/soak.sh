@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# CI's chaos soak: bench/soak.sh made short (4 nodes, 100 s of chaos, `home` links, no
-# baseline runs; about 3 minutes). Builds linkem (release, two small dependencies); runs the
+# CI's chaos soak: bench/soak.sh made short (4 nodes, 80 s of chaos, `home` links, no
+# baseline runs; under 3 minutes). Builds linkem (release, two small dependencies); runs the
 # debug binary .ci/run builds (`cargo build --bin neuroshard`), building it the same way if
 # it is missing. Where network namespaces (root, iproute2, tc, /dev/net/tun) are not
 # available it says so and exits 0.
@@ -38,7 +38,7 @@ cleanup
 cargo build --release -q -p neuroshard-linkem
 [[ -x target/debug/neuroshard ]] || cargo build -q --bin neuroshard
 out=$(mktemp -d)
-SOAK_SECS=100 SOAK_NODES=4 SOAK_KILL=20-30 SOAK_PARTITION=15 SOAK_BASELINE=0 \
-    SOAK_STEPS=${SOAK_STEPS:-400} SOAK_OUT="$out" LINKS_PREFIX=$prefix \
+SOAK_SECS=80 SOAK_NODES=4 SOAK_KILL=20-30 SOAK_PARTITION=15 SOAK_BASELINE=0 \
+    SOAK_STEPS=${SOAK_STEPS:-300} SOAK_OUT="$out" LINKS_PREFIX=$prefix \
     bench/soak.sh
 rm -rf "$out"
