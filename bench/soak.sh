@@ -13,7 +13,7 @@
 # SOAK_STAGES [2]; SOAK_STEPS [4 × SOAK_SECS: drivers step about 3 times a second on `home`
 # links, so training outlasts the window];
 # SOAK_KILL [30-60] seconds between kills; SOAK_PARTITION [20] seconds; SOAK_SEED [1];
-# SOAK_PROFILE [home]; SOAK_BOUNDS [recover-ms=60000,mem-mb=1024,loss-drop=0.3];
+# SOAK_PROFILE [home]; SOAK_BOUNDS [recover-ms=60000,mem-mb=256,loss-drop=0.3];
 # SOAK_BASELINE [1]: first train SOAK_BASELINE_STEPS [200] steps without chaos on loopback
 # and on the shaped links, for tokens/s; SOAK_OUT [runs/soak]; NEUROSHARD
 # [target/debug/neuroshard]; LINKEM [target/release/linkem]; LINKS_PREFIX [sk].
@@ -28,7 +28,7 @@ kill_every=${SOAK_KILL:-30-60}
 partition=${SOAK_PARTITION:-20}
 seed=${SOAK_SEED:-1}
 profile=${SOAK_PROFILE:-home}
-bounds=${SOAK_BOUNDS:-recover-ms=60000,mem-mb=1024,loss-drop=0.3}
+bounds=${SOAK_BOUNDS:-recover-ms=60000,mem-mb=256,loss-drop=0.3}
 baseline=${SOAK_BASELINE:-1}
 baseline_steps=${SOAK_BASELINE_STEPS:-200}
 out=${SOAK_OUT:-runs/soak}
