@@ -101,6 +101,10 @@ impl Chaos {
     }
 }
 
+/// No kill of the node to be cut this long before its cut: it would be judged on
+/// recovering through the partition.
+const QUIET_BEFORE_CUT_MS: u64 = 15_000;
+
 /// One chaos action.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Action {
@@ -132,8 +136,8 @@ fn pick(rng: &mut Rng, from: &[usize]) -> Option<usize> {
 
 /// The schedule for `nodes` nodes, sorted by time. Node 0 is everyone's bootstrap peer and is
 /// never touched. The flooded node is never killed or cut, so the flood measures one node
-/// under attack the whole time; kills spare the cut node around its partition, so no stage
-/// loses two replicas at once to the schedule.
+/// under attack the whole time; kills spare the cut node from a while before its partition to
+/// the recovery target after it, so each recovery is timed against one fault.
 pub fn plan(c: &Chaos, nodes: usize) -> Result<Vec<Planned>, SwarmError> {
     let mut rng = Rng::new(c.seed);
     let mut others: Vec<usize> = (1..nodes).collect();
@@ -178,7 +182,9 @@ pub fn plan(c: &Chaos, nodes: usize) -> Result<Vec<Planned>, SwarmError> {
     while t + c.restart_ms < window {
         let busy = |n: &usize| {
             cut.is_some_and(|(node, at, heal)| {
-                *n == node && t + c.restart_ms >= at && t <= heal + c.bounds.recover_ms
+                *n == node
+                    && t + c.restart_ms + QUIET_BEFORE_CUT_MS >= at
+                    && t <= heal + c.bounds.recover_ms
             })
         };
         let free: Vec<usize> = others.iter().copied().filter(|n| !busy(n)).collect();
