@@ -13,7 +13,7 @@ use neuroshard_data::Genesis;
 use neuroshard_model::{ParamSet, Stage, StageSpec};
 use neuroshard_node::act_codec::ActSpec;
 use neuroshard_node::{DataOrder, NodeSettings};
-use neuroshard_swarm::{Kill, Observer, Outcome, SwarmConfig};
+use neuroshard_swarm::{Chaos, Kill, Observer, Outcome, SwarmConfig};
 
 use crate::node::{self, SyncArgs};
 use crate::train::{ModelArgs, StepArgs, open_or_build_default};
@@ -81,6 +81,13 @@ pub struct SwarmArgs {
     /// its latest speculative checkpoint and rejoins.
     #[arg(long)]
     restart_after_ms: Option<u64>,
+    /// The chaos soak (bench/soak.sh): for SECS seconds of training, SIGKILL a random node
+    /// every 30–60 s and restart it, cut one node's link for 20 s (needs --netns), flood one
+    /// node from a hostile process; then judge the run. `key=value,…` over the defaults
+    /// secs=600,seed=1,kill=30-60,restart-ms=3000,partition-s=20,flood=on,recover-ms=60000,
+    /// mem-mb=2048,loss-drop=0.2. Give --steps enough to train past the window.
+    #[arg(long)]
+    chaos: Option<String>,
     /// Speculative checkpoint period of every node, in seconds.
     #[arg(long, default_value_t = 120)]
     checkpoint_secs: u64,
@@ -167,6 +174,7 @@ impl SwarmArgs {
             netns: self.netns.clone(),
             http: (!self.http.is_empty()).then(|| self.http.clone()),
             serve: self.serve,
+            chaos: self.chaos.as_deref().map(Chaos::parse).transpose()?,
         };
         cfg.validate()?;
         Ok(cfg)
@@ -287,6 +295,9 @@ fn finish(
     }
     if report.driver_steps_total() == 0 {
         bail!("no training step completed");
+    }
+    if report.soak_passed() == Some(false) {
+        bail!("the chaos soak failed a check (see the soak lines above)");
     }
     Ok(())
 }

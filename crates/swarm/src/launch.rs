@@ -22,6 +22,8 @@ pub struct Member {
     pub dir: PathBuf,
     pub stage: Option<usize>,
     pub role: String,
+    /// Its listen addresses, from its latest `ready` event.
+    pub addrs: Vec<String>,
     pub alive: bool,
     /// Its `stopped` event, once it shut down cleanly.
     pub stopped: Option<NodeEvent>,
@@ -67,6 +69,9 @@ impl Launch<'_> {
             let _ = std::fs::remove_file(dir.join(ledger));
         }
         let _ = std::fs::remove_file(dir.join(neuroshard_node::network::GENESIS_FILE));
+        for log in ["events.jsonl", "node.log"] {
+            let _ = std::fs::remove_file(dir.join(log));
+        }
         std::fs::create_dir_all(&dir).map_err(|e| SwarmError::io(&dir, e))?;
         let child = self.spawn(&dir, bootstrap, index)?;
         Ok(Member {
@@ -75,6 +80,7 @@ impl Launch<'_> {
             dir,
             stage: None,
             role: String::new(),
+            addrs: Vec::new(),
             alive: true,
             stopped: None,
         })
@@ -117,7 +123,11 @@ impl Launch<'_> {
         std::fs::write(&config, serde_json::to_vec_pretty(&s)?)
             .map_err(|e| SwarmError::io(&config, e))?;
         let log_path = dir.join("node.log");
-        let log = File::create(&log_path).map_err(|e| SwarmError::io(&log_path, e))?;
+        let log = File::options()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .map_err(|e| SwarmError::io(&log_path, e))?;
         let mut command = match &cfg.netns {
             // `ip netns exec` execs the node, so the child's pid is the node's (signals work).
             Some(prefix) => {
@@ -148,9 +158,13 @@ impl Launch<'_> {
             node: index,
             source: std::io::Error::other("no stdout pipe"),
         })?;
-        // Every event line is also kept beside the node's log.
+        // Every event line is also kept beside the node's log; a restart appends to it.
         let events_path = dir.join("events.jsonl");
-        let events = File::create(&events_path).map_err(|e| SwarmError::io(&events_path, e))?;
+        let events = File::options()
+            .create(true)
+            .append(true)
+            .open(&events_path)
+            .map_err(|e| SwarmError::io(&events_path, e))?;
         let tx = self.tx.clone();
         std::thread::spawn(move || read_events(index, stdout, events, tx));
         Ok(child)

@@ -4,8 +4,15 @@
 //! the assembled model at the end. The CLI only parses flags and prints.
 
 mod assemble;
+mod chaos;
+mod drive;
+mod flood;
 mod launch;
+mod probe;
 mod report;
+mod soak;
+#[cfg(test)]
+mod soak_tests;
 #[cfg(test)]
 mod tests;
 
@@ -20,6 +27,8 @@ use neuroshard_node::NodeSettings;
 use neuroshard_node::events::NodeEvent;
 
 pub use assemble::{Assembly, assemble};
+pub use chaos::{Action, Bounds, Chaos, Planned, plan};
+pub use flood::FloodStats;
 pub use launch::{CONFIG_FILE, Member, nodes_dir};
 pub use report::{Report, now_ms};
 
@@ -121,6 +130,8 @@ pub struct SwarmConfig {
     pub http: Option<String>,
     /// After training: keep the nodes up, serving, until interrupted.
     pub serve: bool,
+    /// The chaos soak: scheduled kills, a partition and a flood, judged at the end.
+    pub chaos: Option<Chaos>,
 }
 
 impl SwarmConfig {
@@ -143,7 +154,31 @@ impl SwarmConfig {
             )));
         }
         StageSpec::split(&self.node.model, stages)?;
+        if let Some(c) = &self.chaos {
+            chaos::plan(c, nodes)?;
+            if c.partition_s > 0 && self.netns.is_none() {
+                return Err(SwarmError::Config(
+                    "--chaos: a partition takes a node's link down, so it needs --netns \
+                     (bench/links.sh); or set partition-s=0"
+                        .into(),
+                ));
+            }
+            if let (true, Some(prefix)) = (c.flood, &self.netns) {
+                let ns = format!("{prefix}{}", self.hostile_index());
+                if !Path::new("/var/run/netns").join(&ns).exists() {
+                    return Err(SwarmError::Config(format!(
+                        "--chaos flood: the hostile process runs in namespace {ns}, which \
+                         does not exist (give bench/links.sh one node more)"
+                    )));
+                }
+            }
+        }
         Ok(())
+    }
+
+    /// The hostile process's slot: after the nodes (and the joiner).
+    pub fn hostile_index(&self) -> usize {
+        self.nodes + usize::from(self.join_at.is_some())
     }
 }
 
@@ -200,6 +235,7 @@ pub fn run(
         bootstrap: None,
         report: Report::new(cfg.node.steps),
         api: None,
+        chaos: None,
     };
     let started = Instant::now();
     if let Err(e) = swarm.start(observer, interrupted) {
@@ -209,6 +245,7 @@ pub fn run(
     swarm.report.startup = started.elapsed();
     observer.training(cfg.node.steps);
     let result = swarm.train(observer, interrupted, started);
+    swarm.end_chaos(observer);
     observer.done();
     if result.is_ok() && cfg.serve {
         swarm.serve_until(observer, interrupted);
@@ -218,6 +255,12 @@ pub fn run(
     for m in &swarm.members {
         if let Some(ev) = &m.stopped {
             swarm.report.on_stopped(m.index, ev);
+        }
+    }
+    if cfg.chaos.is_some() {
+        for m in &swarm.members {
+            let last = probe::final_ledger(&m.dir);
+            swarm.report.soak.finals.insert(m.index, last);
         }
     }
     let assembly = assemble(
@@ -280,6 +323,7 @@ struct Swarm<'a> {
     report: Report,
     /// Node 0's bound API address, from its `ready` event.
     api: Option<String>,
+    chaos: Option<drive::ChaosRun>,
 }
 
 impl Swarm<'_> {
@@ -310,7 +354,12 @@ impl Swarm<'_> {
                 observer.note(&format!("node {i}'s dashboard: http://{http}/"));
                 self.api = Some(http);
             }
-            Line::Event(ev) => self.report.on_event(i, &ev),
+            Line::Event(ev) => {
+                if let (NodeEvent::Ready { addrs, .. }, Some(m)) = (&ev, self.members.get_mut(i)) {
+                    m.addrs = addrs.clone();
+                }
+                self.report.on_event(i, &ev)
+            }
             Line::Unparsed { line, error } => observer.unparsed(i, &line, &error),
         }
     }
@@ -342,6 +391,7 @@ impl Swarm<'_> {
                         let m = &mut self.members[i];
                         m.stage = Some(stage);
                         m.role = role.clone();
+                        m.addrs = addrs.clone();
                         if self.bootstrap.is_none() {
                             self.bootstrap = addrs.first().cloned();
                         }
@@ -377,6 +427,15 @@ impl Swarm<'_> {
         started: Instant,
     ) -> Result<(), SwarmError> {
         let deadline = self.cfg.timeout.map(|t| started + t);
+        let nodes = self.cfg.nodes;
+        self.chaos = (self.cfg.chaos.as_ref())
+            .map(|c| drive::ChaosRun::new(c, nodes))
+            .transpose()?;
+        if let Some(c) = &self.chaos {
+            self.report.soak.bounds = Some(c.chaos.bounds);
+            self.report.soak.window_ms = c.chaos.secs * 1_000;
+            self.report.soak.planned = c.plan.len();
+        }
         let mut killed = false;
         let mut settle_since: Option<Instant> = None;
         loop {
@@ -398,11 +457,14 @@ impl Swarm<'_> {
                 if let Ok(Some(status)) = m.child.try_wait() {
                     m.alive = false;
                     observer.note(&format!("node {} exited unexpectedly ({status})", m.index));
+                    let exit = (m.index, status.to_string());
+                    self.report.soak.unexpected_exits.push(exit);
                 }
             }
             if !killed {
                 killed = self.maybe_kill(observer);
             }
+            self.chaos_tick(observer);
             self.maybe_restart(observer)?;
             self.maybe_join(observer)?;
             for m in self.members.iter_mut().filter(|m| m.stage.is_none()) {
@@ -427,6 +489,7 @@ impl Swarm<'_> {
                 .iter()
                 .all(|m| self.report.finished.contains(&m.index))
             {
+                self.end_chaos(observer);
                 // Let the last proofs spread: stop once every ledger agrees (or time is up).
                 let since = *settle_since.get_or_insert_with(Instant::now);
                 let live: Vec<usize> = self
@@ -443,7 +506,7 @@ impl Swarm<'_> {
         }
     }
 
-    /// SIGKILL the victim once the drivers reach the step: no deathrattle, no checkpoint.
+    /// `--kill NODE@STEP`: SIGKILL the victim once the drivers reach the step.
     fn maybe_kill(&mut self, observer: &mut dyn Observer) -> bool {
         let Some(kill) = self.cfg.kill else {
             return false;
@@ -451,40 +514,8 @@ impl Swarm<'_> {
         if self.report.max_driver_step() < kill.at_step {
             return false;
         }
-        let m = &mut self.members[kill.node];
-        launch::signal(&m.child, libc::SIGKILL);
-        let _ = m.child.wait();
-        m.alive = false;
-        self.report.kill_time_ms = Some(now_ms());
-        self.report.killed = Some(kill.node);
-        observer.note(&format!(
-            "chaos: killed node {} (stage {:?}) at step {}",
-            kill.node, m.stage, kill.at_step
-        ));
+        self.kill_node(kill.node, kill.restart_after_ms, observer);
         true
-    }
-
-    fn maybe_restart(&mut self, observer: &mut dyn Observer) -> Result<(), SwarmError> {
-        let (Some(after), Some(victim), Some(killed_at)) = (
-            self.cfg.kill.and_then(|k| k.restart_after_ms),
-            self.report.killed,
-            self.report.kill_time_ms,
-        ) else {
-            return Ok(());
-        };
-        if self.report.restart_time_ms.is_some() || now_ms() < killed_at + after {
-            return Ok(());
-        }
-        let m = &mut self.members[victim];
-        m.child = self
-            .launch
-            .spawn(&m.dir, self.bootstrap.as_deref(), victim)?;
-        m.alive = true;
-        self.report.restart_time_ms = Some(now_ms());
-        observer.note(&format!(
-            "chaos: restarted node {victim} from its checkpoint"
-        ));
-        Ok(())
     }
 
     fn maybe_join(&mut self, observer: &mut dyn Observer) -> Result<(), SwarmError> {

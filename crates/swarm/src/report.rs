@@ -7,6 +7,7 @@ use neuroshard_net::Counters;
 use neuroshard_node::events::{LedgerSummary, NodeEvent};
 use serde_json::{Value, json};
 
+use crate::soak::Soak;
 use crate::{Assembly, Member};
 
 /// How long ledgers and rounds must stay unchanged before a finished swarm stops: longer
@@ -71,12 +72,8 @@ pub struct Report {
     tokens: u64,
     pub finished: HashSet<usize>,
     failovers: Vec<FailoverSample>,
-    pub kill_time_ms: Option<u64>,
-    pub restart_time_ms: Option<u64>,
-    /// The restarted node: (its ready event, its first step) in wall clock ms.
-    recovered: (Option<u64>, Option<u64>),
-    resumed_step: Option<u64>,
-    pub killed: Option<usize>,
+    /// Kills and their recoveries, and the chaos soak's records.
+    pub soak: Soak,
     latest_net: HashMap<usize, Counters>,
     stopped_net: BTreeMap<usize, Counters>,
     pub initial_val: Option<f64>,
@@ -96,8 +93,6 @@ pub struct Report {
     adoptions: u64,
     /// When any replica last ended a round (wall clock ms).
     last_round_ms: u64,
-    /// The restarted node's first round outcome after restarting (wall clock ms).
-    caught_up: Option<u64>,
     /// Latest ledger summary per node, and when its state hash last changed.
     ledgers: BTreeMap<usize, (LedgerSummary, u64)>,
     /// Per node: (stage, first step's (wall ms, engine busy ms), latest step's).
@@ -113,20 +108,15 @@ impl Report {
     }
 
     pub fn on_event(&mut self, i: usize, ev: &NodeEvent) {
-        let restarted = self.restart_time_ms.is_some() && Some(i) == self.killed;
         let t = time_of(ev);
+        self.soak.on_event(i, ev, t);
         match ev {
             NodeEvent::Ready {
                 stage,
-                resumed_step,
                 joined_round,
                 join_ms,
                 ..
             } => {
-                if restarted && self.recovered.0.is_none() {
-                    self.recovered.0 = Some(t);
-                    self.resumed_step = Some(*resumed_step);
-                }
                 self.stages.insert(i, *stage);
                 if self.joiner.is_some_and(|(j, _)| j == i) {
                     self.joined = Some((*joined_round, *join_ms));
@@ -146,9 +136,6 @@ impl Report {
                 busy_ms,
                 ..
             } => {
-                if restarted && self.recovered.1.is_none() {
-                    self.recovered.1 = Some(t);
-                }
                 if let Some(b) = busy_ms {
                     // A restarted process counts from zero again: measure it afresh.
                     let e = self.busy.entry(i).or_insert((*stage, (t, *b), (t, *b)));
@@ -228,9 +215,6 @@ impl Report {
             .or_default()
             .insert(i, theta.to_string());
         self.last_round_ms = self.last_round_ms.max(t);
-        if Some(i) == self.killed && self.restart_time_ms.is_some() && self.caught_up.is_none() {
-            self.caught_up = Some(t);
-        }
     }
 
     /// A node's `stopped` event: its final counters and ledger.
@@ -249,6 +233,17 @@ impl Report {
             _ => now_ms(),
         };
         self.ledgers.insert(i, (ledger.clone(), since));
+    }
+
+    /// The chaos soak's verdict (None: not a soak): every check passed.
+    pub fn soak_passed(&self) -> Option<bool> {
+        self.soak.bounds?;
+        Some(
+            self.soak
+                .checks(self.initial_val, self.final_val)
+                .iter()
+                .all(|c| c.ok),
+        )
     }
 
     pub fn stage_of(&self, i: usize) -> Option<usize> {
@@ -414,17 +409,18 @@ impl Report {
         )
     }
 
-    /// Failover after the chaos kill: the first re-route and the longest pause between two
+    /// Failover after the first kill: the first re-route and the longest pause between two
     /// steps of a surviving driver around the kill.
     fn failover_figures(&self) -> Value {
-        let Some(kill) = self.kill_time_ms else {
+        let Some(k0) = self.soak.kills.first() else {
             return json!({ "events": self.failovers.len() });
         };
+        let kill = k0.killed_ms;
         let after: Vec<&FailoverSample> = self.failovers.iter().filter(|f| f.0 >= kill).collect();
         let first = after.first().map(|f| f.0.saturating_sub(kill));
         let mut stall = 0u64;
         for (i, v) in &self.losses {
-            if Some(*i) == self.killed {
+            if *i == k0.node {
                 continue;
             }
             for w in v.windows(2) {
@@ -444,17 +440,17 @@ impl Report {
             .collect();
         gaps.sort_unstable();
         json!({
-            "killed_node": self.killed,
+            "killed_node": k0.node,
             "events": self.failovers.len(),
             "first_reroute_after_kill_ms": first,
             "reroute_ms": after.iter().map(|f| f.1).collect::<Vec<_>>(),
             "reasons": after.iter().map(|f| f.2.clone()).collect::<Vec<_>>(),
             "step_gap_across_kill_ms": stall,
-            "restart": self.restart_time_ms.map(|r| json!({
-                "resumed_step": self.resumed_step,
-                "ready_after_restart_ms": self.recovered.0.map(|t| t.saturating_sub(r)),
-                "first_step_after_restart_ms": self.recovered.1.map(|t| t.saturating_sub(r)),
-                "caught_up_with_stage_after_restart_ms": self.caught_up.map(|t| t.saturating_sub(r)),
+            "restart": k0.restarted_ms.map(|r| json!({
+                "resumed_step": k0.resumed_step,
+                "ready_after_restart_ms": k0.ready_ms.map(|t| t.saturating_sub(r)),
+                "first_step_after_restart_ms": k0.recovery_ms(),
+                "caught_up_with_stage_after_restart_ms": k0.caught_up_ms.map(|t| t.saturating_sub(r)),
             })),
             "median_step_gap_ms": gaps.get(gaps.len() / 2),
         })
@@ -522,6 +518,7 @@ impl Report {
             "sync": self.sync_figures(),
             "ledger": self.ledger_figures(),
             "join": self.join_figures(),
+            "soak": self.soak.to_json(self.initial_val, self.final_val),
             "timed_out": self.timed_out,
             "model": {
                 "checkpoint": assembly.out.display().to_string(),
@@ -573,7 +570,7 @@ impl Report {
                 b / 1e6
             ));
         }
-        if self.kill_time_ms.is_some() {
+        if !self.soak.kills.is_empty() {
             out.push(format!("failover: {}", self.failover_figures()));
         }
         if !self.syncs.is_empty() {
@@ -589,6 +586,10 @@ impl Report {
                 neuroshard_ledger::format_neuro(l.balance),
                 l.proofs,
             ));
+        }
+        for c in self.soak.checks(self.initial_val, self.final_val) {
+            let verdict = if c.ok { "ok" } else { "FAILED" };
+            out.push(format!("soak check {}: {verdict} {}", c.name, c.detail));
         }
         if let Some(s) = &self.sample {
             out.push(format!("sample: {s}"));
