@@ -56,11 +56,16 @@ pub fn serving_model(layers: usize) -> ModelConfig {
     }
 }
 
-/// A network of real engines on `settings`, `replicas` per stage: node i serves stage
-/// i % stages, the nodes start 10 ms apart.
+/// A network of real engines on `settings`, `replicas` per stage (see [`network`]).
 pub fn real_network(seed: u64, settings: NodeSettings, replicas: usize) -> Sim {
+    network(seed, settings, replicas, EngineKind::Real)
+}
+
+/// A network of `kind` engines on `settings` over a LAN, `replicas` per stage: node i serves
+/// stage i % stages, the nodes start 10 ms apart.
+pub fn network(seed: u64, settings: NodeSettings, replicas: usize, kind: EngineKind) -> Sim {
     let stages = settings.stages;
-    let factory = Factory::new(settings.clone(), EngineKind::Real);
+    let factory = Factory::new(settings.clone(), kind);
     let mut sim = Sim::new(
         seed,
         settings,

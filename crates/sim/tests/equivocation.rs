@@ -8,7 +8,7 @@ use std::time::Duration;
 use neuroshard_node::core::Transmit;
 use neuroshard_node::records::Topic;
 use neuroshard_proof::{Canonical, Proof, SignedProof};
-use neuroshard_sim::{EngineCosts, EngineKind, Factory, LinkModel, Sim, settings, tiny_model};
+use neuroshard_sim::{EngineKind, Sim, network, settings, tiny_model};
 
 const CHEAT: usize = 1;
 
@@ -17,21 +17,10 @@ type Held = Arc<Mutex<Option<(Topic, Vec<u8>)>>>;
 
 /// 2 stages × 3 replicas on the stand-in; node 1 (stage 1) withholds its first proof, which the
 /// test then splits.
-fn network(seed: u64) -> (Sim, Held) {
-    let (stages, n) = (2, 6);
-    let mut s = settings(tiny_model(), stages, 3);
+fn cheating_network(seed: u64) -> (Sim, Held) {
+    let mut s = settings(tiny_model(), 2, 3);
     s.steps = 80;
-    let factory = Factory::new(s.clone(), EngineKind::StandIn);
-    let mut sim = Sim::new(
-        seed,
-        s,
-        LinkModel::lan(),
-        EngineCosts::default(),
-        Box::new(factory),
-    );
-    for i in 0..n {
-        sim.add_node(i % stages, Duration::from_millis(10 * i as u64));
-    }
+    let mut sim = network(seed, s, 3, EngineKind::StandIn);
     let held = Arc::new(Mutex::new(None));
     let slot = Arc::clone(&held);
     sim.set_tamper(
@@ -65,7 +54,7 @@ fn twin(wire: &[u8], sim: &Sim) -> Vec<u8> {
 
 #[test]
 fn an_equivocation_split_across_the_network_is_settled_alike_on_every_ledger() {
-    let (mut sim, held) = network(11);
+    let (mut sim, held) = cheating_network(11);
     let mut at = Duration::from_secs(5);
     let (topic, first) = loop {
         sim.run_until(at);

@@ -7,28 +7,17 @@ use neuroshard_node::core::Transmit;
 use neuroshard_node::events::NodeEvent;
 use neuroshard_node::wire::Msg;
 use neuroshard_proof::Canonical;
-use neuroshard_sim::{EngineCosts, EngineKind, Factory, LinkModel, Sim, settings, tiny_model};
+use neuroshard_sim::{EngineKind, Sim, network, settings, tiny_model};
 
 const LIAR: usize = 2;
 
 /// 2 stages × 2 replicas on the stand-in (nodes alternate stages); node 2, a driver, shifts
 /// every target id it sends by one when `lie` is set.
 fn run(lie: bool) -> Sim {
-    let (stages, n) = (2, 4);
-    let mut s = settings(tiny_model(), stages, 2);
+    let mut s = settings(tiny_model(), 2, 2);
     s.steps = 40;
     let vocab = s.model.vocab as u32;
-    let factory = Factory::new(s.clone(), EngineKind::StandIn);
-    let mut sim = Sim::new(
-        8,
-        s,
-        LinkModel::lan(),
-        EngineCosts::default(),
-        Box::new(factory),
-    );
-    for i in 0..n {
-        sim.add_node(i % stages, Duration::from_millis(10 * i as u64));
-    }
+    let mut sim = network(8, s, 2, EngineKind::StandIn);
     if lie {
         sim.set_tamper(
             LIAR,

@@ -33,31 +33,15 @@ impl NodeCore {
                 // its data trained in. Busy, not refused, and no penalty: an honest sender's
                 // registration may not have reached us yet, so we ask it for its ledger.
                 self.ask_registration(from, now);
-                let time_ms = self.unix_ms(now);
-                self.events.push_back(NodeEvent::Dropped {
-                    what: Some(format!("{} message", msg.kind())),
-                    peer: Some(from.to_string()),
-                    stage: Some(self.stage),
-                    round: None,
-                    reason: "sender is not registered for a neighbouring stage".into(),
-                    time_ms,
-                });
+                let what = format!("{} message", msg.kind());
+                let reason = "sender is not registered for a neighbouring stage";
+                self.dropped_request(from, what, reason.into(), now);
                 Ack::Busy
             }
             Ok(msg) => match self.check_targets(&msg) {
                 Err(why) => {
-                    let reason = format!("targets: {why}");
-                    self.penalize(from, reason.clone());
-                    let time_ms = self.unix_ms(now);
-                    self.events.push_back(NodeEvent::Dropped {
-                        what: Some(format!("{} message", msg.kind())),
-                        peer: Some(from.to_string()),
-                        stage: Some(self.stage),
-                        round: None,
-                        reason: reason.clone(),
-                        time_ms,
-                    });
-                    Ack::Rejected(reason)
+                    let what = format!("{} message", msg.kind());
+                    self.refuse_request(from, what, format!("targets: {why}"), now)
                 }
                 Ok(()) => {
                     let (ack, actions) = self.pipeline.on_message(from, msg, now);
@@ -67,22 +51,31 @@ impl NodeCore {
             },
             Err(e) => {
                 let reason = format!("undecodable message: {e}");
-                self.penalize(from, reason.clone());
-                let time_ms = self.unix_ms(now);
-                self.events.push_back(NodeEvent::Dropped {
-                    what: Some("message".into()),
-                    peer: Some(from.to_string()),
-                    stage: Some(self.stage),
-                    round: None,
-                    reason: reason.clone(),
-                    time_ms,
-                });
-                Ack::Rejected(reason)
+                self.refuse_request(from, "message".into(), reason, now)
             }
         };
         self.transmits.push_back(Transmit::Respond {
             token,
             data: ack.to_canonical_bytes(),
+        });
+    }
+
+    /// A request from `from` refused as its sender's fault: penalised, reported, rejected.
+    fn refuse_request(&mut self, from: NodeId, what: String, reason: String, now: Instant) -> Ack {
+        self.penalize(from, reason.clone());
+        self.dropped_request(from, what, reason.clone(), now);
+        Ack::Rejected(reason)
+    }
+
+    fn dropped_request(&mut self, from: NodeId, what: String, reason: String, now: Instant) {
+        let time_ms = self.unix_ms(now);
+        self.events.push_back(NodeEvent::Dropped {
+            what: Some(what),
+            peer: Some(from.to_string()),
+            stage: Some(self.stage),
+            round: None,
+            reason,
+            time_ms,
         });
     }
 
