@@ -11,6 +11,9 @@
 # time per target instead. Each target's corpus in fuzz/corpus/<target> grows across runs;
 # crash inputs land in fuzz/artifacts/<target>/ (replay: the target binary with the file).
 #
+# FUZZ_PROFILE=dev builds without optimisation: about 10 minutes cold instead of 30, at a
+# few times fewer executions per second. CI uses it (see .ci/run).
+#
 # Needs cargo-fuzz and a nightly toolchain (or RUSTC_BOOTSTRAP=1 on stable, set here when no
 # nightly is installed). No sanitizer by default (SANITIZER=address to add one): the decoders
 # are safe Rust, so AddressSanitizer mostly costs executions; debug assertions and overflow
@@ -23,7 +26,7 @@ budget=${FUZZ_BUDGET:-600}
 floor=${FUZZ_MIN_SECONDS:-10}
 sanitizer=${SANITIZER:-none}
 all=(proof_wire proof_payload ledger_op ledger_slash train_compressed data_manifest data_shard
-  model_meta net_frame node_wire node_sync node_records ledger_sync replica_state)
+  model_meta net_frame node_wire node_sync node_records ledger_sync replica_state audit_evidence)
 targets=("$@")
 [[ ${#targets[@]} -eq 0 ]] && targets=("${all[@]}")
 
@@ -35,9 +38,14 @@ else
   export RUSTC_BOOTSTRAP=1
 fi
 
-# One build of every target (and of the seed writer) with every feature.
-(cd fuzz && cargo "${toolchain[@]}" fuzz build -s "$sanitizer" --features node)
+profile=()
 bin=fuzz/target/x86_64-unknown-linux-gnu/release
+if [[ ${FUZZ_PROFILE:-release} == dev ]]; then
+  profile=(--dev)
+  bin=fuzz/target/x86_64-unknown-linux-gnu/debug
+fi
+# One build of every target (and of the seed writer) with every feature.
+(cd fuzz && cargo "${toolchain[@]}" fuzz build "${profile[@]}" -s "$sanitizer" --features node)
 # libFuzzer's notes about sanitizer hooks a build without a sanitizer lacks are noise here.
 "$bin/make-seeds" fuzz/corpus 2> >(grep -v '^WARNING: Failed to find function' >&2)
 

@@ -8,9 +8,7 @@ use neuroshard_aggregate::Attack;
 use neuroshard_ledger::{AccountOp, Action, LedgerGenesis, Rules};
 use neuroshard_model::{Activations, AdamW, AdamWConfig, ModelConfig, ParamSet, StageSpec, Tokens};
 use neuroshard_node::act_codec::{ActSpec, Packed, Scheme, pack};
-use neuroshard_node::economy::{
-    Economy, EconomyConfig, LedgerSyncRequest, LedgerSyncResponse, ProverSummary,
-};
+use neuroshard_node::economy::{Economy, EconomyConfig, LedgerSyncRequest, LedgerSyncResponse};
 use neuroshard_node::network::{NetworkGenesis, Protocol};
 use neuroshard_node::records::{Heartbeat, NodeRecord};
 use neuroshard_node::replica::{Diloco, DilocoConfig, encode_adamw};
@@ -309,23 +307,27 @@ pub fn sample_proof_wires() -> Vec<Vec<u8>> {
         .collect()
 }
 
+/// The peer the fuzzed economies reconcile with.
+pub const SYNC_PEER: NodeId = NodeId([0xee; 32]);
+
+/// A first request of a fresh economy (its range message), asking for the sample proofs.
 pub fn sample_sync_request() -> LedgerSyncRequest {
-    LedgerSyncRequest {
-        provers: vec![ProverSummary {
-            node: ALICE.node_id(),
-            count: 1,
-            max_nonce: 0,
-            digest: 0x1234,
-        }],
-        accounts: vec![(NEIGHBOUR.node_id(), 1)],
-    }
+    let mut request = fresh_economy()
+        .map(|mut e| e.start_sync(SYNC_PEER, T0))
+        .unwrap_or_default();
+    request.want = economy_with_proofs()
+        .and_then(|e| e.proof_hashes().ok())
+        .unwrap_or_default();
+    request
 }
 
+/// The holder's answer to [`sample_sync_request`]: its range message and the proofs asked.
 pub fn sample_sync_response() -> LedgerSyncResponse {
-    LedgerSyncResponse {
-        proofs: sample_proof_wires(),
-        ops: sample_registrations(),
-    }
+    let mut response = economy_with_proofs()
+        .map(|mut e| e.answer_sync(&sample_sync_request(), 1 << 20, T0 + 10))
+        .unwrap_or_default();
+    response.ops = sample_registrations();
+    response
 }
 
 /// An economy (BOB's) on a fresh ledger that stakes ALICE and NEIGHBOUR (their registrations

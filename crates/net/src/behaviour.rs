@@ -102,7 +102,7 @@ fn kademlia(local: libp2p::PeerId, config: &NetConfig) -> kad::Behaviour<MemoryS
     let store = MemoryStore::with_config(
         local,
         MemoryStoreConfig {
-            max_records: 16 * 1024,
+            max_records: config.max_dht_keys.max(1),
             max_value_bytes: MAX_RECORD_VALUE,
             max_providers_per_key: 64,
             max_provided_keys: 4 * 1024,

@@ -41,6 +41,8 @@ pub struct Counters {
     pub gossip_over_rate: u64,
     /// Inbound requests dropped because their peer was over its rate.
     pub requests_over_rate: u64,
+    /// DHT provider entries refused by the provider validator (stored or found).
+    pub providers_refused: u64,
 }
 
 impl Counters {
@@ -97,6 +99,7 @@ pub(crate) struct CounterSet {
     pub events_dropped: AtomicU64,
     pub gossip_over_rate: AtomicU64,
     pub requests_over_rate: AtomicU64,
+    pub providers_refused: AtomicU64,
 }
 
 impl CounterSet {
@@ -110,6 +113,7 @@ impl CounterSet {
             events_dropped: self.events_dropped.load(Ordering::Relaxed),
             gossip_over_rate: self.gossip_over_rate.load(Ordering::Relaxed),
             requests_over_rate: self.requests_over_rate.load(Ordering::Relaxed),
+            providers_refused: self.providers_refused.load(Ordering::Relaxed),
         }
     }
 

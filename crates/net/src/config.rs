@@ -26,6 +26,15 @@ pub type GossipValidator = Arc<dyn Fn(&str, &NodeId, &[u8]) -> Validation + Send
 /// on our own puts, and on every record `get_record` finds (the local one included).
 pub type RecordValidator = Arc<dyn Fn(&[u8], &[u8], Option<&NodeId>) -> bool + Send + Sync>;
 
+/// Decides whether a DHT provider entry is valid: `(key, provider)`. Runs on inbound
+/// `AddProvider` requests (the provider is the sending peer) and on every provider a lookup
+/// finds. Keys the application never looks up are refused, so a peer cannot fill the store's
+/// key budget with junk and crowd out the keys that matter (our own announcement included).
+pub type ProviderValidator = Arc<dyn Fn(&[u8], &NodeId) -> bool + Send + Sync>;
+
+/// Default budget of DHT keys held (records and provider keys, each counted separately).
+pub const DEFAULT_MAX_DHT_KEYS: usize = 16 * 1024;
+
 /// Default maximum size of one request or response frame.
 pub const DEFAULT_MAX_FRAME: usize = 32 * 1024 * 1024;
 /// Default maximum size of one gossip message.
@@ -87,6 +96,9 @@ pub struct NetConfig {
     pub ban_threshold: f64,
     pub gossip_validator: GossipValidator,
     pub record_validator: RecordValidator,
+    pub provider_validator: ProviderValidator,
+    /// Most DHT records, and most provider keys, the local store holds.
+    pub max_dht_keys: usize,
 }
 
 impl NetConfig {
@@ -117,6 +129,8 @@ impl NetConfig {
             ban_threshold: -100.0,
             gossip_validator: Arc::new(|_, _, _| Validation::Accept),
             record_validator: Arc::new(|_, _, _| true),
+            provider_validator: Arc::new(|_, _| true),
+            max_dht_keys: DEFAULT_MAX_DHT_KEYS,
         }
     }
 }

@@ -19,9 +19,9 @@ pub use blob::CHUNK_SIZE;
 pub use codec::{Counters, Traffic};
 pub use config::{
     DEFAULT_GOSSIP_BURST, DEFAULT_GOSSIP_PER_SEC, DEFAULT_MAX_CONNECTIONS,
-    DEFAULT_MAX_CONNECTIONS_PER_PEER, DEFAULT_MAX_FRAME, DEFAULT_MAX_GOSSIP,
+    DEFAULT_MAX_CONNECTIONS_PER_PEER, DEFAULT_MAX_DHT_KEYS, DEFAULT_MAX_FRAME, DEFAULT_MAX_GOSSIP,
     DEFAULT_MAX_QUEUED_BYTES, DEFAULT_REQUEST_BURST, DEFAULT_REQUEST_PER_SEC, GossipValidator,
-    NetConfig, RecordValidator, Validation,
+    NetConfig, ProviderValidator, RecordValidator, Validation,
 };
 pub use error::NetError;
 pub use net::{Net, NetEvent, NetEvents, ResponseChannel};

@@ -149,3 +149,55 @@ async fn records_live_while_republished_and_expire_after_the_author_leaves() {
     .await;
     b.shutdown().await;
 }
+
+/// A peer announcing itself as provider of keys nobody looks up used to fill the store's key
+/// budget, after which the victim could not even announce its own stage. Now the victim's
+/// provider validator refuses such entries and lookups drop them.
+#[tokio::test]
+async fn junk_provider_keys_are_refused_and_cannot_crowd_out_our_own() {
+    let victim_config = || NetConfig {
+        provider_validator: Arc::new(|key, _provider| key.starts_with(b"stage/")),
+        max_dht_keys: 4,
+        ..NetConfig::local()
+    };
+    let (victim, victim_events, victim_addr) = start(27, victim_config()).await;
+    let (hostile, hostile_events, _) = start(
+        28,
+        NetConfig {
+            bootstrap: vec![victim_addr],
+            ..NetConfig::local()
+        },
+    )
+    .await;
+    drain(victim_events);
+    drain(hostile_events);
+    for i in 0..6 {
+        bounded(hostile.start_providing(format!("junk-{i}").into_bytes()))
+            .await
+            .unwrap();
+    }
+    // Every junk entry reached the victim and was refused there.
+    eventually(|| async { (victim.counters().providers_refused >= 6).then_some(()) }).await;
+    bounded(victim.start_providing(b"stage/0".to_vec()))
+        .await
+        .expect("the victim's store still has room for its own announcement");
+    // Lookups drop providers of keys the validator refuses, whoever serves them.
+    assert!(
+        bounded(victim.get_providers(b"junk-0".to_vec()))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    bounded(hostile.start_providing(b"stage/1".to_vec()))
+        .await
+        .unwrap();
+    let found = eventually(|| async {
+        let p = victim.get_providers(b"stage/1".to_vec()).await.unwrap();
+        (!p.is_empty()).then_some(p)
+    })
+    .await;
+    assert!(found.contains(&hostile.node_id()));
+    for n in [victim, hostile] {
+        n.shutdown().await;
+    }
+}

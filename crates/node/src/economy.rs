@@ -289,8 +289,9 @@ pub struct Economy {
     early: Vec<(u64, Receipt)>,
     last_nonce: Option<u64>,
     parked: VecDeque<ParkedProof>,
-    /// Applied proofs by prover, as (nonce, hash): what anti-entropy summarises.
-    by_prover: BTreeMap<NodeId, antientropy::Held>,
+    /// Applied ops by their anti-entropy id.
+    op_ids: BTreeMap<Hash32, (NodeId, u64)>,
+    sync: antientropy::SyncState,
 }
 
 impl Economy {
@@ -312,15 +313,11 @@ impl Economy {
         // Own nonces continue above what the ledger holds, so a restart never reuses one even
         // if the clock went back.
         let last_nonce = snapshot.last_nonce.get(&identity.node_id()).copied();
-        let mut by_prover: BTreeMap<NodeId, antientropy::Held> = BTreeMap::new();
-        for (hash, wire) in &snapshot.wires {
-            if let Some((node, nonce)) = antientropy::prover_and_nonce(wire) {
-                by_prover
-                    .entry(node)
-                    .or_insert_with(|| antientropy::Held::new(node))
-                    .insert(nonce, *hash);
-            }
-        }
+        let op_ids = snapshot
+            .ops
+            .iter()
+            .map(|(key, wire)| (antientropy::op_id(wire), *key))
+            .collect();
         Self {
             ledger: snapshot.state,
             wires: snapshot.wires,
@@ -334,7 +331,8 @@ impl Economy {
             early: Vec::new(),
             last_nonce,
             parked: VecDeque::new(),
-            by_prover,
+            op_ids,
+            sync: antientropy::SyncState::default(),
         }
     }
 
@@ -495,11 +493,7 @@ impl Economy {
         if matches!(outcome, Outcome::Applied(_)) {
             let hash = verified.hash();
             self.wires.insert(hash, intern::intern(hash, wire));
-            let p = verified.proof();
-            self.by_prover
-                .entry(p.node_id)
-                .or_insert_with(|| antientropy::Held::new(p.node_id))
-                .insert(p.nonce, verified.hash());
+            self.sync.dirty = true;
             self.writes.push_back(LedgerWrite::Proof {
                 proof: Box::new(verified.clone()),
                 wire: wire.to_vec(),
@@ -586,10 +580,11 @@ mod ops;
 mod produce;
 #[cfg(test)]
 mod receipt_tests;
+pub mod reconcile;
 #[cfg(test)]
 pub(crate) mod tests;
 
 pub use antientropy::{
-    LedgerSyncRequest, LedgerSyncResponse, MAX_PROOF_WIRE, MAX_SYNC_ACCOUNTS, MAX_SYNC_OPS,
-    MAX_SYNC_PROOFS, MAX_SYNC_PROVERS, ProverSummary,
+    LedgerSyncRequest, LedgerSyncResponse, MAX_PROOF_WIRE, MAX_SYNC_OPS, MAX_SYNC_PROOFS,
+    MAX_SYNC_SESSIONS, MAX_SYNC_WANT,
 };

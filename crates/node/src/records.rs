@@ -272,6 +272,30 @@ pub fn stage_key(network: &Hash32, stage: usize) -> Vec<u8> {
     format!("neuroshard/stage/{}/{stage}", hex::encode(network)).into_bytes()
 }
 
+/// DHT provider validation: nodes only announce, and only look up, the stage keys of their
+/// network; any other key (or a stage past the network's last) is junk a peer could use to fill
+/// the store's key budget. Before the node knows its network, any network's stage key passes.
+pub fn validate_provider_key(key: &[u8], network: Option<&Hash32>, stages: usize) -> bool {
+    let Some(rest) = key.strip_prefix(b"neuroshard/stage/") else {
+        return false;
+    };
+    let Some((net_hex, stage)) = std::str::from_utf8(rest)
+        .ok()
+        .and_then(|r| r.split_once('/'))
+    else {
+        return false;
+    };
+    let net_ok = match network {
+        Some(n) => net_hex == hex::encode(n),
+        None => net_hex.len() == 64 && net_hex.bytes().all(|b| b.is_ascii_hexdigit()),
+    };
+    // `stage_key` writes a plain decimal: no sign, no leading zero.
+    let canonical = stage
+        .parse::<usize>()
+        .is_ok_and(|s| s < stages && s.to_string() == stage);
+    net_ok && canonical
+}
+
 /// Verifies a signed value and that `author` (when known) is its signer.
 pub fn open<T: Canonical>(bytes: &[u8], author: Option<&NodeId>) -> Result<T, String> {
     let signed = Signed::<T>::from_bytes(bytes).map_err(|e| e.to_string())?;

@@ -8,12 +8,12 @@ mod start;
 
 use std::collections::HashMap;
 use std::io::Write;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use neuroshard_data::Genesis;
 use neuroshard_net::{Address, Net, NetConfig, NetEvent, ResponseChannel};
-use neuroshard_proof::{Identity, NodeId};
+use neuroshard_proof::{Hash32, Identity, NodeId};
 use tokio::sync::mpsc;
 
 use crate::NodeError;
@@ -96,9 +96,12 @@ pub async fn run_serving(
         .map_err(|e| NodeError::io(&settings.data_dir, e))?;
     let identity = Identity::load_or_create(&settings.data_dir.join(neuroshard_proof::KEY_FILE))?;
     let genesis = Genesis::open(&settings.genesis)?;
-    let (net, mut net_events) = Net::start(identity.secret_bytes(), net_config(&settings)?).await?;
+    let known_network = Arc::new(OnceLock::new());
+    let config = net_config(&settings, known_network.clone())?;
+    let (net, mut net_events) = Net::start(identity.secret_bytes(), config).await?;
     let the_network = genesis::resolve(&mut settings, &identity, &net, genesis.root()).await?;
     let network = the_network.id;
+    let _ = known_network.set(network);
     if genesis.vocab_size() != settings.model.vocab {
         return Err(NodeError::Config(format!(
             "model vocabulary {} differs from the dataset's {}",
@@ -442,7 +445,12 @@ impl Driver {
     }
 }
 
-fn net_config(settings: &NodeSettings) -> Result<NetConfig, NodeError> {
+/// `network` is set once the node knows which network it follows; provider entries are then
+/// checked against its stage keys only.
+fn net_config(
+    settings: &NodeSettings,
+    network: Arc<OnceLock<Hash32>>,
+) -> Result<NetConfig, NodeError> {
     let mut cfg = NetConfig::local();
     cfg.listen = parse_addrs(&settings.listen)?;
     cfg.bootstrap = parse_addrs(&settings.bootstrap)?;
@@ -469,6 +477,10 @@ fn net_config(settings: &NodeSettings) -> Result<NetConfig, NodeError> {
     cfg.gossip_validator = Arc::new(validate_gossip);
     cfg.record_validator =
         Arc::new(|k: &[u8], v: &[u8], p: Option<&NodeId>| validate_record(k, v, p, now_ms()));
+    let stages = settings.stages;
+    cfg.provider_validator = Arc::new(move |key: &[u8], _provider: &NodeId| {
+        crate::records::validate_provider_key(key, network.get(), stages)
+    });
     Ok(cfg)
 }
 

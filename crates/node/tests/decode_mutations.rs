@@ -14,7 +14,6 @@ use neuroshard_net::Validation;
 use neuroshard_node::act_codec::{Packed, Scheme, pack};
 use neuroshard_node::economy::{
     Economy, EconomyConfig, LedgerSyncRequest, LedgerSyncResponse, MAX_SYNC_PROOFS, ProofOutcome,
-    ProverSummary,
 };
 use neuroshard_node::network::{Network, NetworkGenesis, Protocol};
 use neuroshard_node::records::{
@@ -358,23 +357,21 @@ fn economy_with_proofs() -> Economy {
     e
 }
 
+/// The peer the tests' economies reconcile with.
+const PEER: NodeId = NodeId([0xee; 32]);
+
+/// The holder's answer to [`sync_request`]: a range message, the proofs and registrations.
 fn sync_response() -> LedgerSyncResponse {
-    LedgerSyncResponse {
-        proofs: proof_wires(),
-        ops: registrations(),
-    }
+    let mut response = economy_with_proofs().answer_sync(&sync_request(), 1 << 20, T0 + 10);
+    response.ops = registrations();
+    response
 }
 
+/// A fresh economy's first request (its range message), asking for the holder's proofs.
 fn sync_request() -> LedgerSyncRequest {
-    LedgerSyncRequest {
-        provers: vec![ProverSummary {
-            node: alice().node_id(),
-            count: 1,
-            max_nonce: 0,
-            digest: 0x1234,
-        }],
-        accounts: vec![(neighbour().node_id(), 1)],
-    }
+    let mut request = fresh_economy().start_sync(PEER, T0);
+    request.want = economy_with_proofs().proof_hashes().expect("hashes");
+    request
 }
 
 fn params() -> ParamSet {
@@ -476,15 +473,14 @@ fn valid_messages_round_trip_and_are_accepted() {
         .signed;
     assert!(validate_record(NETWORK_KEY, &wire, None, T0));
 
-    let holder = economy_with_proofs();
-    let answer = holder
-        .answer_sync(&sync_request(), 1 << 20)
-        .expect("answer");
+    let mut holder = economy_with_proofs();
+    let answer = holder.answer_sync(&sync_request(), 1 << 20, T0 + 10);
     assert_eq!(answer.proofs.len(), 3);
+    assert!(!answer.neg.is_empty());
     let bytes = sync_response().to_canonical_bytes();
     let response = LedgerSyncResponse::from_canonical_bytes(&bytes).expect("decodes");
     let mut fresh = fresh_economy();
-    let summary = fresh.on_sync_response(&response, T0 + 10);
+    let (summary, _) = fresh.on_sync_response(PEER, &response, T0 + 10);
     assert_eq!((summary.applied, fresh.proof_count()), (3, 3));
 
     let p = params();
@@ -614,11 +610,10 @@ proptest! {
                 prop_assert!(largest <= 2 * bad.len() + FIXED_BUDGET, "{largest} bytes");
                 if let Ok(request) = decoded {
                     prop_assert_eq!(request.to_canonical_bytes(), bad);
-                    let answer = economy_with_proofs().answer_sync(&request, 4096);
-                    if let Ok(answer) = answer {
-                        prop_assert!(answer.proofs.len() <= MAX_SYNC_PROOFS);
-                        prop_assert!(answer.proofs.iter().map(Vec::len).sum::<usize>() <= 4096);
-                    }
+                    let answer = economy_with_proofs().answer_sync(&request, 4096, T0 + 10);
+                    prop_assert!(answer.proofs.len() <= MAX_SYNC_PROOFS);
+                    let items: usize = answer.proofs.iter().chain(&answer.ops).map(Vec::len).sum();
+                    prop_assert!(items <= 4096);
                 }
             }
             1 => {
@@ -629,7 +624,8 @@ proptest! {
                 if let Ok(response) = decoded {
                     prop_assert_eq!(response.to_canonical_bytes(), bad);
                     let mut e = fresh_economy();
-                    e.on_sync_response(&response, T0 + 10);
+                    let _ = e.start_sync(PEER, T0);
+                    let _ = e.on_sync_response(PEER, &response, T0 + 10);
                     prop_assert!(e.proof_count() <= response.proofs.len());
                     prop_assert_eq!(e.ledger().check_invariants(), Ok(()));
                 }

@@ -22,6 +22,8 @@ pub(super) enum Query {
     Providers {
         reply: Reply<HashSet<PeerId>>,
         found: HashSet<PeerId>,
+        /// What was looked up: found providers are checked against it.
+        key: Vec<u8>,
     },
 }
 
@@ -65,7 +67,7 @@ impl Task {
         let kad = &mut self.swarm.behaviour_mut().kad;
         let id = kad.get_providers(kad::RecordKey::new(&key));
         let found = HashSet::new();
-        self.query_started(id, Query::Providers { reply, found });
+        self.query_started(id, Query::Providers { reply, found, key });
     }
 
     fn query_started(&mut self, id: QueryId, query: Query) {
@@ -104,7 +106,14 @@ impl Task {
             kad::InboundRequest::AddProvider {
                 record: Some(record),
             } => {
-                if let Err(e) = kad.store_mut().add_provider(record) {
+                // libp2p only hands us entries whose provider is the sending peer.
+                let provider = book.learn(&record.provider);
+                let valid = provider
+                    .is_some_and(|p| (self.config.provider_validator)(record.key.as_ref(), &p));
+                if !valid {
+                    CounterSet::bump(&self.counters.providers_refused);
+                    tracing::debug!(peer = %record.provider, "provider entry refused by the validator");
+                } else if let Err(e) = kad.store_mut().add_provider(record) {
                     tracing::debug!(error = %e, "provider record not stored");
                 }
             }
@@ -138,9 +147,21 @@ impl Task {
                 tracing::debug!(error = %e, "get_record finished");
             }
             (
-                Query::Providers { found, .. },
+                Query::Providers { found, key, .. },
                 QueryResult::GetProviders(Ok(GetProvidersOk::FoundProviders { providers, .. })),
-            ) => found.extend(providers.into_iter().filter(|p| !self.scores.is_banned(p))),
+            ) => {
+                for p in providers {
+                    let valid = self
+                        .book
+                        .learn(&p)
+                        .is_some_and(|n| (self.config.provider_validator)(key, &n));
+                    if !valid {
+                        CounterSet::bump(&self.counters.providers_refused);
+                    } else if !self.scores.is_banned(&p) {
+                        found.insert(p);
+                    }
+                }
+            }
             (Query::Providers { .. }, QueryResult::GetProviders(Err(e))) => {
                 tracing::debug!(error = %e, "get_providers finished");
             }
@@ -164,7 +185,7 @@ impl Task {
             Query::Get { reply, values } => {
                 let _ = reply.send(Ok(values));
             }
-            Query::Providers { reply, found } => {
+            Query::Providers { reply, found, .. } => {
                 let _ = reply.send(Ok(found));
             }
         }

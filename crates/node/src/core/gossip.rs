@@ -8,7 +8,7 @@ use neuroshard_proof::{Canonical, NodeId, Signed};
 use rand::seq::IteratorRandom;
 
 use super::{NodeCore, Pending, RECORD_TTL, Transmit, open_from};
-use crate::economy::ProofOutcome;
+use crate::economy::{LedgerSyncRequest, ProofOutcome};
 use crate::events::NodeEvent;
 use crate::peers::heartbeat_every;
 use crate::records::{Heartbeat, NodeRecord, Topic, node_key};
@@ -134,7 +134,7 @@ impl NodeCore {
             }
             if self.asked.len() < super::MAX_UNREGISTERED_HELD {
                 self.asked.insert(from, now);
-                self.ledger_request(from);
+                self.ledger_request(from, now);
             }
         }
     }
@@ -156,17 +156,21 @@ impl NodeCore {
 
     /// Anti-entropy: asks one random live peer for the proofs this ledger lacks, so a node
     /// that was down or joined late ends with the same ledger as the others.
-    pub(super) fn ledger_anti_entropy(&mut self) {
+    pub(super) fn ledger_anti_entropy(&mut self, now: Instant) {
         let Some(peer) = self.pipeline.peers.live_peers().choose(&mut self.rng) else {
             return;
         };
-        self.ledger_request(peer);
+        self.ledger_request(peer, now);
     }
 
-    fn ledger_request(&mut self, peer: NodeId) {
-        let Ok(request) = self.economy.sync_request() else {
-            return;
-        };
+    /// Starts a ledger reconciliation with `peer`.
+    fn ledger_request(&mut self, peer: NodeId, now: Instant) {
+        let request = self.economy.start_sync(peer, self.unix_ms(now));
+        self.send_ledger_request(peer, request);
+    }
+
+    /// Sends one step of a reconciliation with `peer`.
+    pub(super) fn send_ledger_request(&mut self, peer: NodeId, request: LedgerSyncRequest) {
         let token = self.token();
         self.requests.insert(token, Pending::Ledger { peer });
         self.transmits.push_back(Transmit::Request {

@@ -352,7 +352,7 @@ impl NodeCore {
         }
         if now >= self.next_anti_entropy {
             self.next_anti_entropy = now + ANTI_ENTROPY_EVERY;
-            self.ledger_anti_entropy();
+            self.ledger_anti_entropy(now);
         }
         if now >= self.next_republish {
             self.next_republish = now + REPUBLISH_EVERY;
@@ -566,7 +566,12 @@ impl NodeCore {
                 let Ok(resp) = resp else {
                     return;
                 };
-                let summary = self.economy.on_sync_response(&resp, self.unix_ms(now));
+                let (summary, next) = self
+                    .economy
+                    .on_sync_response(peer, &resp, self.unix_ms(now));
+                if let Some(next) = next {
+                    self.send_ledger_request(peer, next);
+                }
                 if !resp.ops.is_empty() {
                     self.replay_registered(now);
                 }

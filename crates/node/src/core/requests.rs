@@ -15,7 +15,7 @@ impl NodeCore {
     pub(super) fn on_request(&mut self, from: NodeId, token: Token, data: &[u8], now: Instant) {
         if let Ok(req) = LedgerSyncRequest::from_canonical_bytes(data) {
             let max = self.settings.max_frame / 2;
-            let resp = self.economy.answer_sync(&req, max).unwrap_or_default();
+            let resp = self.economy.answer_sync(&req, max, self.unix_ms(now));
             self.transmits.push_back(Transmit::Respond {
                 token,
                 data: resp.to_canonical_bytes(),

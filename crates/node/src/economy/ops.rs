@@ -60,23 +60,15 @@ impl Economy {
                         ..
                     } = record
                     {
+                        self.op_ids
+                            .insert(super::antientropy::op_id(&wire), (account, nonce));
                         self.op_wires.insert((account, nonce), wire);
+                        self.sync.dirty = true;
                         accounts.insert(account);
                     }
                 }
                 Ok(Some(self.retry_parked(&accounts)))
             }
         }
-    }
-
-    /// Signed ops of `account` from `from_nonce` on, in order (what a peer behind lacks).
-    pub(super) fn ops_from(
-        &self,
-        account: neuroshard_proof::NodeId,
-        from_nonce: u64,
-    ) -> impl Iterator<Item = &Vec<u8>> {
-        self.op_wires
-            .range((account, from_nonce)..=(account, u64::MAX))
-            .map(|(_, w)| w)
     }
 }

@@ -218,29 +218,48 @@ fn anti_entropy_delivers_missed_proofs_and_the_registrations_they_need() -> Resu
         ));
     }
     assert!(matches!(c.on_proof(&first, T), ProofOutcome::Parked(_)));
-    let bytes = c.sync_request()?.to_canonical_bytes();
-    let request = match LedgerSyncRequest::from_canonical_bytes(&bytes) {
-        Ok(r) => r,
-        Err(e) => panic!("request decodes: {e}"),
-    };
-    assert!(
-        b.answer_sync(&request, 10)?.proofs.is_empty(),
-        "byte budget"
-    );
-    let bytes = b.answer_sync(&request, 1 << 20)?.to_canonical_bytes();
-    let response = match LedgerSyncResponse::from_canonical_bytes(&bytes) {
-        Ok(r) => r,
-        Err(e) => panic!("response decodes: {e}"),
-    };
-    assert_eq!(response.ops.len(), 2);
-    // Hours later: old proofs and ops still apply.
-    let summary = c.on_sync_response(&response, T + 10 * 3_600_000);
+    // A byte budget too small for any item: the range answer comes, the items do not.
+    let (summary, _) = sync_with(&mut c, &mut b, T + 7_000, 10);
+    assert_eq!(summary.applied, 0);
+    // Hours later: old proofs and ops still apply; the registrations come first.
+    let (summary, requests) = sync_with(&mut c, &mut b, T + 10 * 3_600_000, 1 << 20);
     assert_eq!(summary.applied, 2);
+    assert!(requests <= 3, "{requests} requests");
     assert_eq!(c.state_hash(), b.state_hash());
     assert_eq!(c.proof_hashes()?, b.proof_hashes()?);
-    let again = b.answer_sync(&c.sync_request()?, 1 << 20)?;
-    assert!(again.proofs.is_empty() && again.ops.is_empty());
+    // In agreement, a session is one request that carries nothing back.
+    let (summary, requests) = sync_with(&mut c, &mut b, T + 10 * 3_600_000 + 2_000, 1 << 20);
+    assert_eq!((summary.applied, requests), (0, 1));
     Ok(())
+}
+
+/// Runs one whole reconciliation of `from` against `to`, every message through its wire
+/// form, answers limited to `max_bytes`; returns what it applied and the requests it took.
+pub(crate) fn sync_with(
+    from: &mut Economy,
+    to: &mut Economy,
+    now_ms: u64,
+    max_bytes: usize,
+) -> (SyncSummary, usize) {
+    let peer = NodeId([0xee; 32]);
+    let mut request = from.start_sync(peer, now_ms);
+    let mut total = SyncSummary::default();
+    for requests in 1..=200 {
+        let bytes = request.to_canonical_bytes();
+        let request_back = LedgerSyncRequest::from_canonical_bytes(&bytes).expect("decodes");
+        let answer = to.answer_sync(&request_back, max_bytes, now_ms);
+        let answer = LedgerSyncResponse::from_canonical_bytes(&answer.to_canonical_bytes())
+            .expect("decodes");
+        let (summary, next) = from.on_sync_response(peer, &answer, now_ms);
+        total.applied += summary.applied;
+        total.parked += summary.parked;
+        total.rejected += summary.rejected;
+        match next {
+            Some(next) => request = next,
+            None => return (total, requests),
+        }
+    }
+    panic!("the session did not end");
 }
 
 /// Wire bytes of proofs, and of the ops they need.
@@ -470,42 +489,37 @@ fn nonces_keep_rising_across_a_reopen_even_if_the_clock_goes_back()
 
 #[test]
 fn sync_messages_enforce_their_caps() {
-    let one = ProverSummary {
-        node: NodeId([1; 32]),
-        count: 1,
-        max_nonce: 2,
-        digest: 3,
-    };
     let too_many = LedgerSyncRequest {
-        provers: vec![one; MAX_SYNC_PROVERS + 1],
-        accounts: Vec::new(),
+        neg: Vec::new(),
+        want: vec![[1; 32]; MAX_SYNC_WANT + 1],
     };
-    let too_many_accounts = LedgerSyncRequest {
-        provers: Vec::new(),
-        accounts: vec![(NodeId([2; 32]), 1); MAX_SYNC_ACCOUNTS + 1],
+    let too_long = LedgerSyncRequest {
+        neg: vec![0x61; reconcile::MAX_NEG_BYTES + 1],
+        want: Vec::new(),
     };
     let fine = LedgerSyncRequest {
-        provers: vec![one; 3],
-        accounts: vec![(NodeId([2; 32]), 4)],
+        neg: vec![0x61, 0],
+        want: vec![[2; 32]; 3],
     };
     assert_eq!(
         LedgerSyncRequest::from_canonical_bytes(&fine.to_canonical_bytes()),
         Ok(fine)
     );
-    for bad in [too_many, too_many_accounts] {
+    for bad in [too_many, too_long] {
         assert!(LedgerSyncRequest::from_canonical_bytes(&bad.to_canonical_bytes()).is_err());
     }
     let too_big = LedgerSyncResponse {
         proofs: vec![vec![0; MAX_PROOF_WIRE + 1]],
-        ops: Vec::new(),
+        ..Default::default()
     };
     assert!(LedgerSyncResponse::from_canonical_bytes(&too_big.to_canonical_bytes()).is_err());
     let too_many_ops = LedgerSyncResponse {
-        proofs: Vec::new(),
         ops: vec![vec![1]; MAX_SYNC_OPS + 1],
+        ..Default::default()
     };
     assert!(LedgerSyncResponse::from_canonical_bytes(&too_many_ops.to_canonical_bytes()).is_err());
     let ok = LedgerSyncResponse {
+        neg: vec![0x61],
         proofs: vec![vec![1, 2, 3], Vec::new()],
         ops: vec![vec![4]],
     };
@@ -515,9 +529,13 @@ fn sync_messages_enforce_their_caps() {
     );
 }
 
-/// A node that holds a prover's first and third proofs but missed the second gets it: the
-/// summaries (count, highest nonce, digest) show the hole without a list of hashes, and once
-/// the ledgers agree nothing is sent at all.
+/// A node that holds a prover's first and third proofs but missed the second gets it, and
+/// once the ledgers agree a session carries nothing back.
+///
+/// The per-prover summaries this reconciliation replaced (count, highest nonce, XOR of the
+/// hashes' first 8 bytes) missed a hole whenever the XOR happened to match, which a prover
+/// could arrange with a few dozen of its own proofs and so split ledgers for good. Here the
+/// two sides compare fingerprints of id ranges and then the ids themselves.
 #[test]
 fn anti_entropy_fills_a_hole_below_the_highest_nonce() -> Result<(), EconomyError> {
     let (mut a, mut b, mut c) = (economy(40), economy(41), economy(42));
@@ -537,16 +555,34 @@ fn anti_entropy_fills_a_hole_below_the_highest_nonce() -> Result<(), EconomyErro
             ProofOutcome::Applied { .. }
         ));
     }
-    let answer = b.answer_sync(&c.sync_request()?, 1 << 20)?;
-    assert!(answer.proofs.contains(&wires[1]));
-    c.on_sync_response(&answer, T + 21_000);
+    assert_ne!(c.state_hash(), b.state_hash());
+    let (summary, _) = sync_with(&mut c, &mut b, T + 21_000, 1 << 20);
+    assert_eq!(summary.applied, 1);
     assert_eq!(c.state_hash(), b.state_hash());
-    assert!(
-        b.answer_sync(&c.sync_request()?, 1 << 20)?
-            .proofs
-            .is_empty()
-    );
+    let (summary, requests) = sync_with(&mut c, &mut b, T + 23_000, 1 << 20);
+    assert_eq!((summary.applied, requests), (0, 1));
     Ok(())
+}
+
+/// A responder's answer is applied item by item (each verified), but only an open session
+/// with that peer continues: an unsolicited answer gets no follow-up request, and a session
+/// with another peer is not disturbed by it.
+#[test]
+fn unsolicited_answers_start_nothing_and_sessions_stay_bounded() {
+    let mut c = economy(43);
+    let junk = LedgerSyncResponse {
+        neg: vec![0x61, 0, 0],
+        proofs: vec![vec![1, 2, 3]],
+        ops: vec![vec![4]],
+    };
+    let (summary, next) = c.on_sync_response(NodeId([1; 32]), &junk, T);
+    assert!(next.is_none());
+    assert_eq!(summary.rejected, 1, "the junk proof is refused");
+    // One session per peer, at most MAX_SYNC_SESSIONS: a flood of peers evicts the oldest.
+    for i in 0..(MAX_SYNC_SESSIONS as u8 + 3) {
+        c.start_sync(NodeId([i; 32]), T);
+    }
+    assert_eq!(c.sync.sessions_open(), MAX_SYNC_SESSIONS);
 }
 
 /// Proofs no node of this network makes mint nothing, whatever they claim: Uptime,

@@ -315,3 +315,28 @@ fn a_proof_with_a_bad_signature_is_not_forwarded_even_from_its_signer() {
         Validation::Reject
     );
 }
+
+#[test]
+fn only_our_networks_stage_keys_are_valid_provider_keys() {
+    let net = [7u8; 32];
+    let other = [8u8; 32];
+    assert!(validate_provider_key(&stage_key(&net, 0), Some(&net), 2));
+    assert!(validate_provider_key(&stage_key(&net, 1), Some(&net), 2));
+    // Before the network is known, any network's stage key passes.
+    assert!(validate_provider_key(&stage_key(&other, 1), None, 2));
+    assert!(!validate_provider_key(&stage_key(&other, 1), Some(&net), 2));
+    assert!(!validate_provider_key(&stage_key(&net, 2), Some(&net), 2));
+    let hexed = hex::encode(net);
+    for junk in [
+        format!("neuroshard/stage/{hexed}/01"),
+        format!("neuroshard/stage/{hexed}/+1"),
+        format!("neuroshard/stage/{hexed}/"),
+        format!("neuroshard/stage/{hexed}"),
+        "neuroshard/stage/zz/0".to_string(),
+        format!("neuroshard/theta/{hexed}/0"),
+        "junk".to_string(),
+    ] {
+        assert!(!validate_provider_key(junk.as_bytes(), None, 2), "{junk}");
+    }
+    assert!(!validate_provider_key(&[0xff, 0xfe], None, 2));
+}

@@ -69,6 +69,7 @@ pub struct NodeMetrics {
     last_events_dropped: AtomicU64,
     last_gossip_over_rate: AtomicU64,
     last_requests_over_rate: AtomicU64,
+    last_providers_refused: AtomicU64,
 }
 
 impl Default for NodeMetrics {
@@ -121,6 +122,7 @@ impl NodeMetrics {
             last_events_dropped: AtomicU64::new(0),
             last_gossip_over_rate: AtomicU64::new(0),
             last_requests_over_rate: AtomicU64::new(0),
+            last_providers_refused: AtomicU64::new(0),
         };
         m.registered()
     }
@@ -401,6 +403,11 @@ impl NodeMetrics {
                         &refused("request_rate"),
                         &self.last_requests_over_rate,
                         net.requests_over_rate,
+                    );
+                    follow_total(
+                        &refused("dht_provider"),
+                        &self.last_providers_refused,
+                        net.providers_refused,
                     );
                 }
             }
