@@ -105,7 +105,8 @@ fn kademlia(local: libp2p::PeerId, config: &NetConfig) -> kad::Behaviour<MemoryS
             max_records: config.max_dht_keys.max(1),
             max_value_bytes: MAX_RECORD_VALUE,
             max_providers_per_key: 64,
-            max_provided_keys: 4 * 1024,
+            // Provider entries are larger (up to 64 providers a key): a quarter as many keys.
+            max_provided_keys: (config.max_dht_keys / 4).max(1),
         },
     );
     let mut kad = kad::Behaviour::with_config(local, store, kcfg);

@@ -32,7 +32,7 @@ pub type RecordValidator = Arc<dyn Fn(&[u8], &[u8], Option<&NodeId>) -> bool + S
 /// key budget with junk and crowd out the keys that matter (our own announcement included).
 pub type ProviderValidator = Arc<dyn Fn(&[u8], &NodeId) -> bool + Send + Sync>;
 
-/// Default budget of DHT keys held (records and provider keys, each counted separately).
+/// Default budget of DHT records held; a quarter of it bounds the keys with providers.
 pub const DEFAULT_MAX_DHT_KEYS: usize = 16 * 1024;
 
 /// Default maximum size of one request or response frame.
@@ -97,7 +97,7 @@ pub struct NetConfig {
     pub gossip_validator: GossipValidator,
     pub record_validator: RecordValidator,
     pub provider_validator: ProviderValidator,
-    /// Most DHT records, and most provider keys, the local store holds.
+    /// Most DHT records the local store holds (and a quarter as many keys with providers).
     pub max_dht_keys: usize,
 }
 

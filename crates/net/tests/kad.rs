@@ -157,7 +157,8 @@ async fn records_live_while_republished_and_expire_after_the_author_leaves() {
 async fn junk_provider_keys_are_refused_and_cannot_crowd_out_our_own() {
     let victim_config = || NetConfig {
         provider_validator: Arc::new(|key, _provider| key.starts_with(b"stage/")),
-        max_dht_keys: 4,
+        // Room for 2 keys with providers.
+        max_dht_keys: 8,
         ..NetConfig::local()
     };
     let (victim, victim_events, victim_addr) = start(27, victim_config()).await;
