@@ -16,7 +16,7 @@ use neuroshard_node::serve::{Chunk, Head, InferMsg, InferReply, SampleSpec};
 use neuroshard_node::sync::{SyncDone, SyncMsg, SyncOffer, ThetaRecord};
 use neuroshard_node::wire::{Ack, MicroBatchId, Msg, Payload, TargetWindow, Targets};
 use neuroshard_proof::fixtures::{TEST_NETWORK, training_proof};
-use neuroshard_proof::{Hash32, LayerRange, Receipt, ReceiptKind, Roles};
+use neuroshard_proof::{Hash32, LayerRange, NodeId, Receipt, ReceiptKind, Roles};
 
 use crate::{ALICE, BOB, NEIGHBOUR, T0};
 
