@@ -31,5 +31,7 @@ pub use state::{
     Account, Changes, Entry, EntryKind, Generation, LedgerError, LedgerState, Outcome, Record,
     round_key, round_key_of,
 };
-pub use store::{ApplyError, HistoryLine, LEDGER_FILE, Ledger, Message, StoreError, WiredMessage};
+pub use store::{
+    ApplyError, ChangeLog, HistoryLine, LEDGER_FILE, Ledger, Message, StoreError, WiredMessage,
+};
 pub use verdict::VerifiedVerdict;

@@ -77,6 +77,49 @@ pub enum StoreError {
     OtherGenesis { got: String, expected: String },
     #[error("genesis: {0}")]
     Genesis(#[from] LedgerError),
+    #[error("an earlier ledger write failed ({0}); nothing more is written until restart")]
+    Stopped(String),
+}
+
+/// The durable half of a ledger whose rules run elsewhere: it writes the [`Changes`] the
+/// caller's [`LedgerState`] produced, without applying anything again (no second copy of the
+/// state in memory, no second run of the rules per proof). After a failed commit it refuses
+/// every later one, so the database stays a consistent prefix of what the caller applied
+/// (later account values without the records behind them would pay twice once anti-entropy
+/// brought those records back); the next start resumes from that prefix.
+#[derive(Debug)]
+pub struct ChangeLog {
+    conn: Connection,
+    failed: Option<String>,
+}
+
+impl ChangeLog {
+    /// Writes `changes` and the signed bytes of the proofs they applied in one transaction.
+    pub fn commit(
+        &mut self,
+        changes: &Changes,
+        proof_wires: &[(Hash32, &[u8])],
+    ) -> Result<(), StoreError> {
+        if let Some(why) = &self.failed {
+            return Err(StoreError::Stopped(why.clone()));
+        }
+        let nothing = changes.records.is_empty()
+            && changes.accounts.is_empty()
+            && changes.entries.is_empty()
+            && proof_wires.is_empty();
+        if nothing {
+            return Ok(());
+        }
+        let wires: Vec<_> = proof_wires.iter().map(|(h, w)| (*h, *w, true)).collect();
+        write(&mut self.conn, changes, &wires).inspect_err(|e| self.failed = Some(e.to_string()))
+    }
+
+    /// Makes every later write fail, as a full disk would (tests of what follows a failure).
+    #[cfg(test)]
+    pub(crate) fn refuse_writes(&mut self) -> Result<(), StoreError> {
+        self.conn.pragma_update(None, "query_only", "ON")?;
+        Ok(())
+    }
 }
 
 /// Either the rules refused the message or storing it failed.
@@ -216,6 +259,16 @@ impl Ledger {
 
     pub fn state(&self) -> &LedgerState {
         &self.state
+    }
+
+    /// Hands the database over to a caller whose own [`LedgerState`] (loaded from
+    /// [`Self::state`]) runs the rules: see [`ChangeLog`]. The copy of the state here is
+    /// dropped.
+    pub fn into_change_log(self) -> ChangeLog {
+        ChangeLog {
+            conn: self.conn,
+            failed: None,
+        }
     }
 
     pub fn state_hash(&self) -> Hash32 {
@@ -619,3 +672,6 @@ pub fn entry_kind_names() -> [&'static str; 11] {
     ]
     .map(EntryKind::as_str)
 }
+
+#[cfg(test)]
+mod tests;

@@ -21,8 +21,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use neuroshard_ledger::{
-    ApplyError, Ledger, LedgerError, LedgerGenesis, LedgerState, OpError, Outcome, Record,
-    StoreError, VerifiedOp,
+    ApplyError, ChangeLog, Changes, Ledger, LedgerError, LedgerGenesis, LedgerState, OpError,
+    Outcome, Record, StoreError,
 };
 use neuroshard_proof::{
     HardwareClass, Hash32, Identity, LayerRange, NodeId, Proof, ProofKind, ProofVerifier,
@@ -172,17 +172,13 @@ enum Standing {
     Refuse(String),
 }
 
-/// A change the ledger's SQLite adapter must persist, re-applied there (the rules are
-/// deterministic, so the stored state follows this one).
+/// What one applied proof or op changed, for the ledger's SQLite adapter to persist as it is:
+/// the rules ran once, here, and the database stores their result.
 #[derive(Debug, Clone)]
-pub enum LedgerWrite {
-    /// A verified proof and its wire bytes.
-    Proof {
-        proof: Box<VerifiedProof>,
-        wire: Vec<u8>,
-    },
-    /// A verified account op (its wire bytes are inside).
-    Op(Box<VerifiedOp>),
+pub struct LedgerWrite {
+    pub changes: Changes,
+    /// The signed bytes of the proof applied (ops carry theirs in their records).
+    pub proof_wire: Option<(Hash32, Arc<[u8]>)>,
 }
 
 /// What a node's ledger held when it started: the state and the wire bytes of its proofs and
@@ -231,7 +227,7 @@ impl LedgerSnapshot {
 /// Persists [`LedgerWrite`]s into SQLite (the I/O half of the economy).
 #[derive(Debug)]
 pub struct LedgerStore {
-    ledger: Ledger,
+    log: ChangeLog,
 }
 
 impl LedgerStore {
@@ -243,31 +239,28 @@ impl LedgerStore {
     ) -> Result<(Self, LedgerSnapshot), EconomyError> {
         let ledger = Ledger::open_genesis(path, genesis)?;
         let snapshot = LedgerSnapshot::load(&ledger, me)?;
-        Ok((Self { ledger }, snapshot))
+        Ok((
+            Self {
+                log: ledger.into_change_log(),
+            },
+            snapshot,
+        ))
     }
 
-    /// Persists `writes` in order in one SQLite transaction (one fsync, however many): the
-    /// write of one proof or op refused alone comes back as its error; an error of the whole
-    /// transaction means nothing was stored.
-    pub fn write_batch(
-        &mut self,
-        writes: &[LedgerWrite],
-    ) -> Result<Vec<EconomyError>, EconomyError> {
-        let messages = writes.iter().map(|w| match w {
-            LedgerWrite::Proof { proof, wire } => {
-                neuroshard_ledger::WiredMessage::Proof(proof, wire.as_slice())
+    /// Persists `writes` (in the order the economy applied them) in one SQLite transaction:
+    /// one fsync however many. An error means nothing of them was stored, and nothing later
+    /// will be ([`ChangeLog`]): the database keeps a consistent prefix of the ledger.
+    pub fn write_batch(&mut self, writes: &[LedgerWrite]) -> Result<(), EconomyError> {
+        let mut all = Changes::default();
+        let mut wires = Vec::new();
+        for w in writes {
+            all.merge(w.changes.clone());
+            if let Some((hash, wire)) = &w.proof_wire {
+                wires.push((*hash, &wire[..]));
             }
-            LedgerWrite::Op(op) => neuroshard_ledger::WiredMessage::Op(op),
-        });
-        let verdicts = self.ledger.apply_wired_batch(messages)?;
-        Ok(verdicts
-            .into_iter()
-            .filter_map(|v| v.err().map(EconomyError::from))
-            .collect())
-    }
-
-    pub fn state_hash(&self) -> Hash32 {
-        self.ledger.state_hash()
+        }
+        self.log.commit(&all, &wires)?;
+        Ok(())
     }
 }
 
@@ -492,12 +485,15 @@ impl Economy {
         let outcome = self.ledger.apply_proof(verified)?;
         if matches!(outcome, Outcome::Applied(_)) {
             let hash = verified.hash();
-            self.wires.insert(hash, intern::intern(hash, wire));
+            let wire = intern::intern(hash, wire);
+            self.wires.insert(hash, wire.clone());
             self.sync.dirty = true;
-            self.writes.push_back(LedgerWrite::Proof {
-                proof: Box::new(verified.clone()),
-                wire: wire.to_vec(),
-            });
+            if let Outcome::Applied(changes) = &outcome {
+                self.writes.push_back(LedgerWrite {
+                    changes: changes.clone(),
+                    proof_wire: Some((hash, wire)),
+                });
+            }
         }
         Ok(outcome)
     }

@@ -42,15 +42,15 @@ impl Economy {
     /// store, which applies the same sequence. `Ok(None)`: already applied or waiting for its
     /// predecessor. Otherwise what retrying the proofs parked on these accounts gave.
     pub(super) fn apply_op(&mut self, op: VerifiedOp) -> Result<Option<SyncSummary>, EconomyError> {
-        match self.ledger.apply_op(op.clone())? {
+        match self.ledger.apply_op(op)? {
             Outcome::Duplicate => Ok(None),
-            Outcome::Queued => {
-                // The store's state queues it too, so both apply the same sequence.
-                self.writes.push_back(LedgerWrite::Op(Box::new(op)));
-                Ok(None)
-            }
+            // Stored once it applies, with the predecessor that unblocks it.
+            Outcome::Queued => Ok(None),
             Outcome::Applied(changes) => {
-                self.writes.push_back(LedgerWrite::Op(Box::new(op)));
+                self.writes.push_back(LedgerWrite {
+                    changes: changes.clone(),
+                    proof_wire: None,
+                });
                 let mut accounts = BTreeSet::new();
                 for record in changes.records {
                     if let Record::Op {

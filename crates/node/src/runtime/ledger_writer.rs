@@ -83,11 +83,7 @@ fn run(mut store: LedgerStore, rx: Receiver<Vec<LedgerWrite>>, stage: usize) {
                 Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
             }
         }
-        let errors = match store.write_batch(&writes) {
-            Ok(errors) => errors,
-            Err(e) => vec![e],
-        };
-        for e in errors {
+        if let Err(e) = store.write_batch(&writes) {
             warn(stage, format!("ledger storage: {e}"));
         }
     }

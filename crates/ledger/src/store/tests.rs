@@ -1,0 +1,65 @@
+//! The change log: what the caller's rules decided, stored as it is, and nothing after a
+//! failed write.
+
+use neuroshard_proof::Identity;
+use neuroshard_proof::fixtures::test_identity;
+
+use super::*;
+use crate::{AccountOp, Action, Rules, VerifiedOp, verify_op};
+
+const T0: u64 = 1_800_000_000_000;
+
+fn register(id: &Identity, nonce: u64, stage: u16) -> VerifiedOp {
+    let signed = AccountOp {
+        network: Rules::default().network,
+        account: id.node_id(),
+        nonce,
+        timestamp_ms: T0,
+        action: Action::Register { stage },
+    }
+    .sign(id);
+    verify_op(&signed).expect("fixture op verifies")
+}
+
+fn applied(state: &mut LedgerState, op: VerifiedOp) -> Changes {
+    match state.apply_op(op) {
+        Ok(Outcome::Applied(changes)) => changes,
+        other => panic!("fixture op applies: {other:?}"),
+    }
+}
+
+/// A write that fails stops the log: a later write (here: once the disk has room again)
+/// would put account values on disk without the records of the batch that was lost, so it is
+/// refused, and a restart finds the last good prefix.
+#[test]
+fn after_a_failed_write_nothing_more_is_written() -> Result<(), Box<dyn std::error::Error>> {
+    let a = test_identity(1);
+    let genesis = LedgerGenesis::new(
+        Rules::default(),
+        vec![(a.node_id(), Rules::default().min_stake)],
+    )?;
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("ledger.db");
+    let ledger = Ledger::open_genesis(&path, &genesis)?;
+    let mut state = ledger.state().clone();
+    let mut log = ledger.into_change_log();
+
+    log.commit(&applied(&mut state, register(&a, 0, 0)), &[])?;
+    let good = state.state_hash();
+
+    log.refuse_writes()?;
+    let lost = applied(&mut state, register(&a, 1, 1));
+    assert!(matches!(log.commit(&lost, &[]), Err(StoreError::Sqlite(_))));
+    log.conn.pragma_update(None, "query_only", "OFF")?;
+    let later = applied(&mut state, register(&a, 2, 0));
+    assert!(matches!(
+        log.commit(&later, &[]),
+        Err(StoreError::Stopped(_))
+    ));
+    drop(log);
+
+    let reopened = Ledger::open_genesis(&path, &genesis)?;
+    assert_eq!(reopened.state_hash(), good);
+    assert_eq!(reopened.state().check_invariants(), Ok(()));
+    Ok(())
+}
