@@ -8,7 +8,7 @@
 
 use std::time::Instant;
 
-use neuroshard_ledger::{Ledger, LedgerState, Message, WiredMessage};
+use neuroshard_ledger::{Changes, Ledger, LedgerState, Message, Outcome, WiredMessage};
 use neuroshard_proof::fixtures::{test_identity, uptime_proof};
 use neuroshard_proof::{ProofVerifier, SignedProof, VerifiedProof, verify_with_key};
 
@@ -141,6 +141,40 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     });
     assert_eq!(ledger.state().proof_count(), n);
-    println!("state hash {}", hex::encode(ledger.state_hash()));
+    let hash = ledger.state_hash();
+    println!("state hash {}", hex::encode(hash));
+
+    // The node's live path since the store stopped re-applying: the economy verifies and
+    // applies in memory, and the ledger thread writes the resulting Changes (one transaction
+    // per batch of what is due). Here both halves run on this one thread.
+    let ledger = Ledger::open(&dir.path().join("f.db"))?;
+    let mut state = ledger.state().clone();
+    let mut log = ledger.into_change_log();
+    measure("live: verify + rules + ChangeLog (1000/tx)", n, || {
+        let mut v = ProofVerifier::new();
+        for chunk in wire.chunks(SQL_BATCH) {
+            let mut all = Changes::default();
+            let mut wires = Vec::new();
+            for b in chunk {
+                let Ok(p) = v.verify_bytes(b, now) else {
+                    continue;
+                };
+                if let Ok(Outcome::Applied(changes)) = state.apply_proof(&p) {
+                    all.merge(changes);
+                    wires.push((p.hash(), &b[..]));
+                }
+            }
+            let _ = log.commit(&all, &wires);
+        }
+    });
+    assert_eq!(state.proof_count(), n);
+    assert_eq!(state.state_hash(), hash);
+    drop(log);
+    let reopened = Ledger::open(&dir.path().join("f.db"))?;
+    assert_eq!(
+        reopened.state_hash(),
+        hash,
+        "what the log wrote reloads to one state"
+    );
     Ok(())
 }
