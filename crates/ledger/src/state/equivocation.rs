@@ -25,6 +25,28 @@ pub(super) enum Slot {
     Round(Hash32),
 }
 
+impl Slot {
+    /// The id a settled equivocation is recorded under: a function of the slot alone, not of
+    /// which two proofs a ledger saw. A cheat that signs three or more proofs for one slot and
+    /// shows each node a different pair leaves every ledger with the same state (each keeps
+    /// the pair it saw as its evidence; further proofs for a void slot are refused).
+    fn void_id(&self) -> Hash32 {
+        let mut hasher = blake3::Hasher::new();
+        match self {
+            Slot::Nonce((node, nonce)) => {
+                hasher.update(b"neuroshard/void-slot/nonce/v1");
+                hasher.update(&node.0);
+                hasher.update(&nonce.to_le_bytes());
+            }
+            Slot::Round(key) => {
+                hasher.update(b"neuroshard/void-slot/round/v1");
+                hasher.update(key);
+            }
+        }
+        *hasher.finalize().as_bytes()
+    }
+}
+
 impl LedgerState {
     /// `verified` is a second proof for `slot`, whose proof `first` was paid `first_reward`.
     pub(super) fn settle_equivocation(
@@ -36,7 +58,7 @@ impl LedgerState {
     ) -> Result<Outcome, LedgerError> {
         let proof = verified.proof();
         let (node, nonce, hash) = (proof.node_id, proof.nonce, verified.hash());
-        let evidence = evidence_hash(&first, &hash);
+        let evidence = slot.void_id();
         let mut account = self.account(&node);
         // The first reward comes back from the balance, then (if it was spent) from the stake;
         // what cannot be recovered stays issued.

@@ -240,3 +240,50 @@ fn slash_pays_reporter_and_burns_the_rest() {
     assert_eq!(w.state.apply_slash(&evidence), Ok(Outcome::Duplicate));
     assert_eq!(w.state.check_invariants(), Ok(()));
 }
+
+/// A cheat signs three proofs for one nonce and shows each ledger a different pair (and a
+/// third ledger all three): every ledger ends on one state. Recorded under the pair's hash,
+/// the settled slot differed from ledger to ledger and split them for good.
+#[test]
+fn three_proofs_for_one_slot_shown_in_different_pairs_settle_alike() {
+    let (cheat, witness) = (test_identity(11), test_identity(12));
+    let base = staked_ledger(&cheat, &witness);
+    let p = uptime_proof(&cheat, 9, T0);
+    let proofs: Vec<VerifiedProof> = (0..3)
+        .map(|i| {
+            let mut q = p.clone();
+            q.claimed_duration_ms += 1_000 * i;
+            verified(&q, &cheat, &witness)
+        })
+        .collect();
+    let mut hashes = Vec::new();
+    for seen in [&[0, 1][..], &[1, 2], &[2, 0], &[0, 1, 2], &[2, 1, 0]] {
+        let mut state = base.clone();
+        for &i in seen {
+            let _ = state.apply_proof(&proofs[i]);
+        }
+        assert_eq!(state.check_invariants(), Ok(()));
+        assert!(state.digest_is_consistent());
+        hashes.push(state.state_hash());
+    }
+    assert!(hashes.windows(2).all(|w| w[0] == w[1]), "{hashes:?}");
+    // The same holds for training proofs, which are paid by round.
+    use neuroshard_proof::fixtures::training_proof;
+    let t = training_proof(&cheat, &witness, 2, T0);
+    let rounds: Vec<VerifiedProof> = (0..3u64)
+        .map(|i| {
+            let mut q = t.clone();
+            q.nonce += i;
+            verified(&q, &cheat, &witness)
+        })
+        .collect();
+    let mut hashes = Vec::new();
+    for seen in [&[0, 1][..], &[1, 2], &[2, 0]] {
+        let mut state = base.clone();
+        for &i in seen {
+            let _ = state.apply_proof(&rounds[i]);
+        }
+        hashes.push(state.state_hash());
+    }
+    assert!(hashes.windows(2).all(|w| w[0] == w[1]), "{hashes:?}");
+}
