@@ -10,12 +10,12 @@
 //! counts only once its prover and receipt signers are registered (ledger state carried by
 //! ops), and the requester verifies every item itself, so an answer cannot register anyone.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use neuroshard_proof::{Canonical, CodecError, Hash32, NodeId, Reader, Writer};
+use neuroshard_proof::{Canonical, CodecError, Hash32, NodeId, Reader, SignedProof, Writer};
 
 use super::reconcile::{self, MAX_NEG_BYTES, Session, SyncSet};
-use super::{Economy, SyncSummary};
+use super::{Economy, ProofOutcome, SyncSummary};
 
 /// Most proofs a [`LedgerSyncResponse`] may carry.
 pub const MAX_SYNC_PROOFS: usize = 1024;
@@ -33,6 +33,12 @@ pub const MAX_SYNC_SESSIONS: usize = 8;
 /// cannot make the node sort its whole ledger for each one. Items newer than the snapshot are
 /// simply offered a little later.
 pub const SNAPSHOT_EVERY_MS: u64 = 1_000;
+/// How long an item this node refused is not asked for again. Two ledgers may hold items the
+/// other refuses for good (each keeps the pair of proofs it saw for a void slot), and without
+/// this every session between them would fetch those again.
+pub const REFUSED_FOR_MS: u64 = 10 * 60 * 1_000;
+/// Most refused items remembered (when full, expired ones go; if none, the newest is not kept).
+pub const MAX_REFUSED: usize = 65_536;
 
 /// One step of a reconciliation: the next range message (empty when only ids are asked for)
 /// and the ids the requester wants.
@@ -116,6 +122,24 @@ pub(super) struct SyncState {
     pub dirty: bool,
     sessions: BTreeMap<NodeId, (u64, Session)>,
     started: u64,
+    /// Items fetched and refused, until when they are not asked for again.
+    refused: HashMap<Hash32, u64>,
+}
+
+impl SyncState {
+    fn refuse(&mut self, id: Hash32, now_ms: u64) {
+        if self.refused.len() >= MAX_REFUSED {
+            self.refused.retain(|_, until| *until > now_ms);
+        }
+        if self.refused.len() < MAX_REFUSED {
+            self.refused
+                .insert(id, now_ms.saturating_add(REFUSED_FOR_MS));
+        }
+    }
+
+    fn refused_at(&self, id: &Hash32, now_ms: u64) -> bool {
+        self.refused.get(id).is_some_and(|until| *until > now_ms)
+    }
 }
 
 #[cfg(test)]
@@ -238,11 +262,19 @@ impl Economy {
     ) -> (SyncSummary, Option<LedgerSyncRequest>) {
         let mut summary = SyncSummary::default();
         for wire in &response.ops {
-            let (_, retried) = self.on_op(wire, now_ms);
+            let (outcome, retried) = self.on_op(wire, now_ms);
+            if matches!(outcome, ProofOutcome::Rejected(_)) {
+                self.sync.refuse(op_id(wire), now_ms);
+            }
             summary.add(retried);
         }
         for wire in &response.proofs {
             let outcome = self.on_proof(wire, now_ms);
+            if matches!(outcome, ProofOutcome::Rejected(_))
+                && let Ok(signed) = SignedProof::from_bytes(wire)
+            {
+                self.sync.refuse(signed.payload_hash(), now_ms);
+            }
             summary.count(&outcome);
         }
         let Some((at, mut session)) = self.sync.sessions.remove(&peer) else {
@@ -259,7 +291,7 @@ impl Economy {
                 }
             }
         };
-        let want = session.take_wants(|id| self.holds(id));
+        let want = session.take_wants(|id| self.holds(id) || self.sync.refused_at(id, now_ms));
         // Wanted ids are asked for even once the ranges agree; the queue behind them is
         // bounded, so a session's requests are too.
         if neg.is_none() && want.is_empty() {

@@ -758,3 +758,41 @@ fn a_post_dated_unstake_is_refused_until_its_time() {
     ));
     assert_eq!(b.ledger().account(&id.node_id()).stake, stake - 1);
 }
+
+/// A cheat signs three proofs for one round and shows `b` one pair, `c` another. Both settle
+/// alike (one state hash) but each refuses the proof it did not see: after one session that
+/// fetched and refused it, later sessions do not fetch it again (for a while), so the pair
+/// cannot make every reconciliation between them carry it.
+#[test]
+fn a_refused_item_is_not_fetched_again_every_session() {
+    let (mut a, mut b, mut c) = (economy(70), economy(71), economy(72));
+    registered(&mut [&mut a, &mut b, &mut c]);
+    let ida = test_identity(70);
+    let first = prove(&mut a, &b, 1, T);
+    let variant = |n: u64| {
+        let mut p = decode(&first);
+        p.nonce += n;
+        p.tokens += n;
+        p.sign(&ida).to_bytes()
+    };
+    let (second, third) = (variant(1), variant(2));
+    for w in [&first, &second] {
+        assert!(matches!(b.on_proof(w, T), ProofOutcome::Applied { .. }));
+    }
+    for w in [&second, &third] {
+        assert!(matches!(c.on_proof(w, T), ProofOutcome::Applied { .. }));
+    }
+    assert_eq!(b.state_hash(), c.state_hash());
+    let (once, _) = sync_with(&mut c, &mut b, T + 2_000, 1 << 20);
+    assert_eq!(
+        once.rejected, 1,
+        "the first fetch of the proof c never saw is refused"
+    );
+    let (again, requests) = sync_with(&mut c, &mut b, T + 4_000, 1 << 20);
+    assert_eq!((again.rejected, requests), (0, 1), "not fetched again");
+    // Once the pause is over it may be asked for again.
+    let later = T + 4_000 + antientropy::REFUSED_FOR_MS;
+    let (after, _) = sync_with(&mut c, &mut b, later, 1 << 20);
+    assert_eq!(after.rejected, 1);
+    assert_eq!(b.state_hash(), c.state_hash());
+}
