@@ -796,3 +796,34 @@ fn a_refused_item_is_not_fetched_again_every_session() {
     assert_eq!(after.rejected, 1);
     assert_eq!(b.state_hash(), c.state_hash());
 }
+
+/// Proofs waiting for a registration are held up to [`MAX_PARKED`]: a flood of them (here
+/// from a prover this node has no registration of) keeps the newest and drops the oldest,
+/// which anti-entropy delivers again once the registration arrives.
+#[test]
+fn parked_proofs_are_bounded_and_the_newest_stay() {
+    let (mut a, mut b) = (economy(73), economy(74));
+    registered(&mut [&mut a, &mut b]);
+    let mut c = economy(75);
+    let ida = test_identity(73);
+    let base = decode(&prove(&mut a, &b, 1, T));
+    let flood = MAX_PARKED + 10;
+    let wires: Vec<Vec<u8>> = (0..flood as u64)
+        .map(|i| {
+            let mut p = base.clone();
+            p.nonce += i;
+            p.tokens += i;
+            p.sign(&ida).to_bytes()
+        })
+        .collect();
+    for w in &wires {
+        assert!(matches!(c.on_proof(w, T), ProofOutcome::Parked(_)));
+    }
+    assert_eq!(c.parked_count(), MAX_PARKED);
+    match c.on_proof(&wires[flood - 1], T) {
+        ProofOutcome::Parked(why) => assert!(why.contains("already waiting"), "{why}"),
+        other => panic!("the newest proof is no longer parked: {other:?}"),
+    }
+    assert!(matches!(c.on_proof(&wires[0], T), ProofOutcome::Parked(_)));
+    assert_eq!(c.parked_count(), MAX_PARKED);
+}
