@@ -571,6 +571,8 @@ impl Economy {
 }
 
 mod antientropy;
+#[cfg(test)]
+mod antientropy_tests;
 mod intern;
 mod ops;
 mod produce;

@@ -1,0 +1,235 @@
+//! Ledger anti-entropy between economies: whole reconciliation sessions through the wire
+//! forms, their budgets, and the bounds on what a peer can make a node hold or fetch.
+
+use neuroshard_proof::Canonical;
+use neuroshard_proof::fixtures::test_identity;
+
+use super::tests::{T, decode, economy, prove, registered};
+use super::*;
+
+/// A node that missed a proof and the registrations behind it gets both from one answer:
+/// ops first, so the proof applies at once.
+#[test]
+fn anti_entropy_delivers_missed_proofs_and_the_registrations_they_need() -> Result<(), EconomyError>
+{
+    let (mut a, mut b, mut c) = (economy(13), economy(14), economy(15));
+    registered(&mut [&mut a, &mut b]);
+    let first = prove(&mut a, &b, 1, T);
+    let second = prove(&mut a, &b, 2, T + 5_000);
+    for w in [&first, &second] {
+        assert!(matches!(
+            b.on_proof(w, T + 6_000),
+            ProofOutcome::Applied { .. }
+        ));
+    }
+    assert!(matches!(c.on_proof(&first, T), ProofOutcome::Parked(_)));
+    // A byte budget too small for any item: the range answer comes, the items do not.
+    let (summary, _) = sync_with(&mut c, &mut b, T + 7_000, 10);
+    assert_eq!(summary.applied, 0);
+    // Hours later: old proofs and ops still apply; the registrations come first.
+    let (summary, requests) = sync_with(&mut c, &mut b, T + 10 * 3_600_000, 1 << 20);
+    assert_eq!(summary.applied, 2);
+    assert!(requests <= 3, "{requests} requests");
+    assert_eq!(c.state_hash(), b.state_hash());
+    assert_eq!(c.proof_hashes()?, b.proof_hashes()?);
+    // In agreement, a session is one request that carries nothing back.
+    let (summary, requests) = sync_with(&mut c, &mut b, T + 10 * 3_600_000 + 2_000, 1 << 20);
+    assert_eq!((summary.applied, requests), (0, 1));
+    Ok(())
+}
+
+/// Runs one whole reconciliation of `from` against `to`, every message through its wire
+/// form, answers limited to `max_bytes`; returns what it applied and the requests it took.
+pub(crate) fn sync_with(
+    from: &mut Economy,
+    to: &mut Economy,
+    now_ms: u64,
+    max_bytes: usize,
+) -> (SyncSummary, usize) {
+    let peer = NodeId([0xee; 32]);
+    let mut request = from.start_sync(peer, now_ms);
+    let mut total = SyncSummary::default();
+    for requests in 1..=200 {
+        let bytes = request.to_canonical_bytes();
+        let request_back = LedgerSyncRequest::from_canonical_bytes(&bytes).expect("decodes");
+        let answer = to.answer_sync(&request_back, max_bytes, now_ms);
+        let answer = LedgerSyncResponse::from_canonical_bytes(&answer.to_canonical_bytes())
+            .expect("decodes");
+        let (summary, next) = from.on_sync_response(peer, &answer, now_ms);
+        total.applied += summary.applied;
+        total.parked += summary.parked;
+        total.rejected += summary.rejected;
+        match next {
+            Some(next) => request = next,
+            None => return (total, requests),
+        }
+    }
+    panic!("the session did not end");
+}
+
+#[test]
+fn sync_messages_enforce_their_caps() {
+    let too_many = LedgerSyncRequest {
+        neg: Vec::new(),
+        want: vec![[1; 32]; MAX_SYNC_WANT + 1],
+    };
+    let too_long = LedgerSyncRequest {
+        neg: vec![0x61; reconcile::MAX_NEG_BYTES + 1],
+        want: Vec::new(),
+    };
+    let fine = LedgerSyncRequest {
+        neg: vec![0x61, 0],
+        want: vec![[2; 32]; 3],
+    };
+    assert_eq!(
+        LedgerSyncRequest::from_canonical_bytes(&fine.to_canonical_bytes()),
+        Ok(fine)
+    );
+    for bad in [too_many, too_long] {
+        assert!(LedgerSyncRequest::from_canonical_bytes(&bad.to_canonical_bytes()).is_err());
+    }
+    let too_big = LedgerSyncResponse {
+        proofs: vec![vec![0; MAX_PROOF_WIRE + 1]],
+        ..Default::default()
+    };
+    assert!(LedgerSyncResponse::from_canonical_bytes(&too_big.to_canonical_bytes()).is_err());
+    let too_many_ops = LedgerSyncResponse {
+        ops: vec![vec![1]; MAX_SYNC_OPS + 1],
+        ..Default::default()
+    };
+    assert!(LedgerSyncResponse::from_canonical_bytes(&too_many_ops.to_canonical_bytes()).is_err());
+    let ok = LedgerSyncResponse {
+        neg: vec![0x61],
+        proofs: vec![vec![1, 2, 3], Vec::new()],
+        ops: vec![vec![4]],
+    };
+    assert_eq!(
+        LedgerSyncResponse::from_canonical_bytes(&ok.to_canonical_bytes()),
+        Ok(ok)
+    );
+}
+
+/// A node that holds a prover's first and third proofs but missed the second gets it, and
+/// once the ledgers agree a session carries nothing back.
+///
+/// The per-prover summaries this reconciliation replaced (count, highest nonce, XOR of the
+/// hashes' first 8 bytes) missed a hole whenever the XOR happened to match, which a prover
+/// could arrange with a few dozen of its own proofs and so split ledgers for good. Here the
+/// two sides compare fingerprints of id ranges and then the ids themselves.
+#[test]
+fn anti_entropy_fills_a_hole_below_the_highest_nonce() -> Result<(), EconomyError> {
+    let (mut a, mut b, mut c) = (economy(40), economy(41), economy(42));
+    registered(&mut [&mut a, &mut b, &mut c]);
+    let wires: Vec<Vec<u8>> = (1..=3)
+        .map(|r| prove(&mut a, &b, r, T + 5_000 * r))
+        .collect();
+    for w in &wires {
+        assert!(matches!(
+            b.on_proof(w, T + 20_000),
+            ProofOutcome::Applied { .. }
+        ));
+    }
+    for w in [&wires[0], &wires[2]] {
+        assert!(matches!(
+            c.on_proof(w, T + 20_000),
+            ProofOutcome::Applied { .. }
+        ));
+    }
+    assert_ne!(c.state_hash(), b.state_hash());
+    let (summary, _) = sync_with(&mut c, &mut b, T + 21_000, 1 << 20);
+    assert_eq!(summary.applied, 1);
+    assert_eq!(c.state_hash(), b.state_hash());
+    let (summary, requests) = sync_with(&mut c, &mut b, T + 23_000, 1 << 20);
+    assert_eq!((summary.applied, requests), (0, 1));
+    Ok(())
+}
+
+/// A responder's answer is applied item by item (each verified), but only an open session
+/// with that peer continues: an unsolicited answer gets no follow-up request, and a session
+/// with another peer is not disturbed by it.
+#[test]
+fn unsolicited_answers_start_nothing_and_sessions_stay_bounded() {
+    let mut c = economy(43);
+    let junk = LedgerSyncResponse {
+        neg: vec![0x61, 0, 0],
+        proofs: vec![vec![1, 2, 3]],
+        ops: vec![vec![4]],
+    };
+    let (summary, next) = c.on_sync_response(NodeId([1; 32]), &junk, T);
+    assert!(next.is_none());
+    assert_eq!(summary.rejected, 1, "the junk proof is refused");
+    // One session per peer, at most MAX_SYNC_SESSIONS: a flood of peers evicts the oldest.
+    for i in 0..(MAX_SYNC_SESSIONS as u8 + 3) {
+        c.start_sync(NodeId([i; 32]), T);
+    }
+    assert_eq!(c.sync.sessions_open(), MAX_SYNC_SESSIONS);
+}
+
+/// A cheat signs three proofs for one round and shows `b` one pair, `c` another. Both settle
+/// alike (one state hash) but each refuses the proof it did not see: after one session that
+/// fetched and refused it, later sessions do not fetch it again (for a while), so the pair
+/// cannot make every reconciliation between them carry it.
+#[test]
+fn a_refused_item_is_not_fetched_again_every_session() {
+    let (mut a, mut b, mut c) = (economy(70), economy(71), economy(72));
+    registered(&mut [&mut a, &mut b, &mut c]);
+    let ida = test_identity(70);
+    let first = prove(&mut a, &b, 1, T);
+    let variant = |n: u64| {
+        let mut p = decode(&first);
+        p.nonce += n;
+        p.tokens += n;
+        p.sign(&ida).to_bytes()
+    };
+    let (second, third) = (variant(1), variant(2));
+    for w in [&first, &second] {
+        assert!(matches!(b.on_proof(w, T), ProofOutcome::Applied { .. }));
+    }
+    for w in [&second, &third] {
+        assert!(matches!(c.on_proof(w, T), ProofOutcome::Applied { .. }));
+    }
+    assert_eq!(b.state_hash(), c.state_hash());
+    let (once, _) = sync_with(&mut c, &mut b, T + 2_000, 1 << 20);
+    assert_eq!(
+        once.rejected, 1,
+        "the first fetch of the proof c never saw is refused"
+    );
+    let (again, requests) = sync_with(&mut c, &mut b, T + 4_000, 1 << 20);
+    assert_eq!((again.rejected, requests), (0, 1), "not fetched again");
+    // Once the pause is over it may be asked for again.
+    let later = T + 4_000 + antientropy::REFUSED_FOR_MS;
+    let (after, _) = sync_with(&mut c, &mut b, later, 1 << 20);
+    assert_eq!(after.rejected, 1);
+    assert_eq!(b.state_hash(), c.state_hash());
+}
+
+/// Proofs waiting for a registration are held up to [`MAX_PARKED`]: a flood of them (here
+/// from a prover this node has no registration of) keeps the newest and drops the oldest,
+/// which anti-entropy delivers again once the registration arrives.
+#[test]
+fn parked_proofs_are_bounded_and_the_newest_stay() {
+    let (mut a, mut b) = (economy(73), economy(74));
+    registered(&mut [&mut a, &mut b]);
+    let mut c = economy(75);
+    let ida = test_identity(73);
+    let base = decode(&prove(&mut a, &b, 1, T));
+    let flood = MAX_PARKED + 10;
+    let wires: Vec<Vec<u8>> = (0..flood as u64)
+        .map(|i| {
+            let mut p = base.clone();
+            p.nonce += i;
+            p.tokens += i;
+            p.sign(&ida).to_bytes()
+        })
+        .collect();
+    for w in &wires {
+        assert!(matches!(c.on_proof(w, T), ProofOutcome::Parked(_)));
+    }
+    assert_eq!(c.parked_count(), MAX_PARKED);
+    match c.on_proof(&wires[flood - 1], T) {
+        ProofOutcome::Parked(why) => assert!(why.contains("already waiting"), "{why}"),
+        other => panic!("the newest proof is no longer parked: {other:?}"),
+    }
+    assert!(matches!(c.on_proof(&wires[0], T), ProofOutcome::Parked(_)));
+    assert_eq!(c.parked_count(), MAX_PARKED);
+}
