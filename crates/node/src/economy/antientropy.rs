@@ -33,6 +33,8 @@ pub const MAX_SYNC_SESSIONS: usize = 8;
 /// cannot make the node sort its whole ledger for each one. Items newer than the snapshot are
 /// simply offered a little later.
 pub const SNAPSHOT_EVERY_MS: u64 = 1_000;
+/// Own ops added to the answer to a session's first request.
+pub const OWN_OPS_PUSHED: usize = 8;
 /// How long an item this node refused is not asked for again. Two ledgers may hold items the
 /// other refuses for good (each keeps the pair of proofs it saw for a void slot), and without
 /// this every session between them would fetch those again.
@@ -220,10 +222,18 @@ impl Economy {
         };
         let mut used = neg.len();
         let wanted: BTreeSet<&Hash32> = request.want.iter().collect();
-        let ops: BTreeSet<(NodeId, u64)> = wanted
+        let mut ops: BTreeSet<(NodeId, u64)> = wanted
             .iter()
             .filter_map(|id| self.op_ids.get(*id).copied())
             .collect();
+        // A session's first request also gets our own latest ops: a peer that heard from us
+        // before our registration reached it asks us for our ledger, and holds our messages
+        // until the registration comes (one round trip, not the two a reconciliation takes).
+        if !request.neg.is_empty() && request.want.is_empty() {
+            let me = self.identity.node_id();
+            let own = self.op_wires.range((me, 0)..=(me, u64::MAX)).rev();
+            ops.extend(own.take(OWN_OPS_PUSHED).map(|(key, _)| *key));
+        }
         let mut out = LedgerSyncResponse {
             neg,
             ..Default::default()

@@ -4,7 +4,7 @@
 use neuroshard_proof::Canonical;
 use neuroshard_proof::fixtures::test_identity;
 
-use super::tests::{T, decode, economy, prove, registered};
+use super::tests::{T, decode, economy, prove, register, registered};
 use super::*;
 
 /// A node that missed a proof and the registrations behind it gets both from one answer:
@@ -232,4 +232,19 @@ fn parked_proofs_are_bounded_and_the_newest_stay() {
     }
     assert!(matches!(c.on_proof(&wires[0], T), ProofOutcome::Parked(_)));
     assert_eq!(c.parked_count(), MAX_PARKED);
+}
+
+/// A node that heard from a peer before the peer's registration reached it asks that peer
+/// for its ledger: the first answer already carries the peer's own registration, so held
+/// messages are released after one round trip, not after the two a reconciliation takes.
+#[test]
+fn the_first_answer_carries_the_responders_own_registration() {
+    let mut joiner = economy(76);
+    register(&mut joiner);
+    let mut other = economy(77);
+    let first = other.start_sync(NodeId([0xee; 32]), T);
+    let answer = joiner.answer_sync(&first, 1 << 20, T);
+    assert_eq!(answer.ops.len(), 1);
+    let (_, _) = other.on_sync_response(NodeId([0xee; 32]), &answer, T);
+    assert!(other.ledger().is_registered(&joiner.node_id(), 0));
 }
