@@ -35,6 +35,8 @@ pub const MAX_SYNC_SESSIONS: usize = 8;
 pub const SNAPSHOT_EVERY_MS: u64 = 1_000;
 /// Own ops added to the answer to a session's first request.
 pub const OWN_OPS_PUSHED: usize = 8;
+/// The most recently applied ops added to it too.
+pub const RECENT_OPS_PUSHED: usize = 32;
 /// How long an item this node refused is not asked for again. Two ledgers may hold items the
 /// other refuses for good (each keeps the pair of proofs it saw for a void slot), and without
 /// this every session between them would fetch those again.
@@ -126,9 +128,18 @@ pub(super) struct SyncState {
     started: u64,
     /// Items fetched and refused, until when they are not asked for again.
     refused: HashMap<Hash32, u64>,
+    /// The ops applied last, newest at the back (at most [`RECENT_OPS_PUSHED`]).
+    recent_ops: std::collections::VecDeque<(NodeId, u64)>,
 }
 
 impl SyncState {
+    pub fn recent_op(&mut self, account: NodeId, nonce: u64) {
+        if self.recent_ops.len() >= RECENT_OPS_PUSHED {
+            self.recent_ops.pop_front();
+        }
+        self.recent_ops.push_back((account, nonce));
+    }
+
     fn refuse(&mut self, id: Hash32, now_ms: u64) {
         if self.refused.len() >= MAX_REFUSED {
             self.refused.retain(|_, until| *until > now_ms);
@@ -226,13 +237,16 @@ impl Economy {
             .iter()
             .filter_map(|id| self.op_ids.get(*id).copied())
             .collect();
-        // A session's first request also gets our own latest ops: a peer that heard from us
-        // before our registration reached it asks us for our ledger, and holds our messages
-        // until the registration comes (one round trip, not the two a reconciliation takes).
+        // A session's first request also gets our own latest ops and the ops applied last:
+        // a peer that heard from a new replica before its registration reached it holds that
+        // replica's messages (its DiLoCo offers among them) until the registration comes, and
+        // this brings it in one round trip, not the two a reconciliation takes. Ops are few
+        // (a handful per node lifetime), so this costs little.
         if !request.neg.is_empty() && request.want.is_empty() {
             let me = self.identity.node_id();
             let own = self.op_wires.range((me, 0)..=(me, u64::MAX)).rev();
             ops.extend(own.take(OWN_OPS_PUSHED).map(|(key, _)| *key));
+            ops.extend(self.sync.recent_ops.iter().copied());
         }
         let mut out = LedgerSyncResponse {
             neg,

@@ -248,3 +248,17 @@ fn the_first_answer_carries_the_responders_own_registration() {
     let (_, _) = other.on_sync_response(NodeId([0xee; 32]), &answer, T);
     assert!(other.ledger().is_registered(&joiner.node_id(), 0));
 }
+
+/// Registrations a node applied last travel with every first answer, so a third node learns
+/// a new replica's registration in one round trip from anyone who has it.
+#[test]
+fn the_first_answer_carries_the_registrations_applied_last() {
+    let (mut a, mut b) = (economy(78), economy(79));
+    registered(&mut [&mut a, &mut b]);
+    let mut c = economy(80);
+    let first = c.start_sync(NodeId([0xee; 32]), T);
+    let answer = b.answer_sync(&first, 1 << 20, T);
+    assert_eq!(answer.ops.len(), 2);
+    c.on_sync_response(NodeId([0xee; 32]), &answer, T);
+    assert!(c.ledger().is_registered(&a.node_id(), 0));
+}

@@ -63,6 +63,7 @@ impl Economy {
                         self.op_ids
                             .insert(super::antientropy::op_id(&wire), (account, nonce));
                         self.op_wires.insert((account, nonce), wire);
+                        self.sync.recent_op(account, nonce);
                         self.sync.dirty = true;
                         accounts.insert(account);
                     }
