@@ -206,6 +206,12 @@ impl Syncer {
         self.cfg.every > 0
     }
 
+    /// Moves to `round` as an adopted outcome would (tests of what waits on a round).
+    #[cfg(test)]
+    pub(crate) fn jump_to(&mut self, round: u64) {
+        self.round = round;
+    }
+
     pub fn round(&self) -> u64 {
         self.round
     }

@@ -17,7 +17,8 @@ use super::NodeCore;
 use crate::events::NodeEvent;
 use crate::genesis_source::ROUND_STEPS_WITHOUT_SYNC;
 
-/// Least time between two tries after an evaluation failed (a stage had no live replica yet).
+/// Least time between two tries of one round's evaluation after it failed (a stage had no
+/// live replica yet). A new round is tried at once: the network made progress.
 pub const EVAL_RETRY: Duration = Duration::from_secs(10);
 
 /// A window's inputs and targets (the inputs shifted by one).
@@ -31,7 +32,8 @@ pub(super) struct EvalState {
     /// The round (or step bucket) evaluated last.
     done: Option<u64>,
     pub(super) running: Option<Running>,
-    failed_at: Option<Instant>,
+    /// The last failure: the round (or step bucket) and when.
+    failed: Option<(u64, Instant)>,
 }
 
 pub(super) struct Running {
@@ -55,7 +57,7 @@ impl NodeCore {
     }
 
     /// Starts an evaluation when one is due: this node drives (stage 0), it has started,
-    /// none runs, θ₀ moved since the last one, and the last failure is not too recent.
+    /// none runs, θ₀ moved since the last one, and this round's last failure is not too recent.
     pub(super) fn poll_evaluation(&mut self, now: Instant) {
         let want = self.settings.eval_windows;
         if want == 0 || self.stage != 0 || !self.started || self.eval.running.is_some() {
@@ -63,10 +65,9 @@ impl NodeCore {
         }
         let key = self.eval_key();
         if self.eval.done == Some(key)
-            || self
-                .eval
-                .failed_at
-                .is_some_and(|t| now.saturating_duration_since(t) < EVAL_RETRY)
+            || self.eval.failed.is_some_and(|(round, t)| {
+                round == key && now.saturating_duration_since(t) < EVAL_RETRY
+            })
         {
             return;
         }
@@ -91,7 +92,7 @@ impl NodeCore {
         // A stream that ended as it opened (no replica of a stage yet) fails the evaluation;
         // the others end on their own and count for nothing.
         if streams.iter().any(|id| !self.serve_has_stream(*id)) {
-            self.eval.failed_at = Some(now);
+            self.eval.failed = Some((key, now));
             return;
         }
         self.eval.running = Some(Running {
@@ -103,6 +104,13 @@ impl NodeCore {
             tokens: 0,
             started: now,
         });
+    }
+
+    /// When a failed evaluation may be tried again (a new round may be tried sooner: every
+    /// input that moves the round polls the evaluation).
+    pub(super) fn eval_retry_at(&self) -> Option<Instant> {
+        let (_, at) = self.eval.failed?;
+        (self.eval.running.is_none()).then_some(at + EVAL_RETRY)
     }
 
     /// One window scored (its summed loss and target count), or why it was not.
@@ -126,8 +134,8 @@ impl NodeCore {
             }
             Err(why) => {
                 tracing::debug!("validation window not scored: {why}");
+                self.eval.failed = Some((r.key, now));
                 self.eval.running = None;
-                self.eval.failed_at = Some(now);
                 return;
             }
         }
@@ -138,7 +146,7 @@ impl NodeCore {
             return;
         };
         self.eval.done = Some(r.key);
-        self.eval.failed_at = None;
+        self.eval.failed = None;
         if r.tokens == 0 {
             return;
         }

@@ -170,3 +170,55 @@ fn a_failed_evaluation_waits_before_it_is_tried_again() {
     run_engine(&mut core, &mut engine, later);
     assert!(hop(&mut core).is_some(), "tried again after the pause");
 }
+
+/// A failure holds back its own round only: once θ₀ moved (the network made progress), the
+/// new round is evaluated at once. Training can be over before a pause ends, and a curve
+/// that missed every round but the last would be a single point.
+#[test]
+fn a_new_round_is_evaluated_at_once_after_a_failure() {
+    let now = Instant::now();
+    let (mut core, mut engine) = driver(now);
+    core.settings.sync.every = 10;
+    core.handle_timeout(now);
+    run_engine(&mut core, &mut engine, now);
+    let (to, token, _) = hop(&mut core).unwrap();
+    let (mut to, mut token) = (to, token);
+    for _ in 0..64 {
+        let result = Err(TransferError("timed out".into()));
+        core.handle_message(to, Inbound::Response { token, result }, now);
+        match hop(&mut core) {
+            Some((t, k, _)) => (to, token) = (t, k),
+            None => break,
+        }
+    }
+    assert!(core.eval.running.is_none(), "the evaluation failed");
+    let soon = now + evaluate::EVAL_RETRY / 10;
+    core.handle_timeout(soon);
+    run_engine(&mut core, &mut engine, soon);
+    assert!(hop(&mut core).is_none(), "round 0 retried too soon");
+    core.rounds.syncer.jump_to(1);
+    core.handle_timeout(soon);
+    run_engine(&mut core, &mut engine, soon);
+    let (to, token, msg) = hop(&mut core).expect("round 1 is evaluated at once");
+    let InferMsg::Step { stream, .. } = msg else {
+        panic!("not a step: {msg:?}")
+    };
+    let scored = InferReply::Scored {
+        stream,
+        pos: 3,
+        nll: 6.0,
+    };
+    answer(&mut core, to, token, scored, soon);
+    assert_eq!(validation(&mut core), Some((1, 2.0, 3)));
+}
+
+/// A driver evaluates as soon as it can, not at its next timer: the first point (the θ₀ every
+/// replica starts from) is taken before a fast pipeline's first round moves θ₀.
+#[test]
+fn any_input_starts_a_due_evaluation() {
+    let now = Instant::now();
+    let (mut core, mut engine) = driver(now);
+    core.handle_message(NodeId([9; 32]), Inbound::Connected, now);
+    run_engine(&mut core, &mut engine, now);
+    assert!(hop(&mut core).is_some(), "a message did not start it");
+}

@@ -300,6 +300,8 @@ impl NodeCore {
             }
         }
         self.maybe_start(now);
+        // A peer's message can start the node or move the round: an evaluation may be due.
+        self.poll_evaluation(now);
     }
 
     /// An engine job finished.
@@ -340,6 +342,8 @@ impl NodeCore {
                 self.poll_rounds(now);
             }
         }
+        // A step or an applied round moves what the evaluation is keyed by.
+        self.poll_evaluation(now);
     }
 
     /// Timers: heartbeats, re-publication, anti-entropy, checkpoints, proofs, pipeline and
@@ -415,6 +419,7 @@ impl NodeCore {
             self.pipeline.next_deadline().map(after),
             self.rounds.syncer.next_deadline().map(after),
             self.serve.next_deadline(),
+            self.eval_retry_at(),
         ]
         .into_iter()
         .flatten()
