@@ -15,6 +15,7 @@
 //! shift of the replica's parameters, so inner progress made during the round is kept.
 
 pub mod msgs;
+pub mod pull;
 #[cfg(test)]
 mod tests;
 
@@ -26,6 +27,7 @@ use neuroshard_proof::{Hash32, NodeId};
 use crate::events::{Clock, NodeEvent};
 
 pub use msgs::{SyncDone, SyncMsg, SyncOffer, ThetaRecord, theta_key};
+pub use pull::{SyncPull, SyncPullAnswer};
 
 /// Round timeouts without finishing a round after which a replica that is behind takes a
 /// single live voucher for a later state (see `Syncer::behind`).
@@ -56,6 +58,12 @@ pub enum SyncAction {
     },
     /// Gossip this message (the runtime signs it).
     Publish(SyncMsg),
+    /// Ask these live co-replicas for their own signed messages of `round`: their offers
+    /// have not arrived by gossip (see [`pull`]).
+    Pull {
+        round: u64,
+        from: Vec<NodeId>,
+    },
     /// Fetch these pseudo-gradients (our own is local), then aggregate and apply `round`.
     Aggregate {
         round: u64,
@@ -137,6 +145,8 @@ pub struct Syncer {
     offer_base: Option<(u64, Hash32)>,
     /// When this replica last finished a round (its own, recomputed or adopted).
     last_progress: Option<Instant>,
+    /// When to pull the offers still missing from the round being collected.
+    pull_at: Option<(u64, Instant)>,
     /// Our training has ended (a driver took its last step): we start no round and follow
     /// none, since no inner progress comes after it, and a round begun at the end would
     /// leave us on a state our co-replicas may never see.
@@ -192,6 +202,7 @@ impl Syncer {
             aggregated: false,
             offer_base: None,
             last_progress: None,
+            pull_at: None,
             training_ended: false,
         }
     }
@@ -287,7 +298,9 @@ impl Syncer {
     /// retry after a failure.
     pub fn next_deadline(&self) -> Option<Instant> {
         match &self.phase {
-            Phase::Collecting { deadline, .. } => Some(*deadline),
+            Phase::Collecting { deadline, .. } => {
+                Some(self.pull_deadline().map_or(*deadline, |p| p.min(*deadline)))
+            }
             Phase::Idle => self.retry_at,
             _ => None,
         }
@@ -339,6 +352,9 @@ impl Syncer {
                 sent,
                 dense,
             } => {
+                if let Some(pull) = self.poll_pull(now, live) {
+                    return vec![pull];
+                }
                 let offers = self.offers.get(&round);
                 let heard = |n: &NodeId| offers.is_some_and(|o| o.contains_key(n));
                 if now < deadline && !live.iter().all(heard) {
@@ -384,6 +400,7 @@ impl Syncer {
             return Vec::new();
         }
         self.offer_base = Some((round, self.theta));
+        self.pull_at = Some((round, now + self.cfg.timeout / 4));
         self.phase = Phase::Collecting {
             round,
             since,

@@ -432,3 +432,50 @@ fn trimmed_mean_shrugs_off_a_sign_flipping_replica_per_stage() {
         "mean {naive} vs trimmed mean {robust}"
     );
 }
+
+/// Gossip never carries one replica's offers (a link that loses them, a mesh it is not in):
+/// its co-replicas pull each missing offer from it a quarter into their wait, so every round
+/// still counts all three replicas and the stage agrees on one θ₀.
+#[test]
+fn offers_lost_by_gossip_are_pulled_and_every_round_counts_them() {
+    use neuroshard_node::core::Transmit;
+    use neuroshard_node::records::Topic;
+    use neuroshard_node::sync::SyncMsg;
+    use neuroshard_proof::Signed;
+
+    let (stages, replicas) = (2, 3);
+    let mut sim = sim(5, stages, replicas, EngineKind::StandIn, 0);
+    let muted = 1; // a replica of stage 1
+    sim.set_tamper(
+        muted,
+        Box::new(move |t| match t {
+            Transmit::Publish { topic, data } if matches!(topic, Topic::Sync(_)) => {
+                let offer = Signed::<SyncMsg>::from_bytes(&data)
+                    .and_then(|s| s.verify())
+                    .is_ok_and(|m| matches!(m, SyncMsg::Offer(_)));
+                (!offer).then_some(Transmit::Publish { topic, data })
+            }
+            other => Some(other),
+        }),
+    );
+    sim.run_until(Duration::from_secs(40));
+    let mut counted = 0;
+    for i in [3, 5] {
+        for e in sim.events(i) {
+            if let NodeEvent::Sync {
+                round,
+                contributors,
+                ..
+            } = e
+            {
+                assert_eq!(
+                    *contributors, 3,
+                    "node {i} round {round} left the muted replica out"
+                );
+                counted += 1;
+            }
+        }
+    }
+    assert!(counted >= 6, "only {counted} rounds");
+    assert!(assert_rounds_agree(&sim, stages, 0) >= 6);
+}

@@ -15,6 +15,9 @@ mod evaluate;
 mod evaluate_tests;
 mod gossip;
 mod io;
+mod pull;
+#[cfg(test)]
+mod pull_tests;
 mod requests;
 mod rounds;
 mod serve;
@@ -30,7 +33,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use neuroshard_model::Batch;
-use neuroshard_proof::{Canonical, Hash32, Identity, NodeId, Signed};
+use neuroshard_proof::{Canonical, Hash32, Identity, NodeId};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
@@ -86,6 +89,10 @@ enum Pending {
     Receipt {
         stream: u64,
         from: NodeId,
+    },
+    /// `peer`'s own round messages, which gossip did not bring.
+    SyncPull {
+        peer: NodeId,
     },
 }
 
@@ -468,11 +475,6 @@ impl NodeCore {
         });
     }
 
-    fn publish<T: Canonical>(&mut self, topic: Topic, value: &T) {
-        let data = Signed::sign(&self.identity, value).to_bytes();
-        self.transmits.push_back(Transmit::Publish { topic, data });
-    }
-
     /// Whether this stage and its neighbours each have `wait_replicas` live replicas.
     fn stages_ready(&self) -> bool {
         let want = self.settings.wait_replicas;
@@ -606,6 +608,7 @@ impl NodeCore {
                 });
                 self.on_receipt(stream, from, answer, now);
             }
+            Some(Pending::SyncPull { peer }) => self.on_sync_pull_answer(peer, result, now),
             // A late answer to something we gave up on.
             None => {}
         }

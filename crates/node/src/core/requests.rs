@@ -22,6 +22,10 @@ impl NodeCore {
             });
             return;
         }
+        if let Ok(pull) = crate::sync::SyncPull::from_canonical_bytes(data) {
+            self.answer_sync_pull(token, &pull);
+            return;
+        }
         if let Ok(msg) = crate::serve::InferMsg::from_canonical_bytes(data) {
             self.on_infer_request(from, token, msg, now);
             return;

@@ -14,7 +14,6 @@ use super::{EngineJob, EngineOutput, NodeCore, RECORD_TTL, SharedBlob, Token, Tr
 use super::{Transmit, blob_hash};
 use crate::economy::WorkSummary;
 use crate::events::NodeEvent;
-use crate::records::Topic;
 use crate::replica::Applied;
 use crate::sync::theta_key;
 use crate::sync::{SyncAction, SyncDone, SyncMsg, Syncer, ThetaRecord};
@@ -114,6 +113,8 @@ pub(super) struct RoundState {
     offered: VecDeque<(u64, Hash32)>,
     /// Our latest pseudo-gradient offer: (round, blob hash).
     my_offer: Option<(u64, Hash32)>,
+    /// The signed round messages we gossiped last, by round: what a co-replica's pull gets.
+    pub(super) published: VecDeque<(u64, Vec<u8>)>,
     optimizer_blob: Hash32,
     work: Work,
     spec: StageSpec,
@@ -135,6 +136,7 @@ impl RoundState {
             syncer,
             offered: VecDeque::new(),
             my_offer: None,
+            published: VecDeque::new(),
             optimizer_blob: [0; 32],
             work: Work::new(now),
             spec,
@@ -221,7 +223,8 @@ impl NodeCore {
                         .engine
                         .insert(token, EngineCtx::Prepare { round });
                 }
-                SyncAction::Publish(msg) => self.publish(Topic::Sync(self.stage as u16), &msg),
+                SyncAction::Publish(msg) => self.publish_sync(&msg),
+                SyncAction::Pull { round, from } => self.send_sync_pulls(round, from),
                 SyncAction::Aggregate { round, from } => {
                     let remote = from
                         .into_iter()
@@ -479,7 +482,7 @@ impl NodeCore {
                     contributors: Vec::new(),
                     receipts: Vec::new(),
                 });
-                self.publish(Topic::Sync(self.stage as u16), &msg);
+                self.publish_sync(&msg);
                 self.publish_theta_record(now);
             }
             (EngineCtx::Adopt { reason, .. }, EngineOutput::Adopted(Err(e))) => {
@@ -607,7 +610,7 @@ impl NodeCore {
             contributors: applied.contributors.clone(),
             receipts,
         });
-        self.publish(Topic::Sync(self.stage as u16), &msg);
+        self.publish_sync(&msg);
         self.publish_theta_record(now);
     }
 

@@ -82,9 +82,9 @@ fn settings() -> NodeSettings {
     }
 }
 
-const NETWORK: [u8; 32] = [9; 32];
+pub(super) const NETWORK: [u8; 32] = [9; 32];
 
-fn core(identity: &Identity, start: Instant) -> NodeCore {
+pub(super) fn core(identity: &Identity, start: Instant) -> NodeCore {
     core_at(identity, start, 1, 2)
 }
 
@@ -177,7 +177,7 @@ fn heartbeat(from: &Identity, stage: u16) -> Vec<u8> {
     Signed::sign(from, &hb).to_bytes()
 }
 
-fn drain(core: &mut NodeCore) -> Vec<Transmit> {
+pub(super) fn drain(core: &mut NodeCore) -> Vec<Transmit> {
     std::iter::from_fn(|| core.poll_transmit()).collect()
 }
 

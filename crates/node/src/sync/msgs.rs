@@ -53,6 +53,13 @@ impl SyncMsg {
             SyncMsg::Done(d) => d.stage,
         }
     }
+
+    pub fn round(&self) -> u64 {
+        match self {
+            SyncMsg::Offer(o) => o.round,
+            SyncMsg::Done(d) => d.round,
+        }
+    }
 }
 
 impl Canonical for SyncMsg {

@@ -595,3 +595,41 @@ fn a_replica_whose_training_ended_starts_no_round_and_follows_none_but_still_ado
         }]
     ));
 }
+
+/// Gossip lost a live co-replica's offer: a quarter into the wait the replica asks that
+/// co-replica (and only it) once for its messages, wakes for it, and aggregates everyone's
+/// offer when the pulled one arrives, as its co-replicas do.
+#[test]
+fn a_missing_offer_is_pulled_once_from_its_replica() {
+    let mut all = replicas(3);
+    let now = Instant::now();
+    for i in 0..3 {
+        let l = live(&all, i);
+        all[i].s.poll(now, 4, &l);
+    }
+    for i in 0..2 {
+        prepare_and_offer(&mut all, i, now);
+    }
+    let l0 = live(&all, 0);
+    assert!(all[0].s.poll(now, 5, &l0).is_empty(), "waits for replica 2");
+    let pull_at = now + cfg().timeout / 4;
+    assert_eq!(all[0].s.next_deadline(), Some(pull_at));
+    let early = pull_at - Duration::from_millis(1);
+    assert!(all[0].s.poll(early, 5, &l0).is_empty(), "pulled too early");
+    let asked = all[0].s.poll(pull_at, 5, &l0);
+    assert_eq!(
+        asked,
+        vec![SyncAction::Pull {
+            round: 1,
+            from: vec![all[2].node],
+        }]
+    );
+    assert!(all[0].s.poll(pull_at, 5, &l0).is_empty(), "pulled twice");
+    assert_eq!(all[0].s.next_deadline(), Some(now + cfg().timeout));
+    // Replica 2's offer, as its answer to the pull brings it.
+    let acts = all[2].s.on_prepared(1, [12; 32], 100, 12_800, now);
+    let (node, peer) = (all[2].node, all[2].peer);
+    all[0].s.on_offer(peer, node, offer_of(&acts), pull_at);
+    let got = aggregate_of(&all[0].s.poll(pull_at, 5, &l0));
+    assert_eq!(got, vec![all[0].node, all[1].node, all[2].node]);
+}

@@ -1,0 +1,145 @@
+//! Pulling a co-replica's round messages when gossip did not bring them. Gossip can lose a
+//! message (a replica that just joined is not yet in the topic's mesh; a link drops), and a
+//! replica that misses one live co-replica's offer aggregates without it after the deadline,
+//! while the others count it: their outcomes differ, and the larger one cannot be checked
+//! without the missing offer. So a replica still waiting for some live co-replicas' offers a
+//! quarter into the wait asks each of them, once per round, for its own signed messages of the
+//! round. The answer is checked like gossip: signed by the peer asked, for our network and
+//! stage, from a registered replica.
+
+use std::time::Instant;
+
+use neuroshard_proof::{Canonical, CodecError, Hash32, NodeId, Reader, Writer};
+
+use super::{Phase, SyncAction, Syncer};
+
+/// Messages one answer carries: the peer's offer and its outcome of the round.
+pub const MAX_PULLED: usize = 2;
+/// Largest signed round message an answer may carry (an outcome lists at most 256
+/// contributors and receipts: about 50 KB).
+pub const MAX_PULLED_BYTES: usize = 128 * 1024;
+
+/// "Send me your own signed round messages of `round`."
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SyncPull {
+    pub network: Hash32,
+    pub stage: u16,
+    pub round: u64,
+}
+
+/// The answer: the responder's signed envelopes (as gossiped) of that round, possibly none.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SyncPullAnswer {
+    pub messages: Vec<Vec<u8>>,
+}
+
+impl Canonical for SyncPull {
+    const DOMAIN: &'static str = "neuroshard/sync-pull/v1";
+
+    fn encode_body(&self, w: &mut Writer) {
+        w.fixed(&self.network);
+        w.u16(self.stage);
+        w.u64(self.round);
+    }
+
+    fn decode_body(r: &mut Reader<'_>) -> Result<Self, CodecError> {
+        Ok(Self {
+            network: r.array()?,
+            stage: r.u16()?,
+            round: r.u64()?,
+        })
+    }
+}
+
+impl Canonical for SyncPullAnswer {
+    const DOMAIN: &'static str = "neuroshard/sync-pull-answer/v1";
+
+    fn encode_body(&self, w: &mut Writer) {
+        w.len(self.messages.len());
+        for m in &self.messages {
+            w.bytes(m);
+        }
+    }
+
+    fn decode_body(r: &mut Reader<'_>) -> Result<Self, CodecError> {
+        let n = r.len(MAX_PULLED)?;
+        let messages = (0..n)
+            .map(|_| r.bytes(MAX_PULLED_BYTES).map(<[u8]>::to_vec))
+            .collect::<Result<_, _>>()?;
+        Ok(Self { messages })
+    }
+}
+
+impl Syncer {
+    /// While collecting `round`: once the pull time has come, the live co-replicas whose
+    /// offers have not arrived, to be asked directly (once per round).
+    pub(super) fn poll_pull(
+        &mut self,
+        now: Instant,
+        live: &std::collections::BTreeSet<NodeId>,
+    ) -> Option<SyncAction> {
+        let Phase::Collecting {
+            round, deadline, ..
+        } = self.phase
+        else {
+            return None;
+        };
+        let (r, at) = self.pull_at?;
+        if r != round || now < at || now >= deadline {
+            return None;
+        }
+        self.pull_at = None;
+        let offers = self.offers.get(&round);
+        let from: Vec<NodeId> = live
+            .iter()
+            .filter(|n| offers.is_none_or(|o| !o.contains_key(n)))
+            .copied()
+            .collect();
+        (!from.is_empty()).then_some(SyncAction::Pull { round, from })
+    }
+
+    /// When the missing offers of the round being collected are to be pulled.
+    pub(super) fn pull_deadline(&self) -> Option<Instant> {
+        match (&self.phase, self.pull_at) {
+            (Phase::Collecting { round, .. }, Some((r, at))) if *round == r => Some(at),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pull_messages_round_trip_and_answers_are_bounded() {
+        let pull = SyncPull {
+            network: [7; 32],
+            stage: 1,
+            round: u64::MAX,
+        };
+        assert_eq!(
+            SyncPull::from_canonical_bytes(&pull.to_canonical_bytes()).unwrap(),
+            pull
+        );
+        let answer = SyncPullAnswer {
+            messages: vec![vec![1, 2, 3], Vec::new()],
+        };
+        let bytes = answer.to_canonical_bytes();
+        assert_eq!(
+            SyncPullAnswer::from_canonical_bytes(&bytes).unwrap(),
+            answer
+        );
+        let three = SyncPullAnswer {
+            messages: vec![Vec::new(); 3],
+        };
+        assert!(SyncPullAnswer::from_canonical_bytes(&three.to_canonical_bytes()).is_err());
+        let huge = SyncPullAnswer {
+            messages: vec![vec![0; MAX_PULLED_BYTES + 1]],
+        };
+        assert!(SyncPullAnswer::from_canonical_bytes(&huge.to_canonical_bytes()).is_err());
+        // Neither decodes as the other, nor as a round message.
+        assert!(SyncPullAnswer::from_canonical_bytes(&pull.to_canonical_bytes()).is_err());
+        assert!(super::super::SyncMsg::from_canonical_bytes(&pull.to_canonical_bytes()).is_err());
+    }
+}
