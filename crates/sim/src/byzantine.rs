@@ -17,8 +17,8 @@ use std::time::Duration;
 use neuroshard_aggregate::{Attack, l2_norm};
 use neuroshard_node::core::Transmit;
 use neuroshard_node::records::Topic;
-use neuroshard_node::sync::{SyncMsg, SyncOffer};
-use neuroshard_proof::{Hash32, NodeId, Signed};
+use neuroshard_node::sync::{SyncMsg, SyncOffer, SyncPullAnswer};
+use neuroshard_proof::{Canonical, Hash32, NodeId, Signed};
 use neuroshard_train::{CompressSpec, Compressor, decode};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -193,13 +193,21 @@ impl Adversary {
 }
 
 /// An attacker's tamper: its own offers and outcomes never leave (the adversary speaks for
-/// it); everything else, pipeline work included, goes out as its core wrote it.
+/// it), neither by gossip nor in answers to co-replicas' pulls (answered empty: the forged
+/// offer reaches them by gossip); everything else, pipeline work included, goes out as its
+/// core wrote it.
 fn withhold_rounds(t: Transmit) -> Option<Transmit> {
     match t {
         Transmit::Publish {
             topic: Topic::Sync(_),
             ..
         } => None,
+        Transmit::Respond { token, data }
+            if SyncPullAnswer::from_canonical_bytes(&data).is_ok() =>
+        {
+            let data = SyncPullAnswer::default().to_canonical_bytes();
+            Some(Transmit::Respond { token, data })
+        }
         other => Some(other),
     }
 }
