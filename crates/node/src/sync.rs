@@ -14,6 +14,7 @@
 //! Training never stops for a round: the engine keeps stepping, and a new θ₀ is applied as a
 //! shift of the replica's parameters, so inner progress made during the round is kept.
 
+mod equivocation;
 pub mod msgs;
 pub mod pull;
 #[cfg(test)]
@@ -147,6 +148,8 @@ pub struct Syncer {
     last_progress: Option<Instant>,
     /// When to pull the offers still missing from the round being collected.
     pull_at: Option<(u64, Instant)>,
+    /// (round, replica) pairs of replicas that sent two different offers of the round.
+    equivocators: BTreeSet<(u64, NodeId)>,
     /// Our training has ended (a driver took its last step): we start no round and follow
     /// none, since no inner progress comes after it, and a round begun at the end would
     /// leave us on a state our co-replicas may never see.
@@ -203,6 +206,7 @@ impl Syncer {
             offer_base: None,
             last_progress: None,
             pull_at: None,
+            equivocators: BTreeSet::new(),
             training_ended: false,
         }
     }
@@ -248,6 +252,9 @@ impl Syncer {
         // a larger outcome someone may announce. Round 0 is the genesis state, never offered.
         if offer.round < self.round || offer.round == 0 || node == self.me {
             return Vec::new();
+        }
+        if let Some(dropped) = self.equivocates(node, &offer, now) {
+            return dropped;
         }
         let round = offer.round;
         self.offers
@@ -355,13 +362,11 @@ impl Syncer {
                 if let Some(pull) = self.poll_pull(now, live) {
                     return vec![pull];
                 }
-                let offers = self.offers.get(&round);
-                let heard = |n: &NodeId| offers.is_some_and(|o| o.contains_key(n));
-                if now < deadline && !live.iter().all(heard) {
+                if now < deadline && !live.iter().all(|n| self.heard(round, n)) {
                     return Vec::new();
                 }
                 let mut from = vec![(self.me, None, mine)];
-                if let Some(offers) = offers {
+                if let Some(offers) = self.offers.get(&round) {
                     from.extend(
                         offers
                             .iter()
@@ -522,6 +527,7 @@ impl Syncer {
         self.phase = Phase::Idle;
         self.retry_at = None;
         self.offers.retain(|r, _| *r >= round);
+        self.equivocators.retain(|(r, _)| *r >= round);
         self.dones.retain(|r, _| *r >= round);
         self.hints.retain(|r, _| *r > round);
     }
@@ -549,6 +555,15 @@ impl Syncer {
                     .and_then(|o| o.get(n))
                     .is_some_and(|(_, o)| base.is_none_or(|b| o.base == b))
         };
+        // An outcome counting a replica that equivocated in the round is not one to follow,
+        // ours included (we may have aggregated before its second offer arrived).
+        let tainted = |n: &NodeId| self.equivocators.contains(&(round, *n));
+        let mine_tainted = self.contributors.iter().any(tainted);
+        let mine = if mine_tainted {
+            0
+        } else {
+            self.contributors.len()
+        };
         let mut agreed = Vec::new();
         for (node, (peer, d)) in dones {
             if d.theta == self.theta {
@@ -563,12 +578,15 @@ impl Syncer {
                 }
                 continue;
             }
-            if self.refused.contains(&(round, d.theta)) || !d.contributors.iter().all(known) {
+            if self.refused.contains(&(round, d.theta))
+                || !d.contributors.iter().all(known)
+                || d.contributors.iter().any(tainted)
+            {
                 continue;
             }
             let n = d.contributors.len();
             let key = (n, std::cmp::Reverse(d.theta));
-            let beats_mine = key > (self.contributors.len(), std::cmp::Reverse(self.theta));
+            let beats_mine = key > (mine, std::cmp::Reverse(self.theta));
             let beats_best = best
                 .as_ref()
                 .is_none_or(|(bn, bt, _, _)| key > (*bn, std::cmp::Reverse(*bt)));
@@ -607,6 +625,8 @@ impl Syncer {
                 theta,
                 announcer,
             });
+        } else if mine_tainted && self.aggregated {
+            actions.push(self.recompute_without_equivocators(round));
         }
         actions
     }
@@ -625,6 +645,8 @@ impl Syncer {
     ) -> Vec<SyncAction> {
         let reason = if theta == claimed {
             "recomputed a larger outcome and reached the announced hash".to_string()
+        } else if claimed == self.theta && self.round == round {
+            "recomputed our own outcome without a replica that equivocated".to_string()
         } else {
             self.refused.insert((round, claimed));
             self.refused.retain(|(r, _)| r.saturating_add(4) > round);

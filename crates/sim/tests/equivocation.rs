@@ -105,3 +105,107 @@ fn an_equivocation_split_across_the_network_is_settled_alike_on_every_ledger() {
         assert!(ledger.account(&id).balance > 0, "honest node {i} unpaid");
     }
 }
+
+/// A replica of stage 1 signs two valid offers for every round (its own pseudo-gradient and
+/// the negated one, both served) and shows both to each co-replica, in opposite orders.
+/// Counting the latest offer, the co-replicas would count different pseudo-gradients and the
+/// stage would split; each leaves the equivocator out of the round instead (recomputing its
+/// own outcome when the second offer came after it aggregated), and the honest replicas agree
+/// on every round.
+#[test]
+fn a_replica_showing_two_offers_per_round_is_left_out_and_the_stage_agrees() {
+    use std::collections::HashMap;
+
+    use neuroshard_node::events::NodeEvent;
+    use neuroshard_node::sync::SyncMsg;
+    use neuroshard_proof::Signed;
+    use neuroshard_train::{CompressSpec, Compressor, decode};
+
+    let s = settings(tiny_model(), 2, 3);
+    let spec: CompressSpec = s.sync.compression.parse().unwrap();
+    let mut sim = network(4, s, 3, EngineKind::StandIn);
+    let (cheat, honest) = (5, [1, 3]);
+    type Seen = (Vec<Vec<u8>>, HashMap<[u8; 32], Arc<Vec<u8>>>);
+    let seen: Arc<Mutex<Seen>> = Arc::default();
+    let slot = Arc::clone(&seen);
+    sim.set_tamper(
+        cheat,
+        Box::new(move |t| match t {
+            Transmit::Publish {
+                topic: Topic::Sync(_),
+                data,
+            } if matches!(
+                Signed::<SyncMsg>::from_bytes(&data).and_then(|s| s.verify()),
+                Ok(SyncMsg::Offer(_))
+            ) =>
+            {
+                slot.lock().unwrap().0.push(data);
+                None
+            }
+            Transmit::OfferBlob { hash, data } => {
+                slot.lock().unwrap().1.insert(hash, data.clone());
+                Some(Transmit::OfferBlob { hash, data })
+            }
+            other => Some(other),
+        }),
+    );
+    let identity = sim.identity(cheat).clone();
+    let mut t = Duration::ZERO;
+    while t < Duration::from_secs(60) {
+        t += Duration::from_millis(50);
+        sim.run_until(t);
+        let offers = std::mem::take(&mut seen.lock().unwrap().0);
+        for first in offers {
+            let Ok(SyncMsg::Offer(mut offer)) =
+                Signed::<SyncMsg>::from_bytes(&first).and_then(|s| s.verify())
+            else {
+                continue;
+            };
+            let len = offer.dense_bytes as usize / 4;
+            let Some(blob) = seen.lock().unwrap().1.get(&offer.blob).cloned() else {
+                continue;
+            };
+            let negated: Vec<f32> = decode(&blob, len).unwrap().iter().map(|x| -x).collect();
+            let mut c = Compressor::with_seed(spec, len, 1);
+            c.set_round(offer.round);
+            let other = c.compress(&negated).unwrap();
+            offer.blob = *blake3::hash(&other).as_bytes();
+            offer.bytes = other.len() as u64;
+            let hash = offer.blob;
+            sim.transmit_as(
+                cheat,
+                Transmit::OfferBlob {
+                    hash,
+                    data: Arc::new(other),
+                },
+            );
+            let second = Signed::sign(&identity, &SyncMsg::Offer(offer)).to_bytes();
+            let topic = Topic::Sync(1);
+            sim.gossip_to(cheat, honest[0], &topic, first.clone());
+            sim.gossip_to(cheat, honest[0], &topic, second.clone());
+            sim.gossip_to(cheat, honest[1], &topic, second);
+            sim.gossip_to(cheat, honest[1], &topic, first);
+        }
+    }
+    // The state each honest replica ended each round on (a recomputation replaces its own).
+    let thetas = |i: usize| -> std::collections::BTreeMap<u64, String> {
+        sim.events(i)
+            .iter()
+            .filter_map(|e| match e {
+                NodeEvent::Sync { round, theta, .. } | NodeEvent::Adopted { round, theta, .. } => {
+                    Some((*round, theta.clone()))
+                }
+                _ => None,
+            })
+            .collect()
+    };
+    let (a, b) = (thetas(honest[0]), thetas(honest[1]));
+    let mut agreed = 0;
+    for (round, theta) in &a {
+        if let Some(other) = b.get(round) {
+            assert_eq!(theta, other, "round {round}: the honest replicas split");
+            agreed += 1;
+        }
+    }
+    assert!(agreed >= 5, "only {agreed} rounds");
+}

@@ -89,10 +89,9 @@ impl Syncer {
             return None;
         }
         self.pull_at = None;
-        let offers = self.offers.get(&round);
         let from: Vec<NodeId> = live
             .iter()
-            .filter(|n| offers.is_none_or(|o| !o.contains_key(n)))
+            .filter(|n| !self.heard(round, n))
             .copied()
             .collect();
         (!from.is_empty()).then_some(SyncAction::Pull { round, from })

@@ -633,3 +633,62 @@ fn a_missing_offer_is_pulled_once_from_its_replica() {
     let got = aggregate_of(&all[0].s.poll(pull_at, 5, &l0));
     assert_eq!(got, vec![all[0].node, all[1].node, all[2].node]);
 }
+
+/// A replica offers one blob, then another, for one round (to split what its co-replicas
+/// count): it is left out of that round, counts as heard (no one waits for it), and the same
+/// offer arriving twice (gossip, then a pull) is no equivocation.
+#[test]
+fn a_replica_offering_twice_in_one_round_is_left_out_of_it() {
+    let mut all = replicas(3);
+    let now = Instant::now();
+    for i in 0..3 {
+        let l = live(&all, i);
+        all[i].s.poll(now, 4, &l);
+    }
+    prepare_and_offer(&mut all, 1, now);
+    prepare_and_offer(&mut all, 2, now);
+    let (node, peer) = (all[2].node, all[2].peer);
+    let again = SyncOffer {
+        blob: [12; 32],
+        ..offer(1, BASE)
+    };
+    assert!(
+        all[0].s.on_offer(peer, node, again, now).is_empty(),
+        "a duplicate"
+    );
+    let other = SyncOffer {
+        blob: [99; 32],
+        ..offer(1, BASE)
+    };
+    let dropped = all[0].s.on_offer(peer, node, other.clone(), now);
+    assert!(
+        matches!(
+            &dropped[..],
+            [SyncAction::Event(NodeEvent::Dropped { round: Some(1), .. })]
+        ),
+        "{dropped:?}"
+    );
+    // Neither offer comes back, whatever arrives later.
+    all[0].s.on_offer(peer, node, offer(1, BASE), now);
+    let acts = all[0].s.on_prepared(1, [10; 32], 100, 12_800, now);
+    offer_of(&acts);
+    let l0 = live(&all, 0);
+    let got = aggregate_of(&all[0].s.poll(now, 5, &l0));
+    assert_eq!(
+        got,
+        vec![all[0].node, all[1].node],
+        "aggregated at once, without it"
+    );
+    // Equivocations in many future rounds hold a few entries.
+    for round in 2..200 {
+        for blob in [1u8, 2] {
+            let o = SyncOffer {
+                round,
+                blob: [blob; 32],
+                ..offer(round, BASE)
+            };
+            all[1].s.on_offer(peer, node, o, now);
+        }
+    }
+    assert!(all[1].s.equivocators.len() <= ROUNDS_PER_SENDER);
+}
