@@ -6,45 +6,50 @@ use neuroshard_aggregate::Attack;
 use neuroshard_sim::byzfl::{Scenario, run};
 
 /// One Sybil among three replicas of a stage sends the honest mean scaled by −1000 every
-/// round, after seeing it. The defaults (trimmed mean with f fitted to the inputs, norm
-/// bound) stay within 5% of the clean run; a plain mean without the bound ends on a model
-/// no better than uniform (ln 32 = 3.47).
+/// round, after seeing it. The default aggregation (trimmed mean with f fitted to the inputs,
+/// norm bound) stays within 5% of the clean run over 3 seeds; a plain mean without the bound
+/// ends on a model no better than uniform (ln 32 = 3.47). At outer lr 0.35, not the nodes'
+/// 0.7: on this tiny model 0.7 over-steps (clean loss 0.67 against 0.43), and an attack that
+/// shrinks the aggregate then acts as a smaller step, so at 0.7 the comparison measures the
+/// step size as much as the attack (README, threat model).
 #[test]
 fn a_scaling_sybil_among_three_replicas_is_harmless_by_default_and_ruins_a_plain_mean() {
-    let defaults = Scenario::new(2, 3).with_sybils(1, 1);
+    let defaults = Scenario {
+        outer_lr: 0.35,
+        ..Scenario::new(2, 3).with_sybils(1, 1)
+    };
     let naive = Scenario {
         aggregator: "mean".into(),
         norm_bound: 0.0,
         ..defaults.clone()
     };
     let attack = Attack::Scale(1000.0);
-    let clean = run(&defaults, Attack::None, 1).unwrap();
-    let robust = run(&defaults, attack, 1).unwrap();
+    let (mut clean, mut robust) = (0.0, 0.0);
+    for seed in 1..=3 {
+        clean += run(&defaults, Attack::None, seed).unwrap().validation_loss / 3.0;
+        let attacked = run(&defaults, attack, seed).unwrap();
+        assert!(attacked.rounds_attacked >= 10, "{attacked:?}");
+        robust += attacked.validation_loss / 3.0;
+    }
     let plain = run(&naive, attack, 1).unwrap();
     eprintln!(
-        "clean {}, defaults under attack {}, plain mean under attack {}",
-        clean.validation_loss, robust.validation_loss, plain.validation_loss
+        "clean {clean}, defaults under attack {robust}, plain mean under attack {}",
+        plain.validation_loss
     );
-    assert!(robust.rounds_attacked >= 10, "{robust:?}");
+    assert!(robust <= clean * 1.05, "defaults {robust} vs clean {clean}");
     assert!(
-        robust.validation_loss <= clean.validation_loss * 1.05,
-        "defaults {} vs clean {}",
-        robust.validation_loss,
-        clean.validation_loss
-    );
-    assert!(
-        plain.validation_loss > 3.0 * clean.validation_loss,
-        "plain mean {} vs clean {}",
-        plain.validation_loss,
-        clean.validation_loss
+        plain.validation_loss > 3.0 * clean,
+        "plain mean {} vs clean {clean}",
+        plain.validation_loss
     );
 }
 
-/// `neuroshard swarm`'s shape, two replicas a stage, where no robust rule exists (trimmed
-/// mean of two is their mean): one Sybil sends N(0, 1) noise per coordinate, thousands of
-/// times an honest pseudo-gradient's norm. The norm bound clips it to 3× the honest norm, a
-/// random direction the model shrugs off (within 5% of the clean run); without the bound the
-/// model is destroyed.
+/// Two replicas a stage, where no robust rule exists (trimmed mean of two is their mean): one
+/// Sybil sends N(0, 1) noise per coordinate, thousands of times an honest pseudo-gradient's
+/// norm. The norm bound clips it to 3× the honest norm; without the bound the model is
+/// destroyed. Within 5% of the clean run only at the nodes' outer lr 0.7, where the clean run
+/// over-steps this tiny model: at 0.35 the clipped noise costs +47% (`bench byzantine
+/// --scenarios default --outer-lr 0.35`), which is why `swarm` runs three replicas a stage.
 #[test]
 fn gaussian_noise_from_one_of_two_replicas_is_clipped_by_the_norm_bound() {
     let defaults = Scenario::new(2, 2).with_sybils(1, 1);
