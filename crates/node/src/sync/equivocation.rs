@@ -1,4 +1,5 @@
-//! Offer equivocation: two different signed offers of one round from one replica. Counting
+//! Offer equivocation: two different signed offers of one round, against one θ₀, from one
+//! replica. Counting
 //! the latest would let a Sybil show one offer to some co-replicas and another to the rest,
 //! so that replicas aggregating at different moments count different offers, disagree, and
 //! fail to recompute each other's outcome. Instead the sender is left out of that round on
@@ -27,7 +28,9 @@ impl Syncer {
             return Some(Vec::new());
         }
         let earlier = self.offers.get(&round).and_then(|o| o.get(&node))?;
-        if earlier.1.blob == offer.blob && earlier.1.base == offer.base {
+        // Against another θ₀ it is a new offer, not a second one: an honest replica that
+        // adopted a state after offering offers again against it.
+        if earlier.1.blob == offer.blob || earlier.1.base != offer.base {
             return None;
         }
         if let Some(o) = self.offers.get_mut(&round) {

@@ -13,6 +13,8 @@ use neuroshard_proof::{Canonical, CodecError, Hash32, NodeId, Reader, Writer};
 
 use super::{Phase, SyncAction, Syncer};
 
+/// Co-replicas a replica asks per round at most.
+pub const MAX_PULLS_PER_ROUND: usize = 4;
 /// Messages one answer carries: the peer's offer and its outcome of the round.
 pub const MAX_PULLED: usize = 2;
 /// Largest signed round message an answer may carry (an outcome lists at most 256
@@ -89,9 +91,15 @@ impl Syncer {
             return None;
         }
         self.pull_at = None;
-        let from: Vec<NodeId> = live
-            .iter()
-            .filter(|n| !self.heard(round, n))
+        // In a large stage most missing offers are replicas that have not started the round
+        // yet, not lost ones: ask a few, starting after our own id so that the stage's pulls
+        // spread over its replicas instead of all landing on the lowest ids.
+        let missing = live.iter().filter(|n| !self.heard(round, n));
+        let (after, before): (Vec<&NodeId>, Vec<&NodeId>) = missing.partition(|n| **n > self.me);
+        let from: Vec<NodeId> = after
+            .into_iter()
+            .chain(before)
+            .take(MAX_PULLS_PER_ROUND)
             .copied()
             .collect();
         (!from.is_empty()).then_some(SyncAction::Pull { round, from })

@@ -692,3 +692,37 @@ fn a_replica_offering_twice_in_one_round_is_left_out_of_it() {
     }
     assert!(all[1].s.equivocators.len() <= ROUNDS_PER_SENDER);
 }
+
+/// An honest replica that adopted a state after offering offers the round again against that
+/// state: a new offer, not an equivocation. And a replica of a large stage pulls a few of the
+/// many missing offers, starting after its own id.
+#[test]
+fn a_new_offer_against_another_base_is_no_equivocation_and_pulls_are_few() {
+    let mut all = replicas(9);
+    let now = Instant::now();
+    for i in 0..9 {
+        let l = live(&all, i);
+        all[i].s.poll(now, 4, &l);
+    }
+    let (node, peer) = (all[1].node, all[1].peer);
+    all[4].s.on_offer(peer, node, offer(1, BASE), now);
+    let again = SyncOffer {
+        blob: [2; 32],
+        ..offer(1, [7; 32])
+    };
+    let rebased = all[4].s.on_offer(peer, node, again, now);
+    assert!(rebased.is_empty(), "{rebased:?}");
+    assert!(all[4].s.equivocators.is_empty());
+    // Replica 4 (id [5; 32]) offers; of the 8 others only replica 1 offered.
+    offer_of(&all[4].s.on_prepared(1, [14; 32], 100, 12_800, now));
+    let l4 = live(&all, 4);
+    let asked = all[4].s.poll(now + cfg().timeout / 4, 5, &l4);
+    let ids = |idx: &[usize]| idx.iter().map(|&i| all[i].node).collect::<Vec<_>>();
+    assert_eq!(
+        asked,
+        vec![SyncAction::Pull {
+            round: 1,
+            from: ids(&[5, 6, 7, 8]),
+        }]
+    );
+}
