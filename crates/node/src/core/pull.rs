@@ -30,6 +30,10 @@ impl NodeCore {
 
     /// Asks each of `from` for its own messages of `round`.
     pub(super) fn send_sync_pulls(&mut self, round: u64, from: Vec<NodeId>) {
+        tracing::debug!(
+            "round {round}: pulling the offers of {} co-replicas",
+            from.len()
+        );
         let data = SyncPull {
             network: self.network,
             stage: self.stage as u16,
