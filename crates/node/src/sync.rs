@@ -15,7 +15,6 @@
 //! shift of the replica's parameters, so inner progress made during the round is kept.
 
 mod behind;
-mod equivocation;
 pub mod msgs;
 pub mod pull;
 #[cfg(test)]
@@ -149,8 +148,6 @@ pub struct Syncer {
     last_progress: Option<Instant>,
     /// When to pull the offers still missing from the round being collected.
     pull_at: Option<(u64, Instant)>,
-    /// (round, replica) pairs of replicas that sent two different offers of the round.
-    equivocators: BTreeSet<(u64, NodeId)>,
     /// Our training has ended (a driver took its last step): we start no round and follow
     /// none, since no inner progress comes after it, and a round begun at the end would
     /// leave us on a state our co-replicas may never see.
@@ -207,7 +204,6 @@ impl Syncer {
             offer_base: None,
             last_progress: None,
             pull_at: None,
-            equivocators: BTreeSet::new(),
             training_ended: false,
         }
     }
@@ -253,9 +249,6 @@ impl Syncer {
         // a larger outcome someone may announce. Round 0 is the genesis state, never offered.
         if offer.round < self.round || offer.round == 0 || node == self.me {
             return Vec::new();
-        }
-        if let Some(dropped) = self.equivocates(node, &offer, now) {
-            return dropped;
         }
         let round = offer.round;
         self.offers
@@ -528,7 +521,6 @@ impl Syncer {
         self.phase = Phase::Idle;
         self.retry_at = None;
         self.offers.retain(|r, _| *r >= round);
-        self.equivocators.retain(|(r, _)| *r >= round);
         self.dones.retain(|r, _| *r >= round);
         self.hints.retain(|r, _| *r > round);
     }
@@ -556,15 +548,6 @@ impl Syncer {
                     .and_then(|o| o.get(n))
                     .is_some_and(|(_, o)| base.is_none_or(|b| o.base == b))
         };
-        // An outcome counting a replica that equivocated in the round is not one to follow,
-        // ours included (we may have aggregated before its second offer arrived).
-        let tainted = |n: &NodeId| self.equivocators.contains(&(round, *n));
-        let mine_tainted = self.contributors.iter().any(tainted);
-        let mine = if mine_tainted {
-            0
-        } else {
-            self.contributors.len()
-        };
         let mut agreed = Vec::new();
         for (node, (peer, d)) in dones {
             if d.theta == self.theta {
@@ -579,15 +562,12 @@ impl Syncer {
                 }
                 continue;
             }
-            if self.refused.contains(&(round, d.theta))
-                || !d.contributors.iter().all(known)
-                || d.contributors.iter().any(tainted)
-            {
+            if self.refused.contains(&(round, d.theta)) || !d.contributors.iter().all(known) {
                 continue;
             }
             let n = d.contributors.len();
             let key = (n, std::cmp::Reverse(d.theta));
-            let beats_mine = key > (mine, std::cmp::Reverse(self.theta));
+            let beats_mine = key > (self.contributors.len(), std::cmp::Reverse(self.theta));
             let beats_best = best
                 .as_ref()
                 .is_none_or(|(bn, bt, _, _)| key > (*bn, std::cmp::Reverse(*bt)));
@@ -626,8 +606,6 @@ impl Syncer {
                 theta,
                 announcer,
             });
-        } else if mine_tainted && self.aggregated {
-            actions.push(self.recompute_without_equivocators(round));
         }
         actions
     }
@@ -646,8 +624,6 @@ impl Syncer {
     ) -> Vec<SyncAction> {
         let reason = if theta == claimed {
             "recomputed a larger outcome and reached the announced hash".to_string()
-        } else if claimed == self.theta && self.round == round {
-            "recomputed our own outcome without a replica that equivocated".to_string()
         } else {
             self.refused.insert((round, claimed));
             self.refused.retain(|(r, _)| r.saturating_add(4) > round);

@@ -433,7 +433,7 @@ impl NodeCore {
                 },
                 EngineOutput::Applied(Ok((applied, opt))),
             ) => {
-                if applied.theta != claimed && announcer != self.me {
+                if applied.theta != claimed {
                     self.penalize(
                         announcer,
                         "announced a round outcome that does not recompute",

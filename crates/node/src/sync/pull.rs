@@ -105,6 +105,13 @@ impl Syncer {
         (!from.is_empty()).then_some(SyncAction::Pull { round, from })
     }
 
+    /// Whether `node`'s offer of `round` is here.
+    pub(super) fn heard(&self, round: u64, node: &NodeId) -> bool {
+        self.offers
+            .get(&round)
+            .is_some_and(|o| o.contains_key(node))
+    }
+
     /// When the missing offers of the round being collected are to be pulled.
     pub(super) fn pull_deadline(&self) -> Option<Instant> {
         match (&self.phase, self.pull_at) {
