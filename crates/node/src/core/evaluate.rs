@@ -106,11 +106,11 @@ impl NodeCore {
         });
     }
 
-    /// When a failed evaluation may be tried again (a new round may be tried sooner: every
-    /// input that moves the round polls the evaluation).
+    /// When the current round's failed evaluation may be tried again (a failure of an earlier
+    /// round holds nothing back: every input that moves the round polls the evaluation).
     pub(super) fn eval_retry_at(&self) -> Option<Instant> {
-        let (_, at) = self.eval.failed?;
-        (self.eval.running.is_none()).then_some(at + EVAL_RETRY)
+        let (key, at) = self.eval.failed?;
+        (self.eval.running.is_none() && key == self.eval_key()).then_some(at + EVAL_RETRY)
     }
 
     /// One window scored (its summed loss and target count), or why it was not.

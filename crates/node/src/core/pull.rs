@@ -11,19 +11,23 @@ use crate::records::Topic;
 use crate::sync::pull::MAX_PULLED;
 use crate::sync::{SyncMsg, SyncPull, SyncPullAnswer};
 
-/// Signed round messages kept for pulls: a round's offer and outcome, for the last few rounds
-/// (a co-replica pulls the round it is collecting, at most a round or two behind ours).
+/// Signed round messages kept for pulls: a round's offer and outcome (the latest of each), for
+/// the last few rounds (a co-replica pulls the round it is collecting, a round or two behind).
 pub const PUBLISHED_KEPT: usize = 8;
 
 impl NodeCore {
     /// Signs and gossips a round message, and keeps the envelope for co-replicas that pull it.
+    /// A later outcome of the same round (a recomputation, an adoption) replaces the earlier
+    /// one, so an answer always has room for the offer, which is what a puller lacks.
     pub(super) fn publish_sync(&mut self, msg: &SyncMsg) {
         let data = Signed::sign(&self.identity, msg).to_bytes();
+        let key = (msg.round(), matches!(msg, SyncMsg::Offer(_)));
         let kept = &mut self.rounds.published;
+        kept.retain(|(k, _)| *k != key);
         while kept.len() >= PUBLISHED_KEPT {
             kept.pop_front();
         }
-        kept.push_back((msg.round(), data.clone()));
+        kept.push_back((key, data.clone()));
         let topic = Topic::Sync(self.stage as u16);
         self.transmits.push_back(Transmit::Publish { topic, data });
     }
@@ -56,16 +60,15 @@ impl NodeCore {
     /// every subscriber; the answer costs a copy of at most two of them.
     pub(super) fn answer_sync_pull(&mut self, token: super::Token, pull: &SyncPull) {
         let ours = pull.network == self.network && usize::from(pull.stage) == self.stage;
-        let mut messages: Vec<Vec<u8>> = if ours {
-            let kept = self.rounds.published.iter().rev();
-            kept.filter(|(r, _)| *r == pull.round)
+        let messages: Vec<Vec<u8>> = if ours {
+            let kept = self.rounds.published.iter();
+            kept.filter(|((r, _), _)| *r == pull.round)
                 .take(MAX_PULLED)
                 .map(|(_, d)| d.clone())
                 .collect()
         } else {
             Vec::new()
         };
-        messages.reverse();
         self.transmits.push_back(Transmit::Respond {
             token,
             data: SyncPullAnswer { messages }.to_canonical_bytes(),

@@ -67,6 +67,30 @@ fn a_pull_is_answered_with_our_own_messages_of_that_round_only() {
         assert_eq!(key.node_id(), me.node_id());
         assert_eq!(msg.round(), 3);
     }
+    // A second outcome of round 3 (a recomputation) replaces the first: the offer stays.
+    c.publish_sync(&SyncMsg::Done(SyncDone {
+        network: NETWORK,
+        stage: 1,
+        round: 3,
+        theta: [4; 32],
+        contributors: vec![me.node_id()],
+        receipts: Vec::new(),
+    }));
+    drain(&mut c);
+    let got = answer(&mut c, NETWORK, 1, 3);
+    let offer_first = |m: &Vec<u8>| {
+        matches!(
+            io::open_from::<SyncMsg>(m, &me.node_id()),
+            Ok((SyncMsg::Offer(_), _))
+        )
+    };
+    let kinds: Vec<bool> = got.messages.iter().map(offer_first).collect();
+    assert_eq!(kinds, vec![true, false], "the offer and the latest outcome");
+    let latest = io::open_from::<SyncMsg>(&got.messages[1], &me.node_id());
+    assert!(
+        matches!(latest, Ok((SyncMsg::Done(d), _)) if d.theta == [4; 32]),
+        "not the latest outcome"
+    );
     assert!(
         answer(&mut c, [8; 32], 1, 3).messages.is_empty(),
         "other network"

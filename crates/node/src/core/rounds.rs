@@ -113,8 +113,9 @@ pub(super) struct RoundState {
     offered: VecDeque<(u64, Hash32)>,
     /// Our latest pseudo-gradient offer: (round, blob hash).
     my_offer: Option<(u64, Hash32)>,
-    /// The signed round messages we gossiped last, by round: what a co-replica's pull gets.
-    pub(super) published: VecDeque<(u64, Vec<u8>)>,
+    /// The signed round messages we gossiped last, keyed by (round, is an offer): what a
+    /// co-replica's pull gets.
+    pub(super) published: VecDeque<((u64, bool), Vec<u8>)>,
     optimizer_blob: Hash32,
     work: Work,
     spec: StageSpec,

@@ -3,8 +3,8 @@
 //! replica that misses one live co-replica's offer aggregates without it after the deadline,
 //! while the others count it: their outcomes differ, and the larger one cannot be checked
 //! without the missing offer. So a replica still waiting for some live co-replicas' offers a
-//! quarter into the wait asks each of them, once per round, for its own signed messages of the
-//! round. The answer is checked like gossip: signed by the peer asked, for our network and
+//! quarter into the wait asks a few of them ([`MAX_PULLS_PER_ROUND`]), once per round, for
+//! their own signed messages of the round. The answer is checked like gossip: signed by the peer asked, for our network and
 //! stage, from a registered replica.
 
 use std::time::Instant;
