@@ -190,6 +190,7 @@ pub fn sample_sync() -> Vec<SyncMsg> {
             round: 4,
             theta: [3; 32],
             contributors: vec![ALICE.node_id(), NEIGHBOUR.node_id()],
+            blobs: vec![[2; 32], [4; 32]],
             receipts: vec![(ALICE.node_id(), receipt)],
         }),
     ]

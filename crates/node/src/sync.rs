@@ -30,6 +30,9 @@ use crate::events::{Clock, NodeEvent};
 pub use msgs::{SyncDone, SyncMsg, SyncOffer, ThetaRecord, theta_key};
 pub use pull::{SyncPull, SyncPullAnswer};
 
+/// Contributors, each with the offer (blob) of it that went into an outcome.
+pub type Named = Vec<(NodeId, Hash32)>;
+
 /// Round timeouts without finishing a round after which a replica that is behind takes a
 /// single live voucher for a later state (see `Syncer::behind`).
 pub const STALLED_TIMEOUTS: u32 = 4;
@@ -76,9 +79,16 @@ pub enum SyncAction {
     Verify {
         round: u64,
         fetch: Vec<(NodeId, NodeId, Hash32)>,
-        set: Vec<NodeId>,
+        set: Vec<(NodeId, Hash32)>,
         theta: Hash32,
         announcer: NodeId,
+    },
+    /// A better outcome of our round names offers we do not hold (the contributor showed us
+    /// another one, or none): ask `from`, who relayed it, for its signed offers of `nodes`.
+    FetchOffers {
+        round: u64,
+        from: NodeId,
+        nodes: Vec<NodeId>,
     },
     /// Fetch the outer state `hash` of `round` from `peer` and adopt it (we are behind, so we
     /// cannot recompute). `included`: whether our own offer of that round is part of it.
@@ -112,6 +122,8 @@ enum Phase {
         expected: usize,
         sent: u64,
         dense: u64,
+        /// The offer (blob) of each input, ours included.
+        from: BTreeMap<NodeId, Hash32>,
     },
     Adopting {
         round: u64,
@@ -127,11 +139,17 @@ pub struct Syncer {
     /// Rounds completed: the outer state is the result of round `round`.
     round: u64,
     theta: Hash32,
-    contributors: BTreeSet<NodeId>,
+    /// Who went into our outer state, each with the offer of it that went in.
+    contributors: BTreeMap<NodeId, Hash32>,
     phase: Phase,
     /// Inner steps when the current round's θ₀ was taken.
     round_start_step: u64,
     offers: BTreeMap<u64, BTreeMap<NodeId, (NodeId, SyncOffer)>>,
+    /// Earlier signed offers of a sender's round that a later one replaced in `offers`: an
+    /// outcome may name one of them (see [`SyncDone::blobs`]).
+    displaced: BTreeMap<u64, BTreeMap<NodeId, Vec<(NodeId, SyncOffer)>>>,
+    /// Rounds and announcers we asked for the offers their outcome names (once each).
+    asked_offers: BTreeSet<(u64, NodeId)>,
     dones: BTreeMap<u64, BTreeMap<NodeId, (NodeId, SyncDone)>>,
     /// Outer states heard of outside gossip (the DHT record at start-up).
     hints: BTreeMap<u64, (NodeId, Hash32)>,
@@ -144,6 +162,8 @@ pub struct Syncer {
     /// The θ₀ our latest offer was computed against, by round: an outcome built on offers
     /// against another θ₀ is another lineage, not something a recomputation can judge.
     offer_base: Option<(u64, Hash32)>,
+    /// Our latest offer's pseudo-gradient, by round.
+    my_offer: Option<(u64, Hash32)>,
     /// When this replica last finished a round (its own, recomputed or adopted).
     last_progress: Option<Instant>,
     /// When to pull the offers still missing from the round being collected.
@@ -158,6 +178,9 @@ pub struct Syncer {
 /// a round or two apart, and a replica behind needs only the latest rounds to catch up, so a
 /// sender that announces thousands of future rounds holds this many entries, not thousands.
 pub const ROUNDS_PER_SENDER: usize = 4;
+/// Earlier offers of one round kept per sender (besides its latest): an honest replica
+/// re-offers a round only after a restart or a failed attempt.
+pub const DISPLACED_PER_SENDER: usize = 3;
 
 /// Drops `node`'s entries of `by_round` beyond its [`ROUNDS_PER_SENDER`] latest rounds.
 fn keep_latest_per_sender<T>(by_round: &mut BTreeMap<u64, BTreeMap<NodeId, T>>, node: &NodeId) {
@@ -191,10 +214,12 @@ impl Syncer {
             me,
             round,
             theta,
-            contributors: BTreeSet::new(),
+            contributors: BTreeMap::new(),
             phase: Phase::Idle,
             round_start_step: steps,
             offers: BTreeMap::new(),
+            displaced: BTreeMap::new(),
+            asked_offers: BTreeSet::new(),
             dones: BTreeMap::new(),
             hints: BTreeMap::new(),
             retry_at: None,
@@ -202,6 +227,7 @@ impl Syncer {
             refused: BTreeSet::new(),
             aggregated: false,
             offer_base: None,
+            my_offer: None,
             last_progress: None,
             pull_at: None,
             training_ended: false,
@@ -251,11 +277,26 @@ impl Syncer {
             return Vec::new();
         }
         let round = offer.round;
-        self.offers
-            .entry(round)
-            .or_default()
-            .insert(node, (peer, offer));
+        let held = self.offers.entry(round).or_default();
+        if let Some(old) = held.insert(node, (peer, offer))
+            && held
+                .get(&node)
+                .is_some_and(|(_, new)| new.blob != old.1.blob)
+        {
+            let kept = self
+                .displaced
+                .entry(round)
+                .or_default()
+                .entry(node)
+                .or_default();
+            kept.retain(|(_, o)| o.blob != old.1.blob);
+            kept.push(old);
+            if kept.len() > DISPLACED_PER_SENDER {
+                kept.remove(0);
+            }
+        }
         keep_latest_per_sender(&mut self.offers, &node);
+        keep_latest_per_sender(&mut self.displaced, &node);
         // An offer that arrives after a larger outcome naming it was announced (it was late,
         // or held until its sender's registration arrived) lets us recompute that outcome.
         if round == self.round && self.phase == Phase::Idle && self.dones.contains_key(&round) {
@@ -374,6 +415,7 @@ impl Syncer {
                     expected: live.len() + 1,
                     sent,
                     dense,
+                    from: from.iter().map(|(n, _, h)| (*n, *h)).collect(),
                 };
                 vec![SyncAction::Aggregate { round, from }]
             }
@@ -399,6 +441,7 @@ impl Syncer {
             return Vec::new();
         }
         self.offer_base = Some((round, self.theta));
+        self.my_offer = Some((round, blob));
         self.pull_at = Some((round, now + self.cfg.timeout / 4));
         self.phase = Phase::Collecting {
             round,
@@ -427,7 +470,8 @@ impl Syncer {
     }
 
     /// The engine applied `round` with `contributors`; the outer state hashes to `theta`.
-    /// `receipts_for` are the contributors' offers, to countersign.
+    /// Also returns each contributor with the offer of it that went in (ours included), for
+    /// the outcome to name and the others' to countersign.
     pub fn on_applied(
         &mut self,
         round: u64,
@@ -442,6 +486,7 @@ impl Syncer {
             expected,
             sent,
             dense,
+            ref from,
         } = self.phase
         else {
             return (Vec::new(), Vec::new());
@@ -449,16 +494,14 @@ impl Syncer {
         if r != round {
             return (Vec::new(), Vec::new());
         }
-        let offered: Vec<(NodeId, Hash32)> = contributors
+        // The offers fetched for the aggregation, not the latest held: another offer of a
+        // contributor may have arrived while the engine worked.
+        let named: Vec<(NodeId, Hash32)> = contributors
             .iter()
-            .filter(|n| **n != self.me)
-            .filter_map(|n| {
-                let (_, o) = self.offers.get(&round)?.get(n)?;
-                Some((*n, o.blob))
-            })
+            .filter_map(|n| from.get(n).map(|h| (*n, *h)))
             .collect();
         let included_self = contributors.contains(&self.me);
-        self.finish_round(round, theta, contributors.iter().copied().collect(), steps);
+        self.finish_round(round, theta, named.iter().copied().collect(), steps);
         self.aggregated = true;
         let mut actions = vec![SyncAction::Event(NodeEvent::Sync {
             stage: self.cfg.stage.into(),
@@ -473,7 +516,7 @@ impl Syncer {
             time_ms: self.cfg.clock.unix_ms(now),
         })];
         actions.extend(self.compare_outcomes(now));
-        (actions, offered)
+        (actions, named)
     }
 
     /// We now hold the outer state `theta` of `round`, fetched from a peer.
@@ -489,7 +532,7 @@ impl Syncer {
             .dones
             .get(&round)
             .and_then(|d| d.values().find(|(_, d)| d.theta == theta))
-            .map(|(_, d)| d.contributors.iter().copied().collect())
+            .map(|(_, d)| d.named().collect())
             .unwrap_or_default();
         self.finish_round(round, theta, contributors, steps);
         self.aggregated = false;
@@ -506,7 +549,7 @@ impl Syncer {
         &mut self,
         round: u64,
         theta: Hash32,
-        contributors: BTreeSet<NodeId>,
+        contributors: BTreeMap<NodeId, Hash32>,
         steps: u64,
     ) {
         // A replica that adopts mid-round keeps its step phase: its next round starts when
@@ -521,32 +564,57 @@ impl Syncer {
         self.phase = Phase::Idle;
         self.retry_at = None;
         self.offers.retain(|r, _| *r >= round);
+        self.displaced.retain(|r, _| *r >= round);
+        self.asked_offers.retain(|(r, _)| *r >= round);
         self.dones.retain(|r, _| *r >= round);
         self.hints.retain(|r, _| *r > round);
     }
 
+    /// The peer that brought `node`'s signed offer of `round` with pseudo-gradient `blob`,
+    /// made against `base` (any base when we offered none this round), if we hold it.
+    fn held_offer(
+        &self,
+        round: u64,
+        node: &NodeId,
+        blob: &Hash32,
+        base: Option<Hash32>,
+    ) -> Option<NodeId> {
+        let latest = self.offers.get(&round).and_then(|o| o.get(node));
+        let earlier = self.displaced.get(&round).and_then(|d| d.get(node));
+        latest
+            .into_iter()
+            .chain(earlier.into_iter().flatten())
+            .find(|(_, o)| o.blob == *blob && base.is_none_or(|b| o.base == b))
+            .map(|(p, _)| *p)
+    }
+
     /// After our own outcome of the current round: the best announced outcome wins. Only
-    /// outcomes whose every contributor made an offer we saw signed can win, so no one can
-    /// invent contributors to outrank the others.
+    /// outcomes whose every named offer we hold signed by its contributor can win, so no one
+    /// can invent contributors to outrank the others. Where a better outcome names offers we
+    /// lack (a contributor showed us another one, or gossip lost it), its announcer is asked
+    /// for them once: otherwise a replica that signs two offers of a round, one to each half
+    /// of the stage, would split it for good.
     fn compare_outcomes(&mut self, now: Instant) -> Vec<SyncAction> {
         let round = self.round;
         let Some(dones) = self.dones.get(&round) else {
             return Vec::new();
         };
         let mut actions = Vec::new();
-        let mut best: Option<(usize, Hash32, NodeId, Vec<NodeId>)> = None;
+        // (inputs, θ₀, announcer, its named offers) of the best outcome so far.
+        let mut best: Option<(usize, Hash32, NodeId, Named)> = None;
+        let mut asks: Vec<(NodeId, NodeId, Vec<NodeId>)> = Vec::new();
         let base = self.offer_base.filter(|(r, _)| *r == round).map(|(_, b)| b);
-        // A contributor counts if we hold its offer of this round against our own base: an
-        // honest replica on another θ₀ would otherwise fail our recomputation and be
+        let mine = self.my_offer.filter(|(r, _)| *r == round).map(|(_, b)| b);
+        // A contributor counts if we hold its named offer of this round against our own
+        // base: an honest replica on another θ₀ would otherwise fail our recomputation and be
         // punished for a divergence, not a lie.
-        let known = |n: &NodeId| {
-            *n == self.me
-                || self.contributors.contains(n)
-                || self
-                    .offers
-                    .get(&round)
-                    .and_then(|o| o.get(n))
-                    .is_some_and(|(_, o)| base.is_none_or(|b| o.base == b))
+        let known = |n: &NodeId, blob: &Hash32| {
+            self.contributors.get(n) == Some(blob)
+                || if *n == self.me {
+                    mine == Some(*blob)
+                } else {
+                    self.held_offer(round, n, blob, base).is_some()
+                }
         };
         let mut agreed = Vec::new();
         for (node, (peer, d)) in dones {
@@ -562,23 +630,37 @@ impl Syncer {
                 }
                 continue;
             }
-            if self.refused.contains(&(round, d.theta)) || !d.contributors.iter().all(known) {
+            if self.refused.contains(&(round, d.theta)) {
                 continue;
             }
-            let n = d.contributors.len();
-            let key = (n, std::cmp::Reverse(d.theta));
+            let set: Vec<(NodeId, Hash32)> = d.named().collect();
+            let key = (set.len(), std::cmp::Reverse(d.theta));
             let beats_mine = key > (self.contributors.len(), std::cmp::Reverse(self.theta));
             let beats_best = best
                 .as_ref()
                 .is_none_or(|(bn, bt, _, _)| key > (*bn, std::cmp::Reverse(*bt)));
-            if beats_mine && beats_best {
-                best = Some((n, d.theta, *peer, d.contributors.clone()));
+            if !beats_mine || !beats_best {
+                continue;
+            }
+            let unknown: Vec<NodeId> = set
+                .iter()
+                .filter(|(n, b)| !known(n, b))
+                .map(|(n, _)| *n)
+                .collect();
+            if unknown.is_empty() {
+                best = Some((set.len(), d.theta, *peer, set));
+            } else if !unknown.contains(&self.me) && !self.asked_offers.contains(&(round, *node)) {
+                asks.push((*node, *peer, unknown));
             }
         }
         for node in agreed {
             self.agreed.insert((round, node));
         }
         self.agreed.retain(|(r, _)| r.saturating_add(4) > round);
+        for (node, from, nodes) in asks {
+            self.asked_offers.insert((round, node));
+            actions.push(SyncAction::FetchOffers { round, from, nodes });
+        }
         if let Some((_, theta, announcer, set)) = best {
             self.phase = Phase::Adopting { round, theta };
             if !self.aggregated {
@@ -587,17 +669,16 @@ impl Syncer {
                     round,
                     peer: announcer,
                     hash: theta,
-                    included: set.contains(&self.me),
+                    included: set.iter().any(|(n, _)| *n == self.me),
                 });
                 return actions;
             }
+            // Every offer of the set that did not go into our state, from whoever brought
+            // it to us (its contributor, or the announcer that relayed it).
             let fetch = set
                 .iter()
-                .filter(|n| **n != self.me && !self.contributors.contains(n))
-                .filter_map(|n| {
-                    let (p, o) = self.offers.get(&round)?.get(n)?;
-                    Some((*n, *p, o.blob))
-                })
+                .filter(|(n, b)| *n != self.me && self.contributors.get(n) != Some(b))
+                .filter_map(|(n, b)| Some((*n, self.held_offer(round, n, b, base)?, *b)))
                 .collect();
             actions.push(SyncAction::Verify {
                 round,
@@ -618,7 +699,7 @@ impl Syncer {
         round: u64,
         theta: Hash32,
         claimed: Hash32,
-        contributors: Vec<NodeId>,
+        contributors: Vec<(NodeId, Hash32)>,
         steps: u64,
         now: Instant,
     ) -> Vec<SyncAction> {

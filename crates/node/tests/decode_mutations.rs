@@ -190,6 +190,7 @@ fn sync_msg(done: bool) -> SyncMsg {
         round: 4,
         theta: [3; 32],
         contributors: vec![a.node_id(), n.node_id()],
+        blobs: vec![[2; 32], [4; 32]],
         receipts: vec![(a.node_id(), receipt)],
     })
 }

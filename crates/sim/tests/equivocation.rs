@@ -1,13 +1,18 @@
-//! A node that signs two different proofs for one round and shows each to a different half of
-//! the network: every ledger settles it alike (neither proof paid, stake slashed), whatever
-//! order the proofs reached it in, and no honest node is touched.
+//! Equivocation, shown to each half of the network another way:
+//! - a node that signs two different proofs for one round: every ledger settles it alike
+//!   (neither proof paid, stake slashed), whatever order the proofs reached it in, and no
+//!   honest node is touched;
+//! - a replica that signs two offers of each DiLoCo round: its stage still ends every round on
+//!   one θ₀.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use neuroshard_node::core::Transmit;
+use neuroshard_node::events::NodeEvent;
 use neuroshard_node::records::Topic;
-use neuroshard_proof::{Canonical, Proof, SignedProof};
+use neuroshard_node::sync::{SyncMsg, SyncOffer};
+use neuroshard_proof::{Canonical, Proof, Signed, SignedProof};
 use neuroshard_sim::{EngineKind, Sim, network, settings, tiny_model};
 
 const CHEAT: usize = 1;
@@ -103,5 +108,87 @@ fn an_equivocation_split_across_the_network_is_settled_alike_on_every_ledger() {
             "honest node {i} lost stake"
         );
         assert!(ledger.account(&id).balance > 0, "honest node {i} unpaid");
+    }
+}
+
+/// The cheat (stage 1, co-replicas 3 and 5) signs two offers of each round against one θ₀:
+/// its genuine one, shown to node 3, and one carrying its pseudo-gradient of the round before
+/// (which it still serves), shown to node 5. Each honest replica aggregates what it saw.
+/// Outcomes name the offers they used, so the replica whose outcome loses asks the winner's
+/// announcer for the offer it lacks, recomputes the winning outcome and takes it: every round
+/// ends on one θ₀ on both honest replicas. (Before outcomes named offers, each failed to
+/// recompute the other's outcome and the stage stayed split.)
+#[test]
+fn a_replica_showing_each_co_replica_another_offer_cannot_split_its_stage() {
+    let mut s = settings(tiny_model(), 2, 3);
+    s.steps = 80;
+    let mut sim = network(5, s, 3, EngineKind::StandIn);
+    let stash: Arc<Mutex<Vec<SyncOffer>>> = Arc::default();
+    let slot = Arc::clone(&stash);
+    sim.set_tamper(
+        CHEAT,
+        Box::new(move |t| match t {
+            Transmit::Publish {
+                topic: Topic::Sync(stage),
+                data,
+            } => match Signed::<SyncMsg>::from_bytes(&data).and_then(|s| s.verify()) {
+                Ok(SyncMsg::Offer(o)) => {
+                    slot.lock().unwrap().push(o);
+                    None
+                }
+                _ => Some(Transmit::Publish {
+                    topic: Topic::Sync(stage),
+                    data,
+                }),
+            },
+            other => Some(other),
+        }),
+    );
+    let topic = Topic::Sync(1);
+    let mut previous: Option<SyncOffer> = None;
+    let mut split = 0;
+    let mut at = Duration::ZERO;
+    while at < Duration::from_secs(60) {
+        at += Duration::from_millis(50);
+        sim.run_until(at);
+        let offers: Vec<SyncOffer> = std::mem::take(&mut *stash.lock().unwrap());
+        for genuine in offers {
+            let other = match &previous {
+                Some(p) => {
+                    split += 1;
+                    SyncOffer {
+                        blob: p.blob,
+                        bytes: p.bytes,
+                        ..genuine.clone()
+                    }
+                }
+                None => genuine.clone(),
+            };
+            let sign =
+                |o: &SyncOffer| Signed::sign(sim.identity(CHEAT), &SyncMsg::Offer(o.clone()));
+            let (to_3, to_5) = (sign(&genuine).to_bytes(), sign(&other).to_bytes());
+            sim.gossip_to(CHEAT, 3, &topic, to_3);
+            sim.gossip_to(CHEAT, 5, &topic, to_5);
+            previous = Some(genuine);
+        }
+    }
+    assert!(split >= 4, "the cheat split only {split} rounds");
+    // The last outcome each honest replica reached for each round.
+    let mut last: std::collections::BTreeMap<u64, std::collections::BTreeMap<usize, String>> =
+        Default::default();
+    for i in [3, 5] {
+        for e in sim.events(i) {
+            if let NodeEvent::Sync { round, theta, .. } | NodeEvent::Adopted { round, theta, .. } =
+                e
+            {
+                last.entry(*round).or_default().insert(i, theta.clone());
+            }
+        }
+    }
+    let both: Vec<_> = last.iter().filter(|(_, t)| t.len() == 2).collect();
+    assert!(both.len() >= 4, "only {} rounds on both", both.len());
+    for (round, thetas) in both {
+        let distinct: std::collections::BTreeSet<&String> = thetas.values().collect();
+        assert_eq!(distinct.len(), 1, "round {round} split: {thetas:?}");
     }
 }

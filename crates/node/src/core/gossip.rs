@@ -320,6 +320,7 @@ impl NodeCore {
         }
         match msg {
             SyncMsg::Offer(offer) => {
+                self.keep_offer_envelope(from, &offer, data);
                 let actions = self.rounds.syncer.on_offer(from, from, offer, now);
                 self.run_sync_actions(actions, now);
             }

@@ -94,6 +94,12 @@ enum Pending {
     SyncPull {
         peer: NodeId,
     },
+    /// The signed offers of `round` from `nodes` that `peer`'s outcome names.
+    SyncOffers {
+        peer: NodeId,
+        round: u64,
+        nodes: std::collections::BTreeSet<NodeId>,
+    },
 }
 
 /// One node.
@@ -609,6 +615,9 @@ impl NodeCore {
                 self.on_receipt(stream, from, answer, now);
             }
             Some(Pending::SyncPull { peer }) => self.on_sync_pull_answer(peer, result, now),
+            Some(Pending::SyncOffers { peer, round, nodes }) => {
+                self.on_sync_offers_answer(peer, round, &nodes, result, now)
+            }
             // A late answer to something we gave up on.
             None => {}
         }

@@ -2,14 +2,17 @@
 //! round messages it gossiped, answers a pull with its own of the round asked, and takes a
 //! pulled message in exactly as if gossip had brought it from the peer asked.
 
+use std::collections::BTreeSet;
 use std::time::Instant;
 
 use neuroshard_proof::{Canonical, NodeId, Signed};
 
 use super::{NodeCore, Pending, TransferError, Transmit};
 use crate::records::Topic;
-use crate::sync::pull::MAX_PULLED;
-use crate::sync::{SyncMsg, SyncPull, SyncPullAnswer};
+use crate::sync::pull::{MAX_PULLED, MAX_RELAYED};
+use crate::sync::{
+    DISPLACED_PER_SENDER, ROUNDS_PER_SENDER, SyncMsg, SyncOffer, SyncPull, SyncPullAnswer,
+};
 
 /// Signed round messages kept for pulls: a round's offer and outcome (the latest of each), for
 /// the last few rounds (a co-replica pulls the round it is collecting, a round or two behind).
@@ -42,6 +45,7 @@ impl NodeCore {
             network: self.network,
             stage: self.stage as u16,
             round,
+            of: Vec::new(),
         }
         .to_canonical_bytes();
         for peer in from {
@@ -60,7 +64,26 @@ impl NodeCore {
     /// every subscriber; the answer costs a copy of at most two of them.
     pub(super) fn answer_sync_pull(&mut self, token: super::Token, pull: &SyncPull) {
         let ours = pull.network == self.network && usize::from(pull.stage) == self.stage;
-        let messages: Vec<Vec<u8>> = if ours {
+        let messages: Vec<Vec<u8>> = if ours && !pull.of.is_empty() {
+            // The signed offers we hold of the nodes named (what an outcome of ours names),
+            // our own latest included.
+            let own = pull.of.contains(&self.me).then(|| {
+                let kept = self.rounds.published.iter();
+                kept.filter(|((r, offer), _)| *r == pull.round && *offer)
+                    .map(|(_, d)| d.clone())
+            });
+            let heard = pull
+                .of
+                .iter()
+                .filter_map(|n| self.rounds.heard_offers.get(&(pull.round, *n)))
+                .flatten()
+                .map(|(_, d)| d.clone());
+            own.into_iter()
+                .flatten()
+                .chain(heard)
+                .take(MAX_RELAYED)
+                .collect()
+        } else if ours {
             let kept = self.rounds.published.iter();
             kept.filter(|((r, _), _)| *r == pull.round)
                 .take(MAX_PULLED)
@@ -90,11 +113,134 @@ impl NodeCore {
         };
         match SyncPullAnswer::from_canonical_bytes(&bytes) {
             Ok(answer) => {
-                for message in answer.messages {
+                if answer.messages.len() > MAX_PULLED {
+                    self.penalize(
+                        peer,
+                        "answered a round pull with more than its own messages",
+                    );
+                }
+                for message in answer.messages.into_iter().take(MAX_PULLED) {
                     self.on_sync_gossip(peer, &message, now);
                 }
             }
             Err(e) => self.penalize(peer, format!("undecodable answer to a round pull: {e}")),
         }
+    }
+}
+
+impl NodeCore {
+    /// Keeps the envelope of a co-replica's signed offer, to relay to a co-replica that
+    /// lacks an offer our outcome names. Bounded like the syncer's own copies: the latest
+    /// rounds of each sender, a few offers per round, none of rounds we finished.
+    pub(super) fn keep_offer_envelope(&mut self, node: NodeId, offer: &SyncOffer, data: &[u8]) {
+        let current = self.rounds.syncer.round();
+        if offer.round < current {
+            return;
+        }
+        let heard = &mut self.rounds.heard_offers;
+        heard.retain(|(r, _), _| *r >= current);
+        let kept = heard.entry((offer.round, node)).or_default();
+        kept.retain(|(blob, _)| *blob != offer.blob);
+        kept.push((offer.blob, data.to_vec()));
+        if kept.len() > 1 + DISPLACED_PER_SENDER {
+            kept.remove(0);
+        }
+        let rounds: Vec<u64> = heard
+            .keys()
+            .filter(|(_, n)| *n == node)
+            .map(|(r, _)| *r)
+            .collect();
+        for r in rounds
+            .iter()
+            .take(rounds.len().saturating_sub(ROUNDS_PER_SENDER))
+        {
+            heard.remove(&(*r, node));
+        }
+    }
+
+    /// Asks `peer`, whose outcome of `round` names offers of `nodes` we lack, for them.
+    pub(super) fn send_offer_fetch(&mut self, round: u64, peer: NodeId, nodes: Vec<NodeId>) {
+        tracing::debug!(
+            "round {round}: asking {peer} for the offers of {} contributors its outcome names",
+            nodes.len()
+        );
+        let data = SyncPull {
+            network: self.network,
+            stage: self.stage as u16,
+            round,
+            of: nodes.clone(),
+        }
+        .to_canonical_bytes();
+        let token = self.token();
+        self.requests.insert(
+            token,
+            Pending::SyncOffers {
+                peer,
+                round,
+                nodes: nodes.into_iter().collect(),
+            },
+        );
+        self.transmits.push_back(Transmit::Request {
+            to: peer,
+            token,
+            data,
+        });
+    }
+
+    /// What `peer` relayed: each message must be an offer of `round`, of our network and
+    /// stage, signed by one of the nodes we asked about, which must be registered for the
+    /// stage. Anything else (a forgery, another round, a node we did not ask about) costs the
+    /// relay as a bad gossip message would.
+    pub(super) fn on_sync_offers_answer(
+        &mut self,
+        peer: NodeId,
+        round: u64,
+        nodes: &BTreeSet<NodeId>,
+        result: Result<Vec<u8>, TransferError>,
+        now: Instant,
+    ) {
+        let Ok(bytes) = result else {
+            return;
+        };
+        let answer = match SyncPullAnswer::from_canonical_bytes(&bytes) {
+            Ok(a) => a,
+            Err(e) => {
+                self.penalize(peer, format!("undecodable answer to an offer fetch: {e}"));
+                return;
+            }
+        };
+        for data in answer.messages {
+            let signed = match Signed::<SyncMsg>::from_bytes(&data) {
+                Ok(s) => s,
+                Err(e) => {
+                    self.penalize(peer, format!("relayed an undecodable offer: {e}"));
+                    continue;
+                }
+            };
+            let node = signed.signer().node_id();
+            let offer = match signed.verify() {
+                Ok(SyncMsg::Offer(o)) => o,
+                Ok(SyncMsg::Done(_)) => {
+                    self.penalize(peer, "relayed an outcome where offers were asked");
+                    continue;
+                }
+                Err(e) => {
+                    self.penalize(peer, format!("relayed a forged offer: {e}"));
+                    continue;
+                }
+            };
+            let ours = offer.network == self.network && usize::from(offer.stage) == self.stage;
+            if !ours || offer.round != round || !nodes.contains(&node) {
+                self.penalize(peer, "relayed an offer that was not asked for");
+                continue;
+            }
+            if !self.economy.ledger().is_registered(&node, offer.stage) {
+                continue;
+            }
+            self.keep_offer_envelope(node, &offer, &data);
+            let actions = self.rounds.syncer.on_offer(peer, node, offer, now);
+            self.run_sync_actions(actions, now);
+        }
+        self.poll_rounds(now);
     }
 }

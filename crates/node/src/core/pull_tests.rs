@@ -28,6 +28,7 @@ fn answer(core: &mut NodeCore, network: [u8; 32], stage: u16, round: u64) -> Syn
         network,
         stage,
         round,
+        of: Vec::new(),
     }
     .to_canonical_bytes();
     core.handle_message(
@@ -56,6 +57,7 @@ fn a_pull_is_answered_with_our_own_messages_of_that_round_only() {
         round: 3,
         theta: [3; 32],
         contributors: vec![me.node_id()],
+        blobs: vec![[3; 32]],
         receipts: Vec::new(),
     }));
     c.publish_sync(&offer(4));
@@ -74,6 +76,7 @@ fn a_pull_is_answered_with_our_own_messages_of_that_round_only() {
         round: 3,
         theta: [4; 32],
         contributors: vec![me.node_id()],
+        blobs: vec![[3; 32]],
         receipts: Vec::new(),
     }));
     drain(&mut c);
@@ -156,4 +159,144 @@ fn a_pulled_message_counts_only_if_the_peer_asked_signed_it() {
     let out = pulled(&mut c, &peer, own.to_canonical_bytes());
     assert!(!penalised(&out, &peer));
     assert_eq!(c.rounds.syncer.held(), 1);
+}
+
+/// An offer of round 1 by `who` whose pseudo-gradient is `blob`.
+fn offer_with(who: &Identity, blob: u8) -> Vec<u8> {
+    let SyncMsg::Offer(o) = offer(1) else {
+        unreachable!()
+    };
+    let o = SyncOffer {
+        blob: [blob; 32],
+        ..o
+    };
+    Signed::sign(who, &SyncMsg::Offer(o)).to_bytes()
+}
+
+/// A co-replica's signed offers that reached us by gossip are relayed to a pull naming
+/// their sender (several of one round, since an outcome may name any of them), and no
+/// one else's.
+#[test]
+fn offers_an_outcome_names_are_relayed_to_a_pull_naming_their_senders() {
+    let (x, y) = (test_identity(2), test_identity(3));
+    let mut c = core(&test_identity(1), Instant::now());
+    let now = Instant::now();
+    for (who, blob) in [(&x, 21), (&x, 22), (&y, 23)] {
+        let inbound = Inbound::Gossip {
+            topic: crate::records::Topic::Sync(1).name(),
+            data: offer_with(who, blob),
+        };
+        c.handle_message(who.node_id(), inbound, now);
+    }
+    drain(&mut c);
+    let data = SyncPull {
+        network: NETWORK,
+        stage: 1,
+        round: 1,
+        of: vec![x.node_id()],
+    }
+    .to_canonical_bytes();
+    c.handle_message(NodeId([5; 32]), Inbound::Request { token: 78, data }, now);
+    let answer = drain(&mut c)
+        .into_iter()
+        .find_map(|t| match t {
+            Transmit::Respond { token: 78, data } => Some(data),
+            _ => None,
+        })
+        .expect("an answer");
+    let answer = SyncPullAnswer::from_canonical_bytes(&answer).unwrap();
+    let blobs: Vec<[u8; 32]> = answer
+        .messages
+        .iter()
+        .map(|m| match io::open_from::<SyncMsg>(m, &x.node_id()) {
+            Ok((SyncMsg::Offer(o), _)) => o.blob,
+            other => panic!("not x's offer: {other:?}"),
+        })
+        .collect();
+    assert_eq!(blobs, vec![[21; 32], [22; 32]]);
+    // The announcer's own offer, when named.
+    let me = test_identity(1);
+    c.publish_sync(&offer(1));
+    drain(&mut c);
+    let data = SyncPull {
+        network: NETWORK,
+        stage: 1,
+        round: 1,
+        of: vec![me.node_id(), y.node_id()],
+    }
+    .to_canonical_bytes();
+    c.handle_message(NodeId([5; 32]), Inbound::Request { token: 79, data }, now);
+    let answer = drain(&mut c)
+        .into_iter()
+        .find_map(|t| match t {
+            Transmit::Respond { token: 79, data } => Some(data),
+            _ => None,
+        })
+        .expect("an answer");
+    let signers: Vec<NodeId> = SyncPullAnswer::from_canonical_bytes(&answer)
+        .unwrap()
+        .messages
+        .iter()
+        .map(|m| Signed::<SyncMsg>::from_bytes(m).unwrap().signer().node_id())
+        .collect();
+    assert_eq!(signers, vec![me.node_id(), y.node_id()]);
+}
+
+/// Sends an offer fetch of round 1 for `nodes` to `peer` and answers it with `data`.
+fn fetched(c: &mut NodeCore, peer: &Identity, nodes: Vec<NodeId>, data: Vec<u8>) -> Vec<Transmit> {
+    c.send_offer_fetch(1, peer.node_id(), nodes);
+    let token = drain(c)
+        .into_iter()
+        .find_map(|t| match t {
+            Transmit::Request { to, token, .. } if to == peer.node_id() => Some(token),
+            _ => None,
+        })
+        .expect("an offer fetch");
+    let inbound = Inbound::Response {
+        token,
+        result: Ok(data),
+    };
+    c.handle_message(peer.node_id(), inbound, Instant::now());
+    drain(c)
+}
+
+/// A relay may bring only signed offers of the round asked, by the nodes asked about: a
+/// forgery, an unasked node's offer, another round or an outcome costs it; a genuine offer
+/// of an asked node is taken as that node's (a relay cannot change a signed offer).
+#[test]
+fn a_relayed_offer_counts_only_if_it_is_an_asked_nodes_signed_offer_of_the_round() {
+    let (relay, x, y) = (test_identity(2), test_identity(3), test_identity(4));
+    let mut c = core(&test_identity(1), Instant::now());
+    drain(&mut c);
+    let answer = |messages: Vec<Vec<u8>>| SyncPullAnswer { messages }.to_canonical_bytes();
+    let unasked = answer(vec![offer_with(&y, 30)]);
+    let out = fetched(&mut c, &relay, vec![x.node_id()], unasked);
+    assert!(
+        penalised(&out, &relay),
+        "an unasked node's offer was not charged"
+    );
+    let mut forged = offer_with(&x, 31);
+    let last = forged.len() - 1;
+    forged[last] ^= 1;
+    let out = fetched(&mut c, &relay, vec![x.node_id()], answer(vec![forged]));
+    assert!(penalised(&out, &relay), "a forged offer was not charged");
+    let later = Signed::sign(&x, &offer(2)).to_bytes();
+    let out = fetched(&mut c, &relay, vec![x.node_id()], answer(vec![later]));
+    assert!(
+        penalised(&out, &relay),
+        "an offer of another round was not charged"
+    );
+    assert_eq!(c.rounds.syncer.held(), 0, "a refused offer was counted");
+    let out = fetched(
+        &mut c,
+        &relay,
+        vec![x.node_id()],
+        answer(vec![offer_with(&x, 32)]),
+    );
+    assert!(!penalised(&out, &relay));
+    assert_eq!(c.rounds.syncer.held(), 1);
+    assert!(
+        c.rounds.heard_offers.contains_key(&(1, x.node_id())),
+        "kept to relay on"
+    );
 }

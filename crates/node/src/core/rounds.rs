@@ -1,7 +1,7 @@
 //! DiLoCo rounds inside the core: the [`Syncer`]'s decisions turned into blob fetches and
 //! engine jobs, and their results back into the syncer and the economy.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -59,7 +59,7 @@ enum Purpose {
     /// Recompute `round` over `set` to check another replica's claim.
     Verify {
         round: u64,
-        set: Vec<NodeId>,
+        set: Vec<(NodeId, Hash32)>,
         claimed: Hash32,
         announcer: NodeId,
         fetched: Vec<(NodeId, Hash32)>,
@@ -93,6 +93,7 @@ enum EngineCtx {
         round: u64,
         claimed: Hash32,
         announcer: NodeId,
+        set: Vec<(NodeId, Hash32)>,
         fetched: Vec<(NodeId, Hash32)>,
     },
     Adopt {
@@ -102,6 +103,9 @@ enum EngineCtx {
         reason: String,
     },
 }
+
+/// A signed offer as it arrived, with its pseudo-gradient's hash.
+type Envelope = (Hash32, Vec<u8>);
 
 /// What the live co-replicas depend on: our stage, the peer table's membership, the registry.
 type LiveKey = (usize, u64, Generation);
@@ -116,6 +120,9 @@ pub(super) struct RoundState {
     /// The signed round messages we gossiped last, keyed by (round, is an offer): what a
     /// co-replica's pull gets.
     pub(super) published: VecDeque<((u64, bool), Vec<u8>)>,
+    /// Co-replicas' signed offers of the rounds not yet finished, by (round, sender), a few
+    /// each: relayed to a co-replica that lacks one our outcome names.
+    pub(super) heard_offers: BTreeMap<(u64, NodeId), Vec<Envelope>>,
     optimizer_blob: Hash32,
     work: Work,
     spec: StageSpec,
@@ -138,6 +145,7 @@ impl RoundState {
             offered: VecDeque::new(),
             my_offer: None,
             published: VecDeque::new(),
+            heard_offers: BTreeMap::new(),
             optimizer_blob: [0; 32],
             work: Work::new(now),
             spec,
@@ -229,9 +237,12 @@ impl NodeCore {
                 SyncAction::Aggregate { round, from } => {
                     let remote = from
                         .into_iter()
-                        .filter_map(|(n, p, h)| p.map(|_| (n, h)))
+                        .filter_map(|(n, p, h)| p.map(|p| (n, p, h)))
                         .collect();
                     self.fetch_set(Purpose::Aggregate { round }, remote, now);
+                }
+                SyncAction::FetchOffers { round, from, nodes } => {
+                    self.send_offer_fetch(round, from, nodes)
                 }
                 SyncAction::Adopt {
                     round,
@@ -245,7 +256,7 @@ impl NodeCore {
                         hash,
                         included,
                     },
-                    vec![(peer, hash)],
+                    vec![(peer, peer, hash)],
                     now,
                 ),
                 SyncAction::Verify {
@@ -255,17 +266,16 @@ impl NodeCore {
                     theta,
                     announcer,
                 } => {
-                    let list: Vec<(NodeId, Hash32)> =
-                        fetch.iter().map(|(n, _, h)| (*n, *h)).collect();
+                    let fetched = fetch.iter().map(|(n, _, h)| (*n, *h)).collect();
                     self.fetch_set(
                         Purpose::Verify {
                             round,
                             set,
                             claimed: theta,
                             announcer,
-                            fetched: list.clone(),
+                            fetched,
                         },
-                        list,
+                        fetch,
                         now,
                     );
                 }
@@ -274,8 +284,10 @@ impl NodeCore {
         }
     }
 
-    /// Fetches blobs `(node, hash)` (each from its node), then continues with `purpose`.
-    fn fetch_set(&mut self, purpose: Purpose, list: Vec<(NodeId, Hash32)>, now: Instant) {
+    /// Fetches blobs `(node, from, hash)`: `node`'s blob, from the peer `from` that brought
+    /// us its offer (the node itself, or a co-replica that relayed it), then continues with
+    /// `purpose`.
+    fn fetch_set(&mut self, purpose: Purpose, list: Vec<(NodeId, NodeId, Hash32)>, now: Instant) {
         let max = match purpose {
             Purpose::Adopt { .. } => outer_state_limit(self.rounds.numel),
             _ => pseudo_gradient_limit(self.rounds.numel),
@@ -290,11 +302,11 @@ impl NodeCore {
                 failed: Vec::new(),
             },
         );
-        for (node, hash) in list {
+        for (node, from, hash) in list {
             let token = self.token();
             self.rounds.fetches.insert(token, (set, node));
             self.transmits.push_back(Transmit::FetchBlob {
-                from: node,
+                from,
                 token,
                 hash,
                 max,
@@ -330,6 +342,20 @@ impl NodeCore {
         let Some(s) = self.rounds.sets.remove(&set) else {
             return;
         };
+        if matches!(
+            s.purpose,
+            Purpose::Aggregate { .. } | Purpose::Verify { .. }
+        ) {
+            // We serve the pseudo-gradients that went into our outcome, so a co-replica can
+            // recompute it even when a contributor showed it another offer (or withholds).
+            for (_, bytes) in &s.got {
+                let round = match s.purpose {
+                    Purpose::Aggregate { round } | Purpose::Verify { round, .. } => round,
+                    Purpose::Adopt { round, .. } => round,
+                };
+                self.offer_blob(round, Arc::new(bytes.clone()));
+            }
+        }
         match s.purpose {
             Purpose::Aggregate { round } => {
                 let token = self.engine(EngineJob::SyncApply {
@@ -358,7 +384,7 @@ impl NodeCore {
                 let token = self.engine(EngineJob::SyncReapply {
                     round,
                     extra: s.got,
-                    set,
+                    set: set.iter().map(|(n, _)| *n).collect(),
                 });
                 self.rounds.engine.insert(
                     token,
@@ -366,6 +392,7 @@ impl NodeCore {
                         round,
                         claimed,
                         announcer,
+                        set,
                         fetched,
                     },
                 );
@@ -430,6 +457,7 @@ impl NodeCore {
                     round,
                     claimed,
                     announcer,
+                    set,
                     fetched,
                 },
                 EngineOutput::Applied(Ok((applied, opt))),
@@ -446,11 +474,11 @@ impl NodeCore {
                     round,
                     applied.theta,
                     claimed,
-                    applied.contributors.clone(),
+                    set.clone(),
                     steps,
                     now,
                 );
-                self.announce_outcome(round, &applied, &fetched, now);
+                self.announce_outcome(round, &applied, &set, &fetched, now);
                 self.run_sync_actions(actions, now);
             }
             (EngineCtx::Reapply { round, .. }, EngineOutput::Applied(Err(e))) => {
@@ -481,6 +509,7 @@ impl NodeCore {
                     round,
                     theta: hash,
                     contributors: Vec::new(),
+                    blobs: Vec::new(),
                     receipts: Vec::new(),
                 });
                 self.publish_sync(&msg);
@@ -526,14 +555,19 @@ impl NodeCore {
         let theta_before = self.rounds.syncer.theta();
         self.serve_outcome(round, &applied, optimizer);
         let steps = self.pipeline.steps_done();
-        let (actions, offered) = self.rounds.syncer.on_applied(
+        let (actions, named) = self.rounds.syncer.on_applied(
             round,
             applied.theta,
             applied.contributors.clone(),
             steps,
             now,
         );
-        self.announce_outcome(round, &applied, &offered, now);
+        let others: Vec<(NodeId, Hash32)> = named
+            .iter()
+            .filter(|(n, _)| *n != self.me)
+            .copied()
+            .collect();
+        self.announce_outcome(round, &applied, &named, &others, now);
         self.run_sync_actions(actions, now);
         if let Some((r, hash)) = self.rounds.my_offer
             && r == round
@@ -590,12 +624,13 @@ impl NodeCore {
         self.rounds.optimizer_blob = self.offer_blob(round, optimizer);
     }
 
-    /// Gossips our outcome of `round` with receipts for the offers in `receipted`, and points
-    /// the stage's DHT record at it.
+    /// Gossips our outcome of `round`, naming the offer of each contributor in `named`, with
+    /// receipts for the offers in `receipted`, and points the stage's DHT record at it.
     fn announce_outcome(
         &mut self,
         round: u64,
         applied: &Applied,
+        named: &[(NodeId, Hash32)],
         receipted: &[(NodeId, Hash32)],
         now: Instant,
     ) {
@@ -608,7 +643,8 @@ impl NodeCore {
             stage: self.stage as u16,
             round,
             theta: applied.theta,
-            contributors: applied.contributors.clone(),
+            contributors: named.iter().map(|(n, _)| *n).collect(),
+            blobs: named.iter().map(|(_, b)| *b).collect(),
             receipts,
         });
         self.publish_sync(&msg);

@@ -21,8 +21,11 @@ pub struct SyncOffer {
     pub dense_bytes: u64,
 }
 
-/// "I applied `round` with these contributors; my outer state now hashes to `theta`."
-/// The receipts countersign each contributor's pseudo-gradient for its proofs.
+/// "I applied `round` with these contributors' offers; my outer state now hashes to `theta`."
+/// `blobs[i]` is the pseudo-gradient of `contributors[i]` that went in: a replica can sign
+/// two offers of one round (it restarted, it retried, it lies), so an outcome names which one
+/// it used, and a co-replica recomputes it from exactly those. The receipts countersign each
+/// contributor's pseudo-gradient for its proofs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SyncDone {
     pub network: Hash32,
@@ -30,7 +33,18 @@ pub struct SyncDone {
     pub round: u64,
     pub theta: Hash32,
     pub contributors: Vec<NodeId>,
+    pub blobs: Vec<Hash32>,
     pub receipts: Vec<(NodeId, Receipt)>,
+}
+
+impl SyncDone {
+    /// Each contributor with the offer (blob) of it that went in.
+    pub fn named(&self) -> impl Iterator<Item = (NodeId, Hash32)> + '_ {
+        self.contributors
+            .iter()
+            .copied()
+            .zip(self.blobs.iter().copied())
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,7 +77,7 @@ impl SyncMsg {
 }
 
 impl Canonical for SyncMsg {
-    const DOMAIN: &'static str = "neuroshard/sync/v1";
+    const DOMAIN: &'static str = "neuroshard/sync/v2";
 
     fn encode_body(&self, w: &mut Writer) {
         match self {
@@ -83,9 +97,12 @@ impl Canonical for SyncMsg {
                 w.u16(d.stage);
                 w.u64(d.round);
                 w.fixed(&d.theta);
-                w.len(d.contributors.len());
-                for c in &d.contributors {
+                // Encoded as pairs: a contributor without a named offer is not sent.
+                let named: Vec<(NodeId, Hash32)> = d.named().collect();
+                w.len(named.len());
+                for (c, blob) in named {
                     w.fixed(&c.0);
+                    w.fixed(&blob);
                 }
                 w.len(d.receipts.len());
                 for (prover, receipt) in &d.receipts {
@@ -113,9 +130,12 @@ impl Canonical for SyncMsg {
                 let round = r.u64()?;
                 let theta = r.array()?;
                 let n = r.len(MAX_CONTRIBUTORS)?;
-                let contributors = (0..n)
-                    .map(|_| r.array().map(NodeId))
-                    .collect::<Result<Vec<_>, _>>()?;
+                let mut contributors = Vec::with_capacity(n);
+                let mut blobs = Vec::with_capacity(n);
+                for _ in 0..n {
+                    contributors.push(NodeId(r.array()?));
+                    blobs.push(r.array()?);
+                }
                 let n = r.len(MAX_CONTRIBUTORS)?;
                 let receipts = (0..n)
                     .map(|_| Ok((NodeId(r.array()?), Receipt::decode(r)?)))
@@ -126,6 +146,7 @@ impl Canonical for SyncMsg {
                     round,
                     theta,
                     contributors,
+                    blobs,
                     receipts,
                 }))
             }
@@ -220,6 +241,7 @@ mod tests {
                 round: 3,
                 theta: [4; 32],
                 contributors: vec![NodeId([7; 32]), a.node_id()],
+                blobs: vec![[8; 32], [9; 32]],
                 receipts: vec![(NodeId([7; 32]), receipt)],
             }),
         ];
@@ -257,6 +279,7 @@ mod tests {
             round: 3,
             theta: [4; 32],
             contributors: vec![NodeId([7; 32])],
+            blobs: vec![[8; 32]],
             receipts: vec![(NodeId([7; 32]), receipt)],
         });
         let mut bytes = done.to_canonical_bytes();

@@ -15,18 +15,27 @@ use super::{Phase, SyncAction, Syncer};
 
 /// Co-replicas a replica asks per round at most.
 pub const MAX_PULLS_PER_ROUND: usize = 4;
-/// Messages one answer carries: the peer's offer and its outcome of the round.
+/// Messages one answer to a pull of the peer's own messages carries: its offer and its
+/// outcome of the round.
 pub const MAX_PULLED: usize = 2;
+/// Signed offers one answer to a pull of others' offers carries at most (every offer of a
+/// round's contributors an outcome names, a few per contributor).
+pub const MAX_RELAYED: usize = 256;
+/// Largest answer in all.
+pub const MAX_ANSWER_BYTES: usize = 1 << 20;
 /// Largest signed round message an answer may carry (an outcome lists at most 256
 /// contributors and receipts: about 50 KB).
 pub const MAX_PULLED_BYTES: usize = 128 * 1024;
 
-/// "Send me your own signed round messages of `round`."
+/// "Send me your own signed round messages of `round`", or, when `of` names nodes, "send me
+/// the signed offers of `round` you hold from these nodes" (the ones an outcome of yours names
+/// and we lack).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SyncPull {
     pub network: Hash32,
     pub stage: u16,
     pub round: u64,
+    pub of: Vec<NodeId>,
 }
 
 /// The answer: the responder's signed envelopes (as gossiped) of that round, possibly none.
@@ -36,25 +45,37 @@ pub struct SyncPullAnswer {
 }
 
 impl Canonical for SyncPull {
-    const DOMAIN: &'static str = "neuroshard/sync-pull/v1";
+    const DOMAIN: &'static str = "neuroshard/sync-pull/v2";
 
     fn encode_body(&self, w: &mut Writer) {
         w.fixed(&self.network);
         w.u16(self.stage);
         w.u64(self.round);
+        w.len(self.of.len());
+        for n in &self.of {
+            w.fixed(&n.0);
+        }
     }
 
     fn decode_body(r: &mut Reader<'_>) -> Result<Self, CodecError> {
+        let network = r.array()?;
+        let stage = r.u16()?;
+        let round = r.u64()?;
+        let n = r.len(super::msgs::MAX_CONTRIBUTORS)?;
+        let of = (0..n)
+            .map(|_| r.array().map(NodeId))
+            .collect::<Result<_, _>>()?;
         Ok(Self {
-            network: r.array()?,
-            stage: r.u16()?,
-            round: r.u64()?,
+            network,
+            stage,
+            round,
+            of,
         })
     }
 }
 
 impl Canonical for SyncPullAnswer {
-    const DOMAIN: &'static str = "neuroshard/sync-pull-answer/v1";
+    const DOMAIN: &'static str = "neuroshard/sync-pull-answer/v2";
 
     fn encode_body(&self, w: &mut Writer) {
         w.len(self.messages.len());
@@ -64,10 +85,20 @@ impl Canonical for SyncPullAnswer {
     }
 
     fn decode_body(r: &mut Reader<'_>) -> Result<Self, CodecError> {
-        let n = r.len(MAX_PULLED)?;
-        let messages = (0..n)
-            .map(|_| r.bytes(MAX_PULLED_BYTES).map(<[u8]>::to_vec))
-            .collect::<Result<_, _>>()?;
+        let n = r.len(MAX_RELAYED)?;
+        let mut total = 0usize;
+        let mut messages = Vec::with_capacity(n);
+        for _ in 0..n {
+            let m = r.bytes(MAX_PULLED_BYTES)?;
+            total = total.saturating_add(m.len());
+            if total > MAX_ANSWER_BYTES {
+                return Err(CodecError::Invalid {
+                    field: "sync pull answer",
+                    reason: format!("more than {MAX_ANSWER_BYTES} bytes"),
+                });
+            }
+            messages.push(m.to_vec());
+        }
         Ok(Self { messages })
     }
 }
@@ -131,6 +162,7 @@ mod tests {
             network: [7; 32],
             stage: 1,
             round: u64::MAX,
+            of: vec![NodeId([3; 32])],
         };
         assert_eq!(
             SyncPull::from_canonical_bytes(&pull.to_canonical_bytes()).unwrap(),
@@ -144,14 +176,18 @@ mod tests {
             SyncPullAnswer::from_canonical_bytes(&bytes).unwrap(),
             answer
         );
-        let three = SyncPullAnswer {
-            messages: vec![Vec::new(); 3],
+        let too_many = SyncPullAnswer {
+            messages: vec![Vec::new(); MAX_RELAYED + 1],
         };
-        assert!(SyncPullAnswer::from_canonical_bytes(&three.to_canonical_bytes()).is_err());
+        assert!(SyncPullAnswer::from_canonical_bytes(&too_many.to_canonical_bytes()).is_err());
         let huge = SyncPullAnswer {
             messages: vec![vec![0; MAX_PULLED_BYTES + 1]],
         };
         assert!(SyncPullAnswer::from_canonical_bytes(&huge.to_canonical_bytes()).is_err());
+        let too_large = SyncPullAnswer {
+            messages: vec![vec![0; MAX_PULLED_BYTES]; MAX_ANSWER_BYTES / MAX_PULLED_BYTES + 1],
+        };
+        assert!(SyncPullAnswer::from_canonical_bytes(&too_large.to_canonical_bytes()).is_err());
         // Neither decodes as the other, nor as a round message.
         assert!(SyncPullAnswer::from_canonical_bytes(&pull.to_canonical_bytes()).is_err());
         assert!(super::super::SyncMsg::from_canonical_bytes(&pull.to_canonical_bytes()).is_err());

@@ -96,12 +96,31 @@ fn aggregate_of(actions: &[SyncAction]) -> Vec<NodeId> {
     }
 }
 
+/// The pseudo-gradient replica `n` offers in round 1 (see [`prepare_and_offer`]).
+fn blob_of(n: &NodeId) -> Hash32 {
+    [n.0[0].wrapping_add(9); 32]
+}
+
+/// Each node with its round-1 offer.
+fn named(nodes: &[NodeId]) -> Vec<(NodeId, Hash32)> {
+    nodes.iter().map(|n| (*n, blob_of(n))).collect()
+}
+
+/// An outcome naming `offer()`'s blob for every contributor.
+fn done_of_offers(round: u64, theta: [u8; 32], contributors: Vec<NodeId>) -> SyncDone {
+    SyncDone {
+        blobs: vec![[1; 32]; contributors.len()],
+        ..done(round, theta, contributors)
+    }
+}
+
 fn done(round: u64, theta: [u8; 32], contributors: Vec<NodeId>) -> SyncDone {
     SyncDone {
         network: NET,
         stage: 0,
         round,
         theta,
+        blobs: contributors.iter().map(blob_of).collect(),
         contributors,
         receipts: Vec::new(),
     }
@@ -137,8 +156,8 @@ fn the_first_replica_at_h_leads_and_the_others_follow_into_one_round() {
         got.sort();
         assert_eq!(got, vec![all[0].node, all[1].node, all[2].node]);
         let contributors = got.clone();
-        let (acts, receipts) = all[i].s.on_applied(1, theta, contributors, 4, now);
-        assert_eq!(receipts.len(), 2, "the two other offers are countersigned");
+        let (acts, used) = all[i].s.on_applied(1, theta, contributors.clone(), 4, now);
+        assert_eq!(used, named(&contributors), "each input named by its offer");
         assert!(matches!(
             &acts[0],
             SyncAction::Event(NodeEvent::Sync {
@@ -199,7 +218,7 @@ fn the_larger_outcome_wins_and_the_smaller_one_recomputes_it() {
         vec![SyncAction::Verify {
             round: 1,
             fetch: vec![(c, all[2].peer, [12; 32])],
-            set: vec![a, b, c],
+            set: named(&[a, b, c]),
             theta: [9; 32],
             announcer: peer,
         }]
@@ -207,7 +226,7 @@ fn the_larger_outcome_wins_and_the_smaller_one_recomputes_it() {
     assert!(all[0].s.busy());
     let acts = all[0]
         .s
-        .on_recomputed(1, [9; 32], [9; 32], vec![a, b, c], 5, Instant::now());
+        .on_recomputed(1, [9; 32], [9; 32], named(&[a, b, c]), 5, Instant::now());
     assert!(
         matches!(
             acts.as_slice(),
@@ -235,7 +254,7 @@ fn a_false_announcement_is_caught_by_recomputing_and_never_followed_again() {
     // Our recomputation over {a, b, c} hashes to [6; 32], not the announced [1; 32].
     let acts = all[0]
         .s
-        .on_recomputed(1, [6; 32], [1; 32], vec![a, b, c], 5, Instant::now());
+        .on_recomputed(1, [6; 32], [1; 32], named(&[a, b, c]), 5, Instant::now());
     assert_eq!(all[0].s.theta(), [6; 32]);
     assert!(!acts.iter().any(|a| matches!(a, SyncAction::Verify { .. })));
     let acts = all[0]
@@ -257,8 +276,103 @@ fn invented_contributors_cannot_outrank_an_outcome() {
         done(1, [1; 32], vec![a, b, sybil]),
         Instant::now(),
     );
+    // The announcer is asked for the offer it names; without one signed by the Sybil (an
+    // unregistered key's offer never reaches the syncer) nothing moves, and a second outcome
+    // of the same announcer asks nothing again.
+    assert_eq!(
+        acts,
+        vec![SyncAction::FetchOffers {
+            round: 1,
+            from: peer,
+            nodes: vec![sybil]
+        }]
+    );
+    let acts = all[0].s.on_done(
+        peer,
+        node,
+        done(1, [2; 32], vec![a, b, sybil]),
+        Instant::now(),
+    );
     assert!(acts.is_empty(), "{acts:?}");
     assert_eq!(all[0].s.theta(), [5; 32]);
+}
+
+/// A replica that signs two offers of one round shows each half of the stage another one.
+/// Each half aggregates what it saw; the outcomes name the offers they used, so the half
+/// whose outcome loses asks the winner's announcer for the offer it lacks, recomputes the
+/// winning outcome from exactly the named offers and takes it: the stage ends on one θ₀.
+#[test]
+fn an_equivocating_contributor_cannot_split_the_stage() {
+    let mut all = replicas(3);
+    let now = Instant::now();
+    let (a, b, m) = (all[0].node, all[1].node, all[2].node);
+    let (pa, pb, pm) = (all[0].peer, all[1].peer, all[2].peer);
+    for i in 0..2 {
+        let l = live(&all, i);
+        all[i].s.poll(now, 4, &l);
+        prepare_and_offer(&mut all, i, now);
+    }
+    // m's two offers of round 1, against the same θ₀: one to a, one to b.
+    let to_a = SyncOffer {
+        blob: [70; 32],
+        ..offer(1, BASE)
+    };
+    let to_b = SyncOffer {
+        blob: [71; 32],
+        ..offer(1, BASE)
+    };
+    all[0].s.on_offer(pm, m, to_a.clone(), now);
+    all[1].s.on_offer(pm, m, to_b.clone(), now);
+    let mut outcomes = Vec::new();
+    for (i, theta) in [(0, [40; 32]), (1, [30; 32])] {
+        let l = live(&all, i);
+        let got = aggregate_of(&all[i].s.poll(now, 4, &l));
+        let (_, used) = all[i].s.on_applied(1, theta, got, 4, now);
+        outcomes.push(SyncDone {
+            blobs: used.iter().map(|(_, h)| *h).collect(),
+            ..done(1, theta, used.iter().map(|(n, _)| *n).collect())
+        });
+    }
+    assert!(outcomes[0].blobs.contains(&[70; 32]) && outcomes[1].blobs.contains(&[71; 32]));
+    // b's outcome (the smaller hash, same count) wins. b, seeing a's, keeps its own.
+    let acts = all[1].s.on_done(pa, a, outcomes[0].clone(), now);
+    assert!(
+        acts.iter().all(|x| matches!(x, SyncAction::Event(_))),
+        "{acts:?}"
+    );
+    // a lacks the offer of m that b's outcome names: it asks b, the announcer.
+    let acts = all[0].s.on_done(pb, b, outcomes[1].clone(), now);
+    assert_eq!(
+        acts,
+        vec![SyncAction::FetchOffers {
+            round: 1,
+            from: pb,
+            nodes: vec![m]
+        }]
+    );
+    // b relays m's signed offer; a recomputes over exactly the named offers, fetching m's
+    // other pseudo-gradient from b, who served it.
+    let acts = all[0].s.on_offer(pb, m, to_b, now);
+    let set: Vec<(NodeId, Hash32)> = outcomes[1].named().collect();
+    assert_eq!(
+        acts,
+        vec![SyncAction::Verify {
+            round: 1,
+            fetch: vec![(m, pb, [71; 32])],
+            set: set.clone(),
+            theta: [30; 32],
+            announcer: pb,
+        }]
+    );
+    all[0].s.on_recomputed(1, [30; 32], [30; 32], set, 5, now);
+    assert_eq!(all[0].s.theta(), all[1].s.theta());
+    // m's first offer stays known: an outcome naming it can still be checked.
+    let again = all[0].s.on_done(pm, m, outcomes[0].clone(), now);
+    assert!(
+        !again
+            .iter()
+            .any(|x| matches!(x, SyncAction::FetchOffers { .. }))
+    );
 }
 
 #[test]
@@ -355,9 +469,12 @@ fn a_replica_that_took_its_state_from_a_peer_fetches_a_better_outcome_instead_of
             .on_offer(peer, node, offer(2, [3; 32]), Instant::now());
     }
     for (peer, node) in [(p1, n1), (p2, n2)] {
-        all[0]
-            .s
-            .on_done(peer, node, done(2, [7; 32], vec![b]), Instant::now());
+        all[0].s.on_done(
+            peer,
+            node,
+            done_of_offers(2, [7; 32], vec![b]),
+            Instant::now(),
+        );
     }
     let l0 = live(&all, 0);
     let acts = all[0].s.poll(now, 0, &l0);
@@ -375,7 +492,12 @@ fn a_replica_that_took_its_state_from_a_peer_fetches_a_better_outcome_instead_of
     all[0].s.on_adopted(2, [7; 32], 0, "behind", Instant::now());
     let acts: Vec<SyncAction> = all[0]
         .s
-        .on_done(p2, n2, done(2, [8; 32], vec![b, c]), Instant::now())
+        .on_done(
+            p2,
+            n2,
+            done_of_offers(2, [8; 32], vec![b, c]),
+            Instant::now(),
+        )
         .into_iter()
         .filter(|a| !matches!(a, SyncAction::Event(_)))
         .collect();
@@ -409,9 +531,21 @@ fn an_outcome_built_on_another_base_is_not_recomputed() {
         .s
         .on_offer(NodeId([45; 32]), d, offer(1, other), Instant::now());
     all[0].s.on_applied(1, [5; 32], vec![a, c], 4, now);
-    let acts = all[0]
-        .s
-        .on_done(bpeer, b, done(1, [9; 32], vec![a, b, c, d]), Instant::now());
+    let mut outcome = done(1, [9; 32], vec![a, b, c, d]);
+    outcome.blobs[1] = [1; 32];
+    outcome.blobs[3] = [1; 32];
+    let acts = all[0].s.on_done(bpeer, b, outcome, Instant::now());
+    // We hold b's and d's named offers only against the other base: we ask b for them (it
+    // might hold them against ours), and what it relays is against the other base too.
+    assert_eq!(
+        acts,
+        vec![SyncAction::FetchOffers {
+            round: 1,
+            from: bpeer,
+            nodes: vec![b, d]
+        }]
+    );
+    let acts = all[0].s.on_offer(bpeer, d, offer(1, other), Instant::now());
     assert!(acts.is_empty(), "{acts:?}");
     assert_eq!(all[0].s.theta(), [5; 32]);
 }
@@ -521,18 +655,26 @@ fn an_offer_arriving_after_a_larger_outcome_lets_the_replica_recompute_it() {
     let l0 = live(&all, 0);
     assert_eq!(aggregate_of(&all[0].s.poll(after, 4, &l0)), vec![a, b]);
     all[0].s.on_applied(1, [5; 32], vec![a, b], 4, after);
-    // Replica 1 announces {0, 1, 2}: replica 0 lacks 2's offer, so it cannot check it yet.
+    // Replica 1 announces {0, 1, 2}: replica 0 lacks 2's offer, so it cannot check it yet;
+    // it asks replica 1 for it.
     let acts = all[0]
         .s
         .on_done(peer1, b, done(1, [9; 32], vec![a, b, c]), after);
-    assert!(acts.is_empty(), "{acts:?}");
+    assert_eq!(
+        acts,
+        vec![SyncAction::FetchOffers {
+            round: 1,
+            from: peer1,
+            nodes: vec![c]
+        }]
+    );
     let acts = all[0].s.on_offer(peer2, c, late, after);
     assert_eq!(
         acts,
         vec![SyncAction::Verify {
             round: 1,
             fetch: vec![(c, peer2, [12; 32])],
-            set: vec![a, b, c],
+            set: named(&[a, b, c]),
             theta: [9; 32],
             announcer: peer1,
         }]
