@@ -274,11 +274,9 @@ fn a_replica_announcing_false_round_outcomes_is_caught_and_ignored() {
     let mut sim = sim(3, stages, replicas, EngineKind::StandIn, 0);
     let liar = 1; // a replica of stage 1
     let identity = sim.identity(liar).clone();
-    let stage_members: Vec<_> = (0..sim.len())
-        .filter(|i| i % stages == 1)
-        .map(|i| sim.node_id(i))
-        .collect();
-    let bogus = [0xab; 32];
+    // Its true inputs, each named by the offer it used, with a made-up θ₀ that outranks any
+    // true outcome of as many inputs (the smaller hash wins a tie): co-replicas recompute it.
+    let bogus = [0x01; 32];
     sim.set_tamper(
         liar,
         Box::new(move |t| match t {
@@ -289,7 +287,6 @@ fn a_replica_announcing_false_round_outcomes_is_caught_and_ignored() {
                     return Some(Transmit::Publish { topic, data });
                 };
                 done.theta = bogus;
-                done.contributors = stage_members.clone();
                 let data = Signed::sign(&identity, &SyncMsg::Done(done)).to_bytes();
                 Some(Transmit::Publish { topic, data })
             }
