@@ -299,7 +299,7 @@ impl Syncer {
         keep_latest_per_sender(&mut self.displaced, &node);
         // An offer that arrives after a larger outcome naming it was announced (it was late,
         // or held until its sender's registration arrived) lets us recompute that outcome.
-        if round == self.round && self.phase == Phase::Idle && self.dones.contains_key(&round) {
+        if round == self.round && self.comparing() && self.dones.contains_key(&round) {
             return self.compare_outcomes(now);
         }
         Vec::new()
@@ -322,7 +322,7 @@ impl Syncer {
             .or_default()
             .insert(node, (peer, done));
         keep_latest_per_sender(&mut self.dones, &node);
-        if round == self.round && self.phase == Phase::Idle {
+        if round == self.round && self.comparing() {
             return self.compare_outcomes(now);
         }
         Vec::new()
@@ -570,6 +570,15 @@ impl Syncer {
         self.hints.retain(|r, _| *r > round);
     }
 
+    /// Whether outcomes of our current round can still be weighed: we are idle, or we have
+    /// started the next round from our own outcome of it (a better outcome makes that moot).
+    fn comparing(&self) -> bool {
+        matches!(
+            self.phase,
+            Phase::Idle | Phase::Preparing { .. } | Phase::Collecting { .. }
+        )
+    }
+
     /// The peer that brought `node`'s signed offer of `round` with pseudo-gradient `blob`,
     /// made against `base` (any base when we offered none this round), if we hold it.
     fn held_offer(
@@ -599,6 +608,9 @@ impl Syncer {
         let Some(dones) = self.dones.get(&round) else {
             return Vec::new();
         };
+        // Already in the next round: only an outcome with more inputs than ours is worth
+        // abandoning it for (one that only wins the tie on its hash is left to catching up).
+        let running = self.phase != Phase::Idle;
         let mut actions = Vec::new();
         // (inputs, θ₀, announcer, its named offers) of the best outcome so far.
         let mut best: Option<(usize, Hash32, NodeId, Named)> = None;
@@ -635,7 +647,11 @@ impl Syncer {
             }
             let set: Vec<(NodeId, Hash32)> = d.named().collect();
             let key = (set.len(), std::cmp::Reverse(d.theta));
-            let beats_mine = key > (self.contributors.len(), std::cmp::Reverse(self.theta));
+            let beats_mine = if running {
+                set.len() > self.contributors.len()
+            } else {
+                key > (self.contributors.len(), std::cmp::Reverse(self.theta))
+            };
             let beats_best = best
                 .as_ref()
                 .is_none_or(|(bn, bt, _, _)| key > (*bn, std::cmp::Reverse(*bt)));

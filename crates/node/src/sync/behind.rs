@@ -21,6 +21,19 @@ impl Syncer {
                 e.0.insert(*node);
             }
         }
+        // Outcomes of our own round that outrank ours (more inputs, then the smaller hash) but
+        // that we cannot recompute (built on offers against another θ₀, or on offers we never
+        // got): they count like offers against another θ₀ of our round, by a majority.
+        let mine = (self.contributors.len(), std::cmp::Reverse(self.theta));
+        for (node, (peer, d)) in self.dones.get(&self.round).into_iter().flatten() {
+            let key = (d.named().count(), std::cmp::Reverse(d.theta));
+            if key > mine && !self.refused.contains(&(self.round, d.theta)) {
+                let e = votes
+                    .entry((self.round, d.theta))
+                    .or_insert_with(|| (BTreeSet::new(), *peer));
+                e.0.insert(*node);
+            }
+        }
         for (round, offers) in &self.offers {
             for (node, (peer, o)) in offers {
                 let Some(base_round) = round.checked_sub(1) else {

@@ -802,3 +802,64 @@ fn a_replica_of_a_large_stage_pulls_a_few_offers_starting_after_its_own_id() {
         }]
     );
 }
+
+/// A replica that aggregated its round from fewer inputs and already started the next one
+/// abandons that round for an outcome of its own round with more inputs, which it then
+/// recomputes; an outcome that only wins on its hash does not stop it. Before, a replica that
+/// had moved on never looked at outcomes of its last round again, and ran a lineage of its
+/// own until training ended.
+#[test]
+fn a_replica_that_moved_on_abandons_its_round_for_a_larger_outcome_of_the_last() {
+    let (mut all, now) = replica_zero_aggregating(3);
+    let (a, b, c) = (all[0].node, all[1].node, all[2].node);
+    all[0].s.on_applied(1, [5; 32], vec![a, b], 4, now);
+    let l0 = live(&all, 0);
+    assert_eq!(
+        all[0].s.poll(now, 8, &l0),
+        vec![SyncAction::Prepare { round: 2 }]
+    );
+    all[0].s.on_prepared(2, [50; 32], 100, 12_800, now);
+    let (pb, pc) = (all[1].peer, all[2].peer);
+    let acts = all[0].s.on_done(pb, b, done(1, [1; 32], vec![a, b]), now);
+    assert!(
+        !acts.iter().any(|x| matches!(x, SyncAction::Verify { .. })),
+        "{acts:?}"
+    );
+    assert!(all[0].s.busy(), "still collecting round 2");
+    let acts = all[0]
+        .s
+        .on_done(pc, c, done(1, [9; 32], vec![a, b, c]), now);
+    assert!(
+        matches!(acts.as_slice(), [SyncAction::Verify { round: 1, .. }]),
+        "{acts:?}"
+    );
+}
+
+/// An outcome of our round that outranks ours but that we cannot recompute (its inputs are
+/// offers we do not hold against our θ₀): a majority of live co-replicas vouching for it moves
+/// us to it, one does not.
+#[test]
+fn a_majority_vouching_for_a_better_outcome_we_cannot_recompute_moves_a_replica() {
+    let (mut all, now) = replica_zero_aggregating(3);
+    let (a, b, c) = (all[0].node, all[1].node, all[2].node);
+    all[0].s.on_applied(1, [5; 32], vec![a], 4, now);
+    let l0 = live(&all, 0);
+    let (pb, pc) = (all[1].peer, all[2].peer);
+    let theirs = || done_of_offers(1, [9; 32], vec![b, c]);
+    all[0].s.on_done(pb, b, theirs(), now);
+    let acts = all[0].s.poll(now, 4, &l0);
+    assert!(acts.is_empty(), "one voucher moved it: {acts:?}");
+    all[0].s.on_done(pc, c, theirs(), now);
+    let acts = all[0].s.poll(now, 4, &l0);
+    assert!(
+        matches!(
+            acts.as_slice(),
+            [SyncAction::Adopt {
+                round: 1,
+                hash: [9, ..],
+                ..
+            }]
+        ),
+        "{acts:?}"
+    );
+}
