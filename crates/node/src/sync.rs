@@ -678,17 +678,14 @@ impl Syncer {
             actions.push(SyncAction::FetchOffers { round, from, nodes });
         }
         if let Some((_, theta, announcer, set)) = best {
-            self.phase = Phase::Adopting { round, theta };
             if !self.aggregated {
-                // We took this round's state from a peer ourselves: nothing to recompute from.
-                actions.push(SyncAction::Adopt {
-                    round,
-                    peer: announcer,
-                    hash: theta,
-                    included: set.iter().any(|(n, _)| *n == self.me),
-                });
+                // We took this round's state from a peer ourselves: nothing to recompute
+                // from, and one announcer's word is no certificate (it could name real offers
+                // beside a θ₀ of its own making). A majority of live co-replicas announcing
+                // it moves us (`behind`).
                 return actions;
             }
+            self.phase = Phase::Adopting { round, theta };
             // Every offer of the set that did not go into our state, from whoever brought
             // it to us (its contributor, or the announcer that relayed it).
             let fetch = set

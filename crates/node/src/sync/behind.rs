@@ -25,6 +25,8 @@ impl Syncer {
         // that we cannot recompute (built on offers against another θ₀, or on offers we never
         // got): they count like offers against another θ₀ of our round, by a majority.
         let mine = (self.contributors.len(), std::cmp::Reverse(self.theta));
+        let my_offer = self.my_offer.filter(|(r, _)| *r == self.round);
+        let mut included: BTreeMap<Hash32, bool> = BTreeMap::new();
         for (node, (peer, d)) in self.dones.get(&self.round).into_iter().flatten() {
             let key = (d.named().count(), std::cmp::Reverse(d.theta));
             if key > mine && !self.refused.contains(&(self.round, d.theta)) {
@@ -32,6 +34,8 @@ impl Syncer {
                     .entry((self.round, d.theta))
                     .or_insert_with(|| (BTreeSet::new(), *peer));
                 e.0.insert(*node);
+                let ours = my_offer.is_some_and(|(_, b)| d.named().any(|x| x == (self.me, b)));
+                included.insert(d.theta, ours);
             }
         }
         for (round, offers) in &self.offers {
@@ -82,11 +86,13 @@ impl Syncer {
             })
             .max_by_key(|((r, _), (voters, _))| (*r, counted(voters)))?;
         self.phase = Phase::Adopting { round, theta };
+        // Whether our own offer went into it: only an outcome of our round can hold it.
+        let included = round == self.round && included.get(&theta).copied().unwrap_or(false);
         Some(SyncAction::Adopt {
             round,
             peer,
             hash: theta,
-            included: false,
+            included,
         })
     }
 }

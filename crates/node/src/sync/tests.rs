@@ -457,7 +457,7 @@ fn disabled_sync_does_nothing() {
 }
 
 #[test]
-fn a_replica_that_took_its_state_from_a_peer_fetches_a_better_outcome_instead_of_recomputing() {
+fn a_replica_that_took_its_state_from_a_peer_fetches_a_better_outcome_a_majority_announces() {
     let mut all = replicas(3);
     let now = Instant::now();
     let (b, c) = (all[1].node, all[2].node);
@@ -490,6 +490,8 @@ fn a_replica_that_took_its_state_from_a_peer_fetches_a_better_outcome_instead_of
         "{acts:?}"
     );
     all[0].s.on_adopted(2, [7; 32], 0, "behind", Instant::now());
+    // One announcer of a better outcome is not enough: it could name real offers beside a θ₀
+    // of its own making, and we cannot recompute (we aggregated nothing this round).
     let acts: Vec<SyncAction> = all[0]
         .s
         .on_done(
@@ -501,6 +503,18 @@ fn a_replica_that_took_its_state_from_a_peer_fetches_a_better_outcome_instead_of
         .into_iter()
         .filter(|a| !matches!(a, SyncAction::Event(_)))
         .collect();
+    assert!(acts.is_empty(), "{acts:?}");
+    assert!(
+        all[0].s.poll(now, 0, &l0).is_empty(),
+        "one announcer moved it"
+    );
+    all[0].s.on_done(
+        p1,
+        n1,
+        done_of_offers(2, [8; 32], vec![b, c]),
+        Instant::now(),
+    );
+    let acts = all[0].s.poll(now, 0, &l0);
     assert!(
         matches!(
             acts.as_slice(),
