@@ -1,4 +1,5 @@
-//! DiLoCo offers and announcements on a stage's sync topic, and the θ₀ record in the DHT.
+//! DiLoCo offers and announcements on a stage's sync topic, round pulls and their answers, and
+//! the θ₀ record in the DHT.
 //! First byte 0: envelope bytes as gossip delivers them; otherwise a payload signed by the
 //! author, so mutants reach the decoder and the checks behind the signature.
 #![no_main]
@@ -8,7 +9,7 @@ use neuroshard_fuzz::node::NETWORK;
 use neuroshard_fuzz::{ALICE, T0, signed_by};
 use neuroshard_net::Validation;
 use neuroshard_node::records::{Topic, validate_gossip, validate_record};
-use neuroshard_node::sync::{SyncMsg, ThetaRecord, theta_key};
+use neuroshard_node::sync::{SyncMsg, SyncPull, SyncPullAnswer, ThetaRecord, theta_key};
 use neuroshard_proof::{Canonical, Signed};
 
 fuzz_target!(|data: &[u8]| {
@@ -21,6 +22,13 @@ fuzz_target!(|data: &[u8]| {
     }
     if let Ok(r) = ThetaRecord::from_canonical_bytes(rest) {
         assert_eq!(r.to_canonical_bytes(), rest);
+    }
+    // Round pulls and their answers (requests between co-replicas).
+    if let Ok(p) = SyncPull::from_canonical_bytes(rest) {
+        assert_eq!(p.to_canonical_bytes(), rest);
+    }
+    if let Ok(a) = SyncPullAnswer::from_canonical_bytes(rest) {
+        assert_eq!(a.to_canonical_bytes(), rest);
     }
     let author = ALICE.node_id();
     let (sync_wire, theta_wire) = if mode == 0 {

@@ -21,7 +21,9 @@ use neuroshard_node::records::{
 };
 use neuroshard_node::replica::{Diloco, DilocoConfig, decode_adamw, encode_adamw, outer_theta};
 use neuroshard_node::serve::{Chunk, Head, InferMsg, InferReply, SampleSpec};
-use neuroshard_node::sync::{SyncDone, SyncMsg, SyncOffer, ThetaRecord, theta_key};
+use neuroshard_node::sync::{
+    SyncDone, SyncMsg, SyncOffer, SyncPull, SyncPullAnswer, ThetaRecord, theta_key,
+};
 use neuroshard_node::wire::{Ack, MicroBatchId, Msg, Payload, TargetWindow, Targets};
 use neuroshard_proof::fixtures::{TEST_NETWORK, test_identity, training_proof};
 use neuroshard_proof::{Canonical, Hash32, Identity, NodeId, Receipt, ReceiptKind, Signed};
@@ -561,6 +563,44 @@ proptest! {
         if validate_record(&theta_key(&NETWORK, 1), &wire, Some(&author), T0) {
             let rec = Signed::<ThetaRecord>::from_bytes(&wire).ok().and_then(|s| s.verify().ok());
             prop_assert!(rec.is_some_and(|r| r.node == author && r.expires_ms > T0));
+        }
+    }
+
+    /// Round pulls (own messages, or the offers an outcome names) and their answers: decoded
+    /// within their bounds, re-encoded to the same bytes.
+    #[test]
+    fn mutated_sync_pulls(answer in any::<bool>(), m in mutations()) {
+        let valid = if answer {
+            SyncPullAnswer {
+                messages: vec![
+                    Signed::sign(&alice(), &sync_msg(false)).to_bytes(),
+                    Signed::sign(&neighbour(), &sync_msg(true)).to_bytes(),
+                ],
+            }
+            .to_canonical_bytes()
+        } else {
+            SyncPull {
+                network: NETWORK,
+                stage: 1,
+                round: 4,
+                of: vec![alice().node_id(), neighbour().node_id()],
+            }
+            .to_canonical_bytes()
+        };
+        let bad = apply(&valid, &m);
+        if answer {
+            let (decoded, largest) =
+                largest_allocation(|| SyncPullAnswer::from_canonical_bytes(&bad));
+            prop_assert!(largest <= 2 * bad.len() + FIXED_BUDGET, "{largest} bytes");
+            if let Ok(a) = decoded {
+                prop_assert_eq!(a.to_canonical_bytes(), bad);
+            }
+        } else {
+            let (decoded, largest) = largest_allocation(|| SyncPull::from_canonical_bytes(&bad));
+            prop_assert!(largest <= 2 * bad.len() + FIXED_BUDGET, "{largest} bytes");
+            if let Ok(p) = decoded {
+                prop_assert_eq!(p.to_canonical_bytes(), bad);
+            }
         }
     }
 
