@@ -201,6 +201,13 @@ fn keep_latest_per_sender<T>(by_round: &mut BTreeMap<u64, BTreeMap<NodeId, T>>, 
 }
 
 impl Syncer {
+    /// How many co-replicas announced outer state `theta` for `round`.
+    pub fn announced(&self, round: u64, theta: Hash32) -> usize {
+        self.dones
+            .get(&round)
+            .map_or(0, |d| d.values().filter(|(_, d)| d.theta == theta).count())
+    }
+
     /// Offers and outcomes held (what a flooding sender could grow).
     pub fn held(&self) -> usize {
         let offers: usize = self.offers.values().map(BTreeMap::len).sum();

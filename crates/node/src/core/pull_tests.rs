@@ -300,3 +300,38 @@ fn a_relayed_offer_counts_only_if_it_is_an_asked_nodes_signed_offer_of_the_round
         "kept to relay on"
     );
 }
+
+/// A replica that adopted an outer state announces it only while fewer than
+/// `ENOUGH_VOUCHERS` co-replicas did, or when something it gossiped for that round (its own
+/// outcome, an offer of the next round) still votes otherwise.
+#[test]
+fn an_adopted_state_is_announced_only_where_vouchers_are_short_or_our_old_vote_stands() {
+    let mut c = core(&test_identity(1), Instant::now());
+    let now = Instant::now();
+    let theta = [6; 32];
+    let outcome = |theta: [u8; 32]| SyncDone {
+        network: NETWORK,
+        stage: 1,
+        round: 2,
+        theta,
+        contributors: Vec::new(),
+        blobs: Vec::new(),
+        receipts: Vec::new(),
+    };
+    for i in 2..2 + rounds::ENOUGH_VOUCHERS as u64 {
+        assert!(c.must_vouch(2, theta), "only {} vouchers", i - 2);
+        let who = test_identity(i);
+        c.rounds
+            .syncer
+            .on_done(who.node_id(), who.node_id(), outcome(theta), now);
+        // Another state's announcement vouches for nothing here.
+        let other = test_identity(i + 10);
+        c.rounds
+            .syncer
+            .on_done(other.node_id(), other.node_id(), outcome([7; 32]), now);
+    }
+    assert!(!c.must_vouch(2, theta), "enough co-replicas announced it");
+    // Our own outcome of round 2 (another θ₀) still stands in their tables: replace it.
+    c.publish_sync(&SyncMsg::Done(outcome([8; 32])));
+    assert!(c.must_vouch(2, theta));
+}

@@ -104,6 +104,9 @@ enum EngineCtx {
     },
 }
 
+/// Co-replicas announcing an outer state after which a replica that adopted it stays silent.
+pub const ENOUGH_VOUCHERS: usize = 3;
+
 /// A signed offer as it arrived, with its pseudo-gradient's hash.
 type Envelope = (Hash32, Vec<u8>);
 
@@ -503,16 +506,18 @@ impl NodeCore {
                 // Vouch for the state we now hold (no contributors: we did not aggregate it),
                 // so a co-replica still behind counts us; without it a replica that caught up
                 // keeps voting for its old outcome and the stage can stay split for rounds.
-                let msg = SyncMsg::Done(SyncDone {
-                    network: self.network,
-                    stage: self.stage as u16,
-                    round,
-                    theta: hash,
-                    contributors: Vec::new(),
-                    blobs: Vec::new(),
-                    receipts: Vec::new(),
-                });
-                self.publish_sync(&msg);
+                if self.must_vouch(round, hash) {
+                    let msg = SyncMsg::Done(SyncDone {
+                        network: self.network,
+                        stage: self.stage as u16,
+                        round,
+                        theta: hash,
+                        contributors: Vec::new(),
+                        blobs: Vec::new(),
+                        receipts: Vec::new(),
+                    });
+                    self.publish_sync(&msg);
+                }
                 self.publish_theta_record(now);
             }
             (EngineCtx::Adopt { reason, .. }, EngineOutput::Adopted(Err(e))) => {
@@ -522,6 +527,19 @@ impl NodeCore {
                 self.sync_failed(format!("engine answered a round job with {other:?}"), now)
             }
         }
+    }
+
+    /// Whether to announce an outer state of `round` we adopted. We must when something we
+    /// gossiped still votes otherwise (our outcome of that round, or an offer of the next
+    /// against another θ₀: a new announcement replaces it). Otherwise only while fewer than
+    /// [`ENOUGH_VOUCHERS`] co-replicas announced it: a replica behind needs two live vouchers,
+    /// and in a large stage most replicas adopt each round, so one announcement per adopter
+    /// was most of the stage's round traffic (44k of 60k round messages a round at 300 nodes).
+    pub(super) fn must_vouch(&self, round: u64, theta: Hash32) -> bool {
+        let ours_vote = self.rounds.published.iter().any(|((r, offer), _)| {
+            (*r == round && !offer) || (*r == round.saturating_add(1) && *offer)
+        });
+        ours_vote || self.rounds.syncer.announced(round, theta) < ENOUGH_VOUCHERS
     }
 
     fn sync_failed(&mut self, message: String, now: Instant) {
