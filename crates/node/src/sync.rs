@@ -148,8 +148,9 @@ pub struct Syncer {
     /// Earlier signed offers of a sender's round that a later one replaced in `offers`: an
     /// outcome may name one of them (see [`SyncDone::blobs`]).
     displaced: BTreeMap<u64, BTreeMap<NodeId, Vec<(NodeId, SyncOffer)>>>,
-    /// Rounds and announcers we asked for the offers their outcome names (once each).
-    asked_offers: BTreeSet<(u64, NodeId)>,
+    /// (round, announcer, outcome) we asked for the offers the outcome names: once per
+    /// announcer and round, at most [`ASKS_PER_OUTCOME`] announcers per outcome.
+    asked_offers: BTreeSet<(u64, NodeId, Hash32)>,
     dones: BTreeMap<u64, BTreeMap<NodeId, (NodeId, SyncDone)>>,
     /// Outer states heard of outside gossip (the DHT record at start-up).
     hints: BTreeMap<u64, (NodeId, Hash32)>,
@@ -181,6 +182,9 @@ pub const ROUNDS_PER_SENDER: usize = 4;
 /// Earlier offers of one round kept per sender (besides its latest): an honest replica
 /// re-offers a round only after a restart or a failed attempt.
 pub const DISPLACED_PER_SENDER: usize = 3;
+/// Announcers of one outcome asked for the offers it names: one that withholds them is not
+/// the only chance, and a stage of many replicas announcing it does not cost a fetch each.
+pub const ASKS_PER_OUTCOME: usize = 2;
 
 /// Drops `node`'s entries of `by_round` beyond its [`ROUNDS_PER_SENDER`] latest rounds.
 fn keep_latest_per_sender<T>(by_round: &mut BTreeMap<u64, BTreeMap<NodeId, T>>, node: &NodeId) {
@@ -201,11 +205,13 @@ fn keep_latest_per_sender<T>(by_round: &mut BTreeMap<u64, BTreeMap<NodeId, T>>, 
 }
 
 impl Syncer {
-    /// How many co-replicas announced outer state `theta` for `round`.
-    pub fn announced(&self, round: u64, theta: Hash32) -> usize {
-        self.dones
-            .get(&round)
-            .map_or(0, |d| d.values().filter(|(_, d)| d.theta == theta).count())
+    /// How many of the `live` co-replicas announced outer state `theta` for `round`.
+    pub fn announced(&self, round: u64, theta: Hash32, live: &BTreeSet<NodeId>) -> usize {
+        self.dones.get(&round).map_or(0, |d| {
+            d.iter()
+                .filter(|(n, (_, d))| d.theta == theta && live.contains(n))
+                .count()
+        })
     }
 
     /// Offers and outcomes held (what a flooding sender could grow).
@@ -572,7 +578,7 @@ impl Syncer {
         self.retry_at = None;
         self.offers.retain(|r, _| *r >= round);
         self.displaced.retain(|r, _| *r >= round);
-        self.asked_offers.retain(|(r, _)| *r >= round);
+        self.asked_offers.retain(|(r, _, _)| *r >= round);
         self.dones.retain(|r, _| *r >= round);
         self.hints.retain(|r, _| *r > round);
     }
@@ -621,7 +627,8 @@ impl Syncer {
         let mut actions = Vec::new();
         // (inputs, θ₀, announcer, its named offers) of the best outcome so far.
         let mut best: Option<(usize, Hash32, NodeId, Named)> = None;
-        let mut asks: Vec<(NodeId, NodeId, Vec<NodeId>)> = Vec::new();
+        // (announcer, the peer it came from, the contributors to ask for, its outcome)
+        let mut asks: Vec<(NodeId, NodeId, Vec<NodeId>, Hash32)> = Vec::new();
         let base = self.offer_base.filter(|(r, _)| *r == round).map(|(_, b)| b);
         let mine = self.my_offer.filter(|(r, _)| *r == round).map(|(_, b)| b);
         // A contributor counts if we hold its named offer of this round against our own
@@ -672,16 +679,22 @@ impl Syncer {
                 .collect();
             if unknown.is_empty() {
                 best = Some((set.len(), d.theta, *peer, set));
-            } else if !unknown.contains(&self.me) && !self.asked_offers.contains(&(round, *node)) {
-                asks.push((*node, *peer, unknown));
+            } else if !unknown.contains(&self.me) {
+                let asked = |a: &(u64, NodeId, Hash32)| a.0 == round && a.1 == *node;
+                let same = |a: &(u64, NodeId, Hash32)| a.0 == round && a.2 == d.theta;
+                let for_outcome = self.asked_offers.iter().filter(|a| same(a)).count()
+                    + asks.iter().filter(|a| same(&(round, a.0, a.3))).count();
+                if !self.asked_offers.iter().any(asked) && for_outcome < ASKS_PER_OUTCOME {
+                    asks.push((*node, *peer, unknown, d.theta));
+                }
             }
         }
         for node in agreed {
             self.agreed.insert((round, node));
         }
         self.agreed.retain(|(r, _)| r.saturating_add(4) > round);
-        for (node, from, nodes) in asks {
-            self.asked_offers.insert((round, node));
+        for (node, from, nodes, theta) in asks {
+            self.asked_offers.insert((round, node, theta));
             actions.push(SyncAction::FetchOffers { round, from, nodes });
         }
         if let Some((_, theta, announcer, set)) = best {

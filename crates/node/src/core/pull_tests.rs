@@ -302,7 +302,7 @@ fn a_relayed_offer_counts_only_if_it_is_an_asked_nodes_signed_offer_of_the_round
 }
 
 /// A replica that adopted an outer state announces it only while fewer than
-/// `ENOUGH_VOUCHERS` co-replicas did, or when something it gossiped for that round (its own
+/// `ENOUGH_VOUCHERS` live co-replicas did, or when something it gossiped for that round (its own
 /// outcome, an offer of the next round) still votes otherwise.
 #[test]
 fn an_adopted_state_is_announced_only_where_vouchers_are_short_or_our_old_vote_stands() {
@@ -318,9 +318,19 @@ fn an_adopted_state_is_announced_only_where_vouchers_are_short_or_our_old_vote_s
         blobs: Vec::new(),
         receipts: Vec::new(),
     };
+    // Announcements of a key that is no live co-replica (no heartbeat) count for nothing.
+    let gone = test_identity(20);
+    c.rounds
+        .syncer
+        .on_done(gone.node_id(), gone.node_id(), outcome(theta), now);
     for i in 2..2 + rounds::ENOUGH_VOUCHERS as u64 {
         assert!(c.must_vouch(2, theta), "only {} vouchers", i - 2);
         let who = test_identity(i);
+        let beat = Inbound::Gossip {
+            topic: crate::records::Topic::Heartbeat(1).name(),
+            data: super::tests::heartbeat(&who, 1),
+        };
+        c.handle_message(who.node_id(), beat, now);
         c.rounds
             .syncer
             .on_done(who.node_id(), who.node_id(), outcome(theta), now);

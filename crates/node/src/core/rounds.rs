@@ -532,14 +532,16 @@ impl NodeCore {
     /// Whether to announce an outer state of `round` we adopted. We must when something we
     /// gossiped still votes otherwise (our outcome of that round, or an offer of the next
     /// against another θ₀: a new announcement replaces it). Otherwise only while fewer than
-    /// [`ENOUGH_VOUCHERS`] co-replicas announced it: a replica behind needs two live vouchers,
-    /// and in a large stage most replicas adopt each round, so one announcement per adopter
-    /// was most of the stage's round traffic (44k of 60k round messages a round at 300 nodes).
-    pub(super) fn must_vouch(&self, round: u64, theta: Hash32) -> bool {
+    /// [`ENOUGH_VOUCHERS`] live co-replicas announced it: a replica behind needs two live
+    /// vouchers, and in a large stage most replicas adopt each round, so one announcement per
+    /// adopter was most of the stage's round traffic (44k of 60k round messages a round at
+    /// 300 nodes).
+    pub(super) fn must_vouch(&mut self, round: u64, theta: Hash32) -> bool {
         let ours_vote = self.rounds.published.iter().any(|((r, offer), _)| {
             (*r == round && !offer) || (*r == round.saturating_add(1) && *offer)
         });
-        ours_vote || self.rounds.syncer.announced(round, theta) < ENOUGH_VOUCHERS
+        let live = self.live_co_replicas();
+        ours_vote || self.rounds.syncer.announced(round, theta, &live) < ENOUGH_VOUCHERS
     }
 
     fn sync_failed(&mut self, message: String, now: Instant) {

@@ -163,7 +163,7 @@ fn registered_economy(
     )
 }
 
-fn heartbeat(from: &Identity, stage: u16) -> Vec<u8> {
+pub(super) fn heartbeat(from: &Identity, stage: u16) -> Vec<u8> {
     let hb = Heartbeat {
         node: from.node_id(),
         network: NETWORK,

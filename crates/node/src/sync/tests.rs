@@ -877,3 +877,34 @@ fn a_majority_vouching_for_a_better_outcome_we_cannot_recompute_moves_a_replica(
         "{acts:?}"
     );
 }
+
+/// Many announcers of one outcome naming an offer we lack: at most `ASKS_PER_OUTCOME` of
+/// them are asked for it (a stage of many replicas announcing it would otherwise cost a fetch
+/// each), and one announcer is asked once a round whatever it announces.
+#[test]
+fn an_outcome_is_asked_about_from_a_few_announcers_and_each_announcer_once() {
+    let (mut all, now) = replica_zero_aggregating(4);
+    let (a, b, c) = (all[0].node, all[1].node, all[2].node);
+    all[0].s.on_applied(1, [5; 32], vec![a, b], 4, now);
+    let lacking = |theta: [u8; 32]| {
+        let mut o = done(1, theta, vec![a, b, c]);
+        o.blobs[2] = [77; 32];
+        o
+    };
+    let mut asked = Vec::new();
+    let mut fetches = |acts: Vec<SyncAction>| {
+        asked.extend(acts.into_iter().filter_map(|x| match x {
+            SyncAction::FetchOffers { from, .. } => Some(from),
+            _ => None,
+        }))
+    };
+    for i in 1..4 {
+        let (peer, node) = (all[i].peer, all[i].node);
+        fetches(all[0].s.on_done(peer, node, lacking([9; 32]), now));
+    }
+    // The first announcer again, with another outcome of the round: not asked again.
+    let (peer, node) = (all[1].peer, all[1].node);
+    fetches(all[0].s.on_done(peer, node, lacking([8; 32]), now));
+    assert_eq!(asked, vec![all[1].peer, all[2].peer]);
+    assert_eq!(asked.len(), ASKS_PER_OUTCOME);
+}
