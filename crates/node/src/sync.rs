@@ -160,11 +160,11 @@ pub struct Syncer {
     refused: BTreeSet<(u64, Hash32)>,
     /// Whether our outer state of `round` is one we aggregated (so we can recompute it).
     aggregated: bool,
-    /// The θ₀ our latest offer was computed against, by round: an outcome built on offers
-    /// against another θ₀ is another lineage, not something a recomputation can judge.
-    offer_base: Option<(u64, Hash32)>,
-    /// Our latest offer's pseudo-gradient, by round.
-    my_offer: Option<(u64, Hash32)>,
+    /// Our latest offers, by round: the θ₀ each was computed against and its
+    /// pseudo-gradient. An outcome built on offers against another θ₀ is another lineage, not
+    /// something a recomputation can judge; kept for the last few rounds, since a replica
+    /// already in the next round still weighs outcomes of its last one.
+    my_offers: BTreeMap<u64, (Hash32, Hash32)>,
     /// When this replica last finished a round (its own, recomputed or adopted).
     last_progress: Option<Instant>,
     /// When to pull the offers still missing from the round being collected.
@@ -239,8 +239,7 @@ impl Syncer {
             agreed: BTreeSet::new(),
             refused: BTreeSet::new(),
             aggregated: false,
-            offer_base: None,
-            my_offer: None,
+            my_offers: BTreeMap::new(),
             last_progress: None,
             pull_at: None,
             training_ended: false,
@@ -453,8 +452,10 @@ impl Syncer {
         if r != round {
             return Vec::new();
         }
-        self.offer_base = Some((round, self.theta));
-        self.my_offer = Some((round, blob));
+        self.my_offers.insert(round, (self.theta, blob));
+        while self.my_offers.len() > 3 {
+            self.my_offers.pop_first();
+        }
         self.pull_at = Some((round, now + self.cfg.timeout / 4));
         self.phase = Phase::Collecting {
             round,
@@ -629,8 +630,8 @@ impl Syncer {
         let mut best: Option<(usize, Hash32, NodeId, Named)> = None;
         // (announcer, the peer it came from, the contributors to ask for, its outcome)
         let mut asks: Vec<(NodeId, NodeId, Vec<NodeId>, Hash32)> = Vec::new();
-        let base = self.offer_base.filter(|(r, _)| *r == round).map(|(_, b)| b);
-        let mine = self.my_offer.filter(|(r, _)| *r == round).map(|(_, b)| b);
+        let base = self.my_offers.get(&round).map(|(b, _)| *b);
+        let mine = self.my_offers.get(&round).map(|(_, o)| *o);
         // A contributor counts if we hold its named offer of this round against our own
         // base: an honest replica on another θ₀ would otherwise fail our recomputation and be
         // punished for a divergence, not a lie.

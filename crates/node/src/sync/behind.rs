@@ -25,7 +25,7 @@ impl Syncer {
         // that we cannot recompute (built on offers against another θ₀, or on offers we never
         // got): they count like offers against another θ₀ of our round, by a majority.
         let mine = (self.contributors.len(), std::cmp::Reverse(self.theta));
-        let my_offer = self.my_offer.filter(|(r, _)| *r == self.round);
+        let my_offer = self.my_offers.get(&self.round).copied();
         let mut included: BTreeMap<Hash32, bool> = BTreeMap::new();
         for (node, (peer, d)) in self.dones.get(&self.round).into_iter().flatten() {
             let key = (d.named().count(), std::cmp::Reverse(d.theta));

@@ -908,3 +908,28 @@ fn an_outcome_is_asked_about_from_a_few_announcers_and_each_announcer_once() {
     assert_eq!(asked, vec![all[1].peer, all[2].peer]);
     assert_eq!(asked.len(), ASKS_PER_OUTCOME);
 }
+
+/// Already collecting the next round, a replica still judges outcomes of its last round
+/// against the θ₀ its own offer of that round was made against: a larger outcome built on an
+/// offer against another θ₀ is another lineage, neither recomputed (which would brand an
+/// honest announcer a liar) nor worth abandoning the round for.
+#[test]
+fn a_replica_in_the_next_round_does_not_recompute_an_outcome_of_another_lineage() {
+    let (mut all, now) = replica_zero_aggregating(3);
+    let (a, b, c) = (all[0].node, all[1].node, all[2].node);
+    all[0].s.on_applied(1, [5; 32], vec![a, b], 4, now);
+    let l0 = live(&all, 0);
+    all[0].s.poll(now, 8, &l0);
+    all[0].s.on_prepared(2, [50; 32], 100, 12_800, now);
+    // c's only offer of round 1 we hold is against another θ₀.
+    let pc = all[2].peer;
+    all[0].s.on_offer(pc, c, offer(1, [7; 32]), now);
+    let mut outcome = done(1, [9; 32], vec![a, b, c]);
+    outcome.blobs[2] = [1; 32];
+    let acts = all[0].s.on_done(pc, c, outcome, now);
+    assert!(
+        !acts.iter().any(|x| matches!(x, SyncAction::Verify { .. })),
+        "{acts:?}"
+    );
+    assert!(all[0].s.busy(), "still collecting round 2");
+}
