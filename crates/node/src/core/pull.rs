@@ -35,19 +35,25 @@ impl NodeCore {
         self.transmits.push_back(Transmit::Publish { topic, data });
     }
 
+    /// A pull of `round` of our network and stage: the peer's own messages, or (`of` not
+    /// empty) the offers of those nodes it holds.
+    fn sync_pull(&self, round: u64, of: Vec<NodeId>) -> Vec<u8> {
+        SyncPull {
+            network: self.network,
+            stage: self.stage as u16,
+            round,
+            of,
+        }
+        .to_canonical_bytes()
+    }
+
     /// Asks each of `from` for its own messages of `round`.
     pub(super) fn send_sync_pulls(&mut self, round: u64, from: Vec<NodeId>) {
         tracing::debug!(
             "round {round}: pulling the offers of {} co-replicas",
             from.len()
         );
-        let data = SyncPull {
-            network: self.network,
-            stage: self.stage as u16,
-            round,
-            of: Vec::new(),
-        }
-        .to_canonical_bytes();
+        let data = self.sync_pull(round, Vec::new());
         for peer in from {
             let token = self.token();
             self.requests.insert(token, Pending::SyncPull { peer });
@@ -164,13 +170,7 @@ impl NodeCore {
             "round {round}: asking {peer} for the offers of {} contributors its outcome names",
             nodes.len()
         );
-        let data = SyncPull {
-            network: self.network,
-            stage: self.stage as u16,
-            round,
-            of: nodes.clone(),
-        }
-        .to_canonical_bytes();
+        let data = self.sync_pull(round, nodes.clone());
         let token = self.token();
         self.requests.insert(
             token,
