@@ -188,9 +188,14 @@ pub const DISPLACED_PER_SENDER: usize = 3;
 /// Announcers of one outcome asked for the offers it names: one that withholds them is not
 /// the only chance, and a stage of many replicas announcing it does not cost a fetch each.
 pub const ASKS_PER_OUTCOME: usize = 2;
+/// Rounds of our own offers remembered (their θ₀ and pseudo-gradient).
+const MY_OFFERS_KEPT: usize = 3;
 
 /// Drops `node`'s entries of `by_round` beyond its [`ROUNDS_PER_SENDER`] latest rounds.
-fn keep_latest_per_sender<T>(by_round: &mut BTreeMap<u64, BTreeMap<NodeId, T>>, node: &NodeId) {
+pub(crate) fn keep_latest_per_sender<T>(
+    by_round: &mut BTreeMap<u64, BTreeMap<NodeId, T>>,
+    node: &NodeId,
+) {
     let mine: Vec<u64> = by_round
         .iter()
         .filter(|(_, m)| m.contains_key(node))
@@ -292,11 +297,10 @@ impl Syncer {
             return Vec::new();
         }
         let round = offer.round;
+        let blob = offer.blob;
         let held = self.offers.entry(round).or_default();
         if let Some(old) = held.insert(node, (peer, offer))
-            && held
-                .get(&node)
-                .is_some_and(|(_, new)| new.blob != old.1.blob)
+            && old.1.blob != blob
         {
             let kept = self
                 .displaced
@@ -456,7 +460,7 @@ impl Syncer {
             return Vec::new();
         }
         self.my_offers.insert(round, (self.theta, blob));
-        while self.my_offers.len() > 3 {
+        while self.my_offers.len() > MY_OFFERS_KEPT {
             self.my_offers.pop_first();
         }
         self.pull_at = Some((round, now + self.cfg.timeout / 4));

@@ -11,7 +11,7 @@ use super::{NodeCore, Pending, TransferError, Transmit};
 use crate::records::Topic;
 use crate::sync::pull::{MAX_PULLED, MAX_RELAYED};
 use crate::sync::{
-    DISPLACED_PER_SENDER, ROUNDS_PER_SENDER, SyncMsg, SyncOffer, SyncPull, SyncPullAnswer,
+    DISPLACED_PER_SENDER, SyncMsg, SyncOffer, SyncPull, SyncPullAnswer, keep_latest_per_sender,
 };
 
 /// Signed round messages kept for pulls: a round's offer and outcome (the latest of each), for
@@ -78,10 +78,11 @@ impl NodeCore {
                 kept.filter(|((r, offer), _)| *r == pull.round && *offer)
                     .map(|(_, d)| d.clone())
             });
+            let round = self.rounds.heard_offers.get(&pull.round);
             let heard = pull
                 .of
                 .iter()
-                .filter_map(|n| self.rounds.heard_offers.get(&(pull.round, *n)))
+                .filter_map(|n| round?.get(n))
                 .flatten()
                 .map(|(_, d)| d.clone());
             own.into_iter()
@@ -144,24 +145,18 @@ impl NodeCore {
             return;
         }
         let heard = &mut self.rounds.heard_offers;
-        heard.retain(|(r, _), _| *r >= current);
-        let kept = heard.entry((offer.round, node)).or_default();
+        heard.retain(|r, _| *r >= current);
+        let kept = heard
+            .entry(offer.round)
+            .or_default()
+            .entry(node)
+            .or_default();
         kept.retain(|(blob, _)| *blob != offer.blob);
         kept.push((offer.blob, data.to_vec()));
         if kept.len() > 1 + DISPLACED_PER_SENDER {
             kept.remove(0);
         }
-        let rounds: Vec<u64> = heard
-            .keys()
-            .filter(|(_, n)| *n == node)
-            .map(|(r, _)| *r)
-            .collect();
-        for r in rounds
-            .iter()
-            .take(rounds.len().saturating_sub(ROUNDS_PER_SENDER))
-        {
-            heard.remove(&(*r, node));
-        }
+        keep_latest_per_sender(heard, &node);
     }
 
     /// Asks `peer`, whose outcome of `round` names offers of `nodes` we lack, for them.

@@ -296,7 +296,10 @@ fn a_relayed_offer_counts_only_if_it_is_an_asked_nodes_signed_offer_of_the_round
     assert!(!penalised(&out, &relay));
     assert_eq!(c.rounds.syncer.held(), 1);
     assert!(
-        c.rounds.heard_offers.contains_key(&(1, x.node_id())),
+        c.rounds
+            .heard_offers
+            .get(&1)
+            .is_some_and(|r| r.contains_key(&x.node_id())),
         "kept to relay on"
     );
 }
@@ -344,4 +347,100 @@ fn an_adopted_state_is_announced_only_where_vouchers_are_short_or_our_old_vote_s
     // Our own outcome of round 2 (another θ₀) still stands in their tables: replace it.
     c.publish_sync(&SyncMsg::Done(outcome([8; 32])));
     assert!(c.must_vouch(2, theta));
+}
+
+/// A pull naming many nodes gets at most `MAX_RELAYED` offers back, an answer the asker can
+/// decode: a flood of names costs the responder a bounded copy.
+#[test]
+fn a_pull_naming_many_nodes_gets_a_bounded_answer() {
+    let mut c = core(&test_identity(1), Instant::now());
+    let now = Instant::now();
+    let names: Vec<NodeId> = (0..300u16)
+        .map(|i| {
+            let mut id = [0u8; 32];
+            id[..2].copy_from_slice(&i.to_le_bytes());
+            NodeId(id)
+        })
+        .collect();
+    let envelope = offer_with(&test_identity(2), 9);
+    let round = c.rounds.heard_offers.entry(1).or_default();
+    for n in &names {
+        round.insert(*n, vec![([9; 32], envelope.clone()); 2]);
+    }
+    drain(&mut c);
+    let data = SyncPull {
+        network: NETWORK,
+        stage: 1,
+        round: 1,
+        of: names[..crate::sync::msgs::MAX_CONTRIBUTORS].to_vec(),
+    }
+    .to_canonical_bytes();
+    c.handle_message(NodeId([5; 32]), Inbound::Request { token: 80, data }, now);
+    let answer = drain(&mut c)
+        .into_iter()
+        .find_map(|t| match t {
+            Transmit::Respond { token: 80, data } => Some(data),
+            _ => None,
+        })
+        .expect("an answer");
+    let answer = SyncPullAnswer::from_canonical_bytes(&answer).expect("decodable");
+    assert_eq!(answer.messages.len(), crate::sync::pull::MAX_RELAYED);
+}
+
+/// A peer asked for its own round messages that answers with more than an offer and an
+/// outcome is charged, and only the first two are looked at.
+#[test]
+fn a_pull_answered_with_more_than_two_messages_is_charged() {
+    let peer = test_identity(2);
+    let mut c = core(&test_identity(1), Instant::now());
+    drain(&mut c);
+    let flood = SyncPullAnswer {
+        messages: (0..3).map(|b| offer_with(&peer, 40 + b)).collect(),
+    };
+    let out = pulled(&mut c, &peer, flood.to_canonical_bytes());
+    assert!(
+        penalised(&out, &peer),
+        "an oversized answer was not charged"
+    );
+    assert_eq!(
+        c.rounds.syncer.held(),
+        1,
+        "one offer of the round, the latest"
+    );
+}
+
+/// The signed offers kept to relay are bounded per sender: its latest few rounds, a few
+/// offers each, whatever it floods.
+#[test]
+fn envelopes_kept_for_relaying_are_bounded_per_sender() {
+    let x = test_identity(2);
+    let mut c = core(&test_identity(1), Instant::now());
+    let now = Instant::now();
+    for round in 1..40u64 {
+        for blob in 0..8u8 {
+            let SyncMsg::Offer(o) = offer(round) else {
+                unreachable!()
+            };
+            let o = SyncOffer {
+                blob: [blob; 32],
+                ..o
+            };
+            let data = Signed::sign(&x, &SyncMsg::Offer(o)).to_bytes();
+            let inbound = Inbound::Gossip {
+                topic: crate::records::Topic::Sync(1).name(),
+                data,
+            };
+            c.handle_message(x.node_id(), inbound, now);
+        }
+    }
+    let kept = &c.rounds.heard_offers;
+    let rounds = kept
+        .values()
+        .filter(|r| r.contains_key(&x.node_id()))
+        .count();
+    assert_eq!(rounds, crate::sync::ROUNDS_PER_SENDER);
+    for r in kept.values() {
+        let held = r.get(&x.node_id()).map_or(0, Vec::len);
+        assert!(held <= 1 + crate::sync::DISPLACED_PER_SENDER, "{held}");
+    }
 }

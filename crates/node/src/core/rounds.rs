@@ -125,7 +125,7 @@ pub(super) struct RoundState {
     pub(super) published: VecDeque<((u64, bool), Vec<u8>)>,
     /// Co-replicas' signed offers of the rounds not yet finished, by (round, sender), a few
     /// each: relayed to a co-replica that lacks one our outcome names.
-    pub(super) heard_offers: BTreeMap<(u64, NodeId), Vec<Envelope>>,
+    pub(super) heard_offers: BTreeMap<u64, BTreeMap<NodeId, Vec<Envelope>>>,
     optimizer_blob: Hash32,
     work: Work,
     spec: StageSpec,
@@ -345,17 +345,10 @@ impl NodeCore {
         let Some(s) = self.rounds.sets.remove(&set) else {
             return;
         };
-        if matches!(
-            s.purpose,
-            Purpose::Aggregate { .. } | Purpose::Verify { .. }
-        ) {
-            // We serve the pseudo-gradients that went into our outcome, so a co-replica can
-            // recompute it even when a contributor showed it another offer (or withholds).
+        // We serve the pseudo-gradients that went into our outcome, so a co-replica can
+        // recompute it even when a contributor showed it another offer (or withholds).
+        if let Purpose::Aggregate { round } | Purpose::Verify { round, .. } = s.purpose {
             for (_, bytes) in &s.got {
-                let round = match s.purpose {
-                    Purpose::Aggregate { round } | Purpose::Verify { round, .. } => round,
-                    Purpose::Adopt { round, .. } => round,
-                };
                 self.offer_blob(round, Arc::new(bytes.clone()));
             }
         }

@@ -24,12 +24,13 @@ impl Syncer {
         // Outcomes of our own round that outrank ours (more inputs, then the smaller hash) but
         // that we cannot recompute (built on offers against another θ₀, or on offers we never
         // got): they count like offers against another θ₀ of our round, by a majority.
-        let mine = (self.contributors.len(), std::cmp::Reverse(self.theta));
+        let mine = self.my_rank();
         let my_offer = self.my_offers.get(&self.round).copied();
         let mut included: BTreeMap<Hash32, bool> = BTreeMap::new();
         for (node, (peer, d)) in self.dones.get(&self.round).into_iter().flatten() {
-            let key = (d.named().count(), std::cmp::Reverse(d.theta));
-            if key > mine && !self.refused.contains(&(self.round, d.theta)) {
+            if super::outcomes::rank(d.named().count(), d.theta) > mine
+                && !self.refused.contains(&(self.round, d.theta))
+            {
                 let e = votes
                     .entry((self.round, d.theta))
                     .or_insert_with(|| (BTreeSet::new(), *peer));

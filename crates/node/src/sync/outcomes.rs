@@ -7,7 +7,17 @@ use neuroshard_proof::{Hash32, NodeId};
 
 use super::{ASKS_PER_OUTCOME, Named, NodeEvent, Phase, SyncAction, Syncer};
 
+/// How outcomes rank: more inputs first, then the smaller hash.
+pub(super) fn rank(inputs: usize, theta: Hash32) -> (usize, std::cmp::Reverse<Hash32>) {
+    (inputs, std::cmp::Reverse(theta))
+}
+
 impl Syncer {
+    /// Our own outcome's [`rank`].
+    pub(super) fn my_rank(&self) -> (usize, std::cmp::Reverse<Hash32>) {
+        rank(self.contributors.len(), self.theta)
+    }
+
     /// Whether outcomes of our current round can still be weighed: we are idle, or we have
     /// started the next round from our own outcome of it (a better outcome makes that moot).
     pub(super) fn comparing(&self) -> bool {
@@ -81,19 +91,23 @@ impl Syncer {
                 }
                 continue;
             }
-            if self.refused.contains(&(round, d.theta)) {
+            // We took this round's state from a peer ourselves: nothing to recompute from, and
+            // one announcer's word is no certificate (it could name real offers beside a θ₀
+            // of its own making). A majority of live co-replicas announcing it moves us
+            // (`behind`), so neither its offers nor a recomputation are of use.
+            if !self.aggregated || self.refused.contains(&(round, d.theta)) {
                 continue;
             }
             let set: Vec<(NodeId, Hash32)> = d.named().collect();
-            let key = (set.len(), std::cmp::Reverse(d.theta));
+            let key = rank(set.len(), d.theta);
             let beats_mine = if running {
                 set.len() > self.contributors.len()
             } else {
-                key > (self.contributors.len(), std::cmp::Reverse(self.theta))
+                key > self.my_rank()
             };
             let beats_best = best
                 .as_ref()
-                .is_none_or(|(bn, bt, _, _)| key > (*bn, std::cmp::Reverse(*bt)));
+                .is_none_or(|(bn, bt, _, _)| key > rank(*bn, *bt));
             if !beats_mine || !beats_best {
                 continue;
             }
@@ -123,13 +137,6 @@ impl Syncer {
             actions.push(SyncAction::FetchOffers { round, from, nodes });
         }
         if let Some((_, theta, announcer, set)) = best {
-            if !self.aggregated {
-                // We took this round's state from a peer ourselves: nothing to recompute
-                // from, and one announcer's word is no certificate (it could name real offers
-                // beside a θ₀ of its own making). A majority of live co-replicas announcing
-                // it moves us (`behind`).
-                return actions;
-            }
             self.phase = Phase::Adopting { round, theta };
             // Every offer of the set that did not go into our state, from whoever brought
             // it to us (its contributor, or the announcer that relayed it).

@@ -412,6 +412,16 @@ fn a_replica_that_took_its_state_from_a_peer_fetches_a_better_outcome_a_majority
         "{acts:?}"
     );
     all[0].s.on_adopted(2, [7; 32], 0, "behind", Instant::now());
+    // Nor is an outcome naming offers we lack worth asking about: we would not recompute it.
+    let mut lacking = done_of_offers(2, [6; 32], vec![b, c]);
+    lacking.blobs[1] = [77; 32];
+    let acts = all[0].s.on_done(p1, n1, lacking, Instant::now());
+    assert!(
+        !acts
+            .iter()
+            .any(|a| matches!(a, SyncAction::FetchOffers { .. })),
+        "{acts:?}"
+    );
     // One announcer of a better outcome is not enough: it could name real offers beside a θ₀
     // of its own making, and we cannot recompute (we aggregated nothing this round).
     let acts: Vec<SyncAction> = all[0]
