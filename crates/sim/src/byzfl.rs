@@ -47,6 +47,8 @@ pub struct Scenario {
     /// The outer step every replica applies to the aggregate.
     pub outer_lr: f32,
     pub outer_momentum: f32,
+    /// Pseudo-gradient compression spec every replica (and the Sybils) sends.
+    pub compression: String,
 }
 
 impl Scenario {
@@ -57,13 +59,17 @@ impl Scenario {
             stages,
             replicas,
             sybils: vec![0; stages],
-            steps: 150,
+            // Long enough that the clean run is past its fast early descent: at 150 steps the
+            // tiny model is still so far from trained that any attack shrinking the aggregate
+            // costs as a smaller step would, and the step size, not the attack, is measured.
+            steps: 600,
             virtual_time: Duration::from_secs(300),
             aggregator: defaults.aggregator,
             byzantine: defaults.byzantine,
             norm_bound: defaults.norm_bound,
             outer_lr: defaults.outer_lr,
             outer_momentum: defaults.outer_momentum,
+            compression: defaults.compression,
         }
     }
 
@@ -127,6 +133,7 @@ pub fn run(scenario: &Scenario, attack: Attack, seed: u64) -> Result<Outcome, Ru
     s.sync.norm_bound = sc.norm_bound;
     s.sync.outer_lr = sc.outer_lr;
     s.sync.outer_momentum = sc.outer_momentum;
+    s.sync.compression = sc.compression.clone();
     let spec = s.sync.compression.parse()?;
     let data = PatternBatches {
         vocab: model.vocab,
