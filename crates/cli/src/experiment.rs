@@ -49,8 +49,8 @@ pub struct DilocoArgs {
     /// Replicas in total, Byzantine ones included.
     #[arg(long, default_value_t = 4)]
     replicas: usize,
-    /// Inner AdamW steps per replica between syncs (H).
-    #[arg(long, default_value_t = 50)]
+    /// Inner AdamW steps per replica between syncs (H; default: the nodes').
+    #[arg(long, default_value_t = neuroshard_node::settings::DEFAULT_SYNC_EVERY)]
     inner_steps: u64,
     #[arg(long, default_value_t = 10)]
     outer_steps: u64,
@@ -101,9 +101,10 @@ pub struct DilocoArgs {
     lr: f64,
     #[arg(long, default_value_t = 20)]
     warmup: u64,
-    #[arg(long, default_value_t = 0.7)]
+    /// The outer step (default: the nodes').
+    #[arg(long, default_value_t = neuroshard_node::settings::DEFAULT_OUTER_LR)]
     outer_lr: f32,
-    #[arg(long, default_value_t = 0.9)]
+    #[arg(long, default_value_t = neuroshard_node::settings::DEFAULT_OUTER_MOMENTUM)]
     outer_momentum: f32,
     /// Validation windows per evaluation.
     #[arg(long, default_value_t = 64)]

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 use neuroshard_node::act_codec::ActSpec;
-use neuroshard_node::settings::SyncSettings;
+use neuroshard_node::settings::{self, SyncSettings};
 use neuroshard_node::{DataOrder, NodeSettings};
 
 use crate::train::{ModelArgs, StepArgs, open_or_build_default};
@@ -30,7 +30,7 @@ pub enum Order {
 #[derive(Args, Clone)]
 pub struct SyncArgs {
     /// Inner steps per DiLoCo round (H); 0 turns replica sync (and proofs) off.
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = settings::DEFAULT_SYNC_EVERY)]
     pub sync_every: u64,
     /// How long a replica waits for its co-replicas' pseudo-gradients.
     #[arg(long, default_value_t = 5_000)]
@@ -48,11 +48,12 @@ pub struct SyncArgs {
     #[arg(long, default_value_t = 3.0)]
     pub norm_bound: f64,
     /// Pseudo-gradient compression, e.g. randk:0.25:sign, topk:0.01:int2, fp32.
-    #[arg(long, default_value = "randk:0.25:sign")]
+    #[arg(long, default_value = settings::DEFAULT_COMPRESSION)]
     pub compression: String,
-    #[arg(long, default_value_t = 0.7)]
+    #[arg(long, default_value_t = settings::DEFAULT_OUTER_LR)]
     pub outer_lr: f32,
-    #[arg(long, default_value_t = 0.9)]
+    /// Nesterov momentum of the outer step.
+    #[arg(long, default_value_t = settings::DEFAULT_OUTER_MOMENTUM)]
     pub outer_momentum: f32,
 }
 

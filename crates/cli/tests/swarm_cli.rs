@@ -82,8 +82,9 @@ fn four_nodes_sync_survive_a_killed_replica_admit_a_joiner_and_agree_on_the_ledg
         serde_json::json!([]),
         "{sync:#}"
     );
+    // Offers travel compressed (the default 2 bits a coordinate: about 16× under fp32).
     assert!(
-        sync["compression_ratio"].as_f64().unwrap_or(0.0) > 50.0,
+        sync["compression_ratio"].as_f64().unwrap_or(0.0) > 12.0,
         "{sync:#}"
     );
     // The fifth node fetched θ₀ and optimizer state, then took part in a round.

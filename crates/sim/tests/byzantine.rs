@@ -6,18 +6,13 @@ use neuroshard_aggregate::Attack;
 use neuroshard_sim::byzfl::{Scenario, run};
 
 /// One Sybil among three replicas of a stage sends the honest mean scaled by −1000 every
-/// round, after seeing it. The default aggregation (trimmed mean with f fitted to the inputs,
-/// norm bound) stays within 5% of the clean run over 3 seeds; a plain mean without the bound
-/// ends on a model no better than uniform (ln 32 = 3.47). At outer lr 0.35, not the nodes'
-/// 0.7: on this tiny model 0.7 over-steps (clean loss 0.67 against 0.43), and an attack that
-/// shrinks the aggregate then acts as a smaller step, so at 0.7 the comparison measures the
-/// step size as much as the attack (README, threat model).
+/// round, after seeing it. The nodes' defaults (trimmed mean with f fitted to the inputs, norm
+/// bound, plain-average outer step, 2-bit offers) stay within 5% of the clean run
+/// over 3 seeds; a plain mean without the bound ends on a model no better than uniform
+/// (ln 32 = 3.47).
 #[test]
 fn a_scaling_sybil_among_three_replicas_is_harmless_by_default_and_ruins_a_plain_mean() {
-    let defaults = Scenario {
-        outer_lr: 0.35,
-        ..Scenario::new(2, 3).with_sybils(1, 1)
-    };
+    let defaults = Scenario::new(2, 3).with_sybils(1, 1);
     let naive = Scenario {
         aggregator: "mean".into(),
         norm_bound: 0.0,
@@ -46,10 +41,10 @@ fn a_scaling_sybil_among_three_replicas_is_harmless_by_default_and_ruins_a_plain
 
 /// Two replicas a stage, where no robust rule exists (trimmed mean of two is their mean): one
 /// Sybil sends N(0, 1) noise per coordinate, thousands of times an honest pseudo-gradient's
-/// norm. The norm bound clips it to 3× the honest norm; without the bound the model is
-/// destroyed. Within 5% of the clean run only at the nodes' outer lr 0.7, where the clean run
-/// over-steps this tiny model: at 0.35 the clipped noise costs +47% (`bench byzantine
-/// --scenarios default --outer-lr 0.35`), which is why `swarm` runs three replicas a stage.
+/// norm. Without the norm bound the model is destroyed; with it the noise counts at most 3×
+/// the honest norm and the loss stays within 30% of the clean run. Not within 5%: the plain
+/// average passes that clipped noise into θ₀ every round (outer Nesterov 0.9 used to average
+/// it out over rounds, +5%), which is why `swarm` runs three replicas a stage.
 #[test]
 fn gaussian_noise_from_one_of_two_replicas_is_clipped_by_the_norm_bound() {
     let defaults = Scenario::new(2, 2).with_sybils(1, 1);
@@ -67,7 +62,7 @@ fn gaussian_noise_from_one_of_two_replicas_is_clipped_by_the_norm_bound() {
     );
     assert!(bounded.rounds_attacked >= 10, "{bounded:?}");
     assert!(
-        bounded.validation_loss <= clean.validation_loss * 1.05,
+        bounded.validation_loss <= clean.validation_loss * 1.3,
         "bounded {} vs clean {}",
         bounded.validation_loss,
         clean.validation_loss

@@ -386,7 +386,10 @@ fn honest_loss(sim: &Sim, drivers: &[usize], k: usize) -> f32 {
 /// mean's margin over the trimmed mean moved between 12% and 15% with unrelated trace
 /// changes, such as a lone first round following its replica exactly): the trimmed
 /// mean stays near the clean run, the plain mean does clearly worse. The simulator makes the
-/// comparison deterministic, which the real-process version was not.
+/// comparison deterministic, which the real-process version was not. DiLoCo's outer step (lr
+/// 0.7, Nesterov 0.9), not the nodes' plain average: in 150 steps this tiny model is still in
+/// its fast early descent, where the plain average's clean run is slower than any attacked
+/// one (`bench byzantine` runs 600 steps for that reason).
 #[test]
 fn trimmed_mean_shrugs_off_a_sign_flipping_replica_per_stage() {
     let run = |aggregator: &str, attack: bool| {
@@ -394,6 +397,7 @@ fn trimmed_mean_shrugs_off_a_sign_flipping_replica_per_stage() {
         let mut s = settings(tiny_model(), stages, n / stages);
         s.steps = 150;
         s.sync.aggregator = aggregator.into();
+        (s.sync.outer_lr, s.sync.outer_momentum) = (0.7, 0.9);
         let mut factory = Factory::new(s.clone(), EngineKind::Real);
         factory.attack = "scale:-8".into();
         let attackers = factory.attackers.clone();
