@@ -41,10 +41,11 @@ fn a_scaling_sybil_among_three_replicas_is_harmless_by_default_and_ruins_a_plain
 
 /// Two replicas a stage, where no robust rule exists (trimmed mean of two is their mean): one
 /// Sybil sends N(0, 1) noise per coordinate, thousands of times an honest pseudo-gradient's
-/// norm. Without the norm bound the model is destroyed; with it the noise counts at most 3×
-/// the honest norm and the loss stays within 30% of the clean run. Not within 5%: the plain
-/// average passes that clipped noise into θ₀ every round (outer Nesterov 0.9 used to average
-/// it out over rounds, +5%), which is why `swarm` runs three replicas a stage.
+/// norm. The norm bound clips it to 3× the honest norm and the loss stays within 5% of the
+/// clean run (+1.9%); without the bound the model is destroyed. With sparse offers
+/// (`randk:0.25:int2`) the same clipped noise cost +26%: the plain average passes it into θ₀
+/// every round. Sign-flip, IPM and scale get through either way, which is why `swarm` runs
+/// three replicas a stage.
 #[test]
 fn gaussian_noise_from_one_of_two_replicas_is_clipped_by_the_norm_bound() {
     let defaults = Scenario::new(2, 2).with_sybils(1, 1);
@@ -62,7 +63,7 @@ fn gaussian_noise_from_one_of_two_replicas_is_clipped_by_the_norm_bound() {
     );
     assert!(bounded.rounds_attacked >= 10, "{bounded:?}");
     assert!(
-        bounded.validation_loss <= clean.validation_loss * 1.3,
+        bounded.validation_loss <= clean.validation_loss * 1.05,
         "bounded {} vs clean {}",
         bounded.validation_loss,
         clean.validation_loss
