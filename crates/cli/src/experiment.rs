@@ -11,7 +11,7 @@ use neuroshard_data::{Genesis, Split};
 use neuroshard_model::{AdamWConfig, Batch, ModelConfig, Trainer};
 use neuroshard_node::replica::{Diloco, DilocoConfig};
 use neuroshard_proof::NodeId;
-use neuroshard_train::{CompressSpec, Compressor, decode};
+use neuroshard_train::CompressSpec;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
@@ -400,7 +400,7 @@ fn run_diloco(
                 params.set_flat(&theta)?;
             }
             let offer = diloco.prepare(round, params).map_err(anyhow::Error::msg)?;
-            let mine = decode(&offer.blob, len)?;
+            let mine = diloco.decode_offer(&offer.blob, params)?;
             // What the message left out: (θ₀ − θ) − ĉ, over the Δ actually compressed.
             let unsent = diloco.theta().iter().zip(&theta).zip(&mine);
             let unsent: Vec<f32> = unsent.map(|((a, b), c)| a - b - c).collect();
@@ -432,9 +432,9 @@ fn run_diloco(
             .into_iter()
             .enumerate()
         {
-            let mut c = Compressor::with_seed(spec, len, args.seed);
-            c.set_round(round);
-            messages.push((replica_id(honest + b), c.compress(&forged)?));
+            let (trainer, diloco) = &replicas[0];
+            let blob = diloco.encode_offer(&forged, trainer.stage.params())?;
+            messages.push((replica_id(honest + b), blob));
         }
         let before = replicas[0].1.theta().to_vec();
         let mut outcome = None;

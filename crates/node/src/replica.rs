@@ -13,9 +13,11 @@ use std::sync::Arc;
 use neuroshard_aggregate::{Aggregator, Attack, clip_to_median_norm};
 use neuroshard_model::{AdamW, AdamWConfig, ParamSet};
 use neuroshard_proof::NodeId;
-use neuroshard_train::{CompressSpec, Compressor, DilocoRound, OuterOptimizer, decode};
+use neuroshard_train::{CompressSpec, Compressor, DilocoRound, OuterOptimizer};
 
+mod codec;
 mod error;
+use codec::OfferCodec;
 pub use error::ReplicaError;
 
 const OUTER_MAGIC: &[u8; 8] = b"NSOUTER1";
@@ -355,22 +357,13 @@ impl Diloco {
     /// Δ = θ₀ − θ, compressed; the unsent residual stays in the parameters.
     pub fn prepare(&mut self, round: u64, params: &ParamSet) -> Result<Prepared, ReplicaError> {
         let delta = self.outer.pseudo_gradient(&params.flatten())?;
-        self.compressor.set_round(round);
-        let honest = self.compressor.compress(&delta)?;
-        let _ = self.compressor.take_residual();
-        let decoded = decode(&honest, delta.len())?;
+        let codec = self.codec(&self.outer, round, params)?;
+        let (honest, decoded) = codec.encode(&mut self.compressor, round, &delta)?;
         let blob = if self.cfg.attack == Attack::None {
             honest
         } else {
-            let forged = self
-                .cfg
-                .attack
-                .forge(&[&decoded], 1, &mut rand::rng())
-                .pop()
-                .ok_or(ReplicaError::Attack)?;
-            let mut c = Compressor::with_seed(self.cfg.compression, delta.len(), self.cfg.seed);
-            c.set_round(round);
-            c.compress(&forged)?
+            let (spec, seed) = (self.cfg.compression, self.cfg.seed);
+            codec.forge(spec, seed, round, &self.cfg.attack, &decoded)?
         };
         let blob = Arc::new(blob);
         self.sent = Some(Sent {
@@ -400,11 +393,12 @@ impl Diloco {
         }
         let mut dense: BTreeMap<NodeId, Vec<f32>> = BTreeMap::new();
         let mut rejected = Vec::new();
+        let codec = self.codec(&self.outer, round, params)?;
         if let Some(s) = self.sent.as_ref().filter(|s| s.round == round) {
             let own = vec![(self.cfg.me, s.blob.to_vec())];
-            self.decode_into(own, &mut dense, &mut rejected, true);
+            self.decode_into(&codec, own, &mut dense, &mut rejected, true);
         }
-        self.decode_into(messages, &mut dense, &mut rejected, false);
+        self.decode_into(&codec, messages, &mut dense, &mut rejected, false);
         let before = self.outer.clone();
         let applied = self.aggregate(round, &before, &dense, rejected, params)?;
         self.last = Some(LastRound {
@@ -433,7 +427,14 @@ impl Diloco {
             return Err(ReplicaError::MovedOn(round));
         }
         let mut rejected = Vec::new();
-        self.decode_into(extra, &mut last.inputs, &mut rejected, false);
+        let codec = match self.codec(&last.before, round, params) {
+            Ok(codec) => codec,
+            Err(e) => {
+                self.last = Some(last);
+                return Err(e);
+            }
+        };
+        self.decode_into(&codec, extra, &mut last.inputs, &mut rejected, false);
         let chosen: BTreeMap<NodeId, Vec<f32>> = set
             .iter()
             .filter_map(|n| last.inputs.get(n).map(|v| (*n, v.clone())))
@@ -451,19 +452,52 @@ impl Diloco {
         applied
     }
 
+    /// The offers' encoding of `round`, which starts from the outer state `before`.
+    fn codec(
+        &self,
+        before: &DilocoRound,
+        round: u64,
+        params: &ParamSet,
+    ) -> Result<OfferCodec, ReplicaError> {
+        OfferCodec::of_round(&self.cfg.compression, self.cfg.seed, before, round, params)
+    }
+
+    /// Decodes `bytes` as an offer of the next round (e.g. to measure what a message carries).
+    pub fn decode_offer(&self, bytes: &[u8], params: &ParamSet) -> Result<Vec<f32>, ReplicaError> {
+        let round = self
+            .outer
+            .round()
+            .checked_add(1)
+            .ok_or(ReplicaError::Round(u64::MAX))?;
+        Ok(self.codec(&self.outer, round, params)?.decode(bytes)?)
+    }
+
+    /// Encodes `delta` as an offer of the next round in the network's encoding, as a replica
+    /// that sends `delta` instead of its own Δ would (for attack experiments).
+    pub fn encode_offer(&self, delta: &[f32], params: &ParamSet) -> Result<Vec<u8>, ReplicaError> {
+        let round = self
+            .outer
+            .round()
+            .checked_add(1)
+            .ok_or(ReplicaError::Round(u64::MAX))?;
+        let codec = self.codec(&self.outer, round, params)?;
+        let mut c = Compressor::with_seed(self.cfg.compression, delta.len(), self.cfg.seed);
+        Ok(codec.encode(&mut c, round, delta)?.0)
+    }
+
     fn decode_into(
         &self,
+        codec: &OfferCodec,
         messages: Vec<(NodeId, Vec<u8>)>,
         dense: &mut BTreeMap<NodeId, Vec<f32>>,
         rejected: &mut Vec<(NodeId, String)>,
         own: bool,
     ) {
-        let len = self.outer.theta().len();
         for (node, bytes) in messages {
             if node == self.cfg.me && !own {
                 continue;
             }
-            match decode(&bytes, len) {
+            match codec.decode(&bytes) {
                 Ok(v) if v.iter().all(|x| x.is_finite()) => {
                     dense.insert(node, v);
                 }
@@ -598,3 +632,6 @@ pub(crate) mod tests;
 
 #[cfg(test)]
 mod attack_tests;
+
+#[cfg(test)]
+mod lowrank_tests;

@@ -136,12 +136,25 @@ impl Adversary {
         let Some(len) = offers.first().map(|o| o.dense_bytes as usize / 4) else {
             return;
         };
+        // An honest replica still before this round decodes and encodes as the round's
+        // receivers do (the low-rank codec's basis is part of its state).
+        let attackers = self.attackers.get(&stage).cloned().unwrap_or_default();
+        let codec = (0..sim.len())
+            .filter(|&i| sim.stage_of(i) as u16 == stage && !attackers.contains(&i))
+            .filter_map(|i| sim.engine(i))
+            .find(|e| e.sync_state().0.checked_add(1) == Some(round));
+        if codec.is_none() && self.spec.low_rank.is_some() {
+            return;
+        }
         let honest: Vec<Vec<f32>> = {
             let board = self.board.borrow();
             offers
                 .iter()
                 .filter_map(|o| board.blobs.get(&o.blob))
-                .filter_map(|b| decode(b, len).ok())
+                .filter_map(|b| match codec {
+                    Some(e) => e.decode_offer(b),
+                    None => decode(b, len).ok(),
+                })
                 .collect()
         };
         if honest.is_empty() {
@@ -154,16 +167,24 @@ impl Adversary {
             self.honest_norm_ratios
                 .push(norms[norms.len() - 1] / median);
         }
-        let attackers = self.attackers.get(&stage).cloned().unwrap_or_default();
         if attackers.is_empty() {
             return;
         }
         let mut rng = ChaCha8Rng::seed_from_u64(self.seed ^ round.rotate_left(16) ^ stage as u64);
         let forged = self.attack.forge(&honest, attackers.len(), &mut rng);
-        for (i, vector) in attackers.into_iter().zip(forged) {
-            let mut c = Compressor::with_seed(self.spec, len, self.seed);
-            c.set_round(round);
-            let Ok(blob) = c.compress(&vector) else {
+        let blobs: Vec<Option<Vec<u8>>> = forged
+            .iter()
+            .map(|vector| match codec {
+                Some(e) => e.encode_offer(vector),
+                None => {
+                    let mut c = Compressor::with_seed(self.spec, len, self.seed);
+                    c.set_round(round);
+                    c.compress(vector).ok()
+                }
+            })
+            .collect();
+        for (i, blob) in attackers.into_iter().zip(blobs) {
+            let Some(blob) = blob else {
                 continue;
             };
             let hash = *blake3::hash(&blob).as_bytes();

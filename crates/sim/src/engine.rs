@@ -28,6 +28,10 @@ pub trait SimEngine: Compute {
     }
     /// θ₀, the stage's agreed outer parameters (None with DiLoCo off).
     fn theta(&self) -> Option<Vec<f32>>;
+    /// An offer of the engine's next round, decoded as its DiLoCo state decodes it.
+    fn decode_offer(&self, bytes: &[u8]) -> Option<Vec<f32>>;
+    /// `delta` as an offer of the engine's next round, in the network's encoding.
+    fn encode_offer(&self, delta: &[f32]) -> Option<Vec<u8>>;
 }
 
 impl SimEngine for StandIn {
@@ -54,6 +58,14 @@ impl SimEngine for StandIn {
 
     fn theta(&self) -> Option<Vec<f32>> {
         self.diloco().map(|d| d.theta().to_vec())
+    }
+
+    fn decode_offer(&self, bytes: &[u8]) -> Option<Vec<f32>> {
+        self.diloco()?.decode_offer(bytes, self.params()).ok()
+    }
+
+    fn encode_offer(&self, delta: &[f32]) -> Option<Vec<u8>> {
+        self.diloco()?.encode_offer(delta, self.params()).ok()
     }
 }
 
@@ -118,6 +130,16 @@ impl SimEngine for RealEngine {
 
     fn theta(&self) -> Option<Vec<f32>> {
         self.engine.diloco().map(|d| d.theta().to_vec())
+    }
+
+    fn decode_offer(&self, bytes: &[u8]) -> Option<Vec<f32>> {
+        let params = self.engine.params();
+        self.engine.diloco()?.decode_offer(bytes, params).ok()
+    }
+
+    fn encode_offer(&self, delta: &[f32]) -> Option<Vec<u8>> {
+        let params = self.engine.params();
+        self.engine.diloco()?.encode_offer(delta, params).ok()
     }
 }
 

@@ -30,6 +30,8 @@ pub enum CompressError {
     NonFinite { index: usize },
     #[error("error-feedback decay must be in (0, 1], got {0}")]
     Decay(f32),
+    #[error("low-rank compression needs the parameters' layout and the round's basis")]
+    LowRank,
 }
 
 #[derive(Debug, Clone, PartialEq, Error)]
@@ -56,6 +58,10 @@ pub enum DecodeError {
     NonFinite { chunk: usize },
     #[error("{0} trailing bytes")]
     Trailing(usize),
+    #[error("low-rank message built on another basis (its sender holds another θ₀ history)")]
+    Basis,
+    #[error("low-rank message of rank {got}, the network's is {expected}")]
+    Rank { got: u8, expected: usize },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,7 +77,7 @@ pub enum ValueCoding {
 }
 
 impl ValueCoding {
-    fn tag(self) -> u8 {
+    pub(crate) fn tag(self) -> u8 {
         match self {
             Self::F32 => 0,
             Self::Int8 => 1,
@@ -80,7 +86,7 @@ impl ValueCoding {
         }
     }
 
-    fn from_tag(tag: u8) -> Result<Self, DecodeError> {
+    pub(crate) fn from_tag(tag: u8) -> Result<Self, DecodeError> {
         match tag {
             0 => Ok(Self::F32),
             1 => Ok(Self::Int8),
@@ -150,6 +156,9 @@ pub struct CompressSpec {
     pub selection: Selection,
     /// Select and code blockwise DCT coefficients instead of raw coordinates (DeMo).
     pub dct: bool,
+    /// Send each weight matrix as a rank-r factor on a shared basis instead
+    /// ([`crate::lowrank`]; `values` is then fp32 or int8, the other fields are unused).
+    pub low_rank: Option<usize>,
 }
 
 impl CompressSpec {
@@ -160,7 +169,7 @@ impl CompressSpec {
 
 #[derive(Debug, Clone, PartialEq, Error)]
 #[error(
-    "bad compression spec {0:?} (expected e.g. randk:0.25:sign, topk:0.01:int2, topk:0.05:int8:chunk=2048, int8)"
+    "bad compression spec {0:?} (expected e.g. randk:0.25:sign, topk:0.01:int2, topk:0.05:int8:chunk=2048, int8, lowrank:4:int8)"
 )]
 pub struct SpecError(pub String);
 
@@ -178,6 +187,7 @@ impl FromStr for CompressSpec {
             values: ValueCoding::F32,
             selection: Selection::TopK,
             dct: false,
+            low_rank: None,
         };
         let mut tokens = spec.split(':').map(str::trim);
         while let Some(token) = tokens.next() {
@@ -193,6 +203,13 @@ impl FromStr for CompressSpec {
                     } else {
                         Selection::Random
                     };
+                }
+                "lowrank" => {
+                    let r: usize = tokens.next().and_then(|t| t.parse().ok()).ok_or_else(bad)?;
+                    if r == 0 || r > crate::lowrank::MAX_RANK {
+                        return Err(bad());
+                    }
+                    out.low_rank = Some(r);
                 }
                 "fp32" => out.values = ValueCoding::F32,
                 "int8" => out.values = ValueCoding::Int8,
@@ -211,12 +228,20 @@ impl FromStr for CompressSpec {
                 }
             }
         }
+        let sparse = out.fraction < 1.0 || out.dct || out.chunk != 4096;
+        let coded = matches!(out.values, ValueCoding::F32 | ValueCoding::Int8);
+        if out.low_rank.is_some() && (sparse || !coded) {
+            return Err(bad());
+        }
         Ok(out)
     }
 }
 
 impl fmt::Display for CompressSpec {
     fn fmt(&self, out: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(rank) = self.low_rank {
+            return write!(out, "lowrank:{rank}:{}", self.values.name());
+        }
         let selection = match self.selection {
             Selection::TopK => "topk",
             Selection::Random => "randk",
@@ -483,6 +508,9 @@ impl Compressor {
         }
         if let Some(index) = delta.iter().position(|x| !x.is_finite()) {
             return Err(CompressError::NonFinite { index });
+        }
+        if self.spec.low_rank.is_some() {
+            return Err(CompressError::LowRank);
         }
         let (spec, decay) = (self.spec, self.decay);
         let seed = self.mask_seed();

@@ -8,6 +8,7 @@ fn spec(fraction: f64, chunk: usize, values: ValueCoding) -> CompressSpec {
         values,
         selection: Selection::TopK,
         dct: false,
+        low_rank: None,
     }
 }
 
@@ -177,6 +178,7 @@ proptest! {
             values,
             selection: if random { Selection::Random } else { Selection::TopK },
             dct,
+            low_rank: None,
         };
         let msg = Compressor::with_seed(spec, a.len(), seed).compress(&a).unwrap();
         prop_assert_eq!(decode(&msg, a.len()).map(|v| v.len()), Ok(a.len()));

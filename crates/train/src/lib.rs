@@ -5,6 +5,7 @@
 
 mod compress;
 mod dct;
+pub mod lowrank;
 mod outer;
 mod varint;
 

@@ -2,6 +2,7 @@
 
 use neuroshard_aggregate::{AggregateError, ParseError};
 use neuroshard_model::ModelError;
+use neuroshard_train::lowrank::LayoutError;
 use neuroshard_train::{CompressError, DecodeError, DilocoError};
 use thiserror::Error;
 
@@ -61,4 +62,6 @@ pub enum ReplicaError {
     Decode(#[from] DecodeError),
     #[error("model: {0}")]
     Model(#[from] ModelError),
+    #[error("low-rank compression: {0}")]
+    Layout(#[from] LayoutError),
 }

@@ -1,5 +1,6 @@
 use super::*;
 use neuroshard_model::{ModelConfig, StageSpec};
+use neuroshard_train::decode;
 
 /// A one-layer model small enough for exact checks.
 pub(crate) fn tiny_config() -> ModelConfig {
@@ -17,7 +18,7 @@ pub(crate) fn tiny_config() -> ModelConfig {
     }
 }
 
-fn params(seed: u64) -> ParamSet {
+pub(crate) fn params(seed: u64) -> ParamSet {
     let config = tiny_config();
     let spec = StageSpec::full(&config);
     ParamSet::init(spec.param_specs(&config), seed)
@@ -197,36 +198,40 @@ fn a_sign_flip_attacker_sends_the_negated_message_but_keeps_honest_books() {
     assert!(max_diff(&p.flatten(), d.theta()) < 1e-6);
 }
 
+/// With low-rank offers the recomputation must decode on the basis the round started from,
+/// not the one its own first aggregate led to.
 #[test]
 fn recomputing_over_a_larger_set_reaches_the_same_state_as_the_replica_that_used_it() {
-    let start = params(7);
-    let mut p: Vec<ParamSet> = (0..3).map(|_| start.clone()).collect();
-    let mut d: Vec<Diloco> = (1..=3)
-        .map(|i| Diloco::new(cfg(i, "randk:0.5:int8"), &start).unwrap())
-        .collect();
-    let mut offers = Vec::new();
-    for (i, by) in [-0.01f32, -0.02, 0.015].into_iter().enumerate() {
-        train(&mut p[i], by);
-        let o = d[i].prepare(1, &p[i]).unwrap();
-        offers.push((NodeId([i as u8 + 1; 32]), o.blob.to_vec()));
+    for spec in ["randk:0.5:int8", "lowrank:2:int8"] {
+        let start = params(7);
+        let mut p: Vec<ParamSet> = (0..3).map(|_| start.clone()).collect();
+        let mut d: Vec<Diloco> = (1..=3)
+            .map(|i| Diloco::new(cfg(i, spec), &start).unwrap())
+            .collect();
+        let mut offers = Vec::new();
+        for (i, by) in [-0.01f32, -0.02, 0.015].into_iter().enumerate() {
+            train(&mut p[i], by);
+            let o = d[i].prepare(1, &p[i]).unwrap();
+            offers.push((NodeId([i as u8 + 1; 32]), o.blob.to_vec()));
+        }
+        // Replica 1 missed replica 3's offer; replica 2 used all three.
+        let a = d[0].apply(1, offers[..2].to_vec(), &mut p[0]).unwrap();
+        let b = d[1].apply(1, offers.clone(), &mut p[1]).unwrap();
+        assert_ne!(a.theta, b.theta);
+        let set: Vec<NodeId> = offers.iter().map(|(n, _)| *n).collect();
+        let again = d[0]
+            .reapply(1, vec![offers[2].clone()], &set, &mut p[0])
+            .unwrap();
+        assert_eq!(again.theta, b.theta);
+        assert_eq!(again.contributors, set);
+        // Its weights sit at the new θ₀ minus its own residual, as if it had used all three.
+        assert!(max_diff(&p[0].flatten(), d[0].theta()) < 0.05);
+        // A set with an offer it cannot rebuild is refused and changes nothing.
+        let before = d[0].hash();
+        let unknown = vec![NodeId([9; 32])];
+        assert!(d[0].reapply(1, Vec::new(), &unknown, &mut p[0]).is_err());
+        assert_eq!(d[0].hash(), before);
     }
-    // Replica 1 missed replica 3's offer; replica 2 used all three.
-    let a = d[0].apply(1, offers[..2].to_vec(), &mut p[0]).unwrap();
-    let b = d[1].apply(1, offers.clone(), &mut p[1]).unwrap();
-    assert_ne!(a.theta, b.theta);
-    let set: Vec<NodeId> = offers.iter().map(|(n, _)| *n).collect();
-    let again = d[0]
-        .reapply(1, vec![offers[2].clone()], &set, &mut p[0])
-        .unwrap();
-    assert_eq!(again.theta, b.theta);
-    assert_eq!(again.contributors, set);
-    // Its weights sit at the new θ₀ minus its own residual, as if it had used all three.
-    assert!(max_diff(&p[0].flatten(), d[0].theta()) < 0.05);
-    // A set with an offer it cannot rebuild is refused and changes nothing.
-    let before = d[0].hash();
-    let unknown = vec![NodeId([9; 32])];
-    assert!(d[0].reapply(1, Vec::new(), &unknown, &mut p[0]).is_err());
-    assert_eq!(d[0].hash(), before);
 }
 
 #[test]

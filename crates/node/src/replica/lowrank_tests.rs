@@ -1,0 +1,145 @@
+//! DiLoCo rounds with low-rank offers: the basis comes from each replica's outer state.
+
+use super::tests::{cfg, params};
+use super::*;
+
+/// Moves every parameter by a seeded pseudo-random amount (inner steps that differ per replica).
+fn train_noisy(p: &mut ParamSet, seed: u64) {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let flat: Vec<f32> = p
+        .flatten()
+        .iter()
+        .map(|x| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            x + ((s % 2001) as f32 / 1000.0 - 1.0) * 0.01
+        })
+        .collect();
+    p.set_flat(&flat).unwrap();
+}
+
+fn offers(d: &mut [Diloco], p: &[ParamSet], round: u64) -> Vec<(NodeId, Vec<u8>)> {
+    d.iter_mut()
+        .zip(p)
+        .map(|(d, p)| {
+            let o = d.prepare(round, p).unwrap();
+            assert!(o.blob.len() * 2 < o.dense_bytes as usize, "compressed");
+            (d.cfg.me, o.blob.to_vec())
+        })
+        .collect()
+}
+
+#[test]
+fn low_rank_replicas_agree_round_after_round_and_the_basis_moves() {
+    let start = params(1);
+    let mut p = [start.clone(), start.clone(), start.clone()];
+    let mut d: Vec<Diloco> = (1..=3)
+        .map(|i| Diloco::new(cfg(i, "lowrank:2:int8"), &start).unwrap())
+        .collect();
+    let mut blobs = Vec::new();
+    for round in 1..=3 {
+        for (i, p) in p.iter_mut().enumerate() {
+            train_noisy(p, round * 10 + i as u64);
+        }
+        let sent = offers(&mut d, &p, round);
+        blobs.push(sent[0].1.clone());
+        let mut thetas = Vec::new();
+        for (d, p) in d.iter_mut().zip(p.iter_mut()) {
+            let a = d.apply(round, sent.clone(), p).unwrap();
+            assert!(a.rejected.is_empty(), "{:?}", a.rejected);
+            assert_eq!(a.contributors.len(), 3);
+            thetas.push(a.theta);
+        }
+        assert!(thetas.iter().all(|t| *t == thetas[0]), "round {round}");
+    }
+    // Each round's basis is another one (its id is in bytes 3..11).
+    assert_ne!(blobs[0][3..11], blobs[1][3..11]);
+    assert_ne!(blobs[1][3..11], blobs[2][3..11]);
+}
+
+#[test]
+fn an_offer_built_on_another_theta_history_is_refused_not_misread() {
+    let start = params(2);
+    let mut p = [start.clone(), start.clone(), start.clone()];
+    let mut d: Vec<Diloco> = (1..=3)
+        .map(|i| Diloco::new(cfg(i, "lowrank:2:fp32"), &start).unwrap())
+        .collect();
+    for (i, p) in p.iter_mut().enumerate() {
+        train_noisy(p, i as u64);
+    }
+    let sent = offers(&mut d, &p, 1);
+    // Replica 3 aggregates round 1 over its own offer alone: another previous aggregate,
+    // so another basis for round 2.
+    for (i, (d, p)) in d.iter_mut().zip(p.iter_mut()).enumerate() {
+        let input = if i == 2 {
+            vec![sent[2].clone()]
+        } else {
+            sent.clone()
+        };
+        d.apply(1, input, p).unwrap();
+    }
+    for (i, p) in p.iter_mut().enumerate() {
+        train_noisy(p, 7 + i as u64);
+    }
+    let sent = offers(&mut d, &p, 2);
+    let a = d[0].apply(2, sent.clone(), &mut p[0]).unwrap();
+    let b = d[1].apply(2, sent, &mut p[1]).unwrap();
+    assert_eq!(a.theta, b.theta);
+    assert_eq!(a.contributors.len(), 2);
+    assert_eq!(a.rejected.len(), 1);
+    assert_eq!(a.rejected[0].0, NodeId([3; 32]));
+    assert!(
+        a.rejected[0].1.contains("another basis"),
+        "{:?}",
+        a.rejected
+    );
+}
+
+#[test]
+fn a_forged_low_rank_offer_lands_in_the_rounds_subspace_and_is_clipped() {
+    let start = params(3);
+    let mut p = [start.clone(), start.clone(), start.clone()];
+    let mut honest: Vec<Diloco> = (1..=3)
+        .map(|i| {
+            let mut c = cfg(i, "lowrank:2:int8");
+            c.norm_bound = 3.0;
+            Diloco::new(c, &start).unwrap()
+        })
+        .collect();
+    for (i, p) in p.iter_mut().enumerate() {
+        train_noisy(p, 30 + i as u64);
+    }
+    let mut sent = offers(&mut honest, &p, 1);
+    // The attacker scales its Δ a thousandfold, in the network's encoding.
+    let delta: Vec<f32> = honest[2]
+        .outer
+        .pseudo_gradient(&p[2].flatten())
+        .unwrap()
+        .iter()
+        .map(|x| x * 1000.0)
+        .collect();
+    let forged = honest[2].encode_offer(&delta, &p[2]).unwrap();
+    let decoded = honest[0].decode_offer(&forged, &p[0]).unwrap();
+    sent[2] = (NodeId([3; 32]), forged);
+    let a = honest[0].apply(1, sent, &mut p[0]).unwrap();
+    assert_eq!(a.clipped.len(), 1, "the norm bound shortens it");
+    assert!(decoded.iter().all(|x| x.is_finite()));
+    // θ₀ moves by about an honest offer's size (the outer step's 1.33× at the first round,
+    // inputs clipped to 3× the median), not by a third of the forged one.
+    let honest_size = d_norm(decoded) / 1000.0;
+    let moved = d_norm(d_theta(&honest[0], &start));
+    assert!(moved < 6.0 * honest_size, "{moved} vs {honest_size}");
+}
+
+fn d_theta(d: &Diloco, start: &ParamSet) -> Vec<f32> {
+    d.theta()
+        .iter()
+        .zip(start.flatten())
+        .map(|(a, b)| a - b)
+        .collect()
+}
+
+fn d_norm(v: Vec<f32>) -> f64 {
+    v.iter().map(|&x| f64::from(x).powi(2)).sum::<f64>().sqrt()
+}
