@@ -130,20 +130,18 @@ pub fn amplified_mean<V: AsRef<[f32]> + Sync>(
 ) -> Result<Vec<f32>, AggregateError> {
     let mut out = mean(inputs)?;
     let inv = 1.0 / inputs.len() as f64;
-    out.par_chunks_mut(CHUNK)
-        .enumerate()
-        .for_each(|(c, out)| {
-            let start = c * CHUNK;
-            for (i, o) in out.iter_mut().enumerate() {
-                let spread: f64 = inputs
-                    .iter()
-                    .map(|v| f64::from(v.as_ref()[start + i].abs()))
-                    .sum::<f64>()
-                    * inv;
-                let m = f64::from(*o);
-                *o = (m.signum() * (k * m.abs()).min(spread)) as f32;
-            }
-        });
+    out.par_chunks_mut(CHUNK).enumerate().for_each(|(c, out)| {
+        let start = c * CHUNK;
+        for (i, o) in out.iter_mut().enumerate() {
+            let spread: f64 = inputs
+                .iter()
+                .map(|v| f64::from(v.as_ref()[start + i].abs()))
+                .sum::<f64>()
+                * inv;
+            let m = f64::from(*o);
+            *o = (m.signum() * (k * m.abs()).min(spread)) as f32;
+        }
+    });
     Ok(out)
 }
 
@@ -227,7 +225,11 @@ mod tests {
 
     #[test]
     fn amplification_lengthens_only_where_inputs_disagree() {
-        let v = [vec![1.0f32, 1.0, 3.0], vec![2.0, -0.5, -1.0], vec![3.0, 0.5, -1.0]];
+        let v = [
+            vec![1.0f32, 1.0, 3.0],
+            vec![2.0, -0.5, -1.0],
+            vec![3.0, 0.5, -1.0],
+        ];
         let out = amplified_mean(&v, 3.0).unwrap();
         // Agreeing: the mean. Mixed: mean 1/3, spread 2/3 → lengthened to the spread.
         // Mean 1/3 again with spread 5/3: capped at k·|m| = 1.

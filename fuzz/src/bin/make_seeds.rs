@@ -13,7 +13,8 @@ use std::path::Path;
 use neuroshard_data::{Dtype, encode_shard};
 use neuroshard_fuzz::{ALICE, BOB, sample_ops, sample_proofs, sample_slash};
 use neuroshard_proof::{Canonical, Signed};
-use neuroshard_train::{CompressSpec, Compressor};
+use neuroshard_train::lowrank::{self, Basis, Layout, Matrix};
+use neuroshard_train::{CompressSpec, Compressor, ValueCoding};
 
 fn write(root: &Path, target: &str, name: &str, bytes: &[u8]) -> std::io::Result<()> {
     let dir = root.join(target);
@@ -96,6 +97,21 @@ fn write_all(root: &Path) -> Result<(), Box<dyn std::error::Error>> {
             &spec.to_string().replace(':', "_"),
             &seed,
         )?;
+    }
+
+    // Low-rank offers on the fuzz target's fixed layout: a 16 × 16 matrix, the rest dense.
+    for (rank, coding) in [(2usize, ValueCoding::Int8), (3, ValueCoding::F32)] {
+        let matrix = Matrix {
+            offset: 0,
+            rows: 16,
+            cols: 16,
+        };
+        let layout = Layout::new(delta.len(), &[matrix], rank)?;
+        let basis = Basis::for_round(&layout, rank, None, 1, 0)?;
+        let (msg, _) = lowrank::encode(&layout, &basis, coding, &delta)?;
+        let mut seed = (delta.len() as u16).to_le_bytes().to_vec();
+        seed.extend(msg);
+        write(root, "train_compressed", &format!("lowrank_{rank}"), &seed)?;
     }
 
     let tokens: Vec<u32> = (0..64).map(|i| i * 7 % 300).collect();
