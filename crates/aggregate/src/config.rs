@@ -28,11 +28,6 @@ pub enum ParseError {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Aggregator {
     Mean,
-    /// The mean, lengthened per coordinate up to `k`× where the inputs disagree (see
-    /// [`coord::amplified_mean`]).
-    AmplifiedMean {
-        k: f64,
-    },
     TrimmedMean {
         beta: f64,
         f: usize,
@@ -63,7 +58,6 @@ impl Aggregator {
         let (name, params) = spec.split_once(':').unwrap_or((spec, ""));
         let mut agg = match name.trim() {
             "mean" => Self::Mean,
-            "amplified-mean" => Self::AmplifiedMean { k: 2.0 },
             "trimmed-mean" => Self::TrimmedMean { beta: 0.0, f },
             "median" => Self::Median,
             "krum" => Self::Krum { f },
@@ -85,16 +79,6 @@ impl Aggregator {
         let aggregator = self.name();
         match (self, key) {
             (Self::TrimmedMean { beta, .. }, "beta") => *beta = value(key, raw)?,
-            (Self::AmplifiedMean { k }, "k") => {
-                let v: f64 = value(key, raw)?;
-                if !(1.0..=16.0).contains(&v) {
-                    return Err(ParseError::BadValue {
-                        key: key.to_string(),
-                        value: raw.to_string(),
-                    });
-                }
-                *k = v;
-            }
             (Self::TrimmedMean { f, .. } | Self::Krum { f } | Self::MultiKrum { f, .. }, "f") => {
                 *f = value(key, raw)?
             }
@@ -123,7 +107,6 @@ impl Aggregator {
     pub fn name(&self) -> &'static str {
         match self {
             Self::Mean => "mean",
-            Self::AmplifiedMean { .. } => "amplified-mean",
             Self::TrimmedMean { .. } => "trimmed-mean",
             Self::Median => "median",
             Self::Krum { .. } => "krum",
@@ -142,7 +125,6 @@ impl Aggregator {
     ) -> Result<Vec<f32>, AggregateError> {
         match self {
             Self::Mean => coord::mean(inputs),
-            Self::AmplifiedMean { k } => coord::amplified_mean(inputs, *k),
             Self::TrimmedMean { beta, f } => coord::trimmed_mean(inputs, *beta, *f),
             Self::Median => coord::median(inputs),
             Self::Krum { f } => krum::krum(inputs, *f),
@@ -161,7 +143,6 @@ impl fmt::Display for Aggregator {
         write!(out, "{}", self.name())?;
         match self {
             Self::Mean | Self::Median => Ok(()),
-            Self::AmplifiedMean { k } => write!(out, ":k={k}"),
             Self::TrimmedMean { beta, f } => write!(out, ":beta={beta},f={f}"),
             Self::Krum { f } => write!(out, ":f={f}"),
             Self::MultiKrum { f, m: None } => write!(out, ":f={f}"),
@@ -185,7 +166,6 @@ mod tests {
     fn parses_every_name_and_round_trips() {
         for spec in [
             "mean",
-            "amplified-mean:k=1.5",
             "trimmed-mean:beta=0.2",
             "median",
             "krum",

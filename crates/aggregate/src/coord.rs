@@ -115,36 +115,6 @@ pub fn mean<V: AsRef<[f32]> + Sync>(inputs: &[V]) -> Result<Vec<f32>, AggregateE
     Ok(out)
 }
 
-/// The mean m, with each coordinate lengthened where the inputs disagree:
-/// sign(m)·min(k·|m|, mean |xᵢ|). Where all inputs agree in sign, mean |xᵢ| = |m| and nothing
-/// changes; where they are noise around a small common part, |m| is about 1/√n of their
-/// typical size and it is lengthened up to k× (k = √n undoes the averaging's shrinking).
-///
-/// Why: replicas that each run AdamW normalize their own noisy gradients, so their steps in
-/// directions they disagree on are as long as in directions they share, and the plain average
-/// shortens the first (where one optimizer on the averaged gradient would not). Never longer
-/// than the mean |xᵢ| of a coordinate, nor than k× the mean.
-pub fn amplified_mean<V: AsRef<[f32]> + Sync>(
-    inputs: &[V],
-    k: f64,
-) -> Result<Vec<f32>, AggregateError> {
-    let mut out = mean(inputs)?;
-    let inv = 1.0 / inputs.len() as f64;
-    out.par_chunks_mut(CHUNK).enumerate().for_each(|(c, out)| {
-        let start = c * CHUNK;
-        for (i, o) in out.iter_mut().enumerate() {
-            let spread: f64 = inputs
-                .iter()
-                .map(|v| f64::from(v.as_ref()[start + i].abs()))
-                .sum::<f64>()
-                * inv;
-            let m = f64::from(*o);
-            *o = (m.signum() * (k * m.abs()).min(spread)) as f32;
-        }
-    });
-    Ok(out)
-}
-
 /// Number trimmed from each side: k = max(⌈β·n⌉, f). Errors if nothing would remain (2k ≥ n).
 pub fn trim_count(n: usize, beta: f64, f: usize) -> Result<usize, AggregateError> {
     if !(0.0..0.5).contains(&beta) {
@@ -221,23 +191,6 @@ mod tests {
         // k = max(ceil(0.1 * 4), 1) = 1: coordinate 0 keeps {2, 3}, coordinate 1 keeps {10, 20}.
         assert_eq!(trimmed_mean(&v, 0.1, 1).unwrap(), vec![2.5, 15.0]);
         assert_eq!(median(&v[..3]).unwrap(), vec![2.0, 20.0]);
-    }
-
-    #[test]
-    fn amplification_lengthens_only_where_inputs_disagree() {
-        let v = [
-            vec![1.0f32, 1.0, 3.0],
-            vec![2.0, -0.5, -1.0],
-            vec![3.0, 0.5, -1.0],
-        ];
-        let out = amplified_mean(&v, 3.0).unwrap();
-        // Agreeing: the mean. Mixed: mean 1/3, spread 2/3 → lengthened to the spread.
-        // Mean 1/3 again with spread 5/3: capped at k·|m| = 1.
-        assert_eq!(out[0], 2.0);
-        assert!((out[1] - 2.0 / 3.0).abs() < 1e-6, "{out:?}");
-        assert!((out[2] - 1.0).abs() < 1e-6, "{out:?}");
-        assert_eq!(amplified_mean(&v[..1], 2.0).unwrap(), v[0]);
-        assert_eq!(amplified_mean(&v, 1.0).unwrap(), mean(&v).unwrap());
     }
 
     #[test]
