@@ -462,25 +462,22 @@ impl Diloco {
         OfferCodec::of_round(&self.cfg.compression, self.cfg.seed, before, round, params)
     }
 
+    /// The next round and its offers' encoding.
+    fn next_codec(&self, params: &ParamSet) -> Result<(u64, OfferCodec), ReplicaError> {
+        let round = self.outer.round().checked_add(1);
+        let round = round.ok_or(ReplicaError::Round(u64::MAX))?;
+        Ok((round, self.codec(&self.outer, round, params)?))
+    }
+
     /// Decodes `bytes` as an offer of the next round (e.g. to measure what a message carries).
     pub fn decode_offer(&self, bytes: &[u8], params: &ParamSet) -> Result<Vec<f32>, ReplicaError> {
-        let round = self
-            .outer
-            .round()
-            .checked_add(1)
-            .ok_or(ReplicaError::Round(u64::MAX))?;
-        Ok(self.codec(&self.outer, round, params)?.decode(bytes)?)
+        Ok(self.next_codec(params)?.1.decode(bytes)?)
     }
 
     /// Encodes `delta` as an offer of the next round in the network's encoding, as a replica
     /// that sends `delta` instead of its own Δ would (for attack experiments).
     pub fn encode_offer(&self, delta: &[f32], params: &ParamSet) -> Result<Vec<u8>, ReplicaError> {
-        let round = self
-            .outer
-            .round()
-            .checked_add(1)
-            .ok_or(ReplicaError::Round(u64::MAX))?;
-        let codec = self.codec(&self.outer, round, params)?;
+        let (round, codec) = self.next_codec(params)?;
         let mut c = Compressor::with_seed(self.cfg.compression, delta.len(), self.cfg.seed);
         Ok(codec.encode(&mut c, round, delta)?.0)
     }

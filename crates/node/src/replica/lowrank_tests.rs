@@ -30,13 +30,18 @@ fn offers(d: &mut [Diloco], p: &[ParamSet], round: u64) -> Vec<(NodeId, Vec<u8>)
         .collect()
 }
 
+/// Three replicas (node ids 1–3) from one seeded start, offering in `spec`.
+fn three(seed: u64, spec: &str) -> (Vec<ParamSet>, Vec<Diloco>) {
+    let start = params(seed);
+    let d = (1..=3)
+        .map(|i| Diloco::new(cfg(i, spec), &start).unwrap())
+        .collect();
+    (vec![start; 3], d)
+}
+
 #[test]
 fn low_rank_replicas_agree_round_after_round_and_the_basis_moves() {
-    let start = params(1);
-    let mut p = [start.clone(), start.clone(), start.clone()];
-    let mut d: Vec<Diloco> = (1..=3)
-        .map(|i| Diloco::new(cfg(i, "lowrank:2:int8"), &start).unwrap())
-        .collect();
+    let (mut p, mut d) = three(1, "lowrank:2:int8");
     let mut blobs = Vec::new();
     for round in 1..=3 {
         for (i, p) in p.iter_mut().enumerate() {
@@ -60,11 +65,7 @@ fn low_rank_replicas_agree_round_after_round_and_the_basis_moves() {
 
 #[test]
 fn an_offer_built_on_another_theta_history_is_refused_not_misread() {
-    let start = params(2);
-    let mut p = [start.clone(), start.clone(), start.clone()];
-    let mut d: Vec<Diloco> = (1..=3)
-        .map(|i| Diloco::new(cfg(i, "lowrank:2:fp32"), &start).unwrap())
-        .collect();
+    let (mut p, mut d) = three(2, "lowrank:2:fp32");
     for (i, p) in p.iter_mut().enumerate() {
         train_noisy(p, i as u64);
     }
