@@ -47,7 +47,7 @@ pub struct SyncArgs {
     /// input norm is clipped to it before aggregation (0: off).
     #[arg(long, default_value_t = 3.0)]
     pub norm_bound: f64,
-    /// Pseudo-gradient compression, e.g. randk:0.25:sign, topk:0.01:int2, fp32.
+    /// Pseudo-gradient compression, e.g. int2, randk:0.25:int2, lowrank:4:int8, fp32.
     #[arg(long, default_value = settings::DEFAULT_COMPRESSION)]
     pub compression: String,
     #[arg(long, default_value_t = settings::DEFAULT_OUTER_LR)]

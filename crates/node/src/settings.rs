@@ -181,7 +181,7 @@ pub struct SyncSettings {
     /// simulated networks were over it in 0–1.4% of rounds (at 2: 6–11%: replicas that
     /// trained more steps than their co-replicas), and a scaled offer counts at most 3×.
     pub norm_bound: f64,
-    /// Pseudo-gradient compression, e.g. `randk:0.25:sign`, `topk:0.01:int2`, `fp32`.
+    /// Pseudo-gradient compression, e.g. `int2`, `randk:0.25:int2`, `lowrank:4:int8`, `fp32`.
     pub compression: String,
     pub outer_lr: f32,
     pub outer_momentum: f32,
