@@ -76,6 +76,10 @@ pub struct Applied {
 #[derive(Clone)]
 struct Sent {
     round: u64,
+    /// The outer-state hash the offer was made against, and the round's codec built from it
+    /// (reused by `apply` while the state is unchanged).
+    base: [u8; 32],
+    codec: Arc<OfferCodec>,
     decoded: Vec<f32>,
     blob: Arc<Vec<u8>>,
     /// Whether our outer state includes this message.
@@ -88,6 +92,8 @@ struct Sent {
 struct LastRound {
     round: u64,
     before: DilocoRound,
+    /// The round's codec, built from `before`.
+    codec: Arc<OfferCodec>,
     inputs: BTreeMap<NodeId, Vec<f32>>,
 }
 
@@ -368,6 +374,8 @@ impl Diloco {
         let blob = Arc::new(blob);
         self.sent = Some(Sent {
             round,
+            base: self.hash,
+            codec,
             decoded,
             blob: blob.clone(),
             applied: false,
@@ -393,8 +401,12 @@ impl Diloco {
         }
         let mut dense: BTreeMap<NodeId, Vec<f32>> = BTreeMap::new();
         let mut rejected = Vec::new();
-        let codec = self.codec(&self.outer, round, params)?;
-        if let Some(s) = self.sent.as_ref().filter(|s| s.round == round) {
+        let ours = self.sent.as_ref().filter(|s| s.round == round);
+        let codec = match ours.filter(|s| s.base == self.hash) {
+            Some(s) => s.codec.clone(),
+            None => self.codec(&self.outer, round, params)?,
+        };
+        if let Some(s) = ours {
             let own = vec![(self.cfg.me, s.blob.to_vec())];
             self.decode_into(&codec, own, &mut dense, &mut rejected, true);
         }
@@ -404,6 +416,7 @@ impl Diloco {
         self.last = Some(LastRound {
             round,
             before,
+            codec,
             inputs: dense,
         });
         Ok(applied)
@@ -427,13 +440,7 @@ impl Diloco {
             return Err(ReplicaError::MovedOn(round));
         }
         let mut rejected = Vec::new();
-        let codec = match self.codec(&last.before, round, params) {
-            Ok(codec) => codec,
-            Err(e) => {
-                self.last = Some(last);
-                return Err(e);
-            }
-        };
+        let codec = last.codec.clone();
         self.decode_into(&codec, extra, &mut last.inputs, &mut rejected, false);
         let chosen: BTreeMap<NodeId, Vec<f32>> = set
             .iter()
@@ -458,12 +465,14 @@ impl Diloco {
         before: &DilocoRound,
         round: u64,
         params: &ParamSet,
-    ) -> Result<OfferCodec, ReplicaError> {
-        OfferCodec::of_round(&self.cfg.compression, self.cfg.seed, before, round, params)
+    ) -> Result<Arc<OfferCodec>, ReplicaError> {
+        let codec =
+            OfferCodec::of_round(&self.cfg.compression, self.cfg.seed, before, round, params);
+        Ok(Arc::new(codec?))
     }
 
     /// The next round and its offers' encoding.
-    fn next_codec(&self, params: &ParamSet) -> Result<(u64, OfferCodec), ReplicaError> {
+    fn next_codec(&self, params: &ParamSet) -> Result<(u64, Arc<OfferCodec>), ReplicaError> {
         let round = self.outer.round().checked_add(1);
         let round = round.ok_or(ReplicaError::Round(u64::MAX))?;
         Ok((round, self.codec(&self.outer, round, params)?))

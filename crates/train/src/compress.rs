@@ -259,7 +259,7 @@ impl fmt::Display for CompressSpec {
 
 /// The code → value map, shared by encoder and decoder so the sender's residual matches exactly
 /// what receivers reconstruct.
-fn dequantize(coding: ValueCoding, scale: f32, code: u32) -> f32 {
+pub(crate) fn dequantize(coding: ValueCoding, scale: f32, code: u32) -> f32 {
     match coding {
         ValueCoding::F32 => 0.0,
         ValueCoding::Int8 => f32::from(code as u8 as i8) * scale,
@@ -274,7 +274,7 @@ fn dequantize(coding: ValueCoding, scale: f32, code: u32) -> f32 {
     }
 }
 
-fn quantize(coding: ValueCoding, scale: f32, v: f32) -> u32 {
+pub(crate) fn quantize(coding: ValueCoding, scale: f32, v: f32) -> u32 {
     match coding {
         ValueCoding::F32 => 0,
         ValueCoding::Int8 if scale == 0.0 => 0,
@@ -291,7 +291,7 @@ fn quantize(coding: ValueCoding, scale: f32, v: f32) -> u32 {
 
 /// The chunk's scale for the selected values: chosen to minimise the squared error of what is
 /// sent (except int8, which keeps max|v| / 127 so that it clips nothing).
-fn scale_of(coding: ValueCoding, values: &[f32]) -> f32 {
+pub(crate) fn scale_of(coding: ValueCoding, values: &[f32]) -> f32 {
     let n = values.len().max(1) as f64;
     let scale = match coding {
         ValueCoding::F32 => 0.0,

@@ -22,7 +22,8 @@
 
 use thiserror::Error;
 
-use crate::compress::{DecodeError, SplitMix, ValueCoding};
+use crate::compress::{DecodeError, SplitMix, ValueCoding, dequantize, quantize, scale_of};
+use crate::varint::Reader;
 
 /// First byte of a low-rank message (the sparse codec's version byte is never this).
 pub(crate) const TAG: u8 = b'L';
@@ -46,6 +47,10 @@ pub enum LayoutError {
     Length { len: usize, expected: usize },
     #[error("low-rank coding must be fp32 or int8, not {0:?}")]
     Coding(ValueCoding),
+    #[error("the basis was built for another layout")]
+    Basis,
+    #[error("the factors of this pseudo-gradient overflow f32")]
+    NonFinite,
 }
 
 /// A row-major matrix inside the flat parameter vector.
@@ -233,10 +238,6 @@ impl Basis {
     pub fn side(&self) -> Side {
         self.side
     }
-
-    pub fn rank(&self) -> usize {
-        self.rank
-    }
 }
 
 /// Column `c` of Uᵀ·Ω (right basis, length n) or U·Ω (left basis, length m) for U = `u`.
@@ -305,19 +306,12 @@ fn orthonormalize(cols: &mut [Vec<f64>], random: impl Fn(usize, usize) -> f64) {
     }
 }
 
+/// `values` in `coding`: fp32, or int8 with the sparse codec's scale and rounding.
 fn put_values(out: &mut Vec<u8>, coding: ValueCoding, values: &[f32]) {
     if coding == ValueCoding::Int8 {
-        let max = values.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-        let scale = (max / 127.0).min(f32::MAX / 128.0);
+        let scale = scale_of(coding, values);
         out.extend_from_slice(&scale.to_le_bytes());
-        for &v in values {
-            let q = if scale > 0.0 {
-                (v / scale).round().clamp(-127.0, 127.0) as i8
-            } else {
-                0
-            };
-            out.push(q as u8);
-        }
+        out.extend(values.iter().map(|&v| quantize(coding, scale, v) as u8));
     } else {
         for v in values {
             out.extend_from_slice(&v.to_le_bytes());
@@ -325,55 +319,34 @@ fn put_values(out: &mut Vec<u8>, coding: ValueCoding, values: &[f32]) {
     }
 }
 
-struct Reader<'a> {
-    bytes: &'a [u8],
-    at: usize,
-}
-
-impl Reader<'_> {
-    fn take(&mut self, n: usize) -> Result<&[u8], DecodeError> {
-        let end = self.at.checked_add(n).filter(|&e| e <= self.bytes.len());
-        let end = end.ok_or(DecodeError::Truncated { at: self.at })?;
-        let out = &self.bytes[self.at..end];
-        self.at = end;
-        Ok(out)
-    }
-
-    fn f32(&mut self) -> Result<f32, DecodeError> {
-        let b = self.take(4)?;
-        Ok(f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-    }
-
-    /// `count` values in `coding`; `group` names the column or chunk for errors.
-    fn values(
-        &mut self,
-        coding: ValueCoding,
-        count: usize,
-        group: usize,
-    ) -> Result<Vec<f32>, DecodeError> {
-        let bad = DecodeError::NonFinite { chunk: group };
-        if coding == ValueCoding::Int8 {
-            let scale = self.f32()?;
-            if !(scale.is_finite() && scale >= 0.0) {
-                return Err(bad);
-            }
-            Ok(self
-                .take(count)?
-                .iter()
-                .map(|&q| f32::from(q as i8) * scale)
-                .collect())
-        } else {
-            let v: Vec<f32> = self
-                .take(count.checked_mul(4).ok_or(bad.clone())?)?
-                .chunks_exact(4)
-                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                .collect();
-            if v.iter().any(|x| !x.is_finite()) {
-                return Err(bad);
-            }
-            Ok(v)
+/// `count` values in `coding`; `group` names the column or chunk for errors.
+fn read_values(
+    r: &mut Reader<'_>,
+    coding: ValueCoding,
+    count: usize,
+    group: usize,
+) -> Result<Vec<f32>, DecodeError> {
+    let bad = DecodeError::NonFinite { chunk: group };
+    if coding == ValueCoding::Int8 {
+        let scale = r.f32()?;
+        if !(scale.is_finite() && scale >= 0.0) {
+            return Err(bad);
         }
+        let codes = r.take(count)?;
+        return Ok(codes
+            .iter()
+            .map(|&q| dequantize(coding, scale, u32::from(q)))
+            .collect());
     }
+    let bytes = r.take(count.checked_mul(4).ok_or(bad.clone())?)?;
+    let v: Vec<f32> = bytes
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    if v.iter().any(|x| !x.is_finite()) {
+        return Err(bad);
+    }
+    Ok(v)
 }
 
 fn check_coding(coding: ValueCoding) -> Result<(), LayoutError> {
@@ -391,11 +364,14 @@ pub fn encode(
     delta: &[f32],
 ) -> Result<(Vec<u8>, Vec<f32>), LayoutError> {
     check_coding(coding)?;
-    if delta.len() != layout.len || basis.columns.len() != layout.matrices.len() {
+    if delta.len() != layout.len {
         return Err(LayoutError::Length {
             len: delta.len(),
             expected: layout.len,
         });
+    }
+    if basis.columns.len() != layout.matrices.len() {
+        return Err(LayoutError::Basis);
     }
     let mut out = vec![TAG, basis.rank as u8, coding.tag()];
     out.extend_from_slice(&basis.id);
@@ -430,10 +406,8 @@ pub fn encode(
             put_values(&mut out, coding, chunk);
         }
     }
-    let decoded = decode(layout, basis, &out).map_err(|_| LayoutError::Length {
-        len: delta.len(),
-        expected: layout.len,
-    })?;
+    // Finite inputs can still give factors or products past f32's range.
+    let decoded = decode(layout, basis, &out).map_err(|_| LayoutError::NonFinite)?;
     Ok((out, decoded))
 }
 
@@ -446,7 +420,10 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
 
 /// Rebuilds a message's pseudo-gradient on `basis`: finite values or an error, never a panic.
 pub fn decode(layout: &Layout, basis: &Basis, bytes: &[u8]) -> Result<Vec<f32>, DecodeError> {
-    let mut r = Reader { bytes, at: 0 };
+    if basis.columns.len() != layout.matrices.len() {
+        return Err(DecodeError::Basis);
+    }
+    let mut r = Reader::new(bytes);
     let head = r.take(3)?;
     if head[0] != TAG {
         return Err(DecodeError::Version(head[0]));
@@ -473,7 +450,7 @@ pub fn decode(layout: &Layout, basis: &Basis, bytes: &[u8]) -> Result<Vec<f32>, 
             Side::Left => m.cols,
         };
         for c in 0..basis.rank {
-            let f = r.values(coding, k, group)?;
+            let f = read_values(&mut r, coding, k, group)?;
             group += 1;
             match basis.side {
                 // += F[:, c] · Q[:, c]ᵀ
@@ -499,12 +476,12 @@ pub fn decode(layout: &Layout, basis: &Basis, bytes: &[u8]) -> Result<Vec<f32>, 
     }
     for range in layout.dense_ranges() {
         for chunk in out[range].chunks_mut(DENSE_CHUNK) {
-            chunk.copy_from_slice(&r.values(coding, chunk.len(), group)?);
+            chunk.copy_from_slice(&read_values(&mut r, coding, chunk.len(), group)?);
             group += 1;
         }
     }
-    if r.at != bytes.len() {
-        return Err(DecodeError::Trailing(bytes.len() - r.at));
+    if !r.at_end() {
+        return Err(DecodeError::Trailing(bytes.len() - r.pos()));
     }
     if out.iter().any(|x| !x.is_finite()) {
         return Err(DecodeError::NonFinite { chunk: group });

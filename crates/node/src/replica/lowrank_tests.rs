@@ -144,3 +144,37 @@ fn d_theta(d: &Diloco, start: &ParamSet) -> Vec<f32> {
 fn d_norm(v: Vec<f32>) -> f64 {
     v.iter().map(|&x| f64::from(x).powi(2)).sum::<f64>().sqrt()
 }
+
+/// A replica that offered a round and then adopted another state for the round before decodes
+/// the round on the adopted state's basis, not on the one its own offer was built on.
+#[test]
+fn a_replica_that_adopts_another_state_after_offering_decodes_on_the_adopted_basis() {
+    let (mut p, mut d) = three(4, "lowrank:2:int8");
+    for (i, p) in p.iter_mut().enumerate() {
+        train_noisy(p, 40 + i as u64);
+    }
+    let sent = offers(&mut d, &p, 1);
+    // Replica 3 aggregates round 1 alone, the others over all three.
+    for (i, (d, p)) in d.iter_mut().zip(p.iter_mut()).enumerate() {
+        let input = if i == 2 {
+            vec![sent[2].clone()]
+        } else {
+            sent.clone()
+        };
+        d.apply(1, input, p).unwrap();
+    }
+    for (i, p) in p.iter_mut().enumerate() {
+        train_noisy(p, 50 + i as u64);
+    }
+    let sent = offers(&mut d, &p, 2);
+    // Then it takes the others' state of round 1 (as the majority rule would have it).
+    let majority = d[0].outer_bytes();
+    d[2].adopt(1, &majority, true, &mut p[2]).unwrap();
+    assert_eq!(d[2].hash(), d[0].hash());
+    let a = d[0].apply(2, sent.clone(), &mut p[0]).unwrap();
+    let c = d[2].apply(2, sent, &mut p[2]).unwrap();
+    let honest = [NodeId([1; 32]), NodeId([2; 32])];
+    assert_eq!(a.contributors, honest);
+    assert_eq!(c.contributors, honest, "{:?}", c.rejected);
+    assert_eq!(a.theta, c.theta);
+}
