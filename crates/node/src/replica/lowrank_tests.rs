@@ -39,6 +39,31 @@ fn three(seed: u64, spec: &str) -> (Vec<ParamSet>, Vec<Diloco>) {
     (vec![start; 3], d)
 }
 
+/// Round 1 with replica 3 aggregating its own offer alone and the others all three (so it
+/// holds another previous aggregate, hence another basis), then everyone's round 2 offers.
+fn split_round_one_then_offer(
+    d: &mut [Diloco],
+    p: &mut [ParamSet],
+    seed: u64,
+) -> Vec<(NodeId, Vec<u8>)> {
+    for (i, p) in p.iter_mut().enumerate() {
+        train_noisy(p, seed + i as u64);
+    }
+    let sent = offers(d, p, 1);
+    for (i, (d, p)) in d.iter_mut().zip(p.iter_mut()).enumerate() {
+        let input = if i == 2 {
+            vec![sent[2].clone()]
+        } else {
+            sent.clone()
+        };
+        d.apply(1, input, p).unwrap();
+    }
+    for (i, p) in p.iter_mut().enumerate() {
+        train_noisy(p, seed + 7 + i as u64);
+    }
+    offers(d, p, 2)
+}
+
 #[test]
 fn low_rank_replicas_agree_round_after_round_and_the_basis_moves() {
     let (mut p, mut d) = three(1, "lowrank:2:int8");
@@ -66,24 +91,8 @@ fn low_rank_replicas_agree_round_after_round_and_the_basis_moves() {
 #[test]
 fn an_offer_built_on_another_theta_history_is_refused_not_misread() {
     let (mut p, mut d) = three(2, "lowrank:2:fp32");
-    for (i, p) in p.iter_mut().enumerate() {
-        train_noisy(p, i as u64);
-    }
-    let sent = offers(&mut d, &p, 1);
-    // Replica 3 aggregates round 1 over its own offer alone: another previous aggregate,
-    // so another basis for round 2.
-    for (i, (d, p)) in d.iter_mut().zip(p.iter_mut()).enumerate() {
-        let input = if i == 2 {
-            vec![sent[2].clone()]
-        } else {
-            sent.clone()
-        };
-        d.apply(1, input, p).unwrap();
-    }
-    for (i, p) in p.iter_mut().enumerate() {
-        train_noisy(p, 7 + i as u64);
-    }
-    let sent = offers(&mut d, &p, 2);
+    // Replica 3's round 1 differs, so its round 2 offer is on another basis.
+    let sent = split_round_one_then_offer(&mut d, &mut p, 0);
     let a = d[0].apply(2, sent.clone(), &mut p[0]).unwrap();
     let b = d[1].apply(2, sent, &mut p[1]).unwrap();
     assert_eq!(a.theta, b.theta);
@@ -150,23 +159,7 @@ fn d_norm(v: Vec<f32>) -> f64 {
 #[test]
 fn a_replica_that_adopts_another_state_after_offering_decodes_on_the_adopted_basis() {
     let (mut p, mut d) = three(4, "lowrank:2:int8");
-    for (i, p) in p.iter_mut().enumerate() {
-        train_noisy(p, 40 + i as u64);
-    }
-    let sent = offers(&mut d, &p, 1);
-    // Replica 3 aggregates round 1 alone, the others over all three.
-    for (i, (d, p)) in d.iter_mut().zip(p.iter_mut()).enumerate() {
-        let input = if i == 2 {
-            vec![sent[2].clone()]
-        } else {
-            sent.clone()
-        };
-        d.apply(1, input, p).unwrap();
-    }
-    for (i, p) in p.iter_mut().enumerate() {
-        train_noisy(p, 50 + i as u64);
-    }
-    let sent = offers(&mut d, &p, 2);
+    let sent = split_round_one_then_offer(&mut d, &mut p, 40);
     // Then it takes the others' state of round 1 (as the majority rule would have it).
     let majority = d[0].outer_bytes();
     d[2].adopt(1, &majority, true, &mut p[2]).unwrap();
