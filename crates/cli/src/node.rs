@@ -192,6 +192,7 @@ impl NodeArgs {
             memory_budget: self.memory_mb << 20,
             micro_batches: self.step.micro_batches,
             activations: self.activations,
+            weight_lag: self.step.weight_lag,
             batch: self.step.batch,
             seq: self.step.seq,
             steps: self.steps,

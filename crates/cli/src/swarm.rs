@@ -125,6 +125,7 @@ impl SwarmArgs {
             memory_budget: node::MEMORY_MB << 20,
             micro_batches: self.step.micro_batches,
             activations: self.activations,
+            weight_lag: self.step.weight_lag,
             batch: self.step.batch,
             seq: self.step.seq,
             steps: self.steps,

@@ -142,6 +142,13 @@ pub struct StepArgs {
     pub clip_norm: f64,
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// Optimizer steps the weights a gradient is computed at lag behind those it updates: 0
+    /// (a network's drivers flush the pipeline between steps) or 1 (the next step's
+    /// micro-batches enter while the last one's backward passes drain, PipeDream-2BW; `train`
+    /// then computes what such a pipeline computes). A network takes its founder's.
+    #[arg(long, default_value_t = neuroshard_node::settings::DEFAULT_WEIGHT_LAG,
+          value_parser = clap::value_parser!(u64).range(0..=neuroshard_node::network::MAX_WEIGHT_LAG))]
+    pub weight_lag: u64,
 }
 
 impl StepArgs {
@@ -225,6 +232,7 @@ fn train(
 ) -> Result<()> {
     let mut trainer = Trainer::new(config.clone(), optim, args.step.seed)?;
     trainer.micro_batches = args.step.micro_batches;
+    trainer.weight_lag = args.step.weight_lag as usize;
     let mut log = match &args.json_log {
         Some(p) => Some(BufWriter::new(
             File::create(p).with_context(|| format!("creating {}", p.display()))?,

@@ -92,6 +92,13 @@ pub struct Trainer {
     pub micro_batches: usize,
     /// Version and growth history of the model's shape (saved with checkpoints).
     pub architecture: Architecture,
+    /// Optimizer steps the weights a gradient is computed at lag behind the weights it is
+    /// applied to: 0 (plain training) or 1, where step t applies the gradient of batch t at
+    /// the weights before step t − 1 (PipeDream-2BW). An overlapped pipeline
+    /// (`--weight-lag 1`) computes exactly this, so this is its one-process reference.
+    pub weight_lag: usize,
+    /// The weights before the last step, kept while `weight_lag` is 1.
+    previous: Option<Stage>,
 }
 
 impl Trainer {
@@ -104,7 +111,22 @@ impl Trainer {
             optimizer,
             micro_batches: 1,
             architecture: Architecture::default(),
+            weight_lag: 0,
+            previous: None,
         })
+    }
+
+    /// A trainer over a loaded stage and optimizer (e.g. from a checkpoint), one micro-batch
+    /// per step and no weight lag until set.
+    pub fn resume(stage: Stage, optimizer: AdamW, architecture: Architecture) -> Self {
+        Self {
+            stage,
+            optimizer,
+            micro_batches: 1,
+            architecture,
+            weight_lag: 0,
+            previous: None,
+        }
     }
 
     /// Grows the model in depth by identity blocks inserted before the old layers
@@ -139,6 +161,8 @@ impl Trainer {
         })?;
         self.stage = grown.stage;
         self.optimizer = grown.optimizer;
+        // The kept weights have the old shape; the first step after growth is not delayed.
+        self.previous = None;
         self.architecture.version = version;
         self.architecture.history.push(grown.growth.clone());
         Ok(grown.growth)
@@ -146,13 +170,14 @@ impl Trainer {
 
     /// Mean loss and its parameter gradients over the batch.
     pub fn gradients(&self, batch: &Batch) -> Result<(f32, Vec<Vec<f32>>), ModelError> {
+        self.gradients_at(&self.stage, batch)
+    }
+
+    fn gradients_at(&self, at: &Stage, batch: &Batch) -> Result<(f32, Vec<Vec<f32>>), ModelError> {
         let parts = batch.split_rows(self.micro_batches);
         let results: Vec<_> = parts
             .par_iter()
-            .map(|b| {
-                self.stage
-                    .backward(&b.input(), &Upstream::Targets(b.targets.clone()))
-            })
+            .map(|b| at.backward(&b.input(), &Upstream::Targets(b.targets.clone())))
             .collect();
         let mut loss = 0.0f32;
         let mut grads: Vec<Vec<f32>> = Vec::new();
@@ -181,11 +206,25 @@ impl Trainer {
         Ok((loss, grads))
     }
 
-    /// Forward, loss, backward and one AdamW update.
+    /// Forward, loss, backward and one AdamW update. With a weight lag of 1 the gradient is
+    /// taken at the weights before the previous step (at the current ones on the first step).
     pub fn step(&mut self, batch: &Batch) -> Result<TrainStep, ModelError> {
-        let (loss, grads) = self.gradients(batch)?;
+        if self.weight_lag > 1 {
+            return Err(ModelError::Config(format!(
+                "weight lag {} (0 or 1)",
+                self.weight_lag
+            )));
+        }
+        let at = match &self.previous {
+            Some(previous) if self.weight_lag == 1 => previous,
+            _ => &self.stage,
+        };
+        let (loss, grads) = self.gradients_at(at, batch)?;
         if !loss.is_finite() {
             return Err(ModelError::Engine(format!("training loss is {loss}")));
+        }
+        if self.weight_lag == 1 {
+            self.previous = Some(self.stage.clone());
         }
         let stats = self.optimizer.step(self.stage.params_mut(), &grads)?;
         Ok(TrainStep { loss, stats })

@@ -50,12 +50,11 @@ fn round_trip_restores_weights_and_optimizer_exactly() {
     let mut trainer = trained(dir.path());
     let loaded = checkpoint::load(dir.path()).unwrap();
     assert_eq!(loaded.stage.model_hash(), trainer.stage.model_hash());
-    let mut resumed = Trainer {
-        stage: loaded.stage,
-        optimizer: loaded.optimizer.unwrap(),
-        micro_batches: 1,
-        architecture: loaded.meta.architecture,
-    };
+    let mut resumed = Trainer::resume(
+        loaded.stage,
+        loaded.optimizer.unwrap(),
+        loaded.meta.architecture,
+    );
     assert_eq!(resumed.optimizer, trainer.optimizer);
     // The next step from the checkpoint equals the next step of the original run, bit for bit.
     let batch = common::random_batch(&mut common::rng(2), 40, 2, 8);

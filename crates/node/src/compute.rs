@@ -45,6 +45,13 @@ pub fn load_diloco(
 /// Owns the stage between jobs.
 pub struct Engine {
     stage: Stage,
+    /// The optimizer steps applied to `stage` (known once a step ran here; before that, jobs
+    /// run at the weights it started with).
+    version: Option<u64>,
+    /// With a weight lag of 1: the weights before the last step, and that step, for the
+    /// micro-batches computed one step behind (see `pipeline/schedule.rs`).
+    previous: Option<(u64, Stage)>,
+    keep_previous: bool,
     optimizer: AdamW,
     accum: Vec<Vec<f32>>,
     count: usize,
@@ -67,6 +74,9 @@ impl Engine {
             .collect();
         Self {
             stage,
+            version: None,
+            previous: None,
+            keep_previous: false,
             optimizer,
             accum,
             count: 0,
@@ -74,6 +84,49 @@ impl Engine {
             checkpoint: None,
             serving: Serving::default(),
             serve_version: 0,
+        }
+    }
+
+    /// Keeps the weights before each step for jobs one step behind (a weight lag of 1).
+    pub fn with_weight_lag(mut self, lag: u64) -> Self {
+        self.keep_previous = lag > 0;
+        self
+    }
+
+    /// The weights of step `version`: the current ones or those kept from before the last
+    /// step.
+    fn weights(&self, version: u64) -> Result<&Stage, String> {
+        match (self.version, &self.previous) {
+            (None, _) => Ok(&self.stage),
+            (Some(v), _) if v == version => Ok(&self.stage),
+            (_, Some((v, stage))) if *v == version => Ok(stage),
+            (current, _) => Err(format!(
+                "the weights of step {version} are not held (current: step {})",
+                current.unwrap_or_default()
+            )),
+        }
+    }
+
+    /// The current weights, flat, when older weights are kept that a DiLoCo job must move too.
+    fn flat_if_lagging(&self) -> Option<Vec<f32>> {
+        self.previous
+            .as_ref()
+            .map(|_| self.stage.params().flatten())
+    }
+
+    /// Moves the kept weights by what a DiLoCo job just did to the current ones (`before`
+    /// them), so they stay the same step behind in the new outer frame.
+    fn shift_previous(&mut self, before: Option<Vec<f32>>) {
+        let (Some(before), Some((_, prev))) = (before, self.previous.as_mut()) else {
+            return;
+        };
+        let after = self.stage.params().flatten();
+        let mut flat = prev.params().flatten();
+        for ((p, a), b) in flat.iter_mut().zip(&after).zip(&before) {
+            *p += a - b;
+        }
+        if prev.params_mut().set_flat(&flat).is_err() {
+            self.previous = None;
         }
     }
 
@@ -159,18 +212,27 @@ impl Engine {
     /// Runs one job; errors become `JobDone::Failed`, never a panic.
     pub fn run(&mut self, job: Job) -> JobDone {
         match job {
-            Job::Forward { mb, input } => match self.stage.forward(&input) {
-                Ok(output) => JobDone::Forward { mb, output },
-                Err(e) => JobDone::Failed {
-                    mb: Some(mb),
-                    error: e.to_string(),
-                },
-            },
+            Job::Forward { mb, input, weights } => {
+                match self
+                    .weights(weights)
+                    .and_then(|w| w.forward(&input).map_err(|e| e.to_string()))
+                {
+                    Ok(output) => JobDone::Forward { mb, output },
+                    Err(error) => JobDone::Failed {
+                        mb: Some(mb),
+                        error,
+                    },
+                }
+            }
             Job::Backward {
                 mb,
                 input,
                 upstream,
-            } => match self.stage.backward(&input, &upstream) {
+                weights,
+            } => match self
+                .weights(weights)
+                .and_then(|w| w.backward(&input, &upstream).map_err(|e| e.to_string()))
+            {
                 Ok(g) => {
                     if g.params.iter().flatten().any(|x| !x.is_finite()) {
                         return JobDone::Failed {
@@ -188,9 +250,9 @@ impl Engine {
                         loss: g.loss,
                     }
                 }
-                Err(e) => JobDone::Failed {
+                Err(error) => JobDone::Failed {
                     mb: Some(mb),
-                    error: e.to_string(),
+                    error,
                 },
             },
             Job::Step { step } => {
@@ -202,13 +264,18 @@ impl Engine {
                     .collect();
                 self.accum.iter_mut().for_each(|v| v.fill(0.0));
                 self.count = 0;
+                let before = self.keep_previous.then(|| self.stage.clone());
                 match self.optimizer.step(self.stage.params_mut(), &grads) {
-                    Ok(stats) => JobDone::Step {
-                        step,
-                        lr: stats.lr,
-                        grad_norm: stats.grad_norm,
-                        model_hash: self.stage.model_hash(),
-                    },
+                    Ok(stats) => {
+                        self.previous = before.map(|b| (step, b));
+                        self.version = Some(step.saturating_add(1));
+                        JobDone::Step {
+                            step,
+                            lr: stats.lr,
+                            grad_norm: stats.grad_norm,
+                            model_hash: self.stage.model_hash(),
+                        }
+                    }
                     Err(e) => JobDone::Failed {
                         mb: None,
                         error: format!("optimizer step {step}: {e}"),
@@ -286,11 +353,17 @@ impl Compute for Engine {
             }
             EngineJob::SyncApply { round, messages } => {
                 self.serve_version += 1;
-                EngineOutput::Applied(self.sync_apply(round, messages).map_err(err))
+                let before = self.flat_if_lagging();
+                let out = self.sync_apply(round, messages).map_err(err);
+                self.shift_previous(before);
+                EngineOutput::Applied(out)
             }
             EngineJob::SyncReapply { round, extra, set } => {
                 self.serve_version += 1;
-                EngineOutput::Applied(self.sync_reapply(round, extra, &set).map_err(err))
+                let before = self.flat_if_lagging();
+                let out = self.sync_reapply(round, extra, &set).map_err(err);
+                self.shift_previous(before);
+                EngineOutput::Applied(out)
             }
             EngineJob::SyncAdopt {
                 round,
@@ -298,7 +371,10 @@ impl Compute for Engine {
                 included,
             } => {
                 self.serve_version += 1;
-                EngineOutput::Adopted(self.sync_adopt(round, &bytes, included).map_err(err))
+                let before = self.flat_if_lagging();
+                let out = self.sync_adopt(round, &bytes, included).map_err(err);
+                self.shift_previous(before);
+                EngineOutput::Adopted(out)
             }
             EngineJob::Checkpoint { step, mut extra } => {
                 let Some((dir, root)) = self.checkpoint.clone() else {
@@ -500,6 +576,7 @@ mod tests {
             e0.run(Job::Forward {
                 mb,
                 input: tokens.clone(),
+                weights: 0,
             })
         })
         .unwrap();
@@ -515,6 +592,7 @@ mod tests {
             mb,
             input: hidden.clone(),
             upstream: up.clone(),
+            weights: 0,
         });
         let JobDone::Backward {
             input_grad: Some(g),
@@ -541,6 +619,7 @@ mod tests {
             mb,
             input: tokens.clone(),
             upstream: up0.clone(),
+            weights: 0,
         });
         assert!(matches!(
             done,

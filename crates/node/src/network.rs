@@ -24,6 +24,9 @@ const MAX_DESCRIPTION: usize = 1024;
 /// A founder's stake when a node founds a network on its own (100 NEURO).
 pub const FOUNDER_STAKE: u64 = 100 * UNITS_PER_NEURO;
 
+/// The largest weight lag a pipeline runs (the engine keeps one older copy of the weights).
+pub const MAX_WEIGHT_LAG: u64 = 1;
+
 /// What every node of a network must agree on, besides the dataset and the stakes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Protocol {
@@ -37,6 +40,11 @@ pub struct Protocol {
     /// existed ran uncompressed.
     #[serde(default = "crate::act_codec::ActSpec::uncompressed")]
     pub activations: crate::act_codec::ActSpec,
+    /// Optimizer steps a micro-batch's weights lag behind the step it counts toward (0: the
+    /// pipeline flushes between driver steps; 1: it overlaps them, see
+    /// `pipeline/schedule.rs`). Geneses written before the field existed flushed.
+    #[serde(default)]
+    pub weight_lag: u64,
     /// DiLoCo: inner steps per round, aggregator, Byzantine replicas tolerated, compression,
     /// outer step, norm bound.
     pub sync_every: u64,
@@ -65,6 +73,7 @@ impl Protocol {
             micro_batches: s.micro_batches,
             seq: s.seq,
             activations: s.activations,
+            weight_lag: s.weight_lag,
             sync_every: s.sync.every,
             aggregator: s.sync.aggregator.clone(),
             byzantine: s.sync.byzantine,
@@ -87,6 +96,7 @@ impl Protocol {
         s.micro_batches = self.micro_batches;
         s.seq = self.seq;
         s.activations = self.activations;
+        s.weight_lag = self.weight_lag;
         s.sync.every = self.sync_every;
         s.sync.aggregator = self.aggregator.clone();
         s.sync.byzantine = self.byzantine;
@@ -122,6 +132,8 @@ pub enum NetworkError {
     Model(#[from] neuroshard_model::ModelError),
     #[error("genesis names {got} stages for a {layers}-layer model")]
     Stages { got: usize, layers: usize },
+    #[error("genesis names a weight lag of {0} (0 or 1)")]
+    WeightLag(u64),
     #[error("the DHT holds no genesis of network {0}")]
     NotFound(String),
     #[error(
@@ -206,6 +218,9 @@ impl Network {
                 got: p.stages,
                 layers: p.model.layers,
             });
+        }
+        if p.weight_lag > MAX_WEIGHT_LAG {
+            return Err(NetworkError::WeightLag(p.weight_lag));
         }
         neuroshard_ledger::LedgerGenesis::new(Rules::default(), genesis.stakes.clone())?;
         Ok(Self {

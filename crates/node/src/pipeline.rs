@@ -4,8 +4,9 @@
 //! batches (driver) and clock ticks. Outputs: [`Action`]s the runtime carries out. Compute
 //! happens elsewhere (one job at a time, in the order this machine dispatches them), so the
 //! machine decides every ordering that matters for exactness: backward work before forward
-//! work, and a stage's optimizer step right after its `micro_batches`-th backward, before
-//! anything else touches its weights.
+//! work, which optimizer step each micro-batch counts toward and at which weights it is
+//! computed (see `schedule.rs`), and a stage's optimizer step as soon as its micro-batches are
+//! done, before anything else touches its weights.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
@@ -44,18 +45,29 @@ pub struct PipelineConfig {
     /// micro-batch (rows per driver step / micro-batches, rounded up).
     pub activations: ActSpec,
     pub max_rows: usize,
+    /// Optimizer steps between the weights a micro-batch is computed at and those its
+    /// gradient is applied to: 0 (drivers flush between steps; one replica per stage equals
+    /// one process) or 1 (the next step's micro-batches enter while the last step drains,
+    /// PipeDream-2BW; see `schedule.rs`).
+    pub weight_lag: u64,
 }
 
-/// Work for the compute engine.
+/// Work for the compute engine. `weights` is the optimizer step whose weights the job runs
+/// at: the engine's current ones or, with a weight lag of 1, those before its last step.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Job {
     /// Output of this stage's layers (not the last stage).
-    Forward { mb: MicroBatchId, input: StageInput },
+    Forward {
+        mb: MicroBatchId,
+        input: StageInput,
+        weights: u64,
+    },
     /// Vector–Jacobian product; the parameter gradients stay in the engine, accumulated.
     Backward {
         mb: MicroBatchId,
         input: StageInput,
         upstream: Upstream,
+        weights: u64,
     },
     /// Apply the accumulated gradients with AdamW and clear them.
     Step { step: u64 },
@@ -113,6 +125,8 @@ struct Stashed {
     upstream: Option<NodeId>,
     /// Loss reported with the gradient, passed upstream.
     loss: Option<f32>,
+    /// The gradient of our output, once it came back (its backward pass is then queued).
+    grad: Option<Activations>,
     since: Instant,
 }
 
@@ -151,22 +165,26 @@ pub struct Pipeline {
     /// gradient from one that timed out before the micro-batch was re-sent is a slow answer,
     /// not a forged one.
     sent_to: BTreeMap<MicroBatchId, (BTreeSet<NodeId>, Instant)>,
-    backward_jobs: VecDeque<Job>,
-    forward_jobs: VecDeque<Job>,
-    step_job: Option<Job>,
+    /// Micro-batches whose backward pass waits for the engine (their gradient came back).
+    backward_jobs: VecDeque<MicroBatchId>,
+    /// Admitted micro-batches waiting for their first job (forward, or forward and backward
+    /// on the last stage).
+    forward_jobs: VecDeque<MicroBatchId>,
+    /// The optimizer step to run next, once its micro-batches are all done.
+    step_job: Option<u64>,
     busy: bool,
     /// The micro-batch of the job the engine is running, if any.
     running: Option<MicroBatchId>,
-    accumulated: usize,
-    /// Micro-batches whose forward pass ran on the current weights and whose backward has not:
-    /// the optimizer step waits for them, so every backward uses its forward's weights.
-    forwarded: BTreeSet<MicroBatchId>,
+    /// Which step each micro-batch in progress counts toward (see `schedule.rs`).
+    slots: schedule::Slots,
     /// Recent input gradients by (micro-batch, who asked): a repeated request from the same
     /// sender gets the answer again instead of a second, double-counted backward pass.
     answered: VecDeque<repeat::Answered>,
     steps_done: u64,
-    /// Driver: the step in progress, its losses so far and its tokens.
-    driver_step: Option<(u64, Vec<f32>, u64)>,
+    /// Driver: the next step whose batch it asks for.
+    next_batch: u64,
+    /// Driver: the steps in progress, their losses so far and their tokens.
+    driver_steps: BTreeMap<u64, (Vec<f32>, u64)>,
     finished: bool,
     /// Smoothed compute time of one job, the router's service-time estimate.
     service: Duration,
@@ -188,11 +206,11 @@ impl Pipeline {
             step_job: None,
             busy: false,
             running: None,
-            accumulated: 0,
-            forwarded: BTreeSet::new(),
+            slots: schedule::Slots::new(steps_done),
             answered: VecDeque::new(),
             steps_done,
-            driver_step: None,
+            next_batch: steps_done,
+            driver_steps: BTreeMap::new(),
             finished: false,
             service: Duration::from_millis(20),
             job_started: None,
@@ -234,14 +252,9 @@ impl Pipeline {
         self.backward_jobs.len() + self.forward_jobs.len() + usize::from(self.busy)
     }
 
-    /// Driver: ask for the first batch.
+    /// Driver: ask for the first batch (and, with a weight lag, the next).
     pub fn start(&mut self) -> Vec<Action> {
-        if self.is_first() {
-            return vec![Action::NeedBatch {
-                step: self.steps_done,
-            }];
-        }
-        Vec::new()
+        self.ask_batches()
     }
 
     /// Driver: the batch of `step` arrived, with the genesis window of each row; split it
@@ -249,7 +262,7 @@ impl Pipeline {
     pub fn on_batch(&mut self, step: u64, batch: Batch, windows: Vec<TargetWindow>) -> Vec<Action> {
         let parts = batch.split_rows(self.cfg.micro_batches);
         let tokens = (batch.batch * batch.seq) as u64;
-        self.driver_step = Some((step, Vec::new(), tokens));
+        self.driver_steps.insert(step, (Vec::new(), tokens));
         let now = Instant::now();
         let mut row = 0;
         for (i, part) in parts.into_iter().enumerate() {
@@ -267,13 +280,11 @@ impl Pipeline {
             });
             let targets =
                 Targets::new(part.targets, windows.get(rows).unwrap_or_default().to_vec());
-            let job = self.admit(mb, input, targets, None, now);
-            match job {
-                Job::Backward { .. } => self.backward_jobs.push_back(job),
-                _ => self.forward_jobs.push_back(job),
-            }
+            self.admit(mb, input, targets, None, now);
         }
-        self.dispatch()
+        let mut actions = self.dispatch();
+        actions.extend(self.ask_batches());
+        actions
     }
 
     /// A request from another replica; returns the answer and what to do next.
@@ -358,13 +369,11 @@ impl Pipeline {
         if self.forward_jobs.len() >= self.cfg.queue_capacity {
             return Ok(Ack::Busy);
         }
-        // On the last stage this is its forward-and-backward job, queued as forward work.
-        let job = self.admit(mb, StageInput::Hidden(acts), targets, Some(from), now);
-        self.forward_jobs.push_back(job);
+        self.admit(mb, StageInput::Hidden(acts), targets, Some(from), now);
         Ok(Ack::Accepted)
     }
 
-    /// Stashes a micro-batch's input (the backward pass recomputes from it) and returns its
+    /// Stashes a micro-batch's input (the backward pass recomputes from it) and queues its
     /// first job: the forward pass, or forward and backward at once on the last stage.
     fn admit(
         &mut self,
@@ -373,19 +382,7 @@ impl Pipeline {
         targets: Targets,
         upstream: Option<NodeId>,
         now: Instant,
-    ) -> Job {
-        let job = if self.is_last() {
-            Job::Backward {
-                mb,
-                input: input.clone(),
-                upstream: Upstream::Targets(targets.ids.clone()),
-            }
-        } else {
-            Job::Forward {
-                mb,
-                input: input.clone(),
-            }
-        };
+    ) {
         self.stash.insert(
             mb,
             Stashed {
@@ -393,10 +390,11 @@ impl Pipeline {
                 targets,
                 upstream,
                 loss: None,
+                grad: None,
                 since: now,
             },
         );
-        job
+        self.forward_jobs.push_back(mb);
     }
 
     fn accept_backward(
@@ -457,17 +455,13 @@ impl Pipeline {
             ));
         }
         stashed.loss = Some(loss);
-        let input = stashed.input.clone();
+        stashed.grad = Some(grad);
         self.outstanding.remove(&mb);
         // The replica it waited on (a timed-out one was released when it timed out).
         if let Some(to) = waiting_on {
             self.release(&to);
         }
-        self.backward_jobs.push_back(Job::Backward {
-            mb,
-            input,
-            upstream: Upstream::Grad(grad),
-        });
+        self.backward_jobs.push_back(mb);
         Ok(Ack::Accepted)
     }
 
@@ -481,45 +475,11 @@ impl Pipeline {
         }
     }
 
-    /// Hands the engine its next job when it is idle: the optimizer step first, then
-    /// backward work (it frees stashed inputs), then forward work.
-    fn dispatch(&mut self) -> Vec<Action> {
-        if self.busy {
-            return Vec::new();
-        }
-        // A forward pass joins the current step only while the step has room for it: the step
-        // then waits for no backward but those of its own micro-batches, never runs between a
-        // micro-batch's forward and backward, and counts exactly `micro_batches` of them.
-        let room = self.accumulated + self.forwarded.len() < self.cfg.micro_batches;
-        let job = self
-            .step_job
-            .take()
-            .or_else(|| self.backward_jobs.pop_front())
-            .or_else(|| room.then(|| self.forward_jobs.pop_front()).flatten());
-        match job {
-            Some(job) => {
-                self.running = match &job {
-                    Job::Forward { mb, .. } => {
-                        if !self.is_last() {
-                            self.forwarded.insert(*mb);
-                        }
-                        Some(*mb)
-                    }
-                    Job::Backward { mb, .. } => Some(*mb),
-                    Job::Step { .. } => None,
-                };
-                self.busy = true;
-                self.job_started = Some(Instant::now());
-                vec![Action::Compute(job)]
-            }
-            None => Vec::new(),
-        }
-    }
-
     /// The engine finished a job.
     pub fn on_job_done(&mut self, done: JobDone, now: Instant) -> Vec<Action> {
         self.busy = false;
         self.running = None;
+        let step_ran = matches!(done, JobDone::Step { .. });
         if let Some(t) = self.job_started.take() {
             self.service = (self.service * 3 + now.saturating_duration_since(t)) / 4;
         }
@@ -560,7 +520,7 @@ impl Pipeline {
                     actions.extend(self.route(mb, now));
                 } else {
                     // Forgotten while it ran: no backward will come for it.
-                    self.forwarded.remove(&mb);
+                    self.slots.unassign(&mb);
                 }
             }
             JobDone::Backward {
@@ -569,7 +529,6 @@ impl Pipeline {
                 loss,
             } => {
                 let stashed = self.stash.remove(&mb);
-                self.forwarded.remove(&mb);
                 let loss = loss.or(stashed.as_ref().and_then(|s| s.loss));
                 if let (Some(st), Some(grad)) = (&stashed, input_grad)
                     && let Some(up) = st.upstream
@@ -597,13 +556,12 @@ impl Pipeline {
                         }
                     }
                 }
-                if let (Some((step, losses, _)), Some(l)) = (self.driver_step.as_mut(), loss)
-                    && *step == mb.step
+                if let (Some((losses, _)), Some(l)) = (self.driver_steps.get_mut(&mb.step), loss)
                     && mb.origin == self.node
                 {
                     losses.push(l);
                 }
-                self.count_backward();
+                self.complete(&mb);
             }
             JobDone::Step {
                 step,
@@ -612,14 +570,16 @@ impl Pipeline {
                 model_hash,
             } => {
                 self.steps_done = step.saturating_add(1);
-                let (loss, tokens) = match self.driver_step.take() {
-                    Some((_, losses, tokens)) if !losses.is_empty() => (
+                let (loss, tokens) = match self.driver_steps.remove(&step) {
+                    Some((losses, tokens)) if !losses.is_empty() => (
                         Some(losses.iter().sum::<f32>() / losses.len() as f32),
                         tokens,
                     ),
-                    Some((_, _, tokens)) => (None, tokens),
+                    Some((_, tokens)) => (None, tokens),
                     None => (None, 0),
                 };
+                // Steps are taken in order, so nothing older can still report.
+                self.driver_steps.retain(|s, _| *s > step);
                 actions.push(Action::Event(NodeEvent::Step {
                     stage: self.cfg.stage,
                     step: self.steps_done,
@@ -631,18 +591,12 @@ impl Pipeline {
                     busy_ms: None,
                     time_ms: self.cfg.clock.unix_ms(now),
                 }));
-                if self.is_first() {
-                    if self.cfg.steps != 0 && self.steps_done >= self.cfg.steps {
-                        self.finished = true;
-                        actions.push(Action::Event(NodeEvent::Finished {
-                            steps: self.steps_done,
-                            time_ms: self.cfg.clock.unix_ms(now),
-                        }));
-                    } else {
-                        actions.push(Action::NeedBatch {
-                            step: self.steps_done,
-                        });
-                    }
+                if self.is_first() && self.cfg.steps != 0 && self.steps_done >= self.cfg.steps {
+                    self.finished = true;
+                    actions.push(Action::Event(NodeEvent::Finished {
+                        steps: self.steps_done,
+                        time_ms: self.cfg.clock.unix_ms(now),
+                    }));
                 }
             }
             JobDone::Failed { mb, error } => {
@@ -651,39 +605,32 @@ impl Pipeline {
                 // counted toward the step (it adds no gradient), or the step, and training,
                 // would wait for it forever.
                 if let Some(mb) = mb {
-                    self.forwarded.remove(&mb);
                     let own = self.is_first()
                         && mb.origin == self.node
-                        && self.stash.contains_key(&mb)
-                        && self
-                            .driver_step
-                            .as_ref()
-                            .is_some_and(|(step, _, _)| *step == mb.step);
-                    self.stash.remove(&mb);
+                        && self.stash.remove(&mb).is_some();
                     if own {
-                        self.count_backward();
+                        self.complete(&mb);
+                    } else {
+                        self.stash.remove(&mb);
+                        self.slots.unassign(&mb);
                     }
                 }
                 actions.push(self.warning(now, format!("compute failed: {error}")));
             }
         }
-        actions.extend(self.dispatch());
-        actions
-    }
-
-    /// One more micro-batch done toward the optimizer step.
-    fn count_backward(&mut self) {
-        self.accumulated += 1;
-        if self.accumulated >= self.cfg.micro_batches {
-            self.accumulated = 0;
-            self.step_job = Some(Job::Step {
-                step: self.steps_done,
-            });
+        if step_ran {
+            self.step_if_done();
         }
+        actions.extend(self.dispatch());
+        if step_ran {
+            actions.extend(self.ask_batches());
+        }
+        actions
     }
 }
 
 mod repeat;
 mod routing;
+mod schedule;
 #[cfg(test)]
 mod tests;

@@ -46,6 +46,11 @@ pub struct NodeSettings {
     /// How activations and their gradients cross stage boundaries (`int8/int4`, `f32`...).
     #[serde(default)]
     pub activations: crate::act_codec::ActSpec,
+    /// Optimizer steps a micro-batch's weights may lag behind the step it counts toward: 0
+    /// flushes the pipeline between driver steps, 1 overlaps them (see
+    /// `pipeline/schedule.rs`).
+    #[serde(default = "default_weight_lag")]
+    pub weight_lag: u64,
     /// Rows per driver step (split into `micro_batches`).
     pub batch: usize,
     pub seq: usize,
@@ -143,6 +148,13 @@ pub const DEFAULT_EVAL_WINDOWS: usize = 4;
 fn default_eval_windows() -> usize {
     DEFAULT_EVAL_WINDOWS
 }
+
+fn default_weight_lag() -> u64 {
+    DEFAULT_WEIGHT_LAG
+}
+
+/// The pipeline schedule unless configured: see `pipeline/schedule.rs`.
+pub const DEFAULT_WEIGHT_LAG: u64 = 0;
 
 /// Inner steps per DiLoCo round (H) unless configured. On Shakespeare with `int2` offers, H 10
 /// against 20 took 2 replicas from +3.4% to +1.1% over one process and 4 from +7.1% to +6.1%
@@ -300,6 +312,7 @@ pub(crate) mod tests {
             memory_budget: 0,
             micro_batches: 2,
             activations: Default::default(),
+            weight_lag: DEFAULT_WEIGHT_LAG,
             batch: 8,
             seq: 16,
             steps,

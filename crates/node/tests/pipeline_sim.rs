@@ -68,6 +68,16 @@ struct Sim {
 
 impl Sim {
     fn new(layout: &[usize], steps: u64, micro: usize, activations: ActSpec) -> Self {
+        Self::with_lag(layout, steps, micro, activations, 0)
+    }
+
+    fn with_lag(
+        layout: &[usize],
+        steps: u64,
+        micro: usize,
+        activations: ActSpec,
+        weight_lag: u64,
+    ) -> Self {
         let cfg = config();
         let specs = StageSpec::split(&cfg, layout.len()).expect("split");
         let mut replicas = Vec::new();
@@ -89,6 +99,7 @@ impl Sim {
                     clock: Clock::new(std::time::Instant::now(), 0),
                     activations,
                     max_rows: 4,
+                    weight_lag,
                 };
                 let mut node = [0u8; 32];
                 node[0] = s as u8;
@@ -97,7 +108,7 @@ impl Sim {
                     peer,
                     stage: s,
                     pipeline: Pipeline::new(pcfg, node, 0),
-                    engine: Engine::new(stage, opt, None),
+                    engine: Engine::new(stage, opt, None).with_weight_lag(weight_lag),
                     alive: true,
                 });
             }
@@ -226,8 +237,14 @@ impl Sim {
 
 /// One process's losses over `steps`, and its trainer after them.
 fn reference(steps: u64) -> (Vec<f32>, Trainer) {
+    reference_with_lag(steps, 0)
+}
+
+/// The same with each gradient taken `lag` steps behind the weights it updates.
+fn reference_with_lag(steps: u64, lag: usize) -> (Vec<f32>, Trainer) {
     let mut trainer = Trainer::new(config(), optim(), 7).expect("trainer");
     trainer.micro_batches = 2;
+    trainer.weight_lag = lag;
     let losses = (0..steps)
         .map(|s| trainer.step(&batch(s)).expect("step").loss)
         .collect();
@@ -291,12 +308,73 @@ fn three_stage_pipeline_matches_one_process() {
     }
 }
 
+/// The largest difference between the replicas' weights and the one-process model's.
+fn max_weight_diff(sim: &Sim, trainer: &Trainer) -> f32 {
+    let full = trainer.stage.params();
+    let mut worst = 0.0f32;
+    for r in &sim.replicas {
+        let params = r.engine.params();
+        for (spec, values) in params.specs().iter().zip(params.values()) {
+            let want = full.get(&spec.name).expect("same parameter names");
+            let diff = values
+                .iter()
+                .zip(want)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0.0f32, f32::max);
+            worst = worst.max(diff);
+        }
+    }
+    worst
+}
+
+/// Overlapped steps (a weight lag of 1): the pipeline computes what one process computes
+/// when each step's gradient is taken one step behind, to 1e-4, and not what it computes
+/// without the delay.
+#[test]
+fn an_overlapped_pipeline_matches_one_process_training_one_step_behind() {
+    let steps = 12;
+    let mut sim = Sim::with_lag(&[1, 1, 1], steps, 2, ActSpec::UNCOMPRESSED, 1);
+    sim.run(None);
+    let (delayed, trainer) = reference_with_lag(steps, 1);
+    assert_eq!(sim.losses.len(), steps as usize);
+    for (got, want) in sim.losses.iter().zip(&delayed) {
+        assert!(
+            (got - want).abs() <= 1e-4,
+            "overlapped pipeline {got} vs one process one step behind {want}"
+        );
+    }
+    for s in 0..3 {
+        assert_eq!(sim.steps_per_stage.get(&s), Some(&steps));
+    }
+    let diff = max_weight_diff(&sim, &trainer);
+    assert!(diff <= 1e-4, "weights differ by {diff}");
+    let (_, plain) = reference(steps);
+    let apart = max_weight_diff(&sim, &plain);
+    assert!(
+        apart > 1e-3,
+        "the delay changes the run ({apart}), or this test proves nothing"
+    );
+}
+
 #[test]
 fn training_survives_a_dead_replica() {
     // Driver, two replicas of the middle stage, one validator; the middle replica that gets
     // work first dies early in the run.
     let steps = 5;
     let mut sim = Sim::new(&[1, 2, 1], steps, 2, ActSpec::default());
+    sim.run(Some((3, 1)));
+    assert_eq!(
+        sim.losses.len(),
+        steps as usize,
+        "driver finished every step"
+    );
+    assert!(sim.losses.iter().all(|l| l.is_finite()));
+}
+
+#[test]
+fn an_overlapped_pipeline_survives_a_dead_replica() {
+    let steps = 5;
+    let mut sim = Sim::with_lag(&[1, 2, 1], steps, 2, ActSpec::default(), 1);
     sim.run(Some((3, 1)));
     assert_eq!(
         sim.losses.len(),
@@ -355,6 +433,7 @@ fn a_full_queue_answers_busy() {
         clock: Clock::new(std::time::Instant::now(), 0),
         activations: "f32".parse().expect("spec"),
         max_rows: 1,
+        weight_lag: 0,
     };
     let mut validator = Pipeline::new(pcfg, [1; 32], 0);
     let driver = NodeId(rand::random());
@@ -440,6 +519,7 @@ fn last_stage(spec: &str) -> (Pipeline, NodeId) {
         clock: Clock::new(std::time::Instant::now(), 0),
         activations: spec.parse().expect("spec"),
         max_rows: 2,
+        weight_lag: 0,
     };
     let mut p = Pipeline::new(pcfg, [1; 32], 0);
     let driver = NodeId([3; 32]);

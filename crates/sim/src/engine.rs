@@ -84,6 +84,7 @@ impl RealEngine {
         seed: u64,
         optim: AdamWConfig,
         diloco: Option<DilocoConfig>,
+        weight_lag: u64,
     ) -> Result<Self, FactoryError> {
         let stage = Stage::init(model, spec, seed).map_err(|e| FactoryError(e.to_string()))?;
         let numel = stage.params().numel();
@@ -96,7 +97,7 @@ impl RealEngine {
             None => None,
         };
         Ok(Self {
-            engine: Engine::new(stage, opt, diloco),
+            engine: Engine::new(stage, opt, diloco).with_weight_lag(weight_lag),
             spec,
             numel,
         })

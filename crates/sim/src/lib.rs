@@ -95,6 +95,7 @@ pub fn settings(model: ModelConfig, stages: usize, wait_replicas: usize) -> Node
         // The stand-in engine's tensors are not activations; raw keeps the simulated runs
         // comparable with those before compression existed.
         activations: neuroshard_node::act_codec::ActSpec::UNCOMPRESSED,
+        weight_lag: neuroshard_node::settings::DEFAULT_WEIGHT_LAG,
         batch: 4,
         steps: 0,
         lr: 3e-3,
@@ -197,6 +198,7 @@ impl NodeFactory for Factory {
                 s.seed,
                 s.adamw(),
                 dcfg,
+                s.weight_lag,
             )?),
         };
         Ok((engine, Box::new(self.patterns())))

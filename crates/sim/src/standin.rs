@@ -132,7 +132,8 @@ impl StandIn {
 
     fn run(&mut self, job: Job) -> JobDone {
         match job {
-            Job::Forward { mb, input } => JobDone::Forward {
+            // The stand-in has no kept weights: every job runs at the current ones.
+            Job::Forward { mb, input, .. } => JobDone::Forward {
                 mb,
                 output: self.forward(&input),
             },
@@ -140,6 +141,7 @@ impl StandIn {
                 mb,
                 input,
                 upstream,
+                ..
             } => {
                 let flat = self.params.flatten();
                 let noise = Self::noise(&mb, flat.len());

@@ -67,6 +67,12 @@ fn bound(scheme: Scheme, a: &Activations, i: usize) -> f32 {
             let m = absmax(&row[g..(g + INT4_GROUP).min(a.dim)]);
             m / 7.0 * (1.0 + 1e-5) + 4.0 * f32::EPSILON * m
         }
+        Scheme::Int2 => {
+            let col = i % a.dim;
+            let g = col / INT2_GROUP * INT2_GROUP;
+            let m = absmax(&row[g..(g + INT2_GROUP).min(a.dim)]);
+            m * (1.0 + 1e-5) + 4.0 * f32::EPSILON * m
+        }
     }
 }
 
@@ -100,7 +106,7 @@ proptest! {
         bytes in prop::collection::vec(any::<u8>(), 0..400),
     ) {
         let Ok(scheme) = Scheme::from_id(id) else {
-            prop_assert!(id > 3);
+            prop_assert!(id > 4);
             return Ok(());
         };
         if let Ok(p) = Packed::from_parts(scheme, b, s, d, bytes)
@@ -152,6 +158,37 @@ fn zeros_pack_to_zero_scales_and_come_back_zero() {
             .unwrap();
         assert_eq!(back, a);
     }
+}
+
+#[test]
+fn int2_rounding_is_unbiased() {
+    // One value per group at the scale (1); the others a third of it, between 0 and 1.
+    let dim = 64;
+    let rows = 300;
+    let data: Vec<f32> = (0..rows * dim)
+        .map(|i| if i % INT2_GROUP == 0 { -1.0 } else { 1.0 / 3.0 })
+        .collect();
+    let back = pack(&acts(rows, 1, dim, data), Scheme::Int2)
+        .unwrap()
+        .unpack(&Expect {
+            scheme: Scheme::Int2,
+            dim,
+            max_batch: rows,
+            max_seq: 1,
+        })
+        .unwrap();
+    let small: Vec<f32> = back
+        .data
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| i % INT2_GROUP != 0)
+        .map(|(_, x)| *x)
+        .collect();
+    let mean = small.iter().sum::<f32>() / small.len() as f32;
+    // Rounding to nearest would give 0 everywhere.
+    assert!((mean - 1.0 / 3.0).abs() < 0.02, "{mean}");
+    assert!(small.iter().all(|x| *x == 0.0 || *x == 1.0));
+    assert!(back.data.iter().step_by(INT2_GROUP).all(|x| *x == -1.0));
 }
 
 #[test]
@@ -277,6 +314,18 @@ fn codes_the_packer_never_writes_are_refused() {
         q.unpack(&e),
         Err(ActCodecError::NonCanonical("int4 padding bits set"))
     );
+    // int2, 37 values: two scales, then ten bytes of codes, the last with one code.
+    let (p, e) = packed(Scheme::Int2, 37);
+    let q = with_bytes(&p, |b| b[8] = 0b10);
+    assert_eq!(
+        q.unpack(&e),
+        Err(ActCodecError::NonCanonical("int2 code 0b10"))
+    );
+    let q = with_bytes(&p, |b| b[8 + 9] |= 0b0100);
+    assert_eq!(
+        q.unpack(&e),
+        Err(ActCodecError::NonCanonical("int2 padding bits set"))
+    );
 }
 
 #[test]
@@ -297,7 +346,7 @@ fn unknown_scheme_ids_and_names_are_refused() {
     for s in Scheme::ALL {
         assert_eq!(Scheme::from_id(s.id()), Ok(s));
     }
-    assert_eq!(Scheme::from_id(4), Err(ActCodecError::UnknownScheme(4)));
+    assert_eq!(Scheme::from_id(5), Err(ActCodecError::UnknownScheme(5)));
     assert_eq!(Scheme::from_id(255), Err(ActCodecError::UnknownScheme(255)));
     assert!("int3".parse::<ActSpec>().is_err());
     assert!("int8/".parse::<ActSpec>().is_err());

@@ -160,6 +160,7 @@ impl NodeCore {
             clock,
             activations: s.activations,
             max_rows: s.batch.div_ceil(s.micro_batches.max(1)),
+            weight_lag: s.weight_lag.min(crate::network::MAX_WEIGHT_LAG),
         };
         let syncer = Syncer::new(
             SyncConfig {

@@ -55,6 +55,7 @@ fn settings() -> NodeSettings {
         memory_budget: u64::MAX,
         micro_batches: 2,
         activations: Default::default(),
+        weight_lag: 0,
         batch: 2,
         seq: 8,
         steps: 0,

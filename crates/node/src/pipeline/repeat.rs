@@ -1,7 +1,7 @@
 //! Micro-batches that arrive twice: a sender that failed over or lost its answer asks again,
 //! and the replica must neither compute nor count the same gradient twice for it.
 
-use neuroshard_model::{Activations, StageInput, Upstream};
+use neuroshard_model::{Activations, StageInput};
 use neuroshard_proof::NodeId;
 
 use super::*;
@@ -42,7 +42,7 @@ impl Pipeline {
             });
             return Some(Ack::Accepted);
         }
-        let used = self.forwarded.contains(&mb) || self.in_progress(&mb);
+        let used = self.slots.holds(&mb) || self.in_progress(&mb);
         let stashed = self.stash.get_mut(&mb)?;
         if stashed.upstream == Some(from) {
             return Some(Ack::Accepted);
@@ -53,25 +53,11 @@ impl Pipeline {
                 mb.short()
             )));
         }
-        // Still queued: the new sender's input replaces the old one in the queued job.
-        let input = StageInput::Hidden(acts.clone());
-        stashed.input = input.clone();
+        // Still queued: the new sender's input replaces the old one (jobs are built from the
+        // stash when they run).
+        stashed.input = StageInput::Hidden(acts.clone());
         stashed.targets = targets.clone();
         stashed.upstream = Some(from);
-        for job in self.forward_jobs.iter_mut().chain(&mut self.backward_jobs) {
-            match job {
-                Job::Forward { mb: m, input: i } if *m == mb => *i = input.clone(),
-                Job::Backward {
-                    mb: m,
-                    input: i,
-                    upstream,
-                } if *m == mb => {
-                    *i = input.clone();
-                    *upstream = Upstream::Targets(targets.ids.clone());
-                }
-                _ => {}
-            }
-        }
         Some(Ack::Accepted)
     }
 

@@ -223,8 +223,7 @@ impl Pipeline {
                 || outstanding.contains_key(mb)
                 || now.saturating_duration_since(s.since) < horizon
         });
-        let stash = &self.stash;
-        self.forwarded.retain(|mb| stash.contains_key(mb));
+        self.slots.keep_only(&self.stash);
         // A replica still answering this long after its last send has no answer worth taking.
         self.sent_to.retain(|mb, (_, at)| {
             outstanding.contains_key(mb) || now.saturating_duration_since(*at) < horizon

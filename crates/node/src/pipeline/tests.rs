@@ -32,6 +32,11 @@ fn driver(micro_batches: usize) -> Pipeline {
 
 /// Stage `stage` of `stages`.
 fn replica(stage: usize, stages: usize, micro_batches: usize) -> Pipeline {
+    lagging(stage, stages, micro_batches, 0)
+}
+
+/// Stage `stage` of `stages` with a weight lag.
+fn lagging(stage: usize, stages: usize, micro_batches: usize, weight_lag: u64) -> Pipeline {
     let cfg = PipelineConfig {
         stage,
         stages,
@@ -45,6 +50,7 @@ fn replica(stage: usize, stages: usize, micro_batches: usize) -> Pipeline {
         clock: Clock::new(Instant::now(), 0),
         activations: ActSpec::default(),
         max_rows: 4,
+        weight_lag,
     };
     Pipeline::new(cfg, [1; 32], 0)
 }
@@ -66,7 +72,7 @@ fn shape(input: &StageInput) -> (usize, usize) {
 /// The engine's answer to a job: outputs of the right shape, or a failure when asked.
 fn run(job: &Job, fail: bool) -> JobDone {
     match job {
-        Job::Forward { mb, input } => {
+        Job::Forward { mb, input, .. } => {
             let (batch, seq) = shape(input);
             JobDone::Forward {
                 mb: *mb,
@@ -86,6 +92,7 @@ fn run(job: &Job, fail: bool) -> JobDone {
             mb,
             input,
             upstream,
+            ..
         } => JobDone::Backward {
             mb: *mb,
             input_grad: match input {
@@ -444,4 +451,120 @@ fn a_micro_batch_repeated_while_queued_runs_once_for_the_latest_sender() {
         last.0, b,
         "the gradient goes to the sender that holds the path now"
     );
+}
+
+/// The weights each job ran at, checked as it ran: a backward pass at its own forward pass's
+/// weights, every job at most `lag` steps behind the current ones and never ahead, a
+/// backward pass only for the step about to run, and exactly `micro_batches` per step.
+fn assert_consistent(ran: &[Job], micro_batches: usize, lag: u64) {
+    let mut forward_at = BTreeMap::new();
+    let (mut steps, mut since_step) = (0u64, 0);
+    for job in ran {
+        match job {
+            Job::Forward { mb, weights, .. } => {
+                assert!(
+                    *weights <= steps && steps - weights <= lag,
+                    "{job:?} at step {steps}"
+                );
+                forward_at.insert(*mb, *weights);
+            }
+            Job::Backward { mb, weights, .. } => {
+                assert!(
+                    *weights <= steps && steps - weights <= lag,
+                    "{job:?} at step {steps}"
+                );
+                if let Some(at) = forward_at.remove(mb) {
+                    assert_eq!(at, *weights, "{mb:?}: backward at other weights");
+                }
+                assert_eq!(
+                    *weights,
+                    steps.saturating_sub(lag),
+                    "{mb:?} counts toward step {steps}"
+                );
+                since_step += 1;
+            }
+            Job::Step { step } => {
+                assert_eq!(*step, steps);
+                assert_eq!(since_step, micro_batches, "step {step}");
+                assert!(
+                    forward_at.values().all(|w| step - w < lag.max(1)),
+                    "step {step} leaves a forward pass {lag} steps behind: {forward_at:?}"
+                );
+                since_step = 0;
+                steps += 1;
+            }
+        }
+    }
+}
+
+#[test]
+fn without_a_weight_lag_the_driver_asks_for_one_step_at_a_time() {
+    let mut w = World::new(driver(2));
+    w.beat(NodeId([7; 32]));
+    let start = w.p.start();
+    w.handle(start);
+    assert_eq!(w.asked, [0]);
+    let first = w.p.on_batch(0, batch(0), Vec::new());
+    w.handle(first);
+    assert_eq!(w.asked, [0], "step 1 waits for step 0 (a flush)");
+    w.answer(0);
+    w.answer(0);
+    assert_eq!(w.asked, [0, 1]);
+    assert_consistent(&w.ran, 2, 0);
+}
+
+#[test]
+fn with_a_weight_lag_the_driver_sends_the_next_step_while_the_last_one_drains() {
+    let mut w = World::new(lagging(0, 2, 2, 1));
+    let next = NodeId([7; 32]);
+    w.beat(next);
+    let start = w.p.start();
+    w.handle(start);
+    assert_eq!(w.asked, [0, 1], "two steps in flight");
+    for step in 0..2 {
+        let actions = w.p.on_batch(step, batch(step), Vec::new());
+        w.handle(actions);
+    }
+    assert_eq!(w.sent.len(), 4, "both steps' micro-batches went downstream");
+    for step in 2..6u64 {
+        // The oldest step's gradients come back: it runs, and the driver asks for the one
+        // after the step still in flight, never a third.
+        w.beat(next);
+        w.answer(0);
+        w.answer(0);
+        assert_eq!(w.p.steps_done(), step - 1);
+        assert_eq!(w.asked.last(), Some(&step));
+        let actions = w.p.on_batch(step, batch(step), Vec::new());
+        w.handle(actions);
+        assert_eq!(w.sent.len(), 4, "step {step}: at most two steps in flight");
+    }
+    assert_consistent(&w.ran, 2, 1);
+    assert!(w.penalties.is_empty(), "{:?}", w.penalties);
+}
+
+#[test]
+fn a_lagging_stage_never_runs_a_later_steps_backward_before_the_current_step() {
+    // Stage 1 of 3, lag 1, fed by two drivers; downstream answers the newest micro-batch
+    // first, so gradients of the next step come back before the current step's.
+    let mut w = World::new(lagging(1, 3, 2, 1));
+    let (a, b, next) = (NodeId([1; 32]), NodeId([2; 32]), NodeId([7; 32]));
+    w.beat_as(next, 2);
+    for step in 0..3 {
+        for index in 0..2 {
+            for (from, origin) in [(a, 1), (b, 2)] {
+                let (ack, actions) =
+                    w.p.on_message(from, forward_from(origin, step, index), w.now);
+                assert_eq!(ack, Ack::Accepted);
+                w.handle(actions);
+            }
+        }
+        while !w.sent.is_empty() {
+            w.beat_as(next, 2);
+            let newest = w.sent.len() - 1;
+            assert_eq!(w.answer(newest), Ack::Accepted);
+        }
+    }
+    assert_eq!(w.p.steps_done(), 6, "12 micro-batches, 2 per step");
+    assert_consistent(&w.ran, 2, 1);
+    assert_eq!(w.answers.len(), 12, "every sender gets its gradient");
 }

@@ -117,6 +117,7 @@ pub async fn start(
         state.optimizer,
         sync_on.then_some(state.diloco),
     )
+    .with_weight_lag(settings.weight_lag)
     .with_checkpoint_dir(ckpt_dir, genesis.root());
     Ok(Started {
         stage: decision.stage,
