@@ -32,5 +32,5 @@ pub use optim::{AdamW, AdamWConfig, LrSchedule, StepStats};
 pub use params::{ParamKind, ParamSet, ParamSpec, StageSpec};
 pub use replay::{EngineReplayer, ReplayError, Wire, determinism_class};
 pub use serve::{StageRunner, StepInput, StepOutput, StreamCache};
-pub use stage::{Activations, Stage, StageGrads, StageInput, Tokens, Upstream};
+pub use stage::{Activations, Kept, Stage, StageGrads, StageInput, Tokens, Upstream};
 pub use trainer::{Batch, TrainStep, Trainer};

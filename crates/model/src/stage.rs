@@ -125,6 +125,26 @@ pub struct StageGrads {
     pub params: Vec<Vec<f32>>,
 }
 
+/// A forward pass's autodiff graph, waiting for its backward pass.
+struct Graph {
+    weights: Weights,
+    h: Tensor<3>,
+    input_leaf: Option<Tensor<3>>,
+    batch: usize,
+    seq: usize,
+    device: Device,
+}
+
+/// A forward pass kept for its backward pass ([`Stage::forward_kept`]): the engine's graph
+/// of one micro-batch (its intermediate activations), opaque outside this crate.
+pub struct Kept(Graph);
+
+impl std::fmt::Debug for Kept {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Kept([{}, {}])", self.0.batch, self.0.seq)
+    }
+}
+
 /// One stage of the model with its parameters.
 #[derive(Debug, Clone)]
 pub struct Stage {
@@ -305,10 +325,60 @@ impl Stage {
         input: &StageInput,
         upstream: &Upstream,
     ) -> Result<StageGrads, ModelError> {
+        let graph = self.graph(input)?;
+        self.finish(graph, upstream)
+    }
+
+    /// A forward pass of a stage without the head whose autodiff graph is kept, so its
+    /// backward pass ([`Self::backward_kept`]) need not recompute it. The output has the bits
+    /// of [`Self::forward`], and the gradients those of [`Self::backward`] on the same input
+    /// at the same weights: the same operations, split at the output.
+    pub fn forward_kept(&self, input: &StageInput) -> Result<(Activations, Kept), ModelError> {
+        if self.spec.head {
+            return Err(ModelError::Input(
+                "the last stage ends in the loss: call backward()".into(),
+            ));
+        }
+        let graph = self.graph(input)?;
+        let out = Activations {
+            batch: graph.batch,
+            seq: graph.seq,
+            dim: self.config.d_model,
+            data: crate::engine::to_vec(graph.h.clone().inner().into_data())?,
+        };
+        Ok((out, Kept(graph)))
+    }
+
+    /// The backward pass of a kept forward pass (made by this stage's weights at the time).
+    pub fn backward_kept(&self, kept: Kept, upstream: &Upstream) -> Result<StageGrads, ModelError> {
+        self.finish(kept.0, upstream)
+    }
+
+    /// The forward pass on the autodiff device, every weight and the input a leaf.
+    fn graph(&self, input: &StageInput) -> Result<Graph, ModelError> {
         let (batch, seq) = self.check_input(input)?;
         let device = crate::engine::device().autodiff();
         let weights = Weights::upload(&self.config, &self.spec, &self.params, &device, true);
         let (h, input_leaf) = self.hidden(&weights, input, &device, true)?;
+        Ok(Graph {
+            weights,
+            h,
+            input_leaf,
+            batch,
+            seq,
+            device,
+        })
+    }
+
+    fn finish(&self, graph: Graph, upstream: &Upstream) -> Result<StageGrads, ModelError> {
+        let Graph {
+            weights,
+            h,
+            input_leaf,
+            batch,
+            seq,
+            device,
+        } = graph;
         let (objective, loss) = match (upstream, self.spec.head) {
             (Upstream::Targets(targets), true) => {
                 self.check_targets(targets, batch, seq)?;

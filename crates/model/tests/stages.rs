@@ -167,3 +167,45 @@ fn gradients_match_finite_differences() {
         );
     }
 }
+
+/// A kept forward pass gives the bits of a plain forward pass, and its backward pass the bits
+/// of a backward pass that recomputes the forward (what audits replay), at 1 and 2 threads.
+#[test]
+fn a_kept_forward_pass_gives_the_bits_of_recomputation() {
+    let config = common::small_config(97);
+    let batch = common::random_batch(&mut common::rng(5), 97, 2, 16);
+    let specs = StageSpec::split(&config, 3).unwrap();
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    for threads in [1, 2] {
+        neuroshard_model::with_threads(threads, || {
+            let mut input = batch.input();
+            for spec in &specs[..2] {
+                let stage = Stage::init(config.clone(), *spec, 11).unwrap();
+                let plain = stage.forward(&input).unwrap();
+                let (out, kept) = stage.forward_kept(&input).unwrap();
+                assert_eq!(bits(&out.data), bits(&plain.data));
+                let dy = neuroshard_model::Activations {
+                    data: plain.data.iter().map(|x| (x * 7.3).sin() * 1e-2).collect(),
+                    ..plain.clone()
+                };
+                let up = Upstream::Grad(dy);
+                let again = stage.backward(&input, &up).unwrap();
+                let kept = stage.backward_kept(kept, &up).unwrap();
+                for (a, b) in again.params.iter().zip(&kept.params) {
+                    assert_eq!(bits(a), bits(b));
+                }
+                assert_eq!(
+                    again.input_grad.map(|g| bits(&g.data)),
+                    kept.input_grad.map(|g| bits(&g.data))
+                );
+                input = StageInput::Hidden(plain);
+            }
+            let last = Stage::init(config.clone(), specs[2], 11).unwrap();
+            assert!(
+                last.forward_kept(&input).is_err(),
+                "the last stage has no output"
+            );
+        })
+        .unwrap();
+    }
+}

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, mpsc};
 
-use neuroshard_model::{AdamW, Stage, checkpoint};
+use neuroshard_model::{AdamW, Kept, Stage, StageInput, checkpoint};
 use neuroshard_proof::NodeId;
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -15,6 +15,7 @@ use crate::core::{Compute, EngineError, EngineJob, EngineOutput, Token};
 use crate::pipeline::{Job, JobDone};
 use crate::replica::{Applied, Diloco, Prepared, encode_adamw};
 use crate::serve::engine::{Serving, StepJob, StreamKey};
+use crate::wire::MicroBatchId;
 
 /// File of the DiLoCo outer state inside a checkpoint directory.
 pub const DILOCO_FILE: &str = "diloco.bin";
@@ -42,6 +43,19 @@ pub fn load_diloco(
     Diloco::restore(cfg, &bytes, len).map_err(|e| format!("{}: {e}", path.display()))
 }
 
+/// Forward passes an engine keeps for their backward passes at most (each holds one
+/// micro-batch's intermediate activations); past it the oldest is dropped and its backward
+/// pass recomputes it, with the same bits.
+pub const KEPT_FORWARDS: usize = 8;
+
+/// A forward pass kept for its backward pass: the weights it ran at, its input, its graph.
+struct KeptForward {
+    mb: MicroBatchId,
+    weights: u64,
+    input: StageInput,
+    graph: Kept,
+}
+
 /// Owns the stage between jobs.
 pub struct Engine {
     stage: Stage,
@@ -52,6 +66,9 @@ pub struct Engine {
     /// micro-batches computed one step behind (see `pipeline/schedule.rs`).
     previous: Option<(u64, Stage)>,
     keep_previous: bool,
+    /// Forward passes whose graphs wait for their backward passes, oldest first: a backward
+    /// pass then costs no recomputation of its forward.
+    kept: VecDeque<KeptForward>,
     optimizer: AdamW,
     accum: Vec<Vec<f32>>,
     count: usize,
@@ -77,6 +94,7 @@ impl Engine {
             version: None,
             previous: None,
             keep_previous: false,
+            kept: VecDeque::new(),
             optimizer,
             accum,
             count: 0,
@@ -107,11 +125,45 @@ impl Engine {
         }
     }
 
-    /// The current weights, flat, when older weights are kept that a DiLoCo job must move too.
-    fn flat_if_lagging(&self) -> Option<Vec<f32>> {
+    /// Before a DiLoCo job moves the weights: kept forward passes ran at the old ones, and a
+    /// backward pass after the move recomputes at the new ones, as it always did. Returns the
+    /// current weights, flat, when older weights are kept that the job must move too.
+    fn before_moving_weights(&mut self) -> Option<Vec<f32>> {
+        self.kept.clear();
         self.previous
             .as_ref()
             .map(|_| self.stage.params().flatten())
+    }
+
+    fn keep(&mut self, forward: KeptForward) {
+        self.kept.retain(|k| k.mb != forward.mb);
+        while self.kept.len() >= KEPT_FORWARDS {
+            self.kept.pop_front();
+        }
+        self.kept.push_back(forward);
+    }
+
+    /// The backward pass of `mb`: from its kept forward pass when that ran at these weights on
+    /// this input, else recomputing the forward (the same bits either way).
+    fn backward(
+        &mut self,
+        mb: MicroBatchId,
+        input: &StageInput,
+        upstream: &neuroshard_model::Upstream,
+        weights: u64,
+    ) -> Result<neuroshard_model::StageGrads, String> {
+        let kept = self
+            .kept
+            .iter()
+            .position(|k| k.mb == mb)
+            .and_then(|i| self.kept.remove(i))
+            .filter(|k| k.weights == weights && k.input == *input);
+        let stage = self.weights(weights)?;
+        match kept {
+            Some(k) => stage.backward_kept(k.graph, upstream),
+            None => stage.backward(input, upstream),
+        }
+        .map_err(|e| e.to_string())
     }
 
     /// Moves the kept weights by what a DiLoCo job just did to the current ones (`before`
@@ -215,9 +267,17 @@ impl Engine {
             Job::Forward { mb, input, weights } => {
                 match self
                     .weights(weights)
-                    .and_then(|w| w.forward(&input).map_err(|e| e.to_string()))
+                    .and_then(|w| w.forward_kept(&input).map_err(|e| e.to_string()))
                 {
-                    Ok(output) => JobDone::Forward { mb, output },
+                    Ok((output, graph)) => {
+                        self.keep(KeptForward {
+                            mb,
+                            weights,
+                            input,
+                            graph,
+                        });
+                        JobDone::Forward { mb, output }
+                    }
                     Err(error) => JobDone::Failed {
                         mb: Some(mb),
                         error,
@@ -229,10 +289,7 @@ impl Engine {
                 input,
                 upstream,
                 weights,
-            } => match self
-                .weights(weights)
-                .and_then(|w| w.backward(&input, &upstream).map_err(|e| e.to_string()))
-            {
+            } => match self.backward(mb, &input, &upstream, weights) {
                 Ok(g) => {
                     if g.params.iter().flatten().any(|x| !x.is_finite()) {
                         return JobDone::Failed {
@@ -353,14 +410,14 @@ impl Compute for Engine {
             }
             EngineJob::SyncApply { round, messages } => {
                 self.serve_version += 1;
-                let before = self.flat_if_lagging();
+                let before = self.before_moving_weights();
                 let out = self.sync_apply(round, messages).map_err(err);
                 self.shift_previous(before);
                 EngineOutput::Applied(out)
             }
             EngineJob::SyncReapply { round, extra, set } => {
                 self.serve_version += 1;
-                let before = self.flat_if_lagging();
+                let before = self.before_moving_weights();
                 let out = self.sync_reapply(round, extra, &set).map_err(err);
                 self.shift_previous(before);
                 EngineOutput::Applied(out)
@@ -371,7 +428,7 @@ impl Compute for Engine {
                 included,
             } => {
                 self.serve_version += 1;
-                let before = self.flat_if_lagging();
+                let before = self.before_moving_weights();
                 let out = self.sync_adopt(round, &bytes, included).map_err(err);
                 self.shift_previous(before);
                 EngineOutput::Adopted(out)
@@ -631,5 +688,81 @@ mod tests {
         let r = replay(&s0, JobKind::Backward, &tokens, Some(&up0));
         assert_eq!(r.output_hash, neuroshard_audit::NO_HASH);
         assert_eq!(e0.accum, s0.backward(&tokens, &up0).unwrap().params);
+    }
+
+    /// Forward passes are kept for their backward passes up to a bound; a backward pass whose
+    /// forward was dropped (or ran on another input) recomputes it, with the same bits.
+    #[test]
+    fn kept_forward_passes_are_bounded_and_recomputation_gives_their_bits() {
+        use neuroshard_model::{Tokens, Upstream};
+        let mut config = tiny_config();
+        config.layers = 2;
+        let spec = StageSpec::split(&config, 2).unwrap()[0];
+        let stage = Stage::init(config.clone(), spec, 5).unwrap();
+        let mut engine = Engine::new(
+            stage.clone(),
+            AdamW::new(AdamWConfig::default(), stage.params()),
+            None,
+        );
+        let mb = |index| MicroBatchId {
+            origin: [1; 32],
+            step: 0,
+            index,
+        };
+        let input = |i: u32| {
+            StageInput::Tokens(Tokens {
+                batch: 1,
+                seq: 4,
+                ids: (i..i + 4).collect(),
+            })
+        };
+        let n = KEPT_FORWARDS as u32 + 2;
+        let mut outputs = Vec::new();
+        for i in 0..n {
+            let done = engine.run(Job::Forward {
+                mb: mb(i),
+                input: input(i),
+                weights: 0,
+            });
+            let JobDone::Forward { output, .. } = done else {
+                panic!("{done:?}")
+            };
+            outputs.push(output);
+        }
+        assert_eq!(engine.kept.len(), KEPT_FORWARDS, "bounded");
+        assert!(engine.kept.iter().all(|k| k.mb != mb(0)), "the oldest went");
+        // Micro-batch 0 recomputes, the last one uses its kept graph, and one whose input
+        // changed since its forward recomputes on the new input.
+        for (i, inp) in [(0, input(0)), (n - 1, input(n - 1)), (n - 2, input(20))] {
+            let dy = neuroshard_model::Activations {
+                data: vec![0.01; outputs[i as usize].data.len()],
+                ..outputs[i as usize].clone()
+            };
+            let up = Upstream::Grad(dy);
+            let before = engine.accum.clone();
+            let done = engine.run(Job::Backward {
+                mb: mb(i),
+                input: inp.clone(),
+                upstream: up.clone(),
+                weights: 0,
+            });
+            assert!(matches!(done, JobDone::Backward { .. }), "{done:?}");
+            let want = stage.backward(&inp, &up).unwrap().params;
+            for ((after, was), w) in engine.accum.iter().zip(&before).zip(&want) {
+                let got: Vec<f32> = after.iter().zip(was).map(|(a, b)| a - b).collect();
+                let diff = got
+                    .iter()
+                    .zip(w)
+                    .map(|(a, b)| (a - b).abs())
+                    .fold(0.0, f32::max);
+                assert!(diff <= 1e-6, "micro-batch {i}: {diff}");
+            }
+        }
+        assert!(
+            engine
+                .kept
+                .iter()
+                .all(|k| k.mb != mb(n - 1) && k.mb != mb(n - 2))
+        );
     }
 }

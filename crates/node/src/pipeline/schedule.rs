@@ -148,7 +148,9 @@ impl Pipeline {
     /// The oldest backward pass of the current step whose gradient came back.
     fn next_backward(&mut self) -> Option<Job> {
         let current = self.steps_done;
-        self.backward_jobs.retain(|mb| self.stash.contains_key(mb));
+        let stash = &self.stash;
+        self.backward_jobs
+            .retain(|mb| stash.get(mb).is_some_and(|st| st.grad.is_some()));
         let at = self
             .backward_jobs
             .iter()
