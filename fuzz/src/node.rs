@@ -93,6 +93,19 @@ pub fn sample_msgs() -> Vec<Msg> {
             ),
             loss: 1.5,
         },
+        Msg::Backward {
+            mb: mb(),
+            grad: packed(
+                Activations {
+                    batch: 1,
+                    seq: 2,
+                    dim: 5,
+                    data: vec![0.5, -1.0, 0.25, 0.0, 2.0, -0.75, 1e-3, 3.0, -3.0, 0.1],
+                },
+                Scheme::Int2,
+            ),
+            loss: 2.0,
+        },
     ]
 }
 
