@@ -165,7 +165,7 @@ pub struct NodeArgs {
     #[arg(long, default_value_t = MAX_FRAME_MB)]
     max_frame_mb: usize,
     /// When this node founds the network: how activations and their gradients cross stage
-    /// boundaries (`int8/int4`, `int8`, `int4`, `bf16`, `f32`; forward/backward). A joiner
+    /// boundaries (`int8/int4`, `int8`, `int4`, `int2`, `bf16`, `f32`; forward/backward). A joiner
     /// takes the network's.
     #[arg(long, default_value_t = ActSpec::default())]
     activations: ActSpec,

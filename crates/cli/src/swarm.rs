@@ -55,7 +55,8 @@ pub struct SwarmArgs {
     #[arg(long, default_value_t = 30)]
     settle_s: u64,
     /// How activations and their gradients cross stage boundaries: int8/int4 (default),
-    /// int8, int4, bf16 or f32, one name for both directions or forward/backward.
+    /// int8, int4, int2 (gradients), bf16 or f32, one name for both directions or
+    /// forward/backward, e.g. int4/int2.
     #[arg(long, default_value_t = ActSpec::default())]
     activations: ActSpec,
     /// Run node i inside network namespace PREFIX<i> at 10.77.0.<i+1>, as set up by
