@@ -274,6 +274,7 @@ pub fn sample_network_genesis() -> NetworkGenesis {
             outer_lr: 0.7,
             outer_momentum: 0.9,
             activations: ActSpec::default(),
+            weight_lag: 1,
             norm_bound: 3.0,
             min_stake: 10,
             round_reward: 1,
