@@ -293,19 +293,8 @@ fn three_stage_pipeline_matches_one_process() {
     for s in 0..3 {
         assert_eq!(sim.steps_per_stage.get(&s), Some(&steps));
     }
-    let full = trainer.stage.params();
-    for r in &sim.replicas {
-        let params = r.engine.params();
-        for (spec, values) in params.specs().iter().zip(params.values()) {
-            let want = full.get(&spec.name).expect("same parameter names");
-            let diff = values
-                .iter()
-                .zip(want)
-                .map(|(a, b)| (a - b).abs())
-                .fold(0.0f32, f32::max);
-            assert!(diff <= 1e-4, "{}: max abs diff {diff}", spec.name);
-        }
-    }
+    let diff = max_weight_diff(&sim, &trainer);
+    assert!(diff <= 1e-4, "weights differ by {diff}");
 }
 
 /// The largest difference between the replicas' weights and the one-process model's.

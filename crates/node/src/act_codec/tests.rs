@@ -160,65 +160,49 @@ fn zeros_pack_to_zero_scales_and_come_back_zero() {
     }
 }
 
-#[test]
-fn int2_rounding_is_unbiased() {
-    // One value per group at the scale (1); the others a third of it, between 0 and 1.
-    let dim = 64;
-    let rows = 300;
-    let data: Vec<f32> = (0..rows * dim)
-        .map(|i| if i % INT2_GROUP == 0 { -1.0 } else { 1.0 / 3.0 })
-        .collect();
-    let back = pack(&acts(rows, 1, dim, data), Scheme::Int2)
+/// Packs and unpacks `rows` rows of `dim` values in `scheme`.
+fn round_trip(scheme: Scheme, rows: usize, dim: usize, data: Vec<f32>) -> Vec<f32> {
+    pack(&acts(rows, 1, dim, data), scheme)
         .unwrap()
         .unpack(&Expect {
-            scheme: Scheme::Int2,
+            scheme,
             dim,
             max_batch: rows,
             max_seq: 1,
         })
-        .unwrap();
-    let small: Vec<f32> = back
+        .unwrap()
         .data
+}
+
+/// One value per group at `big` fixes the scale; the others sit at `small`, between two
+/// codes: their mean after packing is `small`, where rounding to nearest would give 0, and
+/// each lands on a neighbouring code.
+fn assert_unbiased(scheme: Scheme, group: usize, big: f32, small: f32, codes: [f32; 2]) {
+    let (dim, rows) = (64, 300);
+    let data: Vec<f32> = (0..rows * dim)
+        .map(|i| if i % group == 0 { big } else { small })
+        .collect();
+    let back = round_trip(scheme, rows, dim, data);
+    let rest: Vec<f32> = back
         .iter()
         .enumerate()
-        .filter(|(i, _)| i % INT2_GROUP != 0)
+        .filter(|(i, _)| i % group != 0)
         .map(|(_, x)| *x)
         .collect();
-    let mean = small.iter().sum::<f32>() / small.len() as f32;
-    // Rounding to nearest would give 0 everywhere.
-    assert!((mean - 1.0 / 3.0).abs() < 0.02, "{mean}");
-    assert!(small.iter().all(|x| *x == 0.0 || *x == 1.0));
-    assert!(back.data.iter().step_by(INT2_GROUP).all(|x| *x == -1.0));
+    let mean = rest.iter().sum::<f32>() / rest.len() as f32;
+    assert!((mean - small).abs() < 0.03, "{scheme}: {mean}");
+    assert!(rest.iter().all(|x| codes.contains(x)), "{scheme}");
+    assert!(back.iter().step_by(group).all(|x| *x == big), "{scheme}");
+}
+
+#[test]
+fn int2_rounding_is_unbiased() {
+    assert_unbiased(Scheme::Int2, INT2_GROUP, -1.0, 1.0 / 3.0, [0.0, 1.0]);
 }
 
 #[test]
 fn int4_rounding_is_unbiased() {
-    // One large value per group fixes the scale at 1; the others sit between two codes.
-    let dim = 64;
-    let rows = 200;
-    let data: Vec<f32> = (0..rows * dim)
-        .map(|i| if i % INT4_GROUP == 0 { 7.0 } else { 0.3 })
-        .collect();
-    let back = pack(&acts(rows, 1, dim, data), Scheme::Int4)
-        .unwrap()
-        .unpack(&Expect {
-            scheme: Scheme::Int4,
-            dim,
-            max_batch: rows,
-            max_seq: 1,
-        })
-        .unwrap();
-    let small: Vec<f32> = back
-        .data
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| i % INT4_GROUP != 0)
-        .map(|(_, x)| *x)
-        .collect();
-    let mean = small.iter().sum::<f32>() / small.len() as f32;
-    // Rounding to nearest would give 0 everywhere.
-    assert!((mean - 0.3).abs() < 0.03, "{mean}");
-    assert!(small.iter().all(|x| *x == 0.0 || *x == 1.0));
+    assert_unbiased(Scheme::Int4, INT4_GROUP, 7.0, 0.3, [0.0, 1.0]);
 }
 
 /// A declared shape far beyond the bytes: refused on the byte count, before any allocation.

@@ -360,10 +360,10 @@ fn assert_exact(ran: &[Job], micro_batches: usize) {
     }
 }
 
-#[test]
-fn a_middle_stage_fed_by_two_drivers_never_steps_between_a_forward_and_its_backward() {
-    // Stage 1 of 3, two micro-batches per step, two drivers sending alternately.
-    let mut w = World::new(replica(1, 3, 2));
+/// Stage 1 of 3 fed by two drivers sending alternately, two micro-batches each per step, for
+/// three steps; after each step's sends the stage below answers all it holds, `pick(held)`
+/// choosing which of the `held` requests next.
+fn feed_two_drivers(w: &mut World, pick: impl Fn(usize) -> usize) {
     let (a, b, next) = (NodeId([1; 32]), NodeId([2; 32]), NodeId([7; 32]));
     w.beat_as(next, 2);
     for step in 0..3 {
@@ -375,12 +375,20 @@ fn a_middle_stage_fed_by_two_drivers_never_steps_between_a_forward_and_its_backw
                 w.handle(actions);
             }
         }
-        // Downstream answers whatever it holds, oldest first, until nothing is left.
         while !w.sent.is_empty() {
             w.beat_as(next, 2);
-            assert_eq!(w.answer(0), Ack::Accepted);
+            let i = pick(w.sent.len());
+            assert_eq!(w.answer(i), Ack::Accepted);
         }
     }
+}
+
+#[test]
+fn a_middle_stage_fed_by_two_drivers_never_steps_between_a_forward_and_its_backward() {
+    // Stage 1 of 3, two micro-batches per step, two drivers sending alternately.
+    let mut w = World::new(replica(1, 3, 2));
+    // Downstream answers whatever it holds, oldest first, until nothing is left.
+    feed_two_drivers(&mut w, |_| 0);
     assert_eq!(w.p.steps_done(), 6, "12 micro-batches, 2 per step");
     assert_exact(&w.ran, 2);
     assert_eq!(w.answers.len(), 12, "every sender gets its gradient");
@@ -547,23 +555,7 @@ fn a_lagging_stage_never_runs_a_later_steps_backward_before_the_current_step() {
     // Stage 1 of 3, lag 1, fed by two drivers; downstream answers the newest micro-batch
     // first, so gradients of the next step come back before the current step's.
     let mut w = World::new(lagging(1, 3, 2, 1));
-    let (a, b, next) = (NodeId([1; 32]), NodeId([2; 32]), NodeId([7; 32]));
-    w.beat_as(next, 2);
-    for step in 0..3 {
-        for index in 0..2 {
-            for (from, origin) in [(a, 1), (b, 2)] {
-                let (ack, actions) =
-                    w.p.on_message(from, forward_from(origin, step, index), w.now);
-                assert_eq!(ack, Ack::Accepted);
-                w.handle(actions);
-            }
-        }
-        while !w.sent.is_empty() {
-            w.beat_as(next, 2);
-            let newest = w.sent.len() - 1;
-            assert_eq!(w.answer(newest), Ack::Accepted);
-        }
-    }
+    feed_two_drivers(&mut w, |held| held - 1);
     assert_eq!(w.p.steps_done(), 6, "12 micro-batches, 2 per step");
     assert_consistent(&w.ran, 2, 1);
     assert_eq!(w.answers.len(), 12, "every sender gets its gradient");
