@@ -272,29 +272,30 @@ fn compressed_pipelines_train_close_to_one_process_and_reproducibly() {
     }
 }
 
+/// A 3-stage run of `steps` computed what one process computes with the same weight lag: the
+/// same losses and weights to 1e-4, every stage stepping once per driver step.
+fn assert_one_process(sim: &Sim, steps: u64, lag: usize) {
+    let (reference, trainer) = reference_with_lag(steps, lag);
+    assert_eq!(sim.losses.len(), steps as usize);
+    for (got, want) in sim.losses.iter().zip(&reference) {
+        assert!(
+            (got - want).abs() <= 1e-4,
+            "lag {lag}: pipeline {got} vs single process {want}"
+        );
+    }
+    for s in 0..3 {
+        assert_eq!(sim.steps_per_stage.get(&s), Some(&steps));
+    }
+    let diff = max_weight_diff(sim, &trainer);
+    assert!(diff <= 1e-4, "lag {lag}: weights differ by {diff}");
+}
+
 #[test]
 fn three_stage_pipeline_matches_one_process() {
     let steps = 12;
     let mut sim = Sim::new(&[1, 1, 1], steps, 2, ActSpec::UNCOMPRESSED);
     sim.run(None);
-    let (reference, trainer) = reference(steps);
-    assert_eq!(sim.losses.len(), steps as usize);
-    for (got, want) in sim.losses.iter().zip(&reference) {
-        eprintln!(
-            "pipeline {got} vs single process {want}: {:e}",
-            (got - want).abs()
-        );
-        assert!(
-            (got - want).abs() <= 1e-4,
-            "pipeline {got} vs single process {want}"
-        );
-    }
-    // Every stage stepped once per driver step, and the weights equal the reference's.
-    for s in 0..3 {
-        assert_eq!(sim.steps_per_stage.get(&s), Some(&steps));
-    }
-    let diff = max_weight_diff(&sim, &trainer);
-    assert!(diff <= 1e-4, "weights differ by {diff}");
+    assert_one_process(&sim, steps, 0);
 }
 
 /// The largest difference between the replicas' weights and the one-process model's.
@@ -324,19 +325,7 @@ fn an_overlapped_pipeline_matches_one_process_training_one_step_behind() {
     let steps = 12;
     let mut sim = Sim::with_lag(&[1, 1, 1], steps, 2, ActSpec::UNCOMPRESSED, 1);
     sim.run(None);
-    let (delayed, trainer) = reference_with_lag(steps, 1);
-    assert_eq!(sim.losses.len(), steps as usize);
-    for (got, want) in sim.losses.iter().zip(&delayed) {
-        assert!(
-            (got - want).abs() <= 1e-4,
-            "overlapped pipeline {got} vs one process one step behind {want}"
-        );
-    }
-    for s in 0..3 {
-        assert_eq!(sim.steps_per_stage.get(&s), Some(&steps));
-    }
-    let diff = max_weight_diff(&sim, &trainer);
-    assert!(diff <= 1e-4, "weights differ by {diff}");
+    assert_one_process(&sim, steps, 1);
     let (_, plain) = reference(steps);
     let apart = max_weight_diff(&sim, &plain);
     assert!(
@@ -348,29 +337,18 @@ fn an_overlapped_pipeline_matches_one_process_training_one_step_behind() {
 #[test]
 fn training_survives_a_dead_replica() {
     // Driver, two replicas of the middle stage, one validator; the middle replica that gets
-    // work first dies early in the run.
-    let steps = 5;
-    let mut sim = Sim::new(&[1, 2, 1], steps, 2, ActSpec::default());
-    sim.run(Some((3, 1)));
-    assert_eq!(
-        sim.losses.len(),
-        steps as usize,
-        "driver finished every step"
-    );
-    assert!(sim.losses.iter().all(|l| l.is_finite()));
-}
-
-#[test]
-fn an_overlapped_pipeline_survives_a_dead_replica() {
-    let steps = 5;
-    let mut sim = Sim::with_lag(&[1, 2, 1], steps, 2, ActSpec::default(), 1);
-    sim.run(Some((3, 1)));
-    assert_eq!(
-        sim.losses.len(),
-        steps as usize,
-        "driver finished every step"
-    );
-    assert!(sim.losses.iter().all(|l| l.is_finite()));
+    // work first dies early in the run. Flushed and overlapped steps alike.
+    for lag in [0, 1] {
+        let steps = 5;
+        let mut sim = Sim::with_lag(&[1, 2, 1], steps, 2, ActSpec::default(), lag);
+        sim.run(Some((3, 1)));
+        assert_eq!(
+            sim.losses.len(),
+            steps as usize,
+            "lag {lag}: driver finished every step"
+        );
+        assert!(sim.losses.iter().all(|l| l.is_finite()));
+    }
 }
 
 #[test]
