@@ -765,4 +765,86 @@ mod tests {
                 .all(|k| k.mb != mb(n - 1) && k.mb != mb(n - 2))
         );
     }
+
+    /// With a weight lag the engine keeps the weights before its last step for the jobs one
+    /// step behind; a DiLoCo step that moves the weights moves them by the same difference, and
+    /// a job at weights it no longer holds fails instead of running at others.
+    #[test]
+    fn the_weights_one_step_behind_are_kept_and_move_with_diloco() {
+        use neuroshard_model::{Tokens, Upstream};
+        let stage = Stage::init(tiny_config(), StageSpec::full(&tiny_config()), 3).unwrap();
+        let opt = AdamW::new(AdamWConfig::default(), stage.params());
+        let diloco = Diloco::new(cfg(1, "fp32"), stage.params()).unwrap();
+        let mut engine = Engine::new(stage, opt, Some(diloco)).with_weight_lag(1);
+        let input = StageInput::Tokens(Tokens {
+            batch: 1,
+            seq: 4,
+            ids: vec![1, 2, 3, 4],
+        });
+        let backward = |e: &mut Engine, index, weights| {
+            e.run(Job::Backward {
+                mb: MicroBatchId {
+                    origin: [1; 32],
+                    step: 0,
+                    index,
+                },
+                input: input.clone(),
+                upstream: Upstream::Targets(vec![2, 3, 4, 5]),
+                weights,
+            })
+        };
+        for step in 0..2u64 {
+            let done = backward(&mut engine, step as u32, step);
+            assert!(matches!(done, JobDone::Backward { .. }), "{done:?}");
+            assert!(matches!(
+                engine.run(Job::Step { step }),
+                JobDone::Step { .. }
+            ));
+        }
+        let gap = |e: &Engine| -> Vec<f32> {
+            let (v, prev) = e.previous.as_ref().expect("kept");
+            assert_eq!(*v, 1);
+            let now = e.stage.params().flatten();
+            prev.params()
+                .flatten()
+                .iter()
+                .zip(&now)
+                .map(|(p, c)| c - p)
+                .collect()
+        };
+        let before = gap(&engine);
+        assert!(before.iter().any(|d| *d != 0.0), "a step moved the weights");
+        // The stage adopts another replica's outer state: θ₀, hence the weights, move.
+        let other = Stage::init(tiny_config(), StageSpec::full(&tiny_config()), 4).unwrap();
+        let outer = Diloco::new(cfg(1, "fp32"), other.params())
+            .unwrap()
+            .outer_bytes();
+        let moved = engine.stage.params().flatten();
+        let EngineOutput::Adopted(adopted) = engine.execute(EngineJob::SyncAdopt {
+            round: 0,
+            bytes: outer,
+            included: false,
+        }) else {
+            panic!("not an adoption")
+        };
+        adopted.unwrap();
+        assert_ne!(engine.stage.params().flatten(), moved, "the weights moved");
+        // The gap between the current and the kept weights is what it was, to rounding.
+        for (a, b) in gap(&engine).iter().zip(&before) {
+            assert!((a - b).abs() <= 1e-6 * (1.0 + b.abs()), "{a} vs {b}");
+        }
+        // Weights of step 1 are kept, of step 2 current; step 0's are gone.
+        assert!(matches!(
+            backward(&mut engine, 5, 1),
+            JobDone::Backward { .. }
+        ));
+        assert!(matches!(
+            backward(&mut engine, 6, 2),
+            JobDone::Backward { .. }
+        ));
+        let JobDone::Failed { error, .. } = backward(&mut engine, 7, 0) else {
+            panic!("ran at weights it does not hold")
+        };
+        assert!(error.contains("not held"), "{error}");
+    }
 }

@@ -340,6 +340,30 @@ mod tests {
         Ok(())
     }
 
+    /// The weight lag is the network's: a joiner takes it, a genesis naming more than the
+    /// engine keeps is refused, and one written before the field existed flushed.
+    #[test]
+    fn the_weight_lag_comes_from_the_genesis_and_is_bounded() -> Result<(), NetworkError> {
+        let founder = test_identity(1);
+        let mut g = genesis("overlapped", Vec::new());
+        g.protocol.weight_lag = 1;
+        let ours = Network::found(&founder, g.clone())?;
+        let mut joiner = crate::settings::tests::settings(0);
+        joiner.weight_lag = 0;
+        ours.genesis.protocol.apply_to(&mut joiner);
+        assert_eq!(joiner.weight_lag, 1);
+        g.protocol.weight_lag = 2;
+        assert!(matches!(
+            Network::found(&founder, g),
+            Err(NetworkError::WeightLag(2))
+        ));
+        let mut json = serde_json::to_value(&ours.genesis.protocol).expect("json");
+        json.as_object_mut().expect("object").remove("weight_lag");
+        let old: Protocol = serde_json::from_value(json).expect("old protocol");
+        assert_eq!(old.weight_lag, 0);
+        Ok(())
+    }
+
     #[test]
     fn a_joiner_takes_model_and_protocol_from_the_genesis() -> Result<(), NetworkError> {
         let founder = test_identity(1);
