@@ -259,7 +259,7 @@ fn parse(body: &[u8], tokenizer: &GenesisTokenizer) -> Result<Parsed, ApiError> 
         draws: 0,
     };
     if let Err(e) = sample.check(tokenizer.vocab_size()) {
-        return Err(bad(e, "temperature"));
+        return Err(bad(e.to_string(), "temperature"));
     }
     let ids = tokenizer
         .encode(&prompt)
@@ -283,7 +283,7 @@ fn open_error(e: HandleError) -> ApiError {
         HandleError::Open(OpenError::Payment(m)) => error(
             StatusCode::PAYMENT_REQUIRED,
             "payment_error",
-            m,
+            m.to_string(),
             Some("payment"),
         ),
         HandleError::Open(OpenError::Full(_)) => error(
@@ -337,9 +337,19 @@ impl Drop for Receiving {
     }
 }
 
+/// Why a completion stream ended without its finish.
+#[derive(Debug, thiserror::Error)]
+enum StreamFailed {
+    /// What the node reported.
+    #[error("{0}")]
+    Node(String),
+    #[error("the node dropped the stream")]
+    Dropped,
+}
+
 impl Receiving {
     /// The next piece of text, and the finish reason once the stream ended.
-    async fn next_piece(&mut self) -> Result<(String, Option<&'static str>), String> {
+    async fn next_piece(&mut self) -> Result<(String, Option<&'static str>), StreamFailed> {
         let piece = match self.rx.events.recv().await {
             Some(ServeEvent::Token { token, .. }) => {
                 self.timing.token(&self.metrics);
@@ -349,8 +359,8 @@ impl Receiving {
             Some(ServeEvent::Finished { reason, .. }) => {
                 Ok((self.detok.finish(), Some(finish_name(reason))))
             }
-            Some(ServeEvent::Failed { error, .. }) => Err(error),
-            None => Err("the node dropped the stream".into()),
+            Some(ServeEvent::Failed { error, .. }) => Err(StreamFailed::Node(error)),
+            None => Err(StreamFailed::Dropped),
         };
         match &piece {
             Ok((_, Some(_))) => self.timing.finish(&self.metrics, true),
@@ -408,7 +418,8 @@ async fn completions(State(state): State<ApiState>, body: Bytes) -> Response {
                         return Some((rest, None));
                     }
                     Err(e) => {
-                        let err = json!({"error": {"message": e, "type": "server_error"}});
+                        let err =
+                            json!({"error": {"message": e.to_string(), "type": "server_error"}});
                         let err = Event::default().data(err.to_string());
                         return Some((futures::stream::iter([Ok(err), Ok(done())]), None));
                     }
@@ -442,7 +453,8 @@ async fn completions(State(state): State<ApiState>, body: Bytes) -> Response {
                 }
             }
             Err(e) => {
-                return error(StatusCode::BAD_GATEWAY, "server_error", e, None).into_response();
+                return error(StatusCode::BAD_GATEWAY, "server_error", e.to_string(), None)
+                    .into_response();
             }
         }
     }

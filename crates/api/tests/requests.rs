@@ -8,6 +8,7 @@ use axum::body::{Body, to_bytes};
 use axum::http::{Request, StatusCode};
 use neuroshard_api::{ApiState, router};
 use neuroshard_data::GenesisTokenizer;
+use neuroshard_node::core::PaymentRefused;
 use neuroshard_node::serve::{Finish, OpenError, ServeCmd, ServeEvent, ServeHandle};
 use serde_json::{Value, json};
 use tower::ServiceExt;
@@ -34,9 +35,10 @@ fn state(full: bool) -> ApiState {
             }
             // A node refuses this payment (the core's checks are tested in the node crate).
             if req.payment.as_deref() == Some(&[0xde, 0xad][..]) {
-                let _ = answer.send(Err(OpenError::Payment(
-                    "the payer holds 0 of the 10 it offers".into(),
-                )));
+                let _ = answer.send(Err(OpenError::Payment(PaymentRefused::Balance {
+                    holds: 0,
+                    offers: 10,
+                })));
                 continue;
             }
             if req.prompt.len() >= CONTEXT {

@@ -29,7 +29,7 @@ pub use ops::{
 pub use rules::{GenesisError, LedgerGenesis, Rules};
 pub use state::{
     Account, Changes, Entry, EntryKind, Generation, LedgerError, LedgerState, Outcome, Record,
-    round_key, round_key_of,
+    SupplyMismatch, round_key, round_key_of,
 };
 pub use store::{
     ApplyError, ChangeLog, HistoryLine, LEDGER_FILE, Ledger, Message, StoreError, WiredMessage,

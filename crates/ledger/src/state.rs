@@ -40,6 +40,17 @@ pub const SLASH_STAKE_BPS: u64 = 5_000;
 /// Share of the slashed amount paid to the reporter (10 %); the rest is burned.
 pub const SLASH_REPORTER_BPS: u64 = 1_000;
 
+/// The supply invariant broken: what was minted less what was burned is not what the
+/// accounts hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("minted {minted} - burned {burned} = {supply} but accounts hold {held}")]
+pub struct SupplyMismatch {
+    pub minted: u64,
+    pub burned: u64,
+    pub supply: i128,
+    pub held: u128,
+}
+
 /// Why a message was refused; the state is unchanged.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LedgerError {
@@ -651,18 +662,20 @@ impl LedgerState {
     }
 
     /// Supply conservation: minted − burned = Σ balances + Σ stakes.
-    pub fn check_invariants(&self) -> Result<(), String> {
+    pub fn check_invariants(&self) -> Result<(), SupplyMismatch> {
         let held: u128 = self
             .accounts
             .values()
             .map(|a| u128::from(a.balance) + u128::from(a.stake))
             .sum();
         let supply = i128::from(self.minted) - i128::from(self.burned);
-        if supply != held as i128 {
-            return Err(format!(
-                "minted {} - burned {} = {supply} but accounts hold {held}",
-                self.minted, self.burned
-            ));
+        if i128::try_from(held).ok() != Some(supply) {
+            return Err(SupplyMismatch {
+                minted: self.minted,
+                burned: self.burned,
+                supply,
+                held,
+            });
         }
         Ok(())
     }

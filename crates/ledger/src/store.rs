@@ -253,7 +253,9 @@ impl Ledger {
             });
         }
         let state = load(&conn)?;
-        state.check_invariants().map_err(StoreError::Corrupt)?;
+        state
+            .check_invariants()
+            .map_err(|e| StoreError::Corrupt(e.to_string()))?;
         Ok(Ledger { conn, state })
     }
 

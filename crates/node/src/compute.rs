@@ -20,8 +20,6 @@ use crate::wire::MicroBatchId;
 /// File of the DiLoCo outer state inside a checkpoint directory.
 pub const DILOCO_FILE: &str = "diloco.bin";
 
-const DILOCO_OFF: &str = "DiLoCo is off";
-
 /// The DiLoCo state saved with a checkpoint, checked against the hash in its metadata, so a
 /// truncated or foreign file is refused with the reason.
 pub fn load_diloco(
@@ -29,18 +27,29 @@ pub fn load_diloco(
     meta: &checkpoint::CheckpointMeta,
     cfg: crate::replica::DilocoConfig,
     len: usize,
-) -> Result<Diloco, String> {
+) -> Result<Diloco, EngineError> {
     let path = dir.join(DILOCO_FILE);
-    let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let bytes = std::fs::read(&path).map_err(|e| file_error(&path, e))?;
     let want = meta.extra["diloco"]["hash"].as_str().unwrap_or_default();
     let got = hex::encode(blake3::hash(&bytes).as_bytes());
     if want != got {
-        return Err(format!(
-            "{}: hash {got} differs from the checkpoint's {want:?}",
-            path.display()
-        ));
+        return Err(EngineError::DilocoHash {
+            path,
+            got,
+            want: want.to_string(),
+        });
     }
-    Diloco::restore(cfg, &bytes, len).map_err(|e| format!("{}: {e}", path.display()))
+    Diloco::restore(cfg, &bytes, len).map_err(|e| EngineError::DilocoState {
+        path,
+        source: Arc::new(e),
+    })
+}
+
+fn file_error(path: &Path, e: std::io::Error) -> EngineError {
+    EngineError::File {
+        path: path.to_path_buf(),
+        source: Arc::new(e),
+    }
 }
 
 /// Forward passes an engine keeps for their backward passes at most (each holds one
@@ -113,15 +122,15 @@ impl Engine {
 
     /// The weights of step `version`: the current ones or those kept from before the last
     /// step.
-    fn weights(&self, version: u64) -> Result<&Stage, String> {
+    fn weights(&self, version: u64) -> Result<&Stage, EngineError> {
         match (self.version, &self.previous) {
             (None, _) => Ok(&self.stage),
             (Some(v), _) if v == version => Ok(&self.stage),
             (_, Some((v, stage))) if *v == version => Ok(stage),
-            (current, _) => Err(format!(
-                "the weights of step {version} are not held (current: step {})",
-                current.unwrap_or_default()
-            )),
+            (current, _) => Err(EngineError::WeightsNotHeld {
+                version,
+                current: current.unwrap_or_default(),
+            }),
         }
     }
 
@@ -151,7 +160,7 @@ impl Engine {
         input: &StageInput,
         upstream: &neuroshard_model::Upstream,
         weights: u64,
-    ) -> Result<neuroshard_model::StageGrads, String> {
+    ) -> Result<neuroshard_model::StageGrads, EngineError> {
         let kept = self
             .kept
             .iter()
@@ -159,11 +168,10 @@ impl Engine {
             .and_then(|i| self.kept.remove(i))
             .filter(|k| k.weights == weights && k.input == *input);
         let stage = self.weights(weights)?;
-        match kept {
+        Ok(match kept {
             Some(k) => stage.backward_kept(k.graph, upstream),
             None => stage.backward(input, upstream),
-        }
-        .map_err(|e| e.to_string())
+        }?)
     }
 
     /// Moves the kept weights by what a DiLoCo job just did to the current ones (`before`
@@ -207,13 +215,16 @@ impl Engine {
 
     /// The weights a stage serves: θ₀ when DiLoCo runs (identical on every replica of the
     /// stage, so any replica answers alike), else the current weights.
-    fn serving_runner(&self) -> Result<neuroshard_model::StageRunner, String> {
+    fn serving_runner(&self) -> Result<neuroshard_model::StageRunner, EngineError> {
         let mut params = self.stage.params().clone();
         if let Some(d) = &self.diloco {
-            params.set_flat(d.theta()).map_err(|e| e.to_string())?;
+            params.set_flat(d.theta())?;
         }
-        neuroshard_model::StageRunner::new(self.stage.config().clone(), *self.stage.spec(), &params)
-            .map_err(|e| e.to_string())
+        Ok(neuroshard_model::StageRunner::new(
+            self.stage.config().clone(),
+            *self.stage.spec(),
+            &params,
+        )?)
     }
 
     fn infer(&mut self, steps: Vec<StepJob>, evict: &[StreamKey]) -> EngineOutput {
@@ -221,24 +232,21 @@ impl Engine {
         let mut serving = std::mem::take(&mut self.serving);
         let out = serving.run(version, || self.serving_runner(), steps, evict);
         self.serving = serving;
-        EngineOutput::Inferred(out.into_iter().map(|r| r.map_err(EngineError)).collect())
+        EngineOutput::Inferred(out)
     }
 
-    fn sync_prepare(&mut self, round: u64) -> Result<Prepared, String> {
-        let d = self.diloco.as_mut().ok_or(DILOCO_OFF)?;
-        d.prepare(round, self.stage.params())
-            .map_err(|e| e.to_string())
+    fn sync_prepare(&mut self, round: u64) -> Result<Prepared, EngineError> {
+        let d = self.diloco.as_mut().ok_or(EngineError::DilocoOff)?;
+        Ok(d.prepare(round, self.stage.params())?)
     }
 
     fn sync_apply(
         &mut self,
         round: u64,
         messages: Vec<(NodeId, Vec<u8>)>,
-    ) -> Result<(Applied, Arc<Vec<u8>>), String> {
-        let d = self.diloco.as_mut().ok_or(DILOCO_OFF)?;
-        let applied = d
-            .apply(round, messages, self.stage.params_mut())
-            .map_err(|e| e.to_string())?;
+    ) -> Result<(Applied, Arc<Vec<u8>>), EngineError> {
+        let d = self.diloco.as_mut().ok_or(EngineError::DilocoOff)?;
+        let applied = d.apply(round, messages, self.stage.params_mut())?;
         Ok((applied, Arc::new(encode_adamw(&self.optimizer))))
     }
 
@@ -247,18 +255,20 @@ impl Engine {
         round: u64,
         extra: Vec<(NodeId, Vec<u8>)>,
         set: &[NodeId],
-    ) -> Result<(Applied, Arc<Vec<u8>>), String> {
-        let d = self.diloco.as_mut().ok_or(DILOCO_OFF)?;
-        let applied = d
-            .reapply(round, extra, set, self.stage.params_mut())
-            .map_err(|e| e.to_string())?;
+    ) -> Result<(Applied, Arc<Vec<u8>>), EngineError> {
+        let d = self.diloco.as_mut().ok_or(EngineError::DilocoOff)?;
+        let applied = d.reapply(round, extra, set, self.stage.params_mut())?;
         Ok((applied, Arc::new(encode_adamw(&self.optimizer))))
     }
 
-    fn sync_adopt(&mut self, round: u64, bytes: &[u8], included: bool) -> Result<[u8; 32], String> {
-        let d = self.diloco.as_mut().ok_or(DILOCO_OFF)?;
-        d.adopt(round, bytes, included, self.stage.params_mut())
-            .map_err(|e| e.to_string())
+    fn sync_adopt(
+        &mut self,
+        round: u64,
+        bytes: &[u8],
+        included: bool,
+    ) -> Result<[u8; 32], EngineError> {
+        let d = self.diloco.as_mut().ok_or(EngineError::DilocoOff)?;
+        Ok(d.adopt(round, bytes, included, self.stage.params_mut())?)
     }
 
     /// Runs one job; errors become `JobDone::Failed`, never a panic.
@@ -267,7 +277,7 @@ impl Engine {
             Job::Forward { mb, input, weights } => {
                 match self
                     .weights(weights)
-                    .and_then(|w| w.forward_kept(&input).map_err(|e| e.to_string()))
+                    .and_then(|w| Ok(w.forward_kept(&input)?))
                 {
                     Ok((output, graph)) => {
                         self.keep(KeptForward {
@@ -280,7 +290,7 @@ impl Engine {
                     }
                     Err(error) => JobDone::Failed {
                         mb: Some(mb),
-                        error,
+                        error: error.to_string(),
                     },
                 }
             }
@@ -294,7 +304,7 @@ impl Engine {
                     if g.params.iter().flatten().any(|x| !x.is_finite()) {
                         return JobDone::Failed {
                             mb: Some(mb),
-                            error: "non-finite parameter gradient".into(),
+                            error: EngineError::NonFiniteGradient.to_string(),
                         };
                     }
                     for (acc, v) in self.accum.iter_mut().zip(&g.params) {
@@ -309,7 +319,7 @@ impl Engine {
                 }
                 Err(error) => JobDone::Failed {
                     mb: Some(mb),
-                    error,
+                    error: error.to_string(),
                 },
             },
             Job::Step { step } => {
@@ -335,7 +345,11 @@ impl Engine {
                     }
                     Err(e) => JobDone::Failed {
                         mb: None,
-                        error: format!("optimizer step {step}: {e}"),
+                        error: EngineError::Optimizer {
+                            step,
+                            source: Arc::new(e),
+                        }
+                        .to_string(),
                     },
                 }
             }
@@ -344,16 +358,15 @@ impl Engine {
 
     /// Writes the checkpoint as a whole: into `<dir>.new`, then swapped in by two renames, so
     /// a crash at any moment leaves either the previous or the new checkpoint complete.
-    fn save(&self, dir: &Path, step: u64, extra: serde_json::Value) -> Result<String, String> {
+    fn save(&self, dir: &Path, step: u64, extra: serde_json::Value) -> Result<String, EngineError> {
         let fresh = sibling(dir, "new");
         let old = sibling(dir, "old");
         let _ = std::fs::remove_dir_all(&fresh);
         let mut extra = extra;
         if let Some(d) = &self.diloco {
             // Written before meta.json, whose presence marks a complete checkpoint.
-            std::fs::create_dir_all(&fresh).map_err(|e| e.to_string())?;
-            checkpoint::write_atomic(&fresh.join(DILOCO_FILE), &d.outer_bytes())
-                .map_err(|e| e.to_string())?;
+            std::fs::create_dir_all(&fresh).map_err(|e| file_error(&fresh, e))?;
+            checkpoint::write_atomic(&fresh.join(DILOCO_FILE), &d.outer_bytes())?;
             if let Some(obj) = extra.as_object_mut() {
                 obj.insert(
                     "diloco".into(),
@@ -361,8 +374,7 @@ impl Engine {
                 );
             }
         }
-        let meta = checkpoint::save(&fresh, &self.stage, Some(&self.optimizer), step, extra)
-            .map_err(|e| e.to_string())?;
+        let meta = checkpoint::save(&fresh, &self.stage, Some(&self.optimizer), step, extra)?;
         let swap = || -> std::io::Result<()> {
             let _ = std::fs::remove_dir_all(&old);
             if dir.exists() {
@@ -372,7 +384,7 @@ impl Engine {
             let _ = std::fs::remove_dir_all(&old);
             Ok(())
         };
-        swap().map_err(|e| format!("installing {}: {e}", dir.display()))?;
+        swap().map_err(|e| file_error(dir, e))?;
         Ok(meta.model_hash)
     }
 }
@@ -396,7 +408,6 @@ pub fn latest_checkpoint(dir: &Path) -> Option<PathBuf> {
 
 impl Compute for Engine {
     fn execute(&mut self, job: EngineJob) -> EngineOutput {
-        let err = |e: String| EngineError(e);
         match job {
             EngineJob::Run(job) => {
                 if matches!(job, Job::Step { .. }) && self.diloco.is_none() {
@@ -405,20 +416,18 @@ impl Compute for Engine {
                 EngineOutput::Job(self.run(job))
             }
             EngineJob::Infer { steps, evict } => self.infer(steps, &evict),
-            EngineJob::SyncPrepare { round } => {
-                EngineOutput::Prepared(self.sync_prepare(round).map_err(err))
-            }
+            EngineJob::SyncPrepare { round } => EngineOutput::Prepared(self.sync_prepare(round)),
             EngineJob::SyncApply { round, messages } => {
                 self.serve_version += 1;
                 let before = self.before_moving_weights();
-                let out = self.sync_apply(round, messages).map_err(err);
+                let out = self.sync_apply(round, messages);
                 self.shift_previous(before);
                 EngineOutput::Applied(out)
             }
             EngineJob::SyncReapply { round, extra, set } => {
                 self.serve_version += 1;
                 let before = self.before_moving_weights();
-                let out = self.sync_reapply(round, extra, &set).map_err(err);
+                let out = self.sync_reapply(round, extra, &set);
                 self.shift_previous(before);
                 EngineOutput::Applied(out)
             }
@@ -429,13 +438,13 @@ impl Compute for Engine {
             } => {
                 self.serve_version += 1;
                 let before = self.before_moving_weights();
-                let out = self.sync_adopt(round, &bytes, included).map_err(err);
+                let out = self.sync_adopt(round, &bytes, included);
                 self.shift_previous(before);
                 EngineOutput::Adopted(out)
             }
             EngineJob::Checkpoint { step, mut extra } => {
                 let Some((dir, root)) = self.checkpoint.clone() else {
-                    return EngineOutput::Saved(Err(err("no checkpoint directory".into())));
+                    return EngineOutput::Saved(Err(EngineError::NoCheckpointDir));
                 };
                 if let Some(obj) = extra.as_object_mut() {
                     obj.insert(
@@ -443,7 +452,7 @@ impl Compute for Engine {
                         serde_json::json!({ "root": hex::encode(root) }),
                     );
                 }
-                EngineOutput::Saved(self.save(&dir, step, extra).map_err(err))
+                EngineOutput::Saved(self.save(&dir, step, extra))
             }
         }
     }
@@ -520,6 +529,7 @@ pub fn next_job(waiting: &mut VecDeque<(Token, EngineJob)>) -> Option<(Token, En
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::replica::ReplicaError;
     use crate::replica::tests::{cfg, tiny_config};
     use neuroshard_model::{AdamWConfig, StageSpec};
 
@@ -570,23 +580,23 @@ mod tests {
         let back = load_diloco(&ck, &meta, dcfg(), n).unwrap();
         assert_eq!(back.hash(), hash);
         // Another stage size, a truncated file, a missing file: each refused with the reason.
-        assert!(
-            load_diloco(&ck, &meta, dcfg(), n + 1)
-                .err()
-                .unwrap()
-                .contains("values")
-        );
+        assert!(matches!(
+            load_diloco(&ck, &meta, dcfg(), n + 1),
+            Err(EngineError::DilocoState { source, .. })
+                if matches!(*source, ReplicaError::StateLength { .. })
+        ));
         let file = ck.join(DILOCO_FILE);
         let bytes = std::fs::read(&file).unwrap();
         std::fs::write(&file, &bytes[..bytes.len() / 2]).unwrap();
-        assert!(
-            load_diloco(&ck, &meta, dcfg(), n)
-                .err()
-                .unwrap()
-                .contains("differs")
-        );
+        assert!(matches!(
+            load_diloco(&ck, &meta, dcfg(), n),
+            Err(EngineError::DilocoHash { .. })
+        ));
         std::fs::remove_file(&file).unwrap();
-        assert!(load_diloco(&ck, &meta, dcfg(), n).is_err());
+        assert!(matches!(
+            load_diloco(&ck, &meta, dcfg(), n),
+            Err(EngineError::File { .. })
+        ));
         assert_eq!(latest_checkpoint(&ck), Some(ck.clone()));
     }
 

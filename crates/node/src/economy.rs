@@ -99,6 +99,21 @@ pub enum ReceiptRefused {
     Signature(SignatureError),
 }
 
+/// Why a proof claims nothing this network produces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ClaimRefused {
+    #[error("proof of another network {}", hex::encode(.0))]
+    OtherNetwork(Hash32),
+    #[error("the network does not produce {0:?} proofs")]
+    Kind(ProofKind),
+    #[error(
+        "layers {}..{} with roles {roles:?} are no stage of this network",
+        layers.start,
+        layers.end
+    )]
+    NoSuchStage { layers: LayerRange, roles: Roles },
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum EconomyError {
     #[error("ledger storage: {0}")]
@@ -356,22 +371,18 @@ impl Economy {
     /// and roles. Uptime, Verification and Inference proofs need no receipt, so each would
     /// mint for free; none is made by any node here. Content-only, so every node decides
     /// alike. Returns the stage.
-    fn check_claim(&self, p: &Proof) -> Result<u16, String> {
+    fn check_claim(&self, p: &Proof) -> Result<u16, ClaimRefused> {
         if p.network != self.cfg.network {
-            return Err(format!(
-                "proof of another network {}",
-                hex::encode(p.network)
-            ));
+            return Err(ClaimRefused::OtherNetwork(p.network));
         }
         if p.kind != ProofKind::Training {
-            return Err(format!("the network does not produce {:?} proofs", p.kind));
+            return Err(ClaimRefused::Kind(p.kind));
         }
-        self.stage_of(p.layers, p.roles).ok_or_else(|| {
-            format!(
-                "layers {}..{} with roles {:?} are no stage of this network",
-                p.layers.start, p.layers.end, p.roles
-            )
-        })
+        self.stage_of(p.layers, p.roles)
+            .ok_or(ClaimRefused::NoSuchStage {
+                layers: p.layers,
+                roles: p.roles,
+            })
     }
 
     /// Whether the prover and enough receipt signers are registered for `stage`. Only
@@ -428,7 +439,7 @@ impl Economy {
         };
         let stage = match self.check_claim(verified.proof()) {
             Ok(stage) => stage,
-            Err(reason) => return ProofOutcome::Rejected(reason),
+            Err(reason) => return ProofOutcome::Rejected(reason.to_string()),
         };
         match self.standing(verified.proof(), stage) {
             Standing::Ready => self.apply(&verified, wire),

@@ -15,11 +15,13 @@ use neuroshard_model::{Activations, Batch, ModelConfig, StageInput, Tokens, Upst
 use neuroshard_proof::{Hash32, NodeId};
 
 use crate::act_codec::{self, ActSpec, Expect, Scheme};
+use crate::core::TransferError;
 use crate::events::{Clock, NodeEvent};
 use crate::peers::PeerTable;
 use crate::records::Role;
 use crate::router;
 use crate::wire::{Ack, MicroBatchId, Msg, Payload, TargetWindow, Targets};
+pub use refusal::Refusal;
 
 #[derive(Debug, Clone)]
 pub struct PipelineConfig {
@@ -303,7 +305,8 @@ impl Pipeline {
                 (Ack::Accepted, answer)
             }
             Ok(other) => (other, Vec::new()),
-            Err(reason) => {
+            Err(refusal) => {
+                let reason = refusal.to_string();
                 let actions = vec![
                     Action::Penalize {
                         peer: from,
@@ -331,37 +334,28 @@ impl Pipeline {
         targets: Targets,
         now: Instant,
         answer: &mut Vec<Action>,
-    ) -> Result<Ack, String> {
+    ) -> Result<Ack, Refusal> {
         if self.is_first() {
-            return Err(format!(
-                "stage 0 takes no forward input (micro-batch {})",
-                mb.short()
-            ));
+            return Err(Refusal::ForwardToFirstStage(mb.short()));
         }
         let Payload::Hidden(packed) = input else {
-            return Err(format!(
-                "stage {} takes hidden states, got token ids",
-                self.cfg.stage
-            ));
+            return Err(Refusal::TokensToLaterStage(self.cfg.stage));
         };
-        let acts = packed
-            .unpack(&self.expect(self.cfg.activations.forward))
-            .map_err(|e| e.to_string())?;
-        acts.validate(&self.cfg.model).map_err(|e| e.to_string())?;
+        let acts = packed.unpack(&self.expect(self.cfg.activations.forward))?;
+        acts.validate(&self.cfg.model)?;
         if self.is_last() && targets.ids.len() != acts.batch * acts.seq {
-            return Err(format!(
-                "{} targets for a [{}, {}] micro-batch",
-                targets.ids.len(),
-                acts.batch,
-                acts.seq
-            ));
+            return Err(Refusal::TargetCount {
+                targets: targets.ids.len(),
+                batch: acts.batch,
+                seq: acts.seq,
+            });
         }
         if let Some(&bad) = targets
             .ids
             .iter()
             .find(|&&t| t as usize >= self.cfg.model.vocab)
         {
-            return Err(format!("target id {bad} outside the vocabulary"));
+            return Err(Refusal::TargetOutsideVocabulary(bad));
         }
         if let Some(ack) = self.repeated_forward(from, mb, &acts, &targets, answer) {
             return Ok(ack);
@@ -403,9 +397,9 @@ impl Pipeline {
         mb: MicroBatchId,
         grad: act_codec::Packed,
         loss: f32,
-    ) -> Result<Ack, String> {
+    ) -> Result<Ack, Refusal> {
         if self.is_last() {
-            return Err("the last stage takes no gradient".into());
+            return Err(Refusal::GradientToLastStage);
         }
         let sent_earlier = self
             .sent_to
@@ -419,40 +413,34 @@ impl Pipeline {
                     mb.short()
                 )));
             }
-            return Err(format!(
-                "gradient for micro-batch {} this node never sent",
-                mb.short()
-            ));
+            return Err(Refusal::NeverSent(mb.short()));
         };
         // A replica it was sent to before a failover may still answer first; its gradient is
         // as good as the new one's.
         if out.to != Some(from) && !sent_earlier {
-            return Err(format!(
-                "gradient for micro-batch {} from a replica it was not sent to",
-                mb.short()
-            ));
+            return Err(Refusal::NotSentThere(mb.short()));
         }
         let waiting_on = out.to;
-        let grad = grad
-            .unpack(&self.expect(self.cfg.activations.backward))
-            .map_err(|e| e.to_string())?;
-        grad.validate(&self.cfg.model).map_err(|e| e.to_string())?;
+        let grad = grad.unpack(&self.expect(self.cfg.activations.backward))?;
+        grad.validate(&self.cfg.model)?;
         if !loss.is_finite() {
-            return Err(format!("loss {loss} is not finite"));
+            return Err(Refusal::NonFiniteLoss(loss));
         }
         let stashed = self
             .stash
             .get_mut(&mb)
-            .ok_or_else(|| format!("no stashed input for micro-batch {}", mb.short()))?;
+            .ok_or_else(|| Refusal::NotStashed(mb.short()))?;
         let (b, s) = match &stashed.input {
             StageInput::Tokens(t) => (t.batch, t.seq),
             StageInput::Hidden(a) => (a.batch, a.seq),
         };
         if (grad.batch, grad.seq) != (b, s) {
-            return Err(format!(
-                "gradient shape [{}, {}] for a [{b}, {s}] micro-batch",
-                grad.batch, grad.seq
-            ));
+            return Err(Refusal::GradientShape {
+                got_batch: grad.batch,
+                got_seq: grad.seq,
+                batch: b,
+                seq: s,
+            });
         }
         stashed.loss = Some(loss);
         stashed.grad = Some(grad);
@@ -629,6 +617,7 @@ impl Pipeline {
     }
 }
 
+mod refusal;
 mod repeat;
 mod routing;
 mod schedule;

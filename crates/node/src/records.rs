@@ -297,16 +297,19 @@ pub fn validate_provider_key(key: &[u8], network: Option<&Hash32>, stages: usize
 }
 
 /// Verifies a signed value and that `author` (when known) is its signer.
-pub fn open<T: Canonical>(bytes: &[u8], author: Option<&NodeId>) -> Result<T, String> {
-    let signed = Signed::<T>::from_bytes(bytes).map_err(|e| e.to_string())?;
-    let value = signed.verify().map_err(|e| e.to_string())?;
+pub fn open<T: Canonical>(
+    bytes: &[u8],
+    author: Option<&NodeId>,
+) -> Result<T, crate::core::OpenError> {
+    let signed = Signed::<T>::from_bytes(bytes)?;
+    let value = signed.verify()?;
     if let Some(author) = author
         && signed.signer().node_id() != *author
     {
-        return Err(format!(
-            "signed by {} but sent by {author}",
-            signed.signer().node_id()
-        ));
+        return Err(crate::core::OpenError::NotTheSender {
+            signer: signed.signer().node_id(),
+            from: *author,
+        });
     }
     Ok(value)
 }

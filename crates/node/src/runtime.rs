@@ -268,7 +268,7 @@ pub async fn run_serving(
         model_hash: core.last_saved().and_then(|r| r.as_ref().ok().cloned()),
         error: core
             .last_saved()
-            .and_then(|r| r.as_ref().err().map(|e| e.0.clone())),
+            .and_then(|r| r.as_ref().err().map(|e| e.to_string())),
         net: Some(Box::new(net.counters())),
         sync_round: core.sync_round(),
         theta: hex::encode(core.theta()),

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use neuroshard_model::{AdamW, AdamWConfig, Batch, ModelConfig, Stage, StageSpec, Trainer};
 use neuroshard_node::act_codec::{ActSpec, Packed, Scheme, pack};
 use neuroshard_node::compute::Engine;
+use neuroshard_node::core::TransferError;
 use neuroshard_node::events::{Clock, NodeEvent};
 use neuroshard_node::records::Heartbeat;
 use neuroshard_node::wire::Msg;
@@ -207,7 +208,7 @@ impl Sim {
                     self.apply(t, actions);
                     Ok(ack)
                 }
-                _ => Err("connection closed".to_string()),
+                _ => Err(TransferError("connection closed".to_string())),
             };
             if self.replicas[from_i].alive {
                 let a = self.replicas[from_i].pipeline.on_send_result(

@@ -48,7 +48,7 @@ impl StandIn {
         let mut rng = ChaCha8Rng::seed_from_u64(seed ^ (spec.first_layer as u64) << 32 ^ 0x7a);
         let target = (0..n).map(|_| rng.random_range(-0.5f32..0.5)).collect();
         let diloco = match diloco {
-            Some(cfg) => Some(Diloco::new(cfg, &params).map_err(|e| EngineError(e.to_string()))?),
+            Some(cfg) => Some(Diloco::new(cfg, &params)?),
             None => None,
         };
         let optimizer_blob = Arc::new(encode_adamw(&AdamW::new(AdamWConfig::default(), &params)));
@@ -201,9 +201,7 @@ impl StandIn {
     }
 
     fn diloco_mut(&mut self) -> Result<&mut Diloco, EngineError> {
-        self.diloco
-            .as_mut()
-            .ok_or_else(|| EngineError("DiLoCo is off".into()))
+        self.diloco.as_mut().ok_or(EngineError::DilocoOff)
     }
 }
 
@@ -214,26 +212,24 @@ impl Compute for StandIn {
             EngineJob::Run(job) => EngineOutput::Job(self.run(job)),
             EngineJob::SyncPrepare { round } => {
                 let params = self.params.clone();
-                EngineOutput::Prepared(self.diloco_mut().and_then(|d| {
-                    d.prepare(round, &params)
-                        .map_err(|e| EngineError(e.to_string()))
-                }))
+                EngineOutput::Prepared(
+                    self.diloco_mut()
+                        .and_then(|d| Ok(d.prepare(round, &params)?)),
+                )
             }
             EngineJob::SyncApply { round, messages } => {
                 let mut params = self.params.clone();
-                let r = self.diloco_mut().and_then(|d| {
-                    d.apply(round, messages, &mut params)
-                        .map_err(|e| EngineError(e.to_string()))
-                });
+                let r = self
+                    .diloco_mut()
+                    .and_then(|d| Ok(d.apply(round, messages, &mut params)?));
                 self.params = params;
                 EngineOutput::Applied(r.map(|a| (a, opt)))
             }
             EngineJob::SyncReapply { round, extra, set } => {
                 let mut params = self.params.clone();
-                let r = self.diloco_mut().and_then(|d| {
-                    d.reapply(round, extra, &set, &mut params)
-                        .map_err(|e| EngineError(e.to_string()))
-                });
+                let r = self
+                    .diloco_mut()
+                    .and_then(|d| Ok(d.reapply(round, extra, &set, &mut params)?));
                 self.params = params;
                 EngineOutput::Applied(r.map(|a| (a, opt)))
             }
@@ -243,19 +239,15 @@ impl Compute for StandIn {
                 included,
             } => {
                 let mut params = self.params.clone();
-                let r = self.diloco_mut().and_then(|d| {
-                    d.adopt(round, &bytes, included, &mut params)
-                        .map_err(|e| EngineError(e.to_string()))
-                });
+                let r = self
+                    .diloco_mut()
+                    .and_then(|d| Ok(d.adopt(round, &bytes, included, &mut params)?));
                 self.params = params;
                 EngineOutput::Adopted(r)
             }
-            EngineJob::Infer { steps, .. } => EngineOutput::Inferred(
-                steps
-                    .iter()
-                    .map(|_| Err(EngineError("the stand-in has no model to serve".into())))
-                    .collect(),
-            ),
+            EngineJob::Infer { steps, .. } => {
+                EngineOutput::Inferred(steps.iter().map(|_| Err(EngineError::NoModel)).collect())
+            }
             EngineJob::Checkpoint { .. } => {
                 let mut copy = self.clone();
                 copy.saved = None;

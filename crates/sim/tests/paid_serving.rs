@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use neuroshard_ledger::{AccountOp, Action, INFERENCE_BURN_BPS};
 
+use neuroshard_node::core::PaymentRefused;
 use neuroshard_node::serve::{Completion, OpenError, SampleSpec, ServeEvent};
 use neuroshard_sim::{Sim, UNIX_START_MS, real_network, serving_model, settings};
 
@@ -56,7 +57,7 @@ fn payment(sim: &Sim, payer: usize, entry: usize, per_stage: u64) -> Vec<u8> {
     .to_bytes()
 }
 
-fn refused(r: Result<u64, OpenError>) -> String {
+fn refused(r: Result<u64, OpenError>) -> PaymentRefused {
     match r {
         Err(OpenError::Payment(m)) => m,
         other => panic!("expected a payment refusal, got {other:?}"),
@@ -83,12 +84,21 @@ fn a_paid_request_is_settled_on_every_ledger_and_its_payment_cannot_be_reused() 
     let per_stage = balance / 10;
     // More than the payer holds.
     let greedy = payment(&sim, payer, entry, balance);
-    assert!(refused(sim.open_stream(entry, request(Some(greedy)))).contains("holds"));
+    assert!(matches!(
+        refused(sim.open_stream(entry, request(Some(greedy)))),
+        PaymentRefused::Balance { .. }
+    ));
     // A payment naming node 0 is no good at node 1, even with the same fee.
     let paid = payment(&sim, payer, entry, per_stage);
-    assert!(refused(sim.open_stream(1, request(Some(paid.clone())))).contains("entry node"));
+    assert!(matches!(
+        refused(sim.open_stream(1, request(Some(paid.clone())))),
+        PaymentRefused::OtherEntry(_)
+    ));
     // Garbage.
-    assert!(!refused(sim.open_stream(entry, request(Some(vec![1, 2, 3])))).is_empty());
+    assert!(matches!(
+        refused(sim.open_stream(entry, request(Some(vec![1, 2, 3])))),
+        PaymentRefused::Envelope(_)
+    ));
 
     let burned_before: Vec<u64> = (0..sim.len())
         .map(|i| sim.core(i).unwrap().economy().ledger().burned())
@@ -104,7 +114,10 @@ fn a_paid_request_is_settled_on_every_ledger_and_its_payment_cannot_be_reused() 
         .open_stream(entry, request(Some(paid.clone())))
         .expect("a good payment opens the stream");
     // The same payment for a second stream while the first is served.
-    assert!(refused(sim.open_stream(entry, request(Some(paid.clone())))).contains("in progress"));
+    assert!(matches!(
+        refused(sim.open_stream(entry, request(Some(paid.clone())))),
+        PaymentRefused::InProgress
+    ));
     sim.run_until(sim.elapsed() + Duration::from_secs(15));
     let tokens = sim
         .served(entry)
@@ -125,7 +138,10 @@ fn a_paid_request_is_settled_on_every_ledger_and_its_payment_cannot_be_reused() 
         assert_eq!(ledger.burned(), before + 2 * burn, "node {i}");
     }
     // Settled: the payment is spent and opens nothing again.
-    assert!(refused(sim.open_stream(entry, request(Some(paid)))).contains("nonce"));
+    assert!(matches!(
+        refused(sim.open_stream(entry, request(Some(paid)))),
+        PaymentRefused::Nonce { .. }
+    ));
 }
 
 #[test]
@@ -137,7 +153,10 @@ fn a_paid_only_node_refuses_free_requests() {
         paid_only: true,
         ..Default::default()
     });
-    assert!(refused(sim.open_stream(0, request(None))).contains("paid requests only"));
+    assert!(matches!(
+        refused(sim.open_stream(0, request(None))),
+        PaymentRefused::PaidOnly
+    ));
     // Another node, left free, serves it.
     assert!(sim.open_stream(1, request(None)).is_ok());
 }

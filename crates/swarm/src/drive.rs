@@ -48,17 +48,28 @@ impl ChaosRun {
 }
 
 /// Runs `ip -n NS link set lk0 STATE`, the device `bench/links.sh` gives each namespace.
-fn set_link(ns: &str, up: bool) -> Result<(), String> {
+fn set_link(ns: &str, up: bool) -> Result<(), LinkError> {
     let state = if up { "up" } else { "down" };
     let out = Command::new("ip")
         .args(["-n", ns, "link", "set", "lk0", state])
-        .output()
-        .map_err(|e| format!("ip: {e}"))?;
+        .output()?;
     if out.status.success() {
         Ok(())
     } else {
-        Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
+        Err(LinkError::Refused(
+            String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        ))
     }
+}
+
+/// Why `ip` did not set a link.
+#[derive(Debug, thiserror::Error)]
+enum LinkError {
+    #[error("ip: {0}")]
+    Run(#[from] std::io::Error),
+    /// What `ip` printed.
+    #[error("{0}")]
+    Refused(String),
 }
 
 impl Swarm<'_> {

@@ -13,7 +13,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use neuroshard_linkem::Rng;
-use neuroshard_net::{Address, Net, NetConfig};
+use neuroshard_net::{Address, Net, NetConfig, NetError};
 use serde::Serialize;
 use tokio::io::AsyncWriteExt;
 
@@ -165,7 +165,7 @@ fn run(
         gossip(&target, &listen_ip, seed, &counts, &stop).await
     });
     stats.p2p_dialled = p2p.is_ok();
-    stats.p2p_error = p2p.err();
+    stats.p2p_error = p2p.err().map(|e| e.to_string());
     stats.secs = started.elapsed().as_secs_f64();
     stats.tcp_connections = counts.conns.load(Ordering::Relaxed);
     stats.tcp_connect_errors = counts.conn_errors.load(Ordering::Relaxed);
@@ -216,6 +216,21 @@ async fn junk_connection(
     }
 }
 
+/// Why the hostile libp2p peer could not flood.
+#[derive(Debug, thiserror::Error)]
+enum FloodError {
+    #[error("address: {0}")]
+    Address(#[from] NetError),
+    #[error("could not start the hostile libp2p peer")]
+    Start,
+    #[error("no topic to flood")]
+    NoTopic,
+    #[error("dialling the victim: {0}")]
+    Dial(NetError),
+    #[error("never dialled the victim")]
+    NeverDialled,
+}
+
 /// A libp2p peer with a fresh key: dials the victim and publishes junk on every topic.
 async fn gossip(
     target: &Target,
@@ -223,11 +238,9 @@ async fn gossip(
     seed: u64,
     counts: &Counts,
     stop: &AtomicBool,
-) -> Result<(), String> {
+) -> Result<(), FloodError> {
     let mut rng = Rng::new(seed ^ 0x5EED);
-    let listen: Address = format!("/ip4/{listen_ip}/tcp/0")
-        .parse()
-        .map_err(|e| format!("{e}"))?;
+    let listen: Address = format!("/ip4/{listen_ip}/tcp/0").parse()?;
     let cfg = NetConfig {
         listen: vec![listen],
         topics: target.topics.clone(),
@@ -243,11 +256,11 @@ async fn gossip(
             break;
         }
     }
-    let (net, mut events) = started.ok_or("could not start the hostile libp2p peer")?;
+    let (net, mut events) = started.ok_or(FloodError::Start)?;
     tokio::spawn(async move { while events.recv().await.is_some() {} });
-    let addr: Address = target.p2p.parse().map_err(|e| format!("{e}"))?;
+    let addr: Address = target.p2p.parse()?;
     if target.topics.is_empty() {
-        return Err("no topic to flood".into());
+        return Err(FloodError::NoTopic);
     }
     let mut dialled = false;
     let mut last_dial: Option<Instant> = None;
@@ -261,7 +274,7 @@ async fn gossip(
                 Ok(()) => dialled = true,
                 Err(e) => {
                     counts.dial_errors.fetch_add(1, Ordering::Relaxed);
-                    last_error = Some(e.to_string());
+                    last_error = Some(e);
                 }
             }
         }
@@ -279,8 +292,8 @@ async fn gossip(
     }
     net.shutdown().await;
     match (dialled, last_error) {
-        (false, Some(e)) => Err(format!("dialling the victim: {e}")),
-        (false, None) => Err("never dialled the victim".into()),
+        (false, Some(e)) => Err(FloodError::Dial(e)),
+        (false, None) => Err(FloodError::NeverDialled),
         _ => Ok(()),
     }
 }

@@ -34,17 +34,16 @@ fn hashes_of(conn: &rusqlite::Connection) -> rusqlite::Result<Vec<ProofHash>> {
 
 /// The proof hashes a running node's ledger holds now. Read-only, with a short busy wait,
 /// so the node's writes are never blocked for long.
-pub fn ledger_hashes(dir: &Path) -> Result<Vec<ProofHash>, String> {
+pub fn ledger_hashes(dir: &Path) -> Result<Vec<ProofHash>, rusqlite::Error> {
     let path = dir.join(neuroshard_ledger::LEDGER_FILE);
     if !path.exists() {
         return Ok(Vec::new());
     }
     let flags =
         rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX;
-    let conn = rusqlite::Connection::open_with_flags(&path, flags).map_err(|e| e.to_string())?;
-    conn.busy_timeout(Duration::from_millis(200))
-        .map_err(|e| e.to_string())?;
-    hashes_of(&conn).map_err(|e| e.to_string())
+    let conn = rusqlite::Connection::open_with_flags(&path, flags)?;
+    conn.busy_timeout(Duration::from_millis(200))?;
+    hashes_of(&conn)
 }
 
 /// A stopped node's ledger, opened as the node opens it (so its state hash is recomputed

@@ -14,6 +14,7 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use super::NodeCore;
+use super::serve::StreamError;
 use crate::events::NodeEvent;
 use crate::genesis_source::ROUND_STEPS_WITHOUT_SYNC;
 
@@ -117,7 +118,7 @@ impl NodeCore {
     pub(super) fn on_eval_stream_end(
         &mut self,
         stream: u64,
-        result: Result<(f64, usize), String>,
+        result: Result<(f64, usize), StreamError>,
         now: Instant,
     ) {
         let Some(r) = self.eval.running.as_mut() else {

@@ -1,14 +1,17 @@
 //! What goes in and out of a [`super::NodeCore`]: messages, transmits, engine jobs and
 //! their results. Plain data, so a runtime over libp2p and the simulator drive the same core.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
+use neuroshard_model::ModelError;
 use neuroshard_proof::{Canonical, Hash32, NodeId, PublicKey, Signed};
 
 use crate::pipeline::{Job, JobDone};
 use crate::records::Topic;
-use crate::replica::{Applied, Prepared};
+use crate::replica::{Applied, Prepared, ReplicaError};
 use crate::serve::engine::{StepJob, StepResult, StreamKey};
+use crate::serve::wire::SampleError;
 
 /// Identifies a request, a blob fetch or an engine job of one core.
 pub type Token = u64;
@@ -18,10 +21,67 @@ pub type Token = u64;
 #[error("{0}")]
 pub struct TransferError(pub String);
 
-/// Why an engine job failed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct EngineError(pub String);
+/// Why an engine job failed. Sources sit behind `Arc` so that an [`EngineOutput`] stays
+/// `Clone` (the simulator replays them).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum EngineError {
+    #[error("DiLoCo is off")]
+    DilocoOff,
+    #[error("the weights of step {version} are not held (current: step {current})")]
+    WeightsNotHeld { version: u64, current: u64 },
+    #[error("non-finite parameter gradient")]
+    NonFiniteGradient,
+    #[error("optimizer step {step}: {source}")]
+    Optimizer { step: u64, source: Arc<ModelError> },
+    #[error(transparent)]
+    Model(Arc<ModelError>),
+    #[error(transparent)]
+    Replica(Arc<ReplicaError>),
+    #[error("no checkpoint directory")]
+    NoCheckpointDir,
+    #[error("{}: {source}", path.display())]
+    File {
+        path: PathBuf,
+        source: Arc<std::io::Error>,
+    },
+    #[error("{}: hash {got} differs from the checkpoint's {want:?}", path.display())]
+    DilocoHash {
+        path: PathBuf,
+        got: String,
+        want: String,
+    },
+    #[error("{}: {source}", path.display())]
+    DilocoState {
+        path: PathBuf,
+        source: Arc<ReplicaError>,
+    },
+    #[error("no serving weights")]
+    NoServingWeights,
+    #[error("a step without input")]
+    EmptyStep,
+    #[error("the last stage needs sampling rules")]
+    NoSampling,
+    #[error("the sampler's position does not fit 64 bits")]
+    SamplerPosition,
+    #[error("{0}")]
+    Sample(#[from] SampleError),
+    #[error("no result")]
+    NoResult,
+    #[error("this engine has no model to serve")]
+    NoModel,
+}
+
+impl From<ModelError> for EngineError {
+    fn from(e: ModelError) -> Self {
+        Self::Model(Arc::new(e))
+    }
+}
+
+impl From<ReplicaError> for EngineError {
+    fn from(e: ReplicaError) -> Self {
+        Self::Replica(Arc::new(e))
+    }
+}
 
 /// Something a peer sent, or the transport noticed about a peer.
 #[derive(Debug, Clone)]

@@ -45,6 +45,7 @@ pub use io::{
 };
 use rounds::RoundState;
 pub use rounds::{outer_state_limit, stage_claim};
+pub use serve_pay::PaymentRefused;
 
 use crate::economy::{Economy, LedgerSyncResponse, LedgerWrite};
 use crate::events::{Clock, LedgerSummary, NodeEvent};
@@ -339,7 +340,7 @@ impl NodeCore {
                 let ms = now.saturating_duration_since(since).as_secs_f64() * 1e3;
                 let (model_hash, error) = match &result {
                     Ok(h) => (Some(h.clone()), None),
-                    Err(e) => (None, Some(e.0.clone())),
+                    Err(e) => (None, Some(e.to_string())),
                 };
                 self.last_saved = Some(result);
                 let time_ms = self.unix_ms(now);
@@ -567,8 +568,9 @@ impl NodeCore {
         match self.requests.remove(&token) {
             // The answer is for the peer we sent to, whoever the transport says it is from.
             Some(Pending::Pipeline { to, mb, kind }) => {
-                let result = result.map_err(|e| e.0).and_then(|bytes| {
-                    Ack::from_canonical_bytes(&bytes).map_err(|e| format!("bad answer: {e}"))
+                let result = result.and_then(|bytes| {
+                    Ack::from_canonical_bytes(&bytes)
+                        .map_err(|e| TransferError(format!("bad answer: {e}")))
                 });
                 let actions = self.pipeline.on_send_result(to, mb, kind, result, now);
                 self.run_actions(actions, now);
@@ -602,16 +604,16 @@ impl NodeCore {
                 }
             }
             Some(Pending::Infer { stream, hop }) => {
-                let answer = result.map_err(|e| e.0).and_then(|bytes| {
+                let answer = result.and_then(|bytes| {
                     crate::serve::InferReply::from_canonical_bytes(&bytes)
-                        .map_err(|e| format!("bad answer: {e}"))
+                        .map_err(|e| TransferError(format!("bad answer: {e}")))
                 });
                 self.on_hop_answer(stream, hop, answer, now);
             }
             Some(Pending::Receipt { stream, from }) => {
-                let answer = result.map_err(|e| e.0).and_then(|bytes| {
+                let answer = result.and_then(|bytes| {
                     crate::serve::InferReply::from_canonical_bytes(&bytes)
-                        .map_err(|e| format!("bad answer: {e}"))
+                        .map_err(|e| TransferError(format!("bad answer: {e}")))
                 });
                 self.on_receipt(stream, from, answer, now);
             }

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use neuroshard_proof::{Canonical, NodeId};
 
-use super::{NodeCore, Token, Transmit};
+use super::{BatchError, NodeCore, Token, Transmit};
 use crate::economy::LedgerSyncRequest;
 use crate::events::NodeEvent;
 use crate::wire::{Ack, Msg};
@@ -85,12 +85,11 @@ impl NodeCore {
 
     /// On the last stage, the targets of a forward message must be the genesis windows its
     /// driver read them from: whoever forwards them cannot train in text of their own.
-    fn check_targets(&self, msg: &Msg) -> Result<(), String> {
+    fn check_targets(&self, msg: &Msg) -> Result<(), BatchError> {
         match msg {
             Msg::Forward { mb, targets, .. } if self.stage + 1 == self.settings.stages => self
                 .data
-                .check_targets(&mb.origin, mb.step, self.settings.seq, targets)
-                .map_err(|e| e.0),
+                .check_targets(&mb.origin, mb.step, self.settings.seq, targets),
             _ => Ok(()),
         }
     }

@@ -8,12 +8,21 @@ use std::time::{Duration, Instant};
 use neuroshard_proof::{Canonical, NodeId};
 
 use super::serve_pay::{Paid, Settling};
-use super::{NodeCore, Pending, Token, Transmit};
+use super::{NodeCore, Pending, Token, TransferError, Transmit};
 use crate::serve::engine::{StepJob, StreamKey};
 use crate::serve::{
     Chunk, Completion, Finish, Head, InferMsg, InferReply, OpenError, SampleSpec, ServeEvent,
     ServeLimits,
 };
+
+/// Why a stream ended without its answer.
+#[derive(Debug, Clone, thiserror::Error)]
+pub(super) enum StreamError {
+    #[error("no live replica of stage {0} left")]
+    NoReplica(usize),
+    #[error("ended ({0:?}) before it was scored")]
+    Unscored(Finish),
+}
 
 /// Service time the router assumes per queued inference step.
 const STEP_TIME: Duration = Duration::from_millis(5);
@@ -169,7 +178,7 @@ impl NodeCore {
             return bad("max_tokens must be at least 1".into());
         }
         if let Err(e) = req.sample.check(model.vocab) {
-            return bad(e);
+            return bad(e.to_string());
         }
         if self.serve.streams.len() >= self.serve.limits.max_streams {
             return Err(OpenError::Full(self.serve.streams.len()));
@@ -311,7 +320,7 @@ impl NodeCore {
                 .map(|n| (n, true))
         });
         let Some((to, fresh)) = choice else {
-            self.end_stream(id, Err(format!("no live replica of stage {st} left")), now);
+            self.end_stream(id, Err(StreamError::NoReplica(st)), now);
             return;
         };
         let s = self.serve.streams.get_mut(&id).expect("checked above");
@@ -366,7 +375,7 @@ impl NodeCore {
         &mut self,
         id: u64,
         hop_id: u64,
-        answer: Result<InferReply, String>,
+        answer: Result<InferReply, TransferError>,
         now: Instant,
     ) {
         let (d, vocab, last) = (
@@ -444,7 +453,7 @@ impl NodeCore {
             Ok(InferReply::Busy) => Next::Fail("busy".into(), false),
             Ok(InferReply::Rejected(why)) => Next::Fail(format!("rejected: {why}"), false),
             Ok(other) => Next::Fail(format!("unexpected {} answer", reply_kind(&other)), true),
-            Err(e) => Next::Fail(e, false),
+            Err(e) => Next::Fail(e.0, false),
         };
         if matches!(
             next,
@@ -509,7 +518,7 @@ impl NodeCore {
         self.route_hop(id, now);
     }
 
-    fn end_stream(&mut self, id: u64, how: Result<Finish, String>, now: Instant) {
+    fn end_stream(&mut self, id: u64, how: Result<Finish, StreamError>, now: Instant) {
         let Some(s) = self.serve.streams.remove(&id) else {
             return;
         };
@@ -523,7 +532,7 @@ impl NodeCore {
         if let Some(sc) = s.score {
             let result = match (how, sc.nll) {
                 (Ok(_), Some(nll)) => Ok((nll, sc.targets.len())),
-                (Ok(reason), None) => Err(format!("ended ({reason:?}) before it was scored")),
+                (Ok(reason), None) => Err(StreamError::Unscored(reason)),
                 (Err(e), _) => Err(e),
             };
             self.on_eval_stream_end(id, result, now);
@@ -531,7 +540,10 @@ impl NodeCore {
         }
         self.serve.events.push_back(match how {
             Ok(reason) => ServeEvent::Finished { stream: id, reason },
-            Err(error) => ServeEvent::Failed { stream: id, error },
+            Err(error) => ServeEvent::Failed {
+                stream: id,
+                error: error.to_string(),
+            },
         });
     }
 

@@ -7,13 +7,45 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use neuroshard_ledger::{Action, ServeReceipt, Settlement, SignedOp, check_fresh, verify_op};
-use neuroshard_proof::{Canonical, Hash32, NodeId, Signed};
+use neuroshard_ledger::{
+    Action, OpError, ServeReceipt, Settlement, SignedOp, check_fresh, verify_op,
+};
+use neuroshard_proof::{Canonical, EnvelopeError, Hash32, NodeId, Signed};
 
 use super::serve::Reply;
-use super::{NodeCore, Pending, Transmit};
+use super::{NodeCore, Pending, TransferError, Transmit};
 use crate::records::Topic;
 use crate::serve::{InferMsg, InferReply};
+
+/// Why a stream's payment is refused (missing on a paid-only node, malformed, or not good
+/// for this node).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PaymentRefused {
+    #[error("this node serves paid requests only")]
+    PaidOnly,
+    #[error(transparent)]
+    Envelope(#[from] EnvelopeError),
+    #[error(transparent)]
+    Op(#[from] OpError),
+    #[error("not an inference payment")]
+    NotAPayment,
+    #[error("the payment is for another network")]
+    OtherNetwork,
+    #[error("the payment names entry node {0}, not this one")]
+    OtherEntry(NodeId),
+    #[error("the payment covers {stages} stages; this network has {network}")]
+    Stages { stages: u16, network: usize },
+    #[error("the fee per stage {per_stage} is below this node's {min}")]
+    FeeTooLow { per_stage: u64, min: u64 },
+    #[error("the fee overflows")]
+    FeeOverflow,
+    #[error("the payer holds {holds} of the {offers} it offers")]
+    Balance { holds: u64, offers: u64 },
+    #[error("the payment uses nonce {nonce}, the payer's next is {next}")]
+    Nonce { nonce: u64, next: u64 },
+    #[error("the payer has a paid stream in progress on this node")]
+    InProgress,
+}
 
 /// A stream's checked payment.
 #[derive(Debug, Clone)]
@@ -48,17 +80,17 @@ impl NodeCore {
         &self,
         payment: Option<&[u8]>,
         now: Instant,
-    ) -> Result<Option<Paid>, String> {
+    ) -> Result<Option<Paid>, PaymentRefused> {
         let limits = self.serve.limits;
         let Some(wire) = payment else {
             return if limits.paid_only {
-                Err("this node serves paid requests only".into())
+                Err(PaymentRefused::PaidOnly)
             } else {
                 Ok(None)
             };
         };
-        let signed = SignedOp::from_bytes(wire).map_err(|e| e.to_string())?;
-        let op = *verify_op(&signed).map_err(|e| e.to_string())?.op();
+        let signed = SignedOp::from_bytes(wire)?;
+        let op = *verify_op(&signed)?.op();
         let Action::PayInference {
             entry,
             request,
@@ -66,47 +98,45 @@ impl NodeCore {
             stages,
         } = op.action
         else {
-            return Err("not an inference payment".into());
+            return Err(PaymentRefused::NotAPayment);
         };
         if op.network != self.network {
-            return Err("the payment is for another network".into());
+            return Err(PaymentRefused::OtherNetwork);
         }
-        check_fresh(&op, self.unix_ms(now)).map_err(|e| e.to_string())?;
+        check_fresh(&op, self.unix_ms(now))?;
         if entry != self.me {
-            return Err(format!(
-                "the payment names entry node {entry}, not this one"
-            ));
+            return Err(PaymentRefused::OtherEntry(entry));
         }
         if usize::from(stages) != self.stages {
-            return Err(format!(
-                "the payment covers {stages} stages; this network has {}",
-                self.stages
-            ));
+            return Err(PaymentRefused::Stages {
+                stages,
+                network: self.stages,
+            });
         }
         if per_stage == 0 || per_stage < limits.min_fee_per_stage {
-            return Err(format!(
-                "the fee per stage {per_stage} is below this node's {}",
-                limits.min_fee_per_stage.max(1)
-            ));
+            return Err(PaymentRefused::FeeTooLow {
+                per_stage,
+                min: limits.min_fee_per_stage.max(1),
+            });
         }
         let account = self.economy.ledger().account(&op.account);
         let total = per_stage
             .checked_mul(u64::from(stages))
-            .ok_or("the fee overflows")?;
+            .ok_or(PaymentRefused::FeeOverflow)?;
         if account.balance < total {
-            return Err(format!(
-                "the payer holds {} of the {total} it offers",
-                account.balance
-            ));
+            return Err(PaymentRefused::Balance {
+                holds: account.balance,
+                offers: total,
+            });
         }
         if op.nonce != account.next_nonce {
-            return Err(format!(
-                "the payment uses nonce {}, the payer's next is {}",
-                op.nonce, account.next_nonce
-            ));
+            return Err(PaymentRefused::Nonce {
+                nonce: op.nonce,
+                next: account.next_nonce,
+            });
         }
         if self.serve.paying.contains(&op.account) {
-            return Err("the payer has a paid stream in progress on this node".into());
+            return Err(PaymentRefused::InProgress);
         }
         Ok(Some(Paid {
             wire: wire.to_vec(),
@@ -141,7 +171,8 @@ impl NodeCore {
             };
             if holder == self.me {
                 let answer = self.accept_infer(self.me, Reply::Local { stream, hop: 0 }, msg, now);
-                self.on_receipt(stream, holder, answer.ok_or_else(String::new), now);
+                let answer = answer.ok_or_else(|| TransferError("no answer".into()));
+                self.on_receipt(stream, holder, answer, now);
             } else {
                 let token = self.token();
                 self.requests.insert(
@@ -167,7 +198,7 @@ impl NodeCore {
         &mut self,
         stream: u64,
         from: NodeId,
-        answer: Result<InferReply, String>,
+        answer: Result<InferReply, TransferError>,
         now: Instant,
     ) {
         let network = self.network;

@@ -9,31 +9,60 @@ use neuroshard_proof::{Canonical, NodeId};
 use super::serve::{Cached, Reply};
 use super::{EngineError, EngineJob, NodeCore, Token, Transmit};
 use crate::serve::engine::{StepJob, StepResult, StreamKey};
+use crate::serve::wire::SampleError;
 use crate::serve::{Chunk, Head, InferMsg, InferReply};
 
+/// Why a replica refuses an inference step (sent back as the refusal's text).
+#[derive(Debug, thiserror::Error)]
+enum StepRefused {
+    #[error("token id outside the vocabulary")]
+    TokenOutsideVocabulary,
+    #[error("non-finite hidden state")]
+    NonFiniteHidden,
+    #[error("wrong kind of input for this stage")]
+    WrongInputKind,
+    #[error("an empty chunk, or hidden values that are not rows of d_model")]
+    NotRows,
+    #[error("chunk too long")]
+    ChunkTooLong,
+    #[error("positions overflow")]
+    PositionsOverflow,
+    #[error("a step without input")]
+    NoInput,
+    #[error("positions {pos}+{rows} beyond max_seq {max_seq}")]
+    BeyondContext { pos: u32, rows: u32, max_seq: usize },
+    #[error("the last stage needs sampling rules")]
+    NoSampling,
+    #[error(transparent)]
+    Sample(#[from] SampleError),
+    #[error("{targets} targets for a last chunk of {last:?} positions")]
+    TargetCount { targets: usize, last: Option<usize> },
+    #[error("a target is outside the vocabulary")]
+    TargetOutsideVocabulary,
+}
+
 /// Sum of the chunks' positions, or why they do not fit this stage.
-fn chunk_rows(chunks: &[Chunk], embed: bool, dim: usize, vocab: usize) -> Result<u32, String> {
+fn chunk_rows(chunks: &[Chunk], embed: bool, dim: usize, vocab: usize) -> Result<u32, StepRefused> {
     let mut total: u32 = 0;
     for c in chunks {
         match (c, embed) {
             (Chunk::Tokens(t), true) if t.iter().any(|&t| t as usize >= vocab) => {
-                return Err("token id outside the vocabulary".into());
+                return Err(StepRefused::TokenOutsideVocabulary);
             }
             (Chunk::Hidden(h), false) if h.iter().any(|x| !x.is_finite()) => {
-                return Err("non-finite hidden state".into());
+                return Err(StepRefused::NonFiniteHidden);
             }
             (Chunk::Tokens(_), true) | (Chunk::Hidden(_), false) => {}
-            _ => return Err("wrong kind of input for this stage".into()),
+            _ => return Err(StepRefused::WrongInputKind),
         }
-        let rows = c
-            .rows(dim)
-            .filter(|r| *r > 0)
-            .ok_or("an empty chunk, or hidden values that are not rows of d_model")?;
-        let rows = u32::try_from(rows).map_err(|_| "chunk too long")?;
-        total = total.checked_add(rows).ok_or("positions overflow")?;
+        let rows = c.rows(dim).filter(|r| *r > 0).ok_or(StepRefused::NotRows)?;
+        let rows = u32::try_from(rows).map_err(|_| StepRefused::ChunkTooLong)?;
+        total = total
+            .checked_add(rows)
+            .ok_or(StepRefused::PositionsOverflow)?;
     }
     if total == 0 {
-        return Err("a step without input".into());
+        return Err(StepRefused::NoInput);
     }
     Ok(total)
 }
@@ -98,21 +127,23 @@ impl NodeCore {
             let end = pos
                 .checked_add(rows)
                 .filter(|e| *e as usize <= model.max_seq)
-                .ok_or_else(|| {
-                    format!("positions {pos}+{rows} beyond max_seq {}", model.max_seq)
+                .ok_or(StepRefused::BeyondContext {
+                    pos,
+                    rows,
+                    max_seq: model.max_seq,
                 })?;
             match (head, &head_spec) {
-                (true, None) => Err("the last stage needs sampling rules".to_string()),
-                (true, Some(Head::Sample(s))) => s.check(model.vocab).map(|_| end),
+                (true, None) => Err(StepRefused::NoSampling),
+                (true, Some(Head::Sample(s))) => Ok(s.check(model.vocab).map(|_| end)?),
                 (true, Some(Head::Score(targets))) => {
                     let last = chunks.last().and_then(|c| c.rows(model.d_model));
                     if last != Some(targets.len()) {
-                        Err(format!(
-                            "{} targets for a last chunk of {last:?} positions",
-                            targets.len()
-                        ))
+                        Err(StepRefused::TargetCount {
+                            targets: targets.len(),
+                            last,
+                        })
                     } else if targets.iter().any(|&t| t as usize >= model.vocab) {
-                        Err("a target is outside the vocabulary".to_string())
+                        Err(StepRefused::TargetOutsideVocabulary)
                     } else {
                         Ok(end)
                     }
@@ -123,6 +154,7 @@ impl NodeCore {
         let end = match checked {
             Ok(end) => end,
             Err(why) => {
+                let why = why.to_string();
                 if from != self.me {
                     self.penalize(from, format!("inference step: {why}"));
                 }
@@ -248,9 +280,7 @@ impl NodeCore {
         }
         let mut results = results.into_iter();
         for (reply, key, end) in meta {
-            let result = results
-                .next()
-                .unwrap_or_else(|| Err(EngineError("no result".into())));
+            let result = results.next().unwrap_or(Err(EngineError::NoResult));
             let answer = match result {
                 Ok(out) => {
                     if let Some(c) = self.serve.cached.get_mut(&key) {
@@ -279,7 +309,7 @@ impl NodeCore {
                 }
                 Err(e) => {
                     self.serve.cached.remove(&key);
-                    InferReply::Rejected(e.0)
+                    InferReply::Rejected(e.to_string())
                 }
             };
             match reply {

@@ -68,7 +68,7 @@ impl Pipeline {
         to: NodeId,
         mb: MicroBatchId,
         kind: &str,
-        result: Result<Ack, String>,
+        result: Result<Ack, TransferError>,
         now: Instant,
     ) -> Vec<Action> {
         if kind == "backward" {

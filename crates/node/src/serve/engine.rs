@@ -10,6 +10,7 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
 use super::wire::{Chunk, Head};
+use crate::core::EngineError;
 
 /// A stream as a replica knows it: its coordinator and the coordinator's number for it.
 pub type StreamKey = (NodeId, u64);
@@ -58,10 +59,10 @@ impl Serving {
     pub fn run(
         &mut self,
         version: u64,
-        build: impl FnOnce() -> Result<StageRunner, String>,
+        build: impl FnOnce() -> Result<StageRunner, EngineError>,
         steps: Vec<StepJob>,
         evict: &[StreamKey],
-    ) -> Vec<Result<StepResult, String>> {
+    ) -> Vec<Result<StepResult, EngineError>> {
         for k in evict {
             self.caches.remove(k);
         }
@@ -77,7 +78,7 @@ impl Serving {
         let Some((_, runner)) = &self.runner else {
             return steps
                 .iter()
-                .map(|_| Err("no serving weights".into()))
+                .map(|_| Err(EngineError::NoServingWeights))
                 .collect();
         };
         steps
@@ -101,38 +102,32 @@ fn feed<'a>(
     runner: &StageRunner,
     cache: &mut StreamCache,
     job: &'a StepJob,
-) -> Result<StepResult, String> {
+) -> Result<StepResult, EngineError> {
     let Some((last, earlier)) = job.chunks.split_last() else {
-        return Err("a step without input".into());
+        return Err(EngineError::EmptyStep);
     };
     let input = |c: &'a Chunk| match c {
         Chunk::Tokens(t) => StepInput::Tokens(t),
         Chunk::Hidden(h) => StepInput::Hidden(h),
     };
     for chunk in earlier {
-        runner
-            .step(cache, input(chunk))
-            .map_err(|e| e.to_string())?;
+        runner.step(cache, input(chunk))?;
     }
     if let Some(Head::Score(targets)) = &job.head {
-        let nll = runner
-            .score(cache, input(last), targets)
-            .map_err(|e| e.to_string())?;
+        let nll = runner.score(cache, input(last), targets)?;
         return Ok(StepResult::Scored { nll });
     }
-    match (
-        runner.step(cache, input(last)).map_err(|e| e.to_string())?,
-        &job.head,
-    ) {
+    match (runner.step(cache, input(last))?, &job.head) {
         (StepOutput::Hidden(h), _) => Ok(StepResult::Hidden(h)),
         (StepOutput::Logits(l), Some(Head::Sample(s))) => {
             s.check(runner.config().vocab)?;
             let mut rng = ChaCha8Rng::seed_from_u64(s.seed);
             rng.set_word_pos(u128::from(s.draws));
             let token = neuroshard_model::sample(&l, &s.sampling(), &mut rng);
-            let draws = u64::try_from(rng.get_word_pos()).map_err(|e| e.to_string())?;
+            let draws =
+                u64::try_from(rng.get_word_pos()).map_err(|_| EngineError::SamplerPosition)?;
             Ok(StepResult::Token { token, draws })
         }
-        (StepOutput::Logits(_), _) => Err("the last stage needs sampling rules".into()),
+        (StepOutput::Logits(_), _) => Err(EngineError::NoSampling),
     }
 }

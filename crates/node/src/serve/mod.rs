@@ -111,5 +111,5 @@ pub enum OpenError {
     Full(usize),
     /// The payment is missing (a paid-only node), malformed or not good for this node.
     #[error("payment: {0}")]
-    Payment(String),
+    Payment(#[from] crate::core::PaymentRefused),
 }

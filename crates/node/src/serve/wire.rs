@@ -17,6 +17,17 @@ const MAX_REASON: usize = 1024;
 /// Largest signed receipt (fixed fields plus the envelope).
 const MAX_RECEIPT: usize = 512;
 
+/// Sampling rules the sampler refuses.
+#[derive(Debug, Clone, Copy, PartialEq, thiserror::Error)]
+pub enum SampleError {
+    #[error("temperature {0} outside [0, 100]")]
+    Temperature(f32),
+    #[error("top_p {0} outside (0, 1]")]
+    TopP(f32),
+    #[error("top_k {top_k} above the vocabulary {vocab}")]
+    TopK { top_k: u32, vocab: usize },
+}
+
 /// How the last stage draws the next token. `draws` is the position of the stream's
 /// ChaCha8 generator (seeded with `seed`), so any replica continues the same sequence.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -33,15 +44,18 @@ pub struct SampleSpec {
 
 impl SampleSpec {
     /// Whether the values are ones the sampler accepts.
-    pub fn check(&self, vocab: usize) -> Result<(), String> {
+    pub fn check(&self, vocab: usize) -> Result<(), SampleError> {
         if !(self.temperature.is_finite() && (0.0..=100.0).contains(&self.temperature)) {
-            return Err(format!("temperature {} outside [0, 100]", self.temperature));
+            return Err(SampleError::Temperature(self.temperature));
         }
         if !(self.top_p > 0.0 && self.top_p <= 1.0) {
-            return Err(format!("top_p {} outside (0, 1]", self.top_p));
+            return Err(SampleError::TopP(self.top_p));
         }
         if self.top_k as usize > vocab {
-            return Err(format!("top_k {} above the vocabulary {vocab}", self.top_k));
+            return Err(SampleError::TopK {
+                top_k: self.top_k,
+                vocab,
+            });
         }
         Ok(())
     }
