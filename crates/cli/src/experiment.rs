@@ -96,8 +96,9 @@ pub struct DilocoArgs {
     batch: usize,
     #[arg(long, default_value_t = 64)]
     seq: usize,
-    /// Inner AdamW peak learning rate (warmup, then cosine over all inner steps).
-    #[arg(long, default_value_t = 2e-3)]
+    /// Inner AdamW peak learning rate (warmup, then cosine over all inner steps; default: the
+    /// nodes').
+    #[arg(long, default_value_t = neuroshard_node::settings::DEFAULT_LR)]
     lr: f64,
     #[arg(long, default_value_t = 20)]
     warmup: u64,

@@ -143,9 +143,12 @@ fn three_stage_pipeline_matches_one_process() {
     let dir = tempfile::tempdir().unwrap();
     let data = tiny_genesis(dir.path());
     let data = s(&data);
+    // `train` and a network default to other learning rates: both are named.
     let common = [
         "--steps",
         "20",
+        "--lr",
+        "2e-3",
         "--micro-batches",
         "2",
         "--clip-norm",

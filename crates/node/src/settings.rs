@@ -156,6 +156,18 @@ fn default_weight_lag() -> u64 {
 /// The pipeline schedule unless configured: see `pipeline/schedule.rs`.
 pub const DEFAULT_WEIGHT_LAG: u64 = 0;
 
+/// A replica's peak inner learning rate unless configured. Higher than one process's best
+/// (`neuroshard train` takes 1e-3): on Shakespeare (1.0M tokens) the 2 × 4 swarm learned 1.5%
+/// worse in held-out bits per byte at 1e-3 than at 2e-3, and the 2 × 2 swarm the same at
+/// both, while one process learned 2.3% better at 1e-3 (node README, "Learning rates").
+pub const DEFAULT_LR: f64 = 2e-3;
+
+/// Micro-batches per driver step unless configured. More of them shorten the time a stage
+/// waits for the pipeline to fill and drain around each step: on "home" links (20 Mbit/s,
+/// 40 ms) the 4-node swarm made 12% more tokens/s with 4 than with 2, and 2.7% fewer on
+/// loopback, where the cores are the limit (3 runs each; README, "Micro-batches").
+pub const DEFAULT_MICRO_BATCHES: usize = 4;
+
 /// Inner steps per DiLoCo round (H) unless configured. On Shakespeare with `int2` offers, H 10
 /// against 20 took 2 replicas from +3.4% to +1.1% over one process and 4 from +7.1% to +6.1%
 /// (the 2 × 2 swarm: +3.0% to +2.1% on the validation split). The price: offers add about
