@@ -237,7 +237,7 @@ fn diloco(args: DilocoArgs) -> Result<()> {
 /// Each replica reads its own deterministic stream of training windows.
 fn replica_batch(genesis: &Genesis, args: &DilocoArgs, replica: usize, step: u64) -> Result<Batch> {
     let stream = args.seed ^ ((replica as u64 + 1) << 32);
-    Ok(crate::eval::to_model_batch(
+    Ok(neuroshard_eval::to_model_batch(
         genesis.batch(Split::Train, stream, step, args.batch, args.seq)?,
         args.seq,
     ))
@@ -250,7 +250,7 @@ struct Evaluator {
 
 impl Evaluator {
     fn new(genesis: &Genesis, args: &DilocoArgs, config: ModelConfig) -> Result<Self> {
-        let val = crate::eval::val_batches(
+        let val = neuroshard_eval::val_batches(
             genesis,
             args.batch,
             args.seq,
@@ -267,7 +267,7 @@ impl Evaluator {
 
     fn loss(&mut self, genesis: &Genesis, theta: &[f32]) -> Result<f64> {
         self.trainer.stage.params_mut().set_flat(theta)?;
-        Ok(crate::eval::evaluate(&self.trainer.stage, genesis.tokenizer(), &self.val)?.loss)
+        Ok(neuroshard_eval::evaluate(&self.trainer.stage, genesis.tokenizer(), &self.val)?.loss)
     }
 }
 

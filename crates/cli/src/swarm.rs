@@ -262,7 +262,7 @@ fn finish(
 ) -> Result<()> {
     let Outcome { report, assembly } = outcome;
     let config = &cfg.node.model;
-    let val = crate::eval::val_batches(genesis, args.step.batch, args.step.seq, 4)?;
+    let val = neuroshard_eval::val_batches(genesis, args.step.batch, args.step.seq, 4)?;
     let full = StageSpec::full(config);
     let initial = Stage::from_params(
         config.clone(),
@@ -270,9 +270,10 @@ fn finish(
         ParamSet::init(full.param_specs(config), args.step.seed),
     )?;
     if !val.is_empty() {
-        report.initial_val = Some(crate::eval::evaluate(&initial, genesis.tokenizer(), &val)?.loss);
+        report.initial_val =
+            Some(neuroshard_eval::evaluate(&initial, genesis.tokenizer(), &val)?.loss);
         report.final_val =
-            Some(crate::eval::evaluate(&assembly.stage, genesis.tokenizer(), &val)?.loss);
+            Some(neuroshard_eval::evaluate(&assembly.stage, genesis.tokenizer(), &val)?.loss);
     }
     if args.gen_tokens > 0 {
         let tok = genesis.tokenizer();

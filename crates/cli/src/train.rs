@@ -270,7 +270,7 @@ fn train(
         )),
         None => None,
     };
-    let val = crate::eval::val_batches(
+    let val = neuroshard_eval::val_batches(
         genesis,
         args.step.batch,
         args.step.seq,
@@ -306,7 +306,7 @@ fn train(
                 writeln!(log, "{event}")?;
             }
         }
-        let batch = crate::eval::to_model_batch(
+        let batch = neuroshard_eval::to_model_batch(
             genesis.batch(
                 Split::Train,
                 args.step.seed,
@@ -323,7 +323,7 @@ fn train(
         let last = step + 1 == args.steps;
         let eval_now = (args.eval_every > 0 && (step + 1) % args.eval_every == 0) || last;
         if eval_now && !val.is_empty() {
-            let report = crate::eval::evaluate(&trainer.stage, genesis.tokenizer(), &val)?;
+            let report = neuroshard_eval::evaluate(&trainer.stage, genesis.tokenizer(), &val)?;
             val_loss = Some(report.loss);
         }
         bar.set_message(format!(
@@ -384,13 +384,13 @@ fn grow(
     bar: &ProgressBar,
 ) -> Result<serde_json::Value> {
     let before = (!val.is_empty())
-        .then(|| crate::eval::evaluate(&trainer.stage, genesis.tokenizer(), val))
+        .then(|| neuroshard_eval::evaluate(&trainer.stage, genesis.tokenizer(), val))
         .transpose()?
         .map(|r| r.loss);
     let positions = grow::spread_positions(trainer.stage.config().layers, target)?;
     let growth = trainer.grow_depth(&positions)?;
     let after = (!val.is_empty())
-        .then(|| crate::eval::evaluate(&trainer.stage, genesis.tokenizer(), val))
+        .then(|| neuroshard_eval::evaluate(&trainer.stage, genesis.tokenizer(), val))
         .transpose()?
         .map(|r| r.loss);
     let line = format!(
