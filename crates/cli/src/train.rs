@@ -171,10 +171,10 @@ impl StepArgs {
         self.micro_batches.unwrap_or(2)
     }
 
-    /// Micro-batches of a network's driver steps.
+    /// Micro-batches of a network's driver steps: the default, at most one per row.
     pub fn network_micro_batches(&self) -> usize {
         self.micro_batches
-            .unwrap_or(settings::DEFAULT_MICRO_BATCHES)
+            .unwrap_or(settings::DEFAULT_MICRO_BATCHES.min(self.batch.max(1)))
     }
 
     /// The learning rate of one process training alone.

@@ -134,6 +134,12 @@ pub enum NetworkError {
     Stages { got: usize, layers: usize },
     #[error("genesis names a weight lag of {0} (0 or 1)")]
     WeightLag(u64),
+    /// A step of fewer rows than micro-batches would never count as complete: every node
+    /// would wait forever.
+    #[error(
+        "genesis splits a batch of {batch} rows into {micro_batches} micro-batches (1 to {batch})"
+    )]
+    MicroBatches { batch: usize, micro_batches: usize },
     #[error("the DHT holds no genesis of network {0}")]
     NotFound(String),
     #[error(
@@ -221,6 +227,12 @@ impl Network {
         }
         if p.weight_lag > MAX_WEIGHT_LAG {
             return Err(NetworkError::WeightLag(p.weight_lag));
+        }
+        if p.micro_batches == 0 || p.micro_batches > p.batch {
+            return Err(NetworkError::MicroBatches {
+                batch: p.batch,
+                micro_batches: p.micro_batches,
+            });
         }
         neuroshard_ledger::LedgerGenesis::new(Rules::default(), genesis.stakes.clone())?;
         Ok(Self {
@@ -354,9 +366,18 @@ mod tests {
         assert_eq!(joiner.weight_lag, 1);
         g.protocol.weight_lag = 2;
         assert!(matches!(
-            Network::found(&founder, g),
+            Network::found(&founder, g.clone()),
             Err(NetworkError::WeightLag(2))
         ));
+        // More micro-batches than rows, or none: a step would never complete.
+        g.protocol.weight_lag = 0;
+        for m in [0, g.protocol.batch + 1] {
+            g.protocol.micro_batches = m;
+            assert!(matches!(
+                Network::found(&founder, g.clone()),
+                Err(NetworkError::MicroBatches { .. })
+            ));
+        }
         let mut json = serde_json::to_value(&ours.genesis.protocol).expect("json");
         json.as_object_mut().expect("object").remove("weight_lag");
         let old: Protocol = serde_json::from_value(json).expect("old protocol");
