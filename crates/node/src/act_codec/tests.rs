@@ -177,7 +177,14 @@ fn round_trip(scheme: Scheme, rows: usize, dim: usize, data: Vec<f32>) -> Vec<f3
 /// One value per group at `big` fixes the scale; the others sit at `small`, between two
 /// codes: their mean after packing is `small`, where rounding to nearest would give 0, and
 /// each lands on a neighbouring code.
-fn assert_unbiased(scheme: Scheme, group: usize, big: f32, small: f32, codes: [f32; 2]) {
+fn assert_unbiased(
+    scheme: Scheme,
+    group: usize,
+    big: f32,
+    small: f32,
+    codes: [f32; 2],
+    tolerance: f32,
+) {
     let (dim, rows) = (64, 300);
     let data: Vec<f32> = (0..rows * dim)
         .map(|i| if i % group == 0 { big } else { small })
@@ -190,19 +197,19 @@ fn assert_unbiased(scheme: Scheme, group: usize, big: f32, small: f32, codes: [f
         .map(|(_, x)| *x)
         .collect();
     let mean = rest.iter().sum::<f32>() / rest.len() as f32;
-    assert!((mean - small).abs() < 0.03, "{scheme}: {mean}");
+    assert!((mean - small).abs() < tolerance, "{scheme}: {mean}");
     assert!(rest.iter().all(|x| codes.contains(x)), "{scheme}");
     assert!(back.iter().step_by(group).all(|x| *x == big), "{scheme}");
 }
 
 #[test]
 fn int2_rounding_is_unbiased() {
-    assert_unbiased(Scheme::Int2, INT2_GROUP, -1.0, 1.0 / 3.0, [0.0, 1.0]);
+    assert_unbiased(Scheme::Int2, INT2_GROUP, -1.0, 1.0 / 3.0, [0.0, 1.0], 0.02);
 }
 
 #[test]
 fn int4_rounding_is_unbiased() {
-    assert_unbiased(Scheme::Int4, INT4_GROUP, 7.0, 0.3, [0.0, 1.0]);
+    assert_unbiased(Scheme::Int4, INT4_GROUP, 7.0, 0.3, [0.0, 1.0], 0.03);
 }
 
 /// A declared shape far beyond the bytes: refused on the byte count, before any allocation.

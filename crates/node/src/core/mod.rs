@@ -568,18 +568,12 @@ impl NodeCore {
         match self.requests.remove(&token) {
             // The answer is for the peer we sent to, whoever the transport says it is from.
             Some(Pending::Pipeline { to, mb, kind }) => {
-                let result = result.and_then(|bytes| {
-                    Ack::from_canonical_bytes(&bytes)
-                        .map_err(|e| TransferError(format!("bad answer: {e}")))
-                });
+                let result = decode_answer::<Ack>(result);
                 let actions = self.pipeline.on_send_result(to, mb, kind, result, now);
                 self.run_actions(actions, now);
             }
             Some(Pending::Ledger { peer }) => {
-                let resp = result.map_err(|e| e.0).and_then(|bytes| {
-                    LedgerSyncResponse::from_canonical_bytes(&bytes).map_err(|e| e.to_string())
-                });
-                let Ok(resp) = resp else {
+                let Ok(resp) = decode_answer::<LedgerSyncResponse>(result) else {
                     return;
                 };
                 let (summary, next) = self
@@ -604,17 +598,11 @@ impl NodeCore {
                 }
             }
             Some(Pending::Infer { stream, hop }) => {
-                let answer = result.and_then(|bytes| {
-                    crate::serve::InferReply::from_canonical_bytes(&bytes)
-                        .map_err(|e| TransferError(format!("bad answer: {e}")))
-                });
+                let answer = decode_answer::<crate::serve::InferReply>(result);
                 self.on_hop_answer(stream, hop, answer, now);
             }
             Some(Pending::Receipt { stream, from }) => {
-                let answer = result.and_then(|bytes| {
-                    crate::serve::InferReply::from_canonical_bytes(&bytes)
-                        .map_err(|e| TransferError(format!("bad answer: {e}")))
-                });
+                let answer = decode_answer::<crate::serve::InferReply>(result);
                 self.on_receipt(stream, from, answer, now);
             }
             Some(Pending::SyncPull { peer }) => self.on_sync_pull_answer(peer, result, now),
@@ -640,6 +628,14 @@ impl NodeCore {
 
 /// Shared by the rounds module.
 pub(crate) type SharedBlob = Arc<Vec<u8>>;
+
+/// A peer's answer decoded, or why there is none (the transfer failed or the bytes are not
+/// a `T`).
+fn decode_answer<T: Canonical>(result: Result<Vec<u8>, TransferError>) -> Result<T, TransferError> {
+    result.and_then(|bytes| {
+        T::from_canonical_bytes(&bytes).map_err(|e| TransferError(format!("bad answer: {e}")))
+    })
+}
 
 /// `drivers` (sorted) with `origin` in its place.
 pub(super) fn with_driver(mut drivers: Vec<[u8; 32]>, origin: &[u8; 32]) -> Vec<[u8; 32]> {
