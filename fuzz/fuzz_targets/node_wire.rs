@@ -1,4 +1,5 @@
-//! Pipeline requests and their acks between stage replicas, and inference steps and replies: a decoded message re-encodes to
+//! Pipeline requests (with their job commitments) and their acks and answers between stage
+//! replicas, and inference steps and replies: a decoded message re-encodes to
 //! its input, every tensor it carries has the bytes its shape and scheme need, and unpacking
 //! one (as a stage does, against the shape it accepts) gives an error or finite values.
 #![no_main]
@@ -6,7 +7,7 @@
 use libfuzzer_sys::fuzz_target;
 use neuroshard_node::act_codec::{Expect, Packed};
 use neuroshard_node::serve::{InferMsg, InferReply};
-use neuroshard_node::wire::{Ack, Msg, Payload};
+use neuroshard_node::wire::{Ack, Msg, Payload, PipeAnswer, PipeRequest};
 use neuroshard_proof::Canonical;
 
 fn check(p: &Packed) {
@@ -34,6 +35,18 @@ fuzz_target!(|data: &[u8]| {
             },
             Msg::Backward { grad, .. } => check(grad),
         }
+    }
+    if let Ok(req) = PipeRequest::from_canonical_bytes(data) {
+        // The message is exact; the commitment is an opaque signed envelope here (the stage
+        // checks it), which re-encodes to the bytes it was read from.
+        assert_eq!(req.to_canonical_bytes(), data);
+    }
+    if let Ok(a) = PipeAnswer::from_canonical_bytes(data) {
+        let enc = a.to_canonical_bytes();
+        assert_eq!(
+            PipeAnswer::from_canonical_bytes(&enc).map(|x| x.to_canonical_bytes()),
+            Ok(enc)
+        );
     }
     if let Ok(m) = InferMsg::from_canonical_bytes(data) {
         assert_eq!(m.to_canonical_bytes(), data);

@@ -14,7 +14,9 @@ use neuroshard_node::records::{Heartbeat, NodeRecord};
 use neuroshard_node::replica::{Diloco, DilocoConfig, encode_adamw};
 use neuroshard_node::serve::{Chunk, Head, InferMsg, InferReply, SampleSpec};
 use neuroshard_node::sync::{SyncDone, SyncMsg, SyncOffer, ThetaRecord};
-use neuroshard_node::wire::{Ack, MicroBatchId, Msg, Payload, TargetWindow, Targets};
+use neuroshard_node::wire::{
+    Ack, MicroBatchId, Msg, Payload, PipeAnswer, PipeRequest, TargetWindow, Targets,
+};
 use neuroshard_proof::fixtures::{TEST_NETWORK, training_proof};
 use neuroshard_proof::{Hash32, LayerRange, NodeId, Receipt, ReceiptKind, Roles};
 
@@ -168,6 +170,63 @@ pub fn sample_infer() -> (Vec<InferMsg>, Vec<InferReply>) {
         },
     ];
     (msgs, replies)
+}
+
+/// Each sample message with a job commitment signed by its sender, and answers with and
+/// without the receiver's countersignature.
+pub fn sample_pipe() -> (Vec<PipeRequest>, Vec<PipeAnswer>) {
+    use neuroshard_audit::{
+        DeterminismClass, IsaLevel, JobCommitment, JobKind, MicroBatchRef, NO_HASH, countersign,
+    };
+    let requests: Vec<PipeRequest> = sample_msgs()
+        .into_iter()
+        .map(|msg| {
+            let m = msg.mb();
+            let job = JobCommitment {
+                network: NETWORK,
+                worker: ALICE.node_id(),
+                stage: 0,
+                round: 2,
+                step: m.step,
+                micro_batch: MicroBatchRef {
+                    origin: NodeId(m.origin),
+                    step: m.step,
+                    index: m.index,
+                },
+                kind: match msg {
+                    Msg::Forward { .. } => JobKind::Forward,
+                    Msg::Backward { .. } => JobKind::Backward,
+                },
+                class: DeterminismClass {
+                    build: [1; 32],
+                    isa: IsaLevel::X86V3,
+                    cache_bytes: [32 << 10, 1 << 20, 32 << 20],
+                    micro_batches: 2,
+                },
+                weights_hash: [2; 32],
+                input_hash: [3; 32],
+                upstream_hash: NO_HASH,
+                output_hash: [4; 32],
+                grads_hash: NO_HASH,
+            }
+            .sign(&ALICE);
+            PipeRequest { msg, job }
+        })
+        .collect();
+    let cs = requests
+        .first()
+        .and_then(|r| countersign(&BOB, &r.job, [4; 32]).ok());
+    let answers = vec![
+        PipeAnswer {
+            ack: Ack::Accepted,
+            countersign: cs,
+        },
+        PipeAnswer {
+            ack: Ack::Rejected("commitment: for another job".into()),
+            countersign: None,
+        },
+    ];
+    (requests, answers)
 }
 
 pub fn sample_acks() -> Vec<Ack> {

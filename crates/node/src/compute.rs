@@ -6,11 +6,12 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, mpsc};
 
+use neuroshard_audit::NO_HASH;
 use neuroshard_model::{AdamW, Kept, Stage, StageInput, checkpoint};
-use neuroshard_proof::NodeId;
+use neuroshard_proof::{Hash32, NodeId};
 use tokio::sync::mpsc::UnboundedSender;
 
-use crate::core::{Compute, EngineError, EngineJob, EngineOutput, Token};
+use crate::core::{Compute, EngineError, EngineJob, EngineOutput, JobHashes, Token};
 
 use crate::pipeline::{Job, JobDone};
 use crate::replica::{Applied, Diloco, Prepared, encode_adamw};
@@ -88,6 +89,11 @@ pub struct Engine {
     /// θ₀ changes (or, with DiLoCo off, the weights themselves).
     serving: Serving,
     serve_version: u64,
+    /// Hashes of the weights jobs ran at, by step, since the weights last moved (hashing a
+    /// stage's weights costs a few ms: once per step, not once per job).
+    weight_hashes: Vec<(u64, Hash32)>,
+    /// The hash of the last backward pass's parameter gradients and loss.
+    last_grads_hash: Hash32,
 }
 
 impl Engine {
@@ -111,6 +117,8 @@ impl Engine {
             checkpoint: None,
             serving: Serving::default(),
             serve_version: 0,
+            weight_hashes: Vec::new(),
+            last_grads_hash: NO_HASH,
         }
     }
 
@@ -139,6 +147,7 @@ impl Engine {
     /// current weights, flat, when older weights are kept that the job must move too.
     fn before_moving_weights(&mut self) -> Option<Vec<f32>> {
         self.kept.clear();
+        self.weight_hashes.clear();
         self.previous
             .as_ref()
             .map(|_| self.stage.params().flatten())
@@ -271,6 +280,56 @@ impl Engine {
         Ok(d.adopt(round, bytes, included, self.stage.params_mut())?)
     }
 
+    /// The hash of the weights of step `version`, computed once per step.
+    fn weights_hash(&mut self, version: u64) -> Result<Hash32, EngineError> {
+        if let Some((_, h)) = self.weight_hashes.iter().find(|(v, _)| *v == version) {
+            return Ok(*h);
+        }
+        let h = self.weights(version)?.model_hash();
+        self.weight_hashes.push((version, h));
+        Ok(h)
+    }
+
+    /// Runs one job and, for a forward or backward pass that ran, the hashes its commitment
+    /// names (the output is hashed by the pipeline, as it travels).
+    pub fn run_hashed(&mut self, job: Job) -> (JobDone, Option<JobHashes>) {
+        let hashed = match &job {
+            Job::Forward { input, weights, .. } => Some((*weights, input.clone(), None)),
+            Job::Backward {
+                input,
+                upstream,
+                weights,
+                ..
+            } => Some((*weights, input.clone(), Some(upstream.clone()))),
+            Job::Step { .. } => None,
+        };
+        let weights = hashed.as_ref().map(|(w, ..)| self.weights_hash(*w));
+        let done = self.run(job);
+        if matches!(done, JobDone::Step { .. }) {
+            // The weights moved: the step's hash is computed afresh when a job uses them.
+            self.weight_hashes.clear();
+        }
+        let (Some((step, input, upstream)), Some(Ok(weights))) = (hashed, weights) else {
+            return (done, None);
+        };
+        let grads = match &done {
+            JobDone::Backward { .. } => self.last_grads_hash,
+            JobDone::Forward { .. } => NO_HASH,
+            _ => return (done, None),
+        };
+        let Some(inputs) = neuroshard_model::replay::job_inputs(&input, upstream.as_ref()) else {
+            return (done, None);
+        };
+        let hashes = JobHashes {
+            step,
+            weights,
+            input: inputs.input.hash(),
+            upstream: inputs.upstream.hash(),
+            grads,
+        };
+        (done, Some(hashes))
+    }
+
     /// Runs one job; errors become `JobDone::Failed`, never a panic.
     pub fn run(&mut self, job: Job) -> JobDone {
         match job {
@@ -307,6 +366,7 @@ impl Engine {
                             error: EngineError::NonFiniteGradient.to_string(),
                         };
                     }
+                    self.last_grads_hash = neuroshard_audit::grads_hash(g.loss, &g.params);
                     for (acc, v) in self.accum.iter_mut().zip(&g.params) {
                         acc.iter_mut().zip(v).for_each(|(a, x)| *a += x);
                     }
@@ -413,7 +473,8 @@ impl Compute for Engine {
                 if matches!(job, Job::Step { .. }) && self.diloco.is_none() {
                     self.serve_version += 1;
                 }
-                EngineOutput::Job(self.run(job))
+                let (done, hashes) = self.run_hashed(job);
+                EngineOutput::Job(done, hashes)
             }
             EngineJob::Infer { steps, evict } => self.infer(steps, &evict),
             EngineJob::SyncPrepare { round } => EngineOutput::Prepared(self.sync_prepare(round)),

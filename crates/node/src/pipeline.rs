@@ -453,6 +453,23 @@ impl Pipeline {
         Ok(Ack::Accepted)
     }
 
+    /// The hash of the tensor a message carries, as its receiver unpacks it: what the
+    /// sender's job commitment names as its output. Token ids (a driver's input) are no job's
+    /// output: None.
+    pub fn payload_hash(&self, msg: &Msg) -> Result<Option<Hash32>, Refusal> {
+        let acts = match msg {
+            Msg::Forward {
+                input: Payload::Hidden(p),
+                ..
+            } => p.unpack(&self.expect(self.cfg.activations.forward))?,
+            Msg::Forward { .. } => return Ok(None),
+            Msg::Backward { grad, .. } => {
+                grad.unpack(&self.expect(self.cfg.activations.backward))?
+            }
+        };
+        Ok(Some(acts.hash()))
+    }
+
     /// What a peer's packed tensor in `scheme` must fit: one micro-batch of this network.
     fn expect(&self, scheme: Scheme) -> Expect {
         Expect {

@@ -202,6 +202,9 @@ pub async fn run_serving(
             start_unix_ms: now_ms(),
             addrs: addrs.iter().map(|a| a.to_string()).collect(),
             peers: s.peers,
+            class: neuroshard_model::replay::determinism_class(
+                u16::try_from(settings.micro_batches).unwrap_or(u16::MAX),
+            ),
         },
         economy,
         Box::new(data),

@@ -9,6 +9,9 @@ use neuroshard_model::Tokens;
 use neuroshard_proof::{Canonical, CodecError, Reader, Writer};
 
 use crate::act_codec::{Packed, Scheme};
+pub use commit::{PipeAnswer, PipeRequest};
+
+mod commit;
 
 /// Largest tensor a message may carry (elements, bytes); the transport frame limit is the
 /// real cap.

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use neuroshard_model::{
     Activations, AdamW, AdamWConfig, ModelConfig, ParamSet, StageInput, StageSpec, Upstream,
 };
-use neuroshard_node::core::{Compute, EngineError, EngineJob, EngineOutput};
+use neuroshard_node::core::{Compute, EngineError, EngineJob, EngineOutput, JobHashes};
 use neuroshard_node::pipeline::{Job, JobDone};
 use neuroshard_node::replica::{Diloco, DilocoConfig, encode_adamw};
 use neuroshard_node::wire::MicroBatchId;
@@ -130,6 +130,42 @@ impl StandIn {
         }
     }
 
+    /// What a real engine attests about a job, from the stand-in's own data: its weights, the
+    /// job's inputs, and (backward) a hash standing for its gradients, which depend on the
+    /// weights and the micro-batch only.
+    fn hashes(&self, job: &Job) -> Option<JobHashes> {
+        let (mb, weights, input, upstream) = match job {
+            Job::Forward { mb, input, weights } => (mb, *weights, input, None),
+            Job::Backward {
+                mb,
+                input,
+                upstream,
+                weights,
+            } => (mb, *weights, input, Some(upstream)),
+            Job::Step { .. } => return None,
+        };
+        let inputs = neuroshard_model::replay::job_inputs(input, upstream)?;
+        let weights_hash = self.params.hash();
+        let grads = match upstream {
+            None => neuroshard_audit::NO_HASH,
+            Some(_) => *blake3::Hasher::new()
+                .update(b"stand-in grads")
+                .update(&weights_hash)
+                .update(&mb.origin)
+                .update(&mb.step.to_le_bytes())
+                .update(&mb.index.to_le_bytes())
+                .finalize()
+                .as_bytes(),
+        };
+        Some(JobHashes {
+            step: weights,
+            weights: weights_hash,
+            input: inputs.input.hash(),
+            upstream: inputs.upstream.hash(),
+            grads,
+        })
+    }
+
     fn run(&mut self, job: Job) -> JobDone {
         match job {
             // The stand-in has no kept weights: every job runs at the current ones.
@@ -209,7 +245,10 @@ impl Compute for StandIn {
     fn execute(&mut self, job: EngineJob) -> EngineOutput {
         let opt = self.optimizer_blob.clone();
         match job {
-            EngineJob::Run(job) => EngineOutput::Job(self.run(job)),
+            EngineJob::Run(job) => {
+                let hashes = self.hashes(&job);
+                EngineOutput::Job(self.run(job), hashes)
+            }
             EngineJob::SyncPrepare { round } => {
                 let params = self.params.clone();
                 EngineOutput::Prepared(

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use neuroshard_node::core::Transmit;
 use neuroshard_node::events::NodeEvent;
-use neuroshard_node::wire::Msg;
+use neuroshard_node::wire::{Msg, PipeRequest};
 use neuroshard_proof::Canonical;
 use neuroshard_sim::{EngineKind, Sim, network, settings, tiny_model};
 
@@ -23,16 +23,22 @@ fn run(lie: bool) -> Sim {
             LIAR,
             Box::new(move |t| match t {
                 Transmit::Request { to, token, data } => {
-                    let data = match Msg::from_canonical_bytes(&data) {
-                        Ok(Msg::Forward {
-                            mb,
-                            input,
-                            mut targets,
+                    // The commitment names the hidden states, not the targets: it still holds.
+                    let data = match PipeRequest::from_canonical_bytes(&data) {
+                        Ok(PipeRequest {
+                            msg:
+                                Msg::Forward {
+                                    mb,
+                                    input,
+                                    mut targets,
+                                },
+                            job,
                         }) => {
                             for id in &mut targets.ids {
                                 *id = (*id + 1) % vocab;
                             }
-                            Msg::Forward { mb, input, targets }.to_canonical_bytes()
+                            let msg = Msg::Forward { mb, input, targets };
+                            PipeRequest { msg, job }.to_canonical_bytes()
                         }
                         _ => data,
                     };

@@ -210,6 +210,23 @@ fn node_seeds(root: &Path) -> Result<(), Box<dyn std::error::Error>> {
             &m.to_canonical_bytes(),
         )?;
     }
+    let (requests, answers) = sample_pipe();
+    for (i, r) in requests.iter().enumerate() {
+        write(
+            root,
+            "node_wire",
+            &format!("pipe{i}"),
+            &r.to_canonical_bytes(),
+        )?;
+    }
+    for (i, a) in answers.iter().enumerate() {
+        write(
+            root,
+            "node_wire",
+            &format!("answer{i}"),
+            &a.to_canonical_bytes(),
+        )?;
+    }
     for (i, a) in sample_acks().iter().enumerate() {
         write(
             root,

@@ -63,4 +63,7 @@ pub struct CoreConfig {
     pub addrs: Vec<String>,
     /// Peers heard of before the core started (heartbeats, DHT providers).
     pub peers: PeerTable,
+    /// The determinism class this node's job commitments name
+    /// (`neuroshard_model::replay::determinism_class`).
+    pub class: neuroshard_audit::DeterminismClass,
 }

@@ -194,10 +194,26 @@ pub enum EngineJob {
     },
 }
 
+/// What the engine attests about a forward or backward job it ran: the hashes its commitment
+/// names (see `neuroshard_audit::JobCommitment`), but the output, which is hashed as the
+/// receiver sees it, after the activation codec.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct JobHashes {
+    /// The optimizer step whose weights the job ran at.
+    pub step: u64,
+    pub weights: Hash32,
+    pub input: Hash32,
+    /// Backward: the output gradient or targets; forward: `NO_HASH`.
+    pub upstream: Hash32,
+    /// Backward: the parameter gradients and loss; forward: `NO_HASH`.
+    pub grads: Hash32,
+}
+
 /// An engine job's result.
 #[derive(Debug, Clone)]
 pub enum EngineOutput {
-    Job(JobDone),
+    /// A finished job, with its hashes when it was a forward or backward pass that ran.
+    Job(JobDone, Option<JobHashes>),
     Prepared(Result<Prepared, EngineError>),
     /// The round's outcome and this replica's AdamW state (served to joiners).
     Applied(Result<(Applied, Arc<Vec<u8>>), EngineError>),

@@ -9,6 +9,7 @@
 //! function it is handed ([`BatchSource`]). A runtime over libp2p and the simulator drive
 //! the same code.
 
+mod commit;
 mod config;
 mod evaluate;
 #[cfg(test)]
@@ -37,11 +38,12 @@ use neuroshard_proof::{Canonical, Hash32, Identity, NodeId};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
+pub use commit::{CommitRefusal, JobLog, Logged, MAX_LOGGED_JOBS};
 pub use config::{BatchError, BatchSource, CoreConfig};
 pub use evaluate::Window;
 pub use io::{
-    Compute, EngineError, EngineJob, EngineOutput, Inbound, OpenError, Token, TransferError,
-    Transmit, blob_hash, open_from,
+    Compute, EngineError, EngineJob, EngineOutput, Inbound, JobHashes, OpenError, Token,
+    TransferError, Transmit, blob_hash, open_from,
 };
 use rounds::RoundState;
 pub use rounds::{outer_state_limit, stage_claim};
@@ -54,7 +56,7 @@ use crate::pipeline::{Action, JobDone, Pipeline, PipelineConfig};
 use crate::records::Topic;
 use crate::settings::NodeSettings;
 use crate::sync::{SyncConfig, Syncer};
-use crate::wire::{Ack, MicroBatchId, TargetWindow};
+use crate::wire::{Ack, MicroBatchId, PipeAnswer, PipeRequest, TargetWindow};
 
 /// How long a DHT record lives, and how often the node re-publishes its own.
 pub const RECORD_TTL: Duration = Duration::from_secs(60);
@@ -77,6 +79,7 @@ enum Pending {
         to: NodeId,
         mb: MicroBatchId,
         kind: &'static str,
+        job: neuroshard_audit::JobKind,
     },
     Ledger {
         peer: NodeId,
@@ -141,6 +144,8 @@ pub struct NodeCore {
     asked: HashMap<NodeId, Instant>,
     serve: serve::ServeState,
     eval: evaluate::EvalState,
+    /// This replica's signed job commitments.
+    job_log: JobLog,
 }
 
 impl NodeCore {
@@ -222,6 +227,7 @@ impl NodeCore {
                 start,
             ),
             eval: evaluate::EvalState::default(),
+            job_log: JobLog::new(cfg.class),
         }
     }
 
@@ -323,7 +329,10 @@ impl NodeCore {
     pub fn handle_engine_done(&mut self, token: Token, output: EngineOutput, now: Instant) {
         self.last_now = self.last_now.max(now);
         match output {
-            EngineOutput::Job(done) => {
+            EngineOutput::Job(done, hashes) => {
+                if let Some(h) = hashes {
+                    self.note_job_hashes(&done, h);
+                }
                 let stepped = matches!(done, JobDone::Step { .. });
                 if let JobDone::Backward { mb, loss, .. } = &done {
                     self.rounds.count_backward(mb, self.tokens_per_mb, *loss);
@@ -512,14 +521,24 @@ impl NodeCore {
         while let Some(action) = queue.pop_front() {
             match action {
                 Action::Send { to, msg } => {
+                    let (mb, kind, job) = (msg.mb(), msg.kind(), commit::job_kind(&msg));
+                    let signed = match self.commitment_for(&msg) {
+                        Ok(signed) => signed,
+                        Err(e) => {
+                            // The engine gave no hashes for it (the job failed, or its record
+                            // was dropped): nothing goes out, and the sender's timeout (or
+                            // ours) routes the micro-batch again.
+                            self.warn(format!("no commitment for {kind} {}: {e}", mb.short()), now);
+                            continue;
+                        }
+                    };
                     let token = self.token();
-                    let (mb, kind) = (msg.mb(), msg.kind());
                     self.requests
-                        .insert(token, Pending::Pipeline { to, mb, kind });
+                        .insert(token, Pending::Pipeline { to, mb, kind, job });
                     self.transmits.push_back(Transmit::Request {
                         to,
                         token,
-                        data: msg.to_canonical_bytes(),
+                        data: PipeRequest { msg, job: signed }.to_canonical_bytes(),
                     });
                 }
                 Action::Compute(job) => {
@@ -567,8 +586,13 @@ impl NodeCore {
     ) {
         match self.requests.remove(&token) {
             // The answer is for the peer we sent to, whoever the transport says it is from.
-            Some(Pending::Pipeline { to, mb, kind }) => {
-                let result = decode_answer::<Ack>(result);
+            Some(Pending::Pipeline { to, mb, kind, job }) => {
+                let result = decode_answer::<PipeAnswer>(result).map(|a| {
+                    if a.ack == Ack::Accepted {
+                        self.on_countersign(to, (mb, job), a.countersign, now);
+                    }
+                    a.ack
+                });
                 let actions = self.pipeline.on_send_result(to, mb, kind, result, now);
                 self.run_actions(actions, now);
             }

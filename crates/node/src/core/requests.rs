@@ -9,7 +9,7 @@ use neuroshard_proof::{Canonical, NodeId};
 use super::{BatchError, NodeCore, Token, Transmit};
 use crate::economy::LedgerSyncRequest;
 use crate::events::NodeEvent;
-use crate::wire::{Ack, Msg};
+use crate::wire::{Ack, Msg, PipeAnswer, PipeRequest};
 
 impl NodeCore {
     pub(super) fn on_request(&mut self, from: NodeId, token: Token, data: &[u8], now: Instant) {
@@ -30,37 +30,50 @@ impl NodeCore {
             self.on_infer_request(from, token, msg, now);
             return;
         }
-        let ack = match Msg::from_canonical_bytes(data) {
-            Ok(msg) if !self.sent_by_neighbour_stage(from, &msg) => {
+        let mut countersign = None;
+        let ack = match PipeRequest::from_canonical_bytes(data) {
+            Ok(req) if !self.sent_by_neighbour_stage(from, &req.msg) => {
                 // Activations and targets come only from replicas registered for the stage
                 // before, gradients only from the stage after: a key without stake cannot get
                 // its data trained in. Busy, not refused, and no penalty: an honest sender's
                 // registration may not have reached us yet, so we ask it for its ledger.
                 self.ask_registration(from, now);
-                let what = format!("{} message", msg.kind());
+                let what = format!("{} message", req.msg.kind());
                 let reason = "sender is not registered for a neighbouring stage";
                 self.dropped_request(from, what, reason.into(), now);
                 Ack::Busy
             }
-            Ok(msg) => match self.check_targets(&msg) {
-                Err(why) => {
-                    let what = format!("{} message", msg.kind());
-                    self.refuse_request(from, what, format!("targets: {why}"), now)
+            Ok(req) => {
+                let what = format!("{} message", req.msg.kind());
+                match (
+                    self.check_commitment(from, &req),
+                    self.check_targets(&req.msg),
+                ) {
+                    (Err(why), _) => {
+                        self.refuse_request(from, what, format!("commitment: {why}"), now)
+                    }
+                    (_, Err(why)) => {
+                        self.refuse_request(from, what, format!("targets: {why}"), now)
+                    }
+                    (Ok(cs), Ok(())) => {
+                        let (ack, actions) = self.pipeline.on_message(from, req.msg, now);
+                        self.run_actions(actions, now);
+                        if ack == Ack::Accepted {
+                            countersign = Some(cs);
+                        }
+                        ack
+                    }
                 }
-                Ok(()) => {
-                    let (ack, actions) = self.pipeline.on_message(from, msg, now);
-                    self.run_actions(actions, now);
-                    ack
-                }
-            },
+            }
             Err(e) => {
                 let reason = format!("undecodable message: {e}");
                 self.refuse_request(from, "message".into(), reason, now)
             }
         };
+        let answer = PipeAnswer { ack, countersign };
         self.transmits.push_back(Transmit::Respond {
             token,
-            data: ack.to_canonical_bytes(),
+            data: answer.to_canonical_bytes(),
         });
     }
 

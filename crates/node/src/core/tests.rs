@@ -117,6 +117,7 @@ pub(super) fn core_at(
             start_unix_ms: 1_800_000_000_000,
             addrs: Vec::new(),
             peers: PeerTable::default(),
+            class: neuroshard_model::replay::determinism_class(2),
         },
         registered_economy(identity, &s_model, stages),
         Box::new(NoData),

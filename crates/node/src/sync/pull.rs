@@ -105,7 +105,7 @@ impl Canonical for SyncPullAnswer {
 
 impl Syncer {
     /// While collecting `round`: once the pull time has come, the live co-replicas whose
-    /// offers have not arrived, to be asked directly (once per round).
+    /// offers have not arrived, to be asked directly (at each quarter of the wait).
     pub(super) fn poll_pull(
         &mut self,
         now: Instant,
@@ -121,7 +121,11 @@ impl Syncer {
         if r != round || now < at || now >= deadline {
             return None;
         }
-        self.pull_at = None;
+        // Again a quarter of the wait later, for those still missing: a co-replica slower than
+        // us has no offer yet at the first pull, and would otherwise be left out of a round
+        // whose other replicas count it.
+        let next = at + self.cfg.timeout / 4;
+        self.pull_at = (next < deadline).then_some((round, next));
         // In a large stage most missing offers are replicas that have not started the round
         // yet, not lost ones: ask a few, starting after our own id so that the stage's pulls
         // spread over its replicas instead of all landing on the lowest ids.

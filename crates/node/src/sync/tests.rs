@@ -688,7 +688,7 @@ fn a_replica_whose_training_ended_starts_no_round_and_follows_none_but_still_ado
 /// co-replica (and only it) once for its messages, wakes for it, and aggregates everyone's
 /// offer when the pulled one arrives, as its co-replicas do.
 #[test]
-fn a_missing_offer_is_pulled_once_from_its_replica() {
+fn a_missing_offer_is_pulled_from_its_replica_at_each_quarter_of_the_wait() {
     let mut all = replicas(3);
     let now = Instant::now();
     for i in 0..3 {
@@ -713,12 +713,15 @@ fn a_missing_offer_is_pulled_once_from_its_replica() {
         }]
     );
     assert!(all[0].s.poll(pull_at, 5, &l0).is_empty(), "pulled twice");
-    assert_eq!(all[0].s.next_deadline(), Some(now + cfg().timeout));
-    // Replica 2's offer, as its answer to the pull brings it.
+    // Replica 2 is slower and had no offer yet: it is asked again a quarter later.
+    let again = pull_at + cfg().timeout / 4;
+    assert_eq!(all[0].s.next_deadline(), Some(again));
+    assert_eq!(all[0].s.poll(again, 5, &l0), asked);
+    // Replica 2's offer, as its answer to the second pull brings it.
     let acts = all[2].s.on_prepared(1, [12; 32], 100, 12_800, now);
     let (node, peer) = (all[2].node, all[2].peer);
-    all[0].s.on_offer(peer, node, offer_of(&acts), pull_at);
-    let got = aggregate_of(&all[0].s.poll(pull_at, 5, &l0));
+    all[0].s.on_offer(peer, node, offer_of(&acts), again);
+    let got = aggregate_of(&all[0].s.poll(again, 5, &l0));
     assert_eq!(got, vec![all[0].node, all[1].node, all[2].node]);
 }
 

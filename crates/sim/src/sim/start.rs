@@ -88,6 +88,9 @@ impl Sim {
                 start_unix_ms: UNIX_START_MS + (self.now - self.base).as_millis() as u64,
                 addrs: vec![format!("sim/{i}")],
                 peers,
+                class: neuroshard_model::replay::determinism_class(
+                    u16::try_from(self.settings.micro_batches).unwrap_or(u16::MAX),
+                ),
             },
             economy,
             data,

@@ -1,0 +1,284 @@
+//! Job commitments in the running pipeline (verification by recomputation, issue 15).
+//!
+//! For every forward and backward pass its engine runs, a replica signs a
+//! [`JobCommitment`]: the weights, input and upstream hashes the engine attests, and the hash
+//! of the tensor it sends on, as its receiver unpacks it. The commitment travels with the
+//! tensor ([`PipeRequest`]); the receiver refuses a tensor its sender did not commit to, and
+//! countersigns the hash it received ([`PipeAnswer`]), which the worker keeps. The log of a
+//! replica's commitments is what its round commitment chains and what auditors sample.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::Instant;
+
+use neuroshard_audit::{
+    CommitError, Countersign, DeterminismClass, JobCommitment, JobKind, MicroBatchRef, NO_HASH,
+    SignedJob, countersign, verify_countersigned, verify_job,
+};
+use neuroshard_proof::{NodeId, Signed};
+
+use super::{JobHashes, NodeCore};
+use crate::pipeline::{JobDone, Refusal};
+use crate::wire::{MicroBatchId, Msg, PipeRequest};
+
+/// Commitments a replica keeps at most (oldest dropped): a round of H steps × m
+/// micro-batches signs 2·H·m, so this holds the last rounds of any sensible schedule.
+pub const MAX_LOGGED_JOBS: usize = 4096;
+/// Finished jobs whose output waits to be sent, at most (a forgotten micro-batch's never is).
+const MAX_AWAITING: usize = 256;
+
+type JobId = (MicroBatchId, JobKind);
+
+/// One of this replica's commitments.
+#[derive(Debug, Clone)]
+pub struct Logged {
+    pub job: SignedJob,
+    pub commitment: JobCommitment,
+    /// The receiver's acknowledgement of exactly the committed output (none for a job that
+    /// sends nothing, or until its receiver answered).
+    pub countersign: Option<Signed<Countersign>>,
+}
+
+/// This replica's commitments, in the order it signed them.
+#[derive(Debug)]
+pub struct JobLog {
+    class: DeterminismClass,
+    awaiting: VecDeque<(JobId, JobHashes)>,
+    signed: BTreeMap<JobId, Logged>,
+    order: VecDeque<JobId>,
+}
+
+impl JobLog {
+    pub fn new(class: DeterminismClass) -> Self {
+        Self {
+            class,
+            awaiting: VecDeque::new(),
+            signed: BTreeMap::new(),
+            order: VecDeque::new(),
+        }
+    }
+
+    /// Signed commitments of `round`, in the order they were signed.
+    pub fn round(&self, round: u64) -> Vec<&Logged> {
+        self.order
+            .iter()
+            .filter_map(|id| self.signed.get(id))
+            .filter(|l| l.commitment.round == round)
+            .collect()
+    }
+
+    /// Every commitment held, in the order signed.
+    pub fn iter(&self) -> impl Iterator<Item = &Logged> {
+        self.order.iter().filter_map(|id| self.signed.get(id))
+    }
+
+    pub fn len(&self) -> usize {
+        self.signed.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.signed.is_empty()
+    }
+
+    /// A job that ran again (recomputed after a failure) is committed afresh.
+    fn forget(&mut self, id: &JobId) {
+        if self.signed.remove(id).is_some() {
+            self.order.retain(|o| o != id);
+        }
+    }
+
+    fn log(&mut self, id: JobId, logged: Logged) {
+        if self.signed.insert(id, logged).is_none() {
+            self.order.push_back(id);
+        }
+        while self.order.len() > MAX_LOGGED_JOBS {
+            if let Some(old) = self.order.pop_front() {
+                self.signed.remove(&old);
+            }
+        }
+    }
+}
+
+/// Why a pipeline request's commitment was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum CommitRefusal {
+    #[error(transparent)]
+    Commit(#[from] CommitError),
+    #[error("the commitment is signed by {worker}, the message came from {from}")]
+    NotTheSender { worker: NodeId, from: NodeId },
+    #[error("the commitment is for another network")]
+    OtherNetwork,
+    #[error("the commitment names stage {got}, the sender's is {want}")]
+    OtherStage { got: u16, want: u16 },
+    #[error("the commitment is for another micro-batch or job kind")]
+    OtherJob,
+    #[error(transparent)]
+    Payload(#[from] Refusal),
+    #[error("the message carries no tensor a job produced")]
+    NoOutput,
+}
+
+pub(super) fn job_kind(msg: &Msg) -> JobKind {
+    match msg {
+        Msg::Forward { .. } => JobKind::Forward,
+        Msg::Backward { .. } => JobKind::Backward,
+    }
+}
+
+fn mb_ref(mb: &MicroBatchId) -> MicroBatchRef {
+    MicroBatchRef {
+        origin: NodeId(mb.origin),
+        step: mb.step,
+        index: mb.index,
+    }
+}
+
+impl NodeCore {
+    /// This replica's signed job commitments.
+    pub fn job_log(&self) -> &JobLog {
+        &self.job_log
+    }
+
+    /// The engine's hashes of a finished job: a job that sends nothing (the embedding
+    /// stage's backward pass) is committed at once, the others when their output is sent.
+    pub(super) fn note_job_hashes(&mut self, done: &JobDone, hashes: JobHashes) {
+        let id = match done {
+            JobDone::Forward { mb, .. } => (*mb, JobKind::Forward),
+            JobDone::Backward {
+                mb,
+                input_grad: None,
+                ..
+            } => {
+                let id = (*mb, JobKind::Backward);
+                self.job_log.forget(&id);
+                let logged = self.sign_job(id, hashes, NO_HASH);
+                self.job_log.log(id, logged);
+                return;
+            }
+            JobDone::Backward { mb, .. } => (*mb, JobKind::Backward),
+            _ => return,
+        };
+        let log = &mut self.job_log;
+        log.forget(&id);
+        log.awaiting.retain(|(a, _)| *a != id);
+        log.awaiting.push_back((id, hashes));
+        while log.awaiting.len() > MAX_AWAITING {
+            log.awaiting.pop_front();
+        }
+    }
+
+    fn sign_job(&self, (mb, kind): JobId, h: JobHashes, output_hash: [u8; 32]) -> Logged {
+        let commitment = JobCommitment {
+            network: self.network,
+            worker: self.me,
+            stage: u16::try_from(self.stage).unwrap_or(u16::MAX),
+            round: self.rounds.syncer.round(),
+            step: h.step,
+            micro_batch: mb_ref(&mb),
+            kind,
+            class: self.job_log.class,
+            weights_hash: h.weights,
+            input_hash: h.input,
+            upstream_hash: h.upstream,
+            output_hash,
+            grads_hash: h.grads,
+        };
+        Logged {
+            job: commitment.sign(&self.identity),
+            commitment,
+            countersign: None,
+        }
+    }
+
+    /// The commitment that travels with `msg`: signed when the job's output is first sent,
+    /// the same one when it is sent again (a retry, another replica, a repeated answer).
+    pub(super) fn commitment_for(&mut self, msg: &Msg) -> Result<SignedJob, CommitRefusal> {
+        let id = (msg.mb(), job_kind(msg));
+        if let Some(l) = self.job_log.signed.get(&id) {
+            return Ok(l.job.clone());
+        }
+        let output = self
+            .pipeline
+            .payload_hash(msg)?
+            .ok_or(CommitRefusal::NoOutput)?;
+        let log = &mut self.job_log;
+        let at = log.awaiting.iter().position(|(a, _)| *a == id);
+        let Some((_, hashes)) = at.and_then(|i| log.awaiting.remove(i)) else {
+            return Err(CommitRefusal::OtherJob);
+        };
+        let logged = self.sign_job(id, hashes, output);
+        let job = logged.job.clone();
+        self.job_log.log(id, logged);
+        Ok(job)
+    }
+
+    /// A request's commitment, checked against the message and the sender: signed by the
+    /// sender, for our network, the sender's stage, this micro-batch and kind, and naming as
+    /// output exactly the tensor that arrived. Returns our countersignature.
+    pub(super) fn check_commitment(
+        &self,
+        from: NodeId,
+        req: &PipeRequest,
+    ) -> Result<Signed<Countersign>, CommitRefusal> {
+        let c = verify_job(&req.job)?;
+        if c.worker != from {
+            return Err(CommitRefusal::NotTheSender {
+                worker: c.worker,
+                from,
+            });
+        }
+        if c.network != self.network {
+            return Err(CommitRefusal::OtherNetwork);
+        }
+        let sender = match req.msg {
+            Msg::Forward { .. } => self.stage.checked_sub(1),
+            Msg::Backward { .. } => self.stage.checked_add(1),
+        };
+        let want = sender
+            .and_then(|s| u16::try_from(s).ok())
+            .unwrap_or(u16::MAX);
+        if c.stage != want {
+            return Err(CommitRefusal::OtherStage { got: c.stage, want });
+        }
+        if c.micro_batch != mb_ref(&req.msg.mb()) || c.kind != job_kind(&req.msg) {
+            return Err(CommitRefusal::OtherJob);
+        }
+        let received = self
+            .pipeline
+            .payload_hash(&req.msg)?
+            .ok_or(CommitRefusal::NoOutput)?;
+        Ok(countersign(&self.identity, &req.job, received)?)
+    }
+
+    /// The receiver's answer to our request: its countersignature must acknowledge exactly
+    /// our commitment, signed by the replica we sent to. A receiver that accepts without one,
+    /// or with another, is penalised: the worker then holds no proof of delivery.
+    pub(super) fn on_countersign(
+        &mut self,
+        to: NodeId,
+        msg: (MicroBatchId, JobKind),
+        cs: Option<Signed<Countersign>>,
+        now: Instant,
+    ) {
+        let Some(logged) = self.job_log.signed.get_mut(&msg) else {
+            return;
+        };
+        let checked = cs.ok_or(CommitRefusal::OtherJob).and_then(|cs| {
+            let (_, signer) = verify_countersigned(&logged.job, &cs)?;
+            if signer != to {
+                return Err(CommitRefusal::NotTheSender {
+                    worker: signer,
+                    from: to,
+                });
+            }
+            Ok(cs)
+        });
+        match checked {
+            Ok(cs) => logged.countersign = Some(cs),
+            Err(e) => {
+                let reason = format!("accepted our output without countersigning it: {e}");
+                self.penalize(to, reason.clone());
+                self.warn(format!("{to}: {reason}"), now);
+            }
+        }
+    }
+}

@@ -1,0 +1,233 @@
+//! Job commitments on the pipeline's messages (verification by recomputation): a worker's
+//! tensor travels with its signed commitment, the receiver refuses a tensor the commitment
+//! does not name (or a commitment that is not the sender's, or not this job's), and the
+//! worker holds the receiver's countersignature of exactly what it sent.
+
+use std::time::Duration;
+
+use neuroshard_audit::{JobKind, SignedJob};
+use neuroshard_node::act_codec::{Expect, pack};
+use neuroshard_node::core::Transmit;
+use neuroshard_node::events::NodeEvent;
+use neuroshard_node::wire::{Msg, Payload, PipeAnswer, PipeRequest};
+use neuroshard_proof::Canonical;
+use neuroshard_proof::fixtures::test_identity;
+use neuroshard_sim::{EngineKind, Sim, network, settings, tiny_model};
+
+/// A driver (stage 0); nodes alternate stages, so 1 and 3 are the stage-1 replicas.
+const LIAR: usize = 2;
+
+#[derive(Clone, Copy, PartialEq)]
+enum Attack {
+    None,
+    /// Commits to its forward output but sends other values (half of them).
+    SendsOther,
+    /// Its messages carry a commitment signed by another key (a Sybil of its own).
+    SybilSigned,
+    /// Every message carries the first commitment it ever sent.
+    Replays,
+    /// Stage-1 replica 3 accepts tensors but strips its countersignature.
+    WithholdsCountersign,
+}
+
+fn run(attack: Attack) -> Sim {
+    let mut s = settings(tiny_model(), 2, 2);
+    s.steps = 40;
+    let mut sim = network(8, s.clone(), 2, EngineKind::StandIn);
+    let dim = s.model.d_model;
+    let mut first: Option<SignedJob> = None;
+    let sybil = test_identity(99);
+    let liar_request = move |req: PipeRequest| -> PipeRequest {
+        let PipeRequest { msg, job } = req;
+        match attack {
+            Attack::SendsOther => match msg {
+                Msg::Forward {
+                    mb,
+                    input: Payload::Hidden(p),
+                    targets,
+                } => {
+                    let expect = Expect {
+                        scheme: p.scheme(),
+                        dim,
+                        max_batch: 1 << 10,
+                        max_seq: 1 << 10,
+                    };
+                    let mut a = p.unpack(&expect).unwrap();
+                    a.data.iter_mut().for_each(|x| *x *= 0.5);
+                    let input = Payload::Hidden(pack(&a, p.scheme()).unwrap());
+                    let msg = Msg::Forward { mb, input, targets };
+                    PipeRequest { msg, job }
+                }
+                msg => PipeRequest { msg, job },
+            },
+            Attack::SybilSigned => {
+                let mut c = job.verify().unwrap();
+                c.worker = sybil.node_id();
+                PipeRequest {
+                    msg,
+                    job: c.sign(&sybil),
+                }
+            }
+            Attack::Replays => {
+                let job = first.get_or_insert(job).clone();
+                PipeRequest { msg, job }
+            }
+            Attack::None | Attack::WithholdsCountersign => PipeRequest { msg, job },
+        }
+    };
+    let mut liar_request = Some(liar_request);
+    match attack {
+        Attack::None => {}
+        Attack::WithholdsCountersign => sim.set_tamper(
+            3,
+            Box::new(|t| match t {
+                Transmit::Respond { token, data } => {
+                    let data = match PipeAnswer::from_canonical_bytes(&data) {
+                        Ok(a) => PipeAnswer {
+                            ack: a.ack,
+                            countersign: None,
+                        }
+                        .to_canonical_bytes(),
+                        Err(_) => data,
+                    };
+                    Some(Transmit::Respond { token, data })
+                }
+                other => Some(other),
+            }),
+        ),
+        _ => {
+            let mut f = liar_request.take().unwrap();
+            sim.set_tamper(
+                LIAR,
+                Box::new(move |t| match t {
+                    Transmit::Request { to, token, data } => {
+                        let data = match PipeRequest::from_canonical_bytes(&data) {
+                            Ok(req) => f(req).to_canonical_bytes(),
+                            Err(_) => data,
+                        };
+                        Some(Transmit::Request { to, token, data })
+                    }
+                    other => Some(other),
+                }),
+            )
+        }
+    }
+    sim.run_until(Duration::from_secs(60));
+    sim
+}
+
+fn steps(sim: &Sim, i: usize) -> usize {
+    sim.events(i)
+        .iter()
+        .filter(|e| matches!(e, NodeEvent::Step { .. }))
+        .count()
+}
+
+/// Messages stage 1 refused for their commitment.
+fn refused(sim: &Sim) -> usize {
+    [1, 3]
+        .iter()
+        .flat_map(|&i| sim.events(i))
+        .filter(
+            |e| matches!(e, NodeEvent::Dropped { reason, .. } if reason.starts_with("commitment")),
+        )
+        .count()
+}
+
+/// (commitments of `kind` that sent a tensor, those countersigned by their receiver).
+fn countersigned(sim: &Sim, i: usize, kind: JobKind) -> (usize, usize) {
+    let log = sim.core(i).unwrap().job_log();
+    let sent: Vec<_> = log
+        .iter()
+        .filter(|l| {
+            l.commitment.kind == kind && l.commitment.output_hash != neuroshard_audit::NO_HASH
+        })
+        .collect();
+    (
+        sent.len(),
+        sent.iter().filter(|l| l.countersign.is_some()).count(),
+    )
+}
+
+fn missing_countersign_warnings(sim: &Sim, i: usize) -> usize {
+    sim.events(i)
+        .iter()
+        .filter(|e| {
+            matches!(e, NodeEvent::Warning { message, .. } if message.contains("without countersigning"))
+        })
+        .count()
+}
+
+#[test]
+fn honest_workers_commit_every_job_and_hold_their_receivers_countersignatures() {
+    let sim = run(Attack::None);
+    assert_eq!(refused(&sim), 0, "honest commitments refused");
+    assert!(steps(&sim, LIAR) >= 20, "{}", steps(&sim, LIAR));
+    for driver in [0, LIAR] {
+        let (sent, signed) = countersigned(&sim, driver, JobKind::Forward);
+        assert!(sent >= 40, "driver {driver} committed {sent} forward jobs");
+        // All but those still in flight when the run stopped.
+        assert!(
+            signed + 4 >= sent,
+            "driver {driver}: {signed} of {sent} countersigned"
+        );
+        // The driver's backward passes send nothing, and are committed too.
+        let log = sim.core(driver).unwrap().job_log();
+        assert!(log.iter().any(|l| l.commitment.kind == JobKind::Backward));
+        assert_eq!(missing_countersign_warnings(&sim, driver), 0);
+    }
+    // The last stage's backward passes send the input gradient back, countersigned.
+    for last in [1, 3] {
+        let (sent, signed) = countersigned(&sim, last, JobKind::Backward);
+        assert!(
+            sent >= 20 && signed + 4 >= sent,
+            "node {last}: {signed} of {sent}"
+        );
+    }
+}
+
+#[test]
+fn a_tensor_other_than_the_committed_one_is_refused_and_never_trained() {
+    let sim = run(Attack::SendsOther);
+    assert!(refused(&sim) > 0);
+    assert_eq!(
+        steps(&sim, LIAR),
+        0,
+        "the altered activations were trained in"
+    );
+    assert!(steps(&sim, 0) >= 20, "{}", steps(&sim, 0));
+}
+
+#[test]
+fn a_commitment_signed_by_another_key_is_refused() {
+    let sim = run(Attack::SybilSigned);
+    assert!(refused(&sim) > 0);
+    assert_eq!(steps(&sim, LIAR), 0);
+    assert!(steps(&sim, 0) >= 20, "{}", steps(&sim, 0));
+}
+
+#[test]
+fn a_replayed_commitment_is_refused_for_every_other_job() {
+    let sim = run(Attack::Replays);
+    assert!(refused(&sim) > 0);
+    assert_eq!(steps(&sim, LIAR), 0);
+    assert!(steps(&sim, 0) >= 20, "{}", steps(&sim, 0));
+}
+
+#[test]
+fn a_receiver_that_withholds_its_countersignature_is_reported() {
+    let sim = run(Attack::WithholdsCountersign);
+    let warned: usize = [0, LIAR]
+        .iter()
+        .map(|&d| missing_countersign_warnings(&sim, d))
+        .sum();
+    assert!(warned > 0);
+    // Only what node 3 received lacks a countersignature: node 1's are there.
+    for driver in [0, LIAR] {
+        let (sent, signed) = countersigned(&sim, driver, JobKind::Forward);
+        assert!(
+            signed > 0 && signed < sent,
+            "driver {driver}: {signed} of {sent}"
+        );
+    }
+}
