@@ -271,6 +271,57 @@ pub fn check<R: Replayer>(
     proof: &FraudProof,
     replayer: &R,
 ) -> Result<Verdict, EvidenceError> {
+    let (c, auditor) = check_before_replay(ctx, proof)?;
+    let key = c.key();
+    let checker_class = replayer.class();
+    if !checker_class.job_bits_comparable(&c.class) {
+        let replayed = replayer
+            .replay(&c, &proof.inputs)
+            .map_err(|e| EvidenceError::Replay(Box::new(e)))?;
+        let comparison = match (&replayed.output, &proof.sent_output) {
+            (Some(mine), Some(sent)) => {
+                let (max_abs_diff, within_tolerance) =
+                    ctx.tolerance.compare(&mine.data, &sent.data);
+                Some(CrossClass {
+                    max_abs_diff,
+                    within_tolerance,
+                })
+            }
+            _ => None,
+        };
+        return Ok(Verdict::Escalate {
+            job: key,
+            job_class: c.class,
+            checker_class,
+            comparison,
+        });
+    }
+
+    let replayed = replayer
+        .replay(&c, &proof.inputs)
+        .map_err(|e| EvidenceError::Replay(Box::new(e)))?;
+    if (replayed.output_hash, replayed.grads_hash) == (c.output_hash, c.grads_hash) {
+        Ok(Verdict::FalseAccusation {
+            job: key,
+            worker: c.worker,
+            auditor,
+        })
+    } else {
+        Ok(Verdict::Guilty {
+            job: key,
+            worker: c.worker,
+            auditor,
+        })
+    }
+}
+
+/// Every check of [`check`] that needs no replay: what a node runs before it fetches the
+/// weights a replay needs, so that evidence that cannot convict costs it nothing. Returns the
+/// commitment and the accuser.
+pub fn check_before_replay(
+    ctx: &AuditContext<'_>,
+    proof: &FraudProof,
+) -> Result<(JobCommitment, NodeId), EvidenceError> {
     let acc = proof
         .accusation
         .verify()
@@ -314,46 +365,7 @@ pub fn check<R: Replayer>(
     }
     check_inputs(ctx, proof, &c)?;
 
-    let checker_class = replayer.class();
-    if !checker_class.job_bits_comparable(&c.class) {
-        let replayed = replayer
-            .replay(&c, &proof.inputs)
-            .map_err(|e| EvidenceError::Replay(Box::new(e)))?;
-        let comparison = match (&replayed.output, &proof.sent_output) {
-            (Some(mine), Some(sent)) => {
-                let (max_abs_diff, within_tolerance) =
-                    ctx.tolerance.compare(&mine.data, &sent.data);
-                Some(CrossClass {
-                    max_abs_diff,
-                    within_tolerance,
-                })
-            }
-            _ => None,
-        };
-        return Ok(Verdict::Escalate {
-            job: key,
-            job_class: c.class,
-            checker_class,
-            comparison,
-        });
-    }
-
-    let replayed = replayer
-        .replay(&c, &proof.inputs)
-        .map_err(|e| EvidenceError::Replay(Box::new(e)))?;
-    if (replayed.output_hash, replayed.grads_hash) == (c.output_hash, c.grads_hash) {
-        Ok(Verdict::FalseAccusation {
-            job: key,
-            worker: c.worker,
-            auditor,
-        })
-    } else {
-        Ok(Verdict::Guilty {
-            job: key,
-            worker: c.worker,
-            auditor,
-        })
-    }
+    Ok((c, auditor))
 }
 
 fn check_inputs(

@@ -24,7 +24,7 @@ pub use commit::{
 };
 pub use fraud::{
     Accusation, AuditContext, CrossClass, EvidenceError, FraudProof, Replayed, Replayer, Verdict,
-    check, check_equivocation,
+    check, check_before_replay, check_equivocation,
 };
 pub use sample::{AuditRate, Challenge, ChallengeSeed, auditor_for, is_challenged, sample};
 pub use tensor::{

@@ -222,6 +222,7 @@ impl NodeArgs {
             )?,
             eval_windows: self.eval_windows,
             budgets: Default::default(),
+            audit: Default::default(),
         })
     }
 }

@@ -156,6 +156,7 @@ impl SwarmArgs {
             min_fee_per_stage: 0,
             eval_windows: neuroshard_node::settings::DEFAULT_EVAL_WINDOWS,
             budgets: Default::default(),
+            audit: Default::default(),
         };
         let kill = self
             .kill

@@ -183,6 +183,11 @@ impl LedgerState {
         &self.rules
     }
 
+    /// Whether an audit verdict about `job` was applied (one verdict per job).
+    pub fn has_verdict(&self, job: &Hash32) -> bool {
+        self.verdicts.contains_key(job)
+    }
+
     /// True if `node` registered for `stage` and still holds the minimum stake.
     pub fn is_registered(&self, node: &NodeId, stage: u16) -> bool {
         self.registrations
@@ -203,6 +208,16 @@ impl LedgerState {
         self.registrations
             .get(node)
             .is_some_and(|s| s.contains(&stage))
+    }
+
+    /// Accounts that ever registered for `stage`, whatever their stake now: who audits whom is
+    /// drawn among them, so a slash (which may take a stake below the minimum) cannot change
+    /// the assignment, and with it the verdict, of evidence still on its way.
+    pub fn ever_registered(&self, stage: u16) -> impl Iterator<Item = NodeId> + '_ {
+        self.registrations
+            .iter()
+            .filter(move |(_, stages)| stages.contains(&stage))
+            .map(|(id, _)| *id)
     }
 
     /// Accounts registered for `stage` that still hold the minimum stake.

@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, mpsc};
 
-use neuroshard_audit::NO_HASH;
+pub use audit::{DEFAULT_AUDIT_BUDGET, JobStore, Settle, codec_wire, decode_inputs, encode_inputs};
+use neuroshard_audit::{JobKind, NO_HASH};
 use neuroshard_model::{AdamW, Kept, Stage, StageInput, checkpoint};
 use neuroshard_proof::{Hash32, NodeId};
 use tokio::sync::mpsc::UnboundedSender;
@@ -94,6 +95,9 @@ pub struct Engine {
     weight_hashes: Vec<(u64, Hash32)>,
     /// The hash of the last backward pass's parameter gradients and loss.
     last_grads_hash: Hash32,
+    /// Evidence of this replica's jobs for auditors, and the codec replays hash through.
+    store: Option<JobStore>,
+    wire: neuroshard_model::replay::Wire,
 }
 
 impl Engine {
@@ -119,6 +123,8 @@ impl Engine {
             serve_version: 0,
             weight_hashes: Vec::new(),
             last_grads_hash: NO_HASH,
+            store: None,
+            wire: Default::default(),
         }
     }
 
@@ -327,6 +333,15 @@ impl Engine {
             upstream: inputs.upstream.hash(),
             grads,
         };
+        if let JobDone::Forward { mb, .. } | JobDone::Backward { mb, .. } = &done {
+            let kind = if upstream.is_some() {
+                JobKind::Backward
+            } else {
+                JobKind::Forward
+            };
+            // Without its evidence the job is still done; an auditor who asks gets a refusal.
+            let _ = self.keep_evidence(mb, kind, step, &weights, &inputs);
+        }
         (done, Some(hashes))
     }
 
@@ -477,6 +492,18 @@ impl Compute for Engine {
                 EngineOutput::Job(done, hashes)
             }
             EngineJob::Infer { steps, evict } => self.infer(steps, &evict),
+            EngineJob::Evidence { mb, kind, weights } => {
+                EngineOutput::Evidence(self.evidence(&mb, kind, &weights))
+            }
+            EngineJob::Replay {
+                spec,
+                job,
+                inputs,
+                weights,
+            } => EngineOutput::Replayed(self.replay(spec, &job, &inputs, &weights)),
+            EngineJob::Settle { settle, weights } => {
+                EngineOutput::Settled(self.settle(&settle, &weights).map_err(Arc::new))
+            }
             EngineJob::SyncPrepare { round } => EngineOutput::Prepared(self.sync_prepare(round)),
             EngineJob::SyncApply { round, messages } => {
                 self.serve_version += 1;
@@ -587,5 +614,6 @@ pub fn next_job(waiting: &mut VecDeque<(Token, EngineJob)>) -> Option<(Token, En
     }
 }
 
+mod audit;
 #[cfg(test)]
 mod tests;

@@ -208,6 +208,18 @@ pub enum NodeEvent {
         reason: String,
         time_ms: u64,
     },
+    /// An audit of a co-replica's job ended (verification by recomputation): `outcome` is
+    /// `passed` (the replay gave the committed bits), `guilty` (it did not: a fraud proof
+    /// follows) or `refused: <why>` (the worker did not serve the job's evidence).
+    Audit {
+        stage: usize,
+        round: u64,
+        worker: String,
+        job: String,
+        kind: String,
+        outcome: String,
+        time_ms: u64,
+    },
     /// The node's HTTP API listens at `http` (its bound address).
     Serving { http: String, time_ms: u64 },
     /// A speculative checkpoint was written (or failed).
@@ -240,6 +252,7 @@ impl NodeEvent {
             NodeEvent::Ledger { .. } => "ledger",
             NodeEvent::LedgerSync { .. } => "ledger_sync",
             NodeEvent::Parked { .. } => "parked",
+            NodeEvent::Audit { .. } => "audit",
             NodeEvent::Checkpoint { .. } => "checkpoint",
             NodeEvent::Serving { .. } => "serving",
         }

@@ -106,6 +106,28 @@ pub struct NodeSettings {
     /// Limits on what peers can make this node hold.
     #[serde(default)]
     pub budgets: Budgets,
+    /// Verification by recomputation.
+    #[serde(default)]
+    pub audit: AuditSettings,
+}
+
+/// How a replica audits its co-replicas and what it keeps for its own auditors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct AuditSettings {
+    /// Jobs replayed, in parts per million (`neuroshard_audit::AuditRate`; 0: no audits).
+    pub per_million: u32,
+    /// Bytes of evidence (job inputs, the weights of each step) kept for auditors, in MiB.
+    pub evidence_mb: u64,
+}
+
+impl Default for AuditSettings {
+    fn default() -> Self {
+        Self {
+            per_million: neuroshard_audit::AuditRate::default().per_million,
+            evidence_mb: crate::compute::DEFAULT_AUDIT_BUDGET >> 20,
+        }
+    }
 }
 
 /// Limits on what peers can make a node hold (issue 20's budgets), each a named setting.
@@ -349,6 +371,7 @@ pub(crate) mod tests {
             min_fee_per_stage: 0,
             eval_windows: 0,
             budgets: Budgets::default(),
+            audit: AuditSettings::default(),
         }
     }
 

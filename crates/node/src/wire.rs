@@ -9,8 +9,10 @@ use neuroshard_model::Tokens;
 use neuroshard_proof::{Canonical, CodecError, Reader, Writer};
 
 use crate::act_codec::{Packed, Scheme};
+pub use audit::{AuditAnswer, AuditRequest, FraudReport, MAX_LISTED_JOBS};
 pub use commit::{PipeAnswer, PipeRequest};
 
+mod audit;
 mod commit;
 
 /// Largest tensor a message may carry (elements, bytes); the transport frame limit is the

@@ -3,10 +3,11 @@
 
 use std::time::Duration;
 
-use neuroshard_model::{AdamW, AdamWConfig, ModelConfig, Stage, StageSpec};
-use neuroshard_node::compute::Engine;
-use neuroshard_node::core::{Compute, EngineJob, EngineOutput};
-use neuroshard_node::pipeline::Job;
+use neuroshard_model::{AdamW, AdamWConfig, ModelConfig, Stage, StageInput, StageSpec};
+use neuroshard_node::act_codec::ActSpec;
+use neuroshard_node::compute::{DEFAULT_AUDIT_BUDGET, Engine, JobStore, codec_wire};
+use neuroshard_node::core::{Compute, EngineError, EngineJob, EngineOutput};
+use neuroshard_node::pipeline::{Job, JobDone};
 use neuroshard_node::replica::DilocoConfig;
 use neuroshard_proof::Hash32;
 
@@ -69,12 +70,26 @@ impl SimEngine for StandIn {
     }
 }
 
+/// How a lazy worker cheats (the audits' adversaries).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cheat {
+    /// Sends noise of the right shape as its forward output (and commits to it).
+    Noise,
+    /// Skips its layers: passes its input on as its forward output.
+    PassThrough,
+    /// Computes honestly but serves no evidence of its jobs to auditors.
+    RefusesEvidence,
+    /// Computes honestly, but as an auditor claims every replay it runs disagreed.
+    AccusesFalsely,
+}
+
 /// The real engine over a tiny model (no crash recovery in the simulator: its checkpoints go
-/// to disk).
+/// to disk), keeping its jobs' evidence in memory for auditors.
 pub struct RealEngine {
     engine: Engine,
     spec: StageSpec,
     numel: usize,
+    cheat: Option<Cheat>,
 }
 
 impl RealEngine {
@@ -85,7 +100,11 @@ impl RealEngine {
         optim: AdamWConfig,
         diloco: Option<DilocoConfig>,
         weight_lag: u64,
+        activations: ActSpec,
     ) -> Result<Self, FactoryError> {
+        let store =
+            JobStore::new(None, DEFAULT_AUDIT_BUDGET).map_err(|e| FactoryError(e.to_string()))?;
+        let wire = codec_wire(activations, model.d_model);
         let stage = Stage::init(model, spec, seed).map_err(|e| FactoryError(e.to_string()))?;
         let numel = stage.params().numel();
         let opt = AdamW::new(optim, stage.params());
@@ -97,16 +116,51 @@ impl RealEngine {
             None => None,
         };
         Ok(Self {
-            engine: Engine::new(stage, opt, diloco).with_weight_lag(weight_lag),
+            engine: Engine::new(stage, opt, diloco)
+                .with_weight_lag(weight_lag)
+                .with_job_store(store, wire),
             spec,
             numel,
+            cheat: None,
         })
+    }
+
+    /// This worker cheats as `cheat` says.
+    pub fn cheating(mut self, cheat: Option<Cheat>) -> Self {
+        self.cheat = cheat;
+        self
     }
 }
 
 impl Compute for RealEngine {
     fn execute(&mut self, job: EngineJob) -> EngineOutput {
-        self.engine.execute(job)
+        let input = match &job {
+            EngineJob::Run(Job::Forward { input, .. }) => Some(input.clone()),
+            _ => None,
+        };
+        match (self.cheat, self.engine.execute(job)) {
+            (Some(Cheat::Noise), EngineOutput::Job(JobDone::Forward { mb, mut output }, h)) => {
+                for (i, x) in output.data.iter_mut().enumerate() {
+                    *x = ((i as f32) * 0.37 + mb.step as f32).sin();
+                }
+                EngineOutput::Job(JobDone::Forward { mb, output }, h)
+            }
+            (Some(Cheat::PassThrough), EngineOutput::Job(JobDone::Forward { mb, output }, h)) => {
+                let output = match input {
+                    Some(StageInput::Hidden(a)) => a,
+                    _ => output,
+                };
+                EngineOutput::Job(JobDone::Forward { mb, output }, h)
+            }
+            (Some(Cheat::RefusesEvidence), EngineOutput::Evidence(_)) => {
+                EngineOutput::Evidence(Err(EngineError::NoEvidence("not kept".into())))
+            }
+            (Some(Cheat::AccusesFalsely), EngineOutput::Replayed(Ok(mut r))) => {
+                r.output_hash[0] ^= 1;
+                EngineOutput::Replayed(Ok(r))
+            }
+            (_, out) => out,
+        }
     }
 }
 

@@ -17,7 +17,7 @@ mod standin;
 mod validate;
 
 pub use data::PatternBatches;
-pub use engine::{EngineCosts, RealEngine, SimEngine};
+pub use engine::{Cheat, EngineCosts, RealEngine, SimEngine};
 pub use link::{LinkModel, Partitions};
 pub use sim::{
     Built, FactoryError, NodeFactory, SPARE_STAKED, Sim, Tamper, Traffic, UNIX_START_MS,
@@ -128,6 +128,7 @@ pub fn settings(model: ModelConfig, stages: usize, wait_replicas: usize) -> Node
         // Scenarios that measure the validation loss turn it on.
         eval_windows: 0,
         budgets: Default::default(),
+        audit: Default::default(),
     }
 }
 
@@ -145,6 +146,8 @@ pub struct Factory {
     /// Nodes whose replicas send `attack` instead of their pseudo-gradient.
     pub attackers: std::sync::Arc<std::sync::Mutex<std::collections::BTreeSet<NodeId>>>,
     pub attack: String,
+    /// Lazy workers (real engine only) and how each cheats.
+    pub cheats: std::sync::Arc<std::sync::Mutex<std::collections::BTreeMap<NodeId, Cheat>>>,
 }
 
 impl Factory {
@@ -154,6 +157,7 @@ impl Factory {
             kind,
             attackers: Default::default(),
             attack: "none".into(),
+            cheats: Default::default(),
         }
     }
 }
@@ -192,14 +196,21 @@ impl NodeFactory for Factory {
                 StandIn::new(s.model.clone(), spec, s.seed, dcfg)
                     .map_err(|e| FactoryError(e.to_string()))?,
             ),
-            EngineKind::Real => Box::new(RealEngine::new(
-                s.model.clone(),
-                spec,
-                s.seed,
-                s.adamw(),
-                dcfg,
-                s.weight_lag,
-            )?),
+            EngineKind::Real => {
+                let cheat = self.cheats.lock().ok().and_then(|c| c.get(&node).copied());
+                Box::new(
+                    RealEngine::new(
+                        s.model.clone(),
+                        spec,
+                        s.seed,
+                        s.adamw(),
+                        dcfg,
+                        s.weight_lag,
+                        s.activations,
+                    )?
+                    .cheating(cheat),
+                )
+            }
         };
         Ok((engine, Box::new(self.patterns())))
     }

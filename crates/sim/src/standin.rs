@@ -287,6 +287,18 @@ impl Compute for StandIn {
             EngineJob::Infer { steps, .. } => {
                 EngineOutput::Inferred(steps.iter().map(|_| Err(EngineError::NoModel)).collect())
             }
+            // Its hashes stand for work it never did: nothing to replay, nothing to serve.
+            EngineJob::Evidence { .. } => EngineOutput::Evidence(Err(EngineError::NoEvidence(
+                "the stand-in engine keeps no evidence".into(),
+            ))),
+            EngineJob::Replay { .. } => EngineOutput::Replayed(Err(EngineError::NoEvidence(
+                "the stand-in engine cannot replay".into(),
+            ))),
+            EngineJob::Settle { .. } => EngineOutput::Settled(Err(Arc::new(
+                neuroshard_audit::EvidenceError::Replay(Box::new(EngineError::NoEvidence(
+                    "the stand-in engine cannot replay".into(),
+                ))),
+            ))),
             EngineJob::Checkpoint { .. } => {
                 let mut copy = self.clone();
                 copy.saved = None;

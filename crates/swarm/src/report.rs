@@ -40,6 +40,7 @@ fn time_of(ev: &NodeEvent) -> u64 {
         | Ledger { time_ms, .. }
         | LedgerSync { time_ms, .. }
         | Parked { time_ms, .. }
+        | Audit { time_ms, .. }
         | Checkpoint { time_ms, .. }
         | Serving { time_ms, .. } => *time_ms,
     }
@@ -91,6 +92,8 @@ pub struct Report {
     thetas: BTreeMap<(usize, u64), BTreeMap<usize, String>>,
     syncs: Vec<SyncSample>,
     adoptions: u64,
+    /// Audits of co-replicas' jobs by outcome (`passed`, `guilty`, `refused`).
+    audits: BTreeMap<String, u64>,
     /// When any replica last ended a round (wall clock ms).
     last_round_ms: u64,
     /// Latest ledger summary per node, and when its state hash last changed.
@@ -201,6 +204,10 @@ impl Report {
                 self.on_round(i, *stage, *round, theta, t);
                 self.adoptions += 1;
             }
+            NodeEvent::Audit { outcome, .. } => {
+                let class = outcome.split(':').next().unwrap_or_default().to_string();
+                *self.audits.entry(class).or_default() += 1;
+            }
             NodeEvent::Warning { .. } | NodeEvent::Dropped { .. } => {
                 tracing::debug!("node {i}: {ev:?}");
             }
@@ -293,6 +300,7 @@ impl Report {
             "rounds_disagreeing": disagreeing,
             "aggregations": self.syncs.len(),
             "adoptions": self.adoptions,
+            "audits": self.audits,
             "mean_sent_bytes_per_replica": sent,
             "mean_dense_bytes_per_replica": dense,
             "compression_ratio": if sent > 0.0 { dense / sent } else { 0.0 },

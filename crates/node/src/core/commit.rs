@@ -66,6 +66,11 @@ impl JobLog {
             .collect()
     }
 
+    /// The class this replica's commitments name.
+    pub fn class(&self) -> DeterminismClass {
+        self.class
+    }
+
     /// Every commitment held, in the order signed.
     pub fn iter(&self) -> impl Iterator<Item = &Logged> {
         self.order.iter().filter_map(|id| self.signed.get(id))

@@ -12,6 +12,8 @@ use crate::records::Topic;
 use crate::replica::{Applied, Prepared, ReplicaError};
 use crate::serve::engine::{StepJob, StepResult, StreamKey};
 use crate::serve::wire::SampleError;
+use crate::wire::MicroBatchId;
+use neuroshard_audit::{JobCommitment, JobInputs, JobKind, Replayed};
 
 /// Identifies a request, a blob fetch or an engine job of one core.
 pub type Token = u64;
@@ -69,6 +71,12 @@ pub enum EngineError {
     NoResult,
     #[error("this engine has no model to serve")]
     NoModel,
+    #[error("no evidence kept: {0}")]
+    NoEvidence(String),
+    #[error("audit weights: {0}")]
+    AuditWeights(String),
+    #[error("audit inputs: {0}")]
+    AuditInputs(String),
 }
 
 impl From<ModelError> for EngineError {
@@ -186,6 +194,24 @@ pub enum EngineJob {
         step: u64,
         extra: serde_json::Value,
     },
+    /// The stored inputs of one of our jobs and the weights it ran at, for an auditor.
+    Evidence {
+        mb: MicroBatchId,
+        kind: JobKind,
+        weights: Hash32,
+    },
+    /// Replay a job of the stage `spec` on the weights it committed to.
+    Replay {
+        spec: neuroshard_model::StageSpec,
+        job: Box<JobCommitment>,
+        inputs: Box<JobInputs>,
+        weights: Arc<Vec<u8>>,
+    },
+    /// Settle a fraud proof by replaying its job on the weights served with it.
+    Settle {
+        settle: Box<crate::compute::Settle>,
+        weights: Arc<Vec<u8>>,
+    },
     /// Inference steps of several streams in one job (the stage's batch), after dropping the
     /// caches of `evict`.
     Infer {
@@ -209,6 +235,14 @@ pub struct JobHashes {
     pub grads: Hash32,
 }
 
+/// One of our jobs' evidence for an auditor: its inputs (encoded) and the weights it ran at
+/// (flat `f32`, little-endian).
+#[derive(Debug, Clone)]
+pub struct Evidence {
+    pub inputs: Arc<Vec<u8>>,
+    pub weights: Arc<Vec<u8>>,
+}
+
 /// An engine job's result.
 #[derive(Debug, Clone)]
 pub enum EngineOutput {
@@ -222,6 +256,10 @@ pub enum EngineOutput {
     Saved(Result<String, EngineError>),
     /// One result per step of an [`EngineJob::Infer`], in order.
     Inferred(Vec<Result<StepResult, EngineError>>),
+    Evidence(Result<Evidence, EngineError>),
+    Replayed(Result<Replayed, EngineError>),
+    /// A fraud proof's verdict, or why the evidence was refused.
+    Settled(Result<neuroshard_audit::Verdict, Arc<neuroshard_audit::EvidenceError>>),
 }
 
 /// Runs engine jobs: the real engine over a stage, or a stand-in in the simulator.

@@ -9,11 +9,15 @@
 //! function it is handed ([`BatchSource`]). A runtime over libp2p and the simulator drive
 //! the same code.
 
+mod audit;
 mod commit;
 mod config;
 mod evaluate;
 #[cfg(test)]
 mod evaluate_tests;
+mod fraud;
+#[cfg(test)]
+mod fraud_tests;
 mod gossip;
 mod io;
 mod pull;
@@ -42,7 +46,7 @@ pub use commit::{CommitRefusal, JobLog, Logged, MAX_LOGGED_JOBS};
 pub use config::{BatchError, BatchSource, CoreConfig};
 pub use evaluate::Window;
 pub use io::{
-    Compute, EngineError, EngineJob, EngineOutput, Inbound, JobHashes, OpenError, Token,
+    Compute, EngineError, EngineJob, EngineOutput, Evidence, Inbound, JobHashes, OpenError, Token,
     TransferError, Transmit, blob_hash, open_from,
 };
 use rounds::RoundState;
@@ -98,6 +102,16 @@ enum Pending {
     SyncPull {
         peer: NodeId,
     },
+    /// `peer`'s job commitments of `round`, to audit.
+    AuditList {
+        peer: NodeId,
+        round: u64,
+    },
+    /// The evidence of `peer`'s job we audit.
+    AuditEvidence {
+        peer: NodeId,
+        job: neuroshard_audit::JobKey,
+    },
     /// The signed offers of `round` from `nodes` that `peer`'s outcome names.
     SyncOffers {
         peer: NodeId,
@@ -146,6 +160,8 @@ pub struct NodeCore {
     eval: evaluate::EvalState,
     /// This replica's signed job commitments.
     job_log: JobLog,
+    audit: audit::AuditState,
+    fraud: fraud::FraudState,
 }
 
 impl NodeCore {
@@ -228,6 +244,8 @@ impl NodeCore {
             ),
             eval: evaluate::EvalState::default(),
             job_log: JobLog::new(cfg.class),
+            audit: audit::AuditState::default(),
+            fraud: fraud::FraudState::default(),
         }
     }
 
@@ -303,14 +321,20 @@ impl NodeCore {
                 Some(Topic::Sync(_)) => self.on_sync_gossip(from, &data, now),
                 Some(Topic::Heartbeat(stage)) => self.on_heartbeat(from, stage, &data, now),
                 Some(Topic::Proof(_)) => self.on_proof_gossip(from, &data, now),
-                Some(Topic::Ops) => {
-                    self.on_op_gossip(from, &data, now);
-                }
+                Some(Topic::Ops) => self.on_ops_topic(from, &data, now),
                 None => {}
             },
             Inbound::Request { token, data } => self.on_request(from, token, &data, now),
             Inbound::Response { token, result } => self.on_response(from, token, result, now),
-            Inbound::Blob { token, result } => self.rounds_on_blob(token, result, now),
+            Inbound::Blob { token, result } => {
+                if self.audit.fetching(token) {
+                    self.on_audit_blob(token, result, now);
+                } else if self.fraud.fetching(token) {
+                    self.on_fraud_blob(token, result, now);
+                } else {
+                    self.rounds_on_blob(token, result, now);
+                }
+            }
             Inbound::Connected => {}
             Inbound::Disconnected => {
                 self.serve_peer_down(from, now);
@@ -321,8 +345,10 @@ impl NodeCore {
             }
         }
         self.maybe_start(now);
-        // A peer's message can start the node or move the round: an evaluation may be due.
+        // A peer's message can start the node or move the round: an evaluation may be due,
+        // and the audits of a finished round.
         self.poll_evaluation(now);
+        self.poll_audits(now);
     }
 
     /// An engine job finished.
@@ -362,10 +388,15 @@ impl NodeCore {
                 });
             }
             other => {
-                self.rounds_on_engine(token, other, now);
-                self.poll_rounds(now);
+                if !self.on_audit_engine(token, &other, now)
+                    && !self.on_fraud_engine(token, &other, now)
+                {
+                    self.rounds_on_engine(token, other, now);
+                    self.poll_rounds(now);
+                }
             }
         }
+        self.poll_audits(now);
         // A step or an applied round moves what the evaluation is keyed by.
         self.poll_evaluation(now);
     }
@@ -630,6 +661,12 @@ impl NodeCore {
                 self.on_receipt(stream, from, answer, now);
             }
             Some(Pending::SyncPull { peer }) => self.on_sync_pull_answer(peer, result, now),
+            Some(Pending::AuditList { peer, round }) => {
+                self.on_audit_list(peer, round, result, now)
+            }
+            Some(Pending::AuditEvidence { peer, job }) => {
+                self.on_audit_evidence(peer, job, result, now)
+            }
             Some(Pending::SyncOffers { peer, round, nodes }) => {
                 self.on_sync_offers_answer(peer, round, &nodes, result, now)
             }

@@ -26,6 +26,10 @@ impl NodeCore {
             self.answer_sync_pull(token, &pull);
             return;
         }
+        if let Ok(req) = crate::wire::AuditRequest::from_canonical_bytes(data) {
+            self.on_audit_request(from, token, req);
+            return;
+        }
         if let Ok(msg) = crate::serve::InferMsg::from_canonical_bytes(data) {
             self.on_infer_request(from, token, msg, now);
             return;

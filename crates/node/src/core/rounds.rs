@@ -128,9 +128,9 @@ pub(super) struct RoundState {
     pub(super) heard_offers: BTreeMap<u64, BTreeMap<NodeId, Vec<Envelope>>>,
     optimizer_blob: Hash32,
     work: Work,
-    spec: StageSpec,
+    pub(super) spec: StageSpec,
     /// Parameters of the stage: bounds what a peer may send us.
-    numel: usize,
+    pub(super) numel: usize,
     /// Blob fetch token → (fetch set, the node whose blob it is).
     fetches: HashMap<Token, (Token, NodeId)>,
     sets: HashMap<Token, FetchSet>,
@@ -187,7 +187,7 @@ impl NodeCore {
         self.run_sync_actions(actions, now);
     }
 
-    fn live_co_replicas(&mut self) -> Arc<BTreeSet<NodeId>> {
+    pub(super) fn live_co_replicas(&mut self) -> Arc<BTreeSet<NodeId>> {
         let ledger = self.economy.ledger();
         let key = (
             self.stage,

@@ -80,6 +80,7 @@ fn settings() -> NodeSettings {
         min_fee_per_stage: 0,
         eval_windows: 0,
         budgets: Default::default(),
+        audit: Default::default(),
     }
 }
 

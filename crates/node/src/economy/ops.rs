@@ -38,6 +38,24 @@ impl Economy {
         }
     }
 
+    /// Applies an audit verdict this node reached by replaying the job itself, and queues it
+    /// for the store. False: a verdict about this job was applied already.
+    pub fn apply_verdict(
+        &mut self,
+        verdict: &neuroshard_ledger::VerifiedVerdict,
+    ) -> Result<bool, EconomyError> {
+        match self.ledger.apply_verdict(verdict)? {
+            Outcome::Applied(changes) => {
+                self.writes.push_back(LedgerWrite {
+                    changes,
+                    proof_wire: None,
+                });
+                Ok(true)
+            }
+            Outcome::Duplicate | Outcome::Queued => Ok(false),
+        }
+    }
+
     /// Applies a verified op (and any waiting successors it unblocks) and queues it for the
     /// store, which applies the same sequence. `Ok(None)`: already applied or waiting for its
     /// predecessor. Otherwise what retrying the proofs parked on these accounts gave.

@@ -12,7 +12,7 @@ use neuroshard_proof::{Hash32, Identity, NodeId};
 
 use super::{CHECKPOINT_DIR, emit, now_ms};
 use crate::NodeError;
-use crate::compute::{self, Engine};
+use crate::compute::{self, Engine, JobStore, codec_wire};
 use crate::core::TransferError;
 use crate::events::NodeEvent;
 use crate::peers::PeerTable;
@@ -112,13 +112,23 @@ pub async fn start(
     let spec = *state.stage.spec();
     let numel = state.stage.params().numel();
     let sync_on = settings.sync.every > 0;
+    // What this replica's auditors may ask for, on disk within the configured budget.
+    let audit_dir = settings.data_dir.join("audit");
+    let store = JobStore::new(Some(audit_dir.clone()), settings.audit.evidence_mb << 20).map_err(
+        |source| NodeError::Io {
+            path: audit_dir,
+            source,
+        },
+    )?;
+    let wire = codec_wire(settings.activations, settings.model.d_model);
     let engine = Engine::new(
         state.stage,
         state.optimizer,
         sync_on.then_some(state.diloco),
     )
     .with_weight_lag(settings.weight_lag)
-    .with_checkpoint_dir(ckpt_dir, genesis.root());
+    .with_checkpoint_dir(ckpt_dir, genesis.root())
+    .with_job_store(store, wire);
     Ok(Started {
         stage: decision.stage,
         engine,

@@ -1,0 +1,391 @@
+//! The engine's side of verification by recomputation: it keeps what a replay of its jobs
+//! needs (the weights of each step it computed at, the inputs of each job) within a byte
+//! budget, hands them to an auditor on request, and replays other replicas' jobs.
+//!
+//! Genesis batches are re-derivable, but upstream activations and gradients are not, and the
+//! weights of a step inside a round are this replica's own: so both are kept, on disk when
+//! the node has a data directory. The oldest entries go first when the budget is reached; a
+//! job whose evidence is gone can no longer be answered for (an auditor treats that as a
+//! refusal), so the budget must cover the challenge window (see the README's figures).
+
+use std::collections::{HashMap, VecDeque};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use neuroshard_audit::{
+    AuditContext, AuditRate, ChallengeSeed, DeterminismClass, EvidenceError, EvidenceLimits,
+    FraudProof, JobCommitment, JobInputs, JobKind, Replayed, Replayer, Tolerance, Verdict, check,
+};
+use neuroshard_model::replay::{Wire, WireFn, replay_job};
+use neuroshard_model::{Stage, StageSpec};
+use neuroshard_proof::{Hash32, NodeId, Reader, Writer};
+
+use super::Engine;
+use crate::act_codec::{ActSpec, Expect, Scheme, pack};
+use crate::core::{EngineError, Evidence};
+use crate::wire::MicroBatchId;
+
+/// Bytes a replica keeps for audits by default: two rounds of the default network's stage
+/// (20 steps × 10.5 MB of weights, plus the jobs' inputs) fit with room to spare.
+pub const DEFAULT_AUDIT_BUDGET: u64 = 1 << 30;
+
+/// Evidence kept by name, oldest first, within a byte budget; in memory without a directory.
+pub struct JobStore {
+    dir: Option<PathBuf>,
+    budget: u64,
+    used: u64,
+    entries: VecDeque<(String, u64)>,
+    memory: HashMap<String, Arc<Vec<u8>>>,
+}
+
+impl JobStore {
+    /// A store in `dir` (created; its previous contents are dropped: a restarted node's
+    /// earlier jobs were committed under state it no longer has) or, without one, in memory.
+    pub fn new(dir: Option<PathBuf>, budget: u64) -> std::io::Result<Self> {
+        if let Some(d) = &dir {
+            let _ = std::fs::remove_dir_all(d);
+            std::fs::create_dir_all(d)?;
+        }
+        Ok(Self {
+            dir,
+            budget,
+            used: 0,
+            entries: VecDeque::new(),
+            memory: HashMap::new(),
+        })
+    }
+
+    /// Bytes held now.
+    pub fn used(&self) -> u64 {
+        self.used
+    }
+
+    pub fn budget(&self) -> u64 {
+        self.budget
+    }
+
+    fn has(&self, name: &str) -> bool {
+        self.entries.iter().any(|(n, _)| n == name)
+    }
+
+    fn put(&mut self, name: String, bytes: Vec<u8>) -> Result<(), EngineError> {
+        self.remove(&name);
+        let len = bytes.len() as u64;
+        while self.used.saturating_add(len) > self.budget {
+            let Some((old, _)) = self.entries.front().cloned() else {
+                break;
+            };
+            self.remove(&old);
+        }
+        match &self.dir {
+            Some(d) => {
+                let path = d.join(&name);
+                std::fs::write(&path, &bytes).map_err(|e| EngineError::File {
+                    path,
+                    source: Arc::new(e),
+                })?;
+            }
+            None => {
+                self.memory.insert(name.clone(), Arc::new(bytes));
+            }
+        }
+        self.used = self.used.saturating_add(len);
+        self.entries.push_back((name, len));
+        Ok(())
+    }
+
+    fn remove(&mut self, name: &str) {
+        let Some(i) = self.entries.iter().position(|(n, _)| n == name) else {
+            return;
+        };
+        if let Some((_, len)) = self.entries.remove(i) {
+            self.used = self.used.saturating_sub(len);
+        }
+        match &self.dir {
+            Some(d) => {
+                let _ = std::fs::remove_file(d.join(name));
+            }
+            None => {
+                self.memory.remove(name);
+            }
+        }
+    }
+
+    fn get(&self, name: &str) -> Result<Arc<Vec<u8>>, EngineError> {
+        if !self.has(name) {
+            return Err(EngineError::NoEvidence(name.to_string()));
+        }
+        match &self.dir {
+            Some(d) => {
+                let path = d.join(name);
+                std::fs::read(&path)
+                    .map(Arc::new)
+                    .map_err(|e| EngineError::File {
+                        path,
+                        source: Arc::new(e),
+                    })
+            }
+            None => self
+                .memory
+                .get(name)
+                .cloned()
+                .ok_or_else(|| EngineError::NoEvidence(name.to_string())),
+        }
+    }
+}
+
+fn weights_name(hash: &Hash32) -> String {
+    format!("w-{}", hex::encode(hash))
+}
+
+fn job_name(mb: &MicroBatchId, kind: JobKind) -> String {
+    let k = match kind {
+        JobKind::Forward => "f",
+        JobKind::Backward => "b",
+    };
+    format!("j-{}-{}-{}-{k}", hex::encode(mb.origin), mb.step, mb.index)
+}
+
+/// Weights as stored and served: the flat `f32` values, little-endian.
+pub fn weights_bytes(flat: &[f32]) -> Vec<u8> {
+    flat.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn weights_from_bytes(bytes: &[u8], numel: usize) -> Result<Vec<f32>, EngineError> {
+    if bytes.len() != numel.saturating_mul(4) {
+        return Err(EngineError::AuditWeights(format!(
+            "{} bytes for {numel} parameters",
+            bytes.len()
+        )));
+    }
+    Ok(bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect())
+}
+
+/// What the network's activation codec does to a tensor before its receiver computes on it:
+/// the replay hashes outputs as they travel.
+pub fn codec_wire(spec: ActSpec, dim: usize) -> Wire {
+    let f = |scheme: Scheme| -> Option<WireFn> {
+        if scheme == Scheme::F32 {
+            return None;
+        }
+        Some(Arc::new(move |a: &neuroshard_model::Activations| {
+            let expect = Expect {
+                scheme,
+                dim,
+                max_batch: a.batch,
+                max_seq: a.seq,
+            };
+            pack(a, scheme)
+                .and_then(|p| p.unpack(&expect))
+                .unwrap_or_else(|_| a.clone())
+        }))
+    };
+    Wire {
+        forward: f(spec.forward),
+        backward: f(spec.backward),
+    }
+}
+
+/// Encodes a job's inputs for the store (and for the auditor who asks).
+pub fn encode_inputs(inputs: &JobInputs) -> Vec<u8> {
+    let mut w = Writer::new();
+    inputs.encode(&mut w);
+    w.into_bytes()
+}
+
+pub fn decode_inputs(bytes: &[u8]) -> Result<JobInputs, EngineError> {
+    let mut r = Reader::new(bytes);
+    let inputs = JobInputs::decode(&mut r).map_err(|e| EngineError::AuditInputs(e.to_string()))?;
+    r.finish()
+        .map_err(|e| EngineError::AuditInputs(e.to_string()))?;
+    Ok(inputs)
+}
+
+impl Engine {
+    /// Keeps the evidence of every job from now on in `store`, and replays with the
+    /// network's activation codec `wire`.
+    pub fn with_job_store(mut self, store: JobStore, wire: Wire) -> Self {
+        self.store = Some(store);
+        self.wire = wire;
+        self
+    }
+
+    /// Bytes of evidence held, and the budget (none without a store).
+    pub fn evidence_bytes(&self) -> Option<(u64, u64)> {
+        self.store.as_ref().map(|s| (s.used(), s.budget()))
+    }
+
+    /// Stores what a replay of this job needs: the weights it ran at (once per step) and its
+    /// inputs. A store that fails to write loses that job's evidence, not the job.
+    pub(super) fn keep_evidence(
+        &mut self,
+        mb: &MicroBatchId,
+        kind: JobKind,
+        version: u64,
+        weights: &Hash32,
+        inputs: &JobInputs,
+    ) -> Result<(), EngineError> {
+        let Some(store) = self.store.as_ref() else {
+            return Ok(());
+        };
+        let wname = weights_name(weights);
+        let flat = (!store.has(&wname))
+            .then(|| self.weights(version).map(|s| s.params().flatten()))
+            .transpose()?;
+        let store = self
+            .store
+            .as_mut()
+            .ok_or(EngineError::NoEvidence(wname.clone()))?;
+        if let Some(flat) = flat {
+            store.put(wname, weights_bytes(&flat))?;
+        }
+        store.put(job_name(mb, kind), encode_inputs(inputs))
+    }
+
+    /// The inputs of one of our jobs and the weights it ran at, for an auditor.
+    pub fn evidence(
+        &self,
+        mb: &MicroBatchId,
+        kind: JobKind,
+        weights: &Hash32,
+    ) -> Result<Evidence, EngineError> {
+        let store = self
+            .store
+            .as_ref()
+            .ok_or_else(|| EngineError::NoEvidence("no evidence store".into()))?;
+        Ok(Evidence {
+            inputs: store.get(&job_name(mb, kind))?,
+            weights: store.get(&weights_name(weights))?,
+        })
+    }
+
+    /// Replays a job of the stage `spec` (this one's, or another's when settling a fraud
+    /// proof) on the weights it committed to.
+    pub fn replay(
+        &self,
+        spec: StageSpec,
+        job: &JobCommitment,
+        inputs: &JobInputs,
+        weights: &[u8],
+    ) -> Result<Replayed, EngineError> {
+        let mut stage = if spec == *self.stage.spec() {
+            self.stage.clone()
+        } else {
+            Stage::init(self.stage.config().clone(), spec, 0)?
+        };
+        let flat = weights_from_bytes(weights, stage.params().numel())?;
+        stage.params_mut().set_flat(&flat)?;
+        if stage.model_hash() != job.weights_hash {
+            return Err(EngineError::AuditWeights(
+                "the weights served are not those the commitment names".into(),
+            ));
+        }
+        Ok(replay_job(&stage, job.kind, inputs, &self.wire)?)
+    }
+}
+
+/// Everything an engine needs to settle a fraud proof besides the weights: the context the
+/// checker built from its own ledger and round state.
+#[derive(Debug, Clone)]
+pub struct Settle {
+    pub spec: StageSpec,
+    pub proof: FraudProof,
+    pub network: Hash32,
+    pub seed: ChallengeSeed,
+    pub validators: Vec<NodeId>,
+    pub rate: AuditRate,
+    pub limits: EvidenceLimits,
+    pub class: DeterminismClass,
+}
+
+/// The engine replaying the one job a fraud proof is about, on the weights served with it.
+struct OneJob<'a> {
+    engine: &'a Engine,
+    spec: StageSpec,
+    weights: &'a [u8],
+    class: DeterminismClass,
+}
+
+impl Replayer for OneJob<'_> {
+    type Error = EngineError;
+
+    fn class(&self) -> DeterminismClass {
+        self.class
+    }
+
+    fn replay(&self, job: &JobCommitment, inputs: &JobInputs) -> Result<Replayed, EngineError> {
+        self.engine.replay(self.spec, job, inputs, self.weights)
+    }
+}
+
+impl Engine {
+    /// Settles a fraud proof by `neuroshard_audit::check`, replaying its job here.
+    pub fn settle(&self, s: &Settle, weights: &[u8]) -> Result<Verdict, EvidenceError> {
+        let Ok(c) = s.proof.job.verify() else {
+            return Err(EvidenceError::AccusationMismatch);
+        };
+        let ctx = AuditContext {
+            network: s.network,
+            stage: c.stage,
+            round: c.round,
+            seed: s.seed,
+            validators: &s.validators,
+            rate: s.rate,
+            limits: s.limits,
+            tolerance: Tolerance::default(),
+        };
+        let replayer = OneJob {
+            engine: self,
+            spec: s.spec,
+            weights,
+            class: s.class,
+        };
+        check(&ctx, &s.proof, &replayer)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_store_keeps_its_budget_oldest_first_and_reports_what_is_gone() {
+        let mut s = JobStore::new(None, 100).unwrap();
+        s.put("a".into(), vec![1; 60]).unwrap();
+        s.put("b".into(), vec![2; 60]).unwrap();
+        assert_eq!(s.used(), 60);
+        assert!(matches!(s.get("a"), Err(EngineError::NoEvidence(_))));
+        assert_eq!(*s.get("b").unwrap(), vec![2; 60]);
+        // Rewriting a name replaces it rather than counting it twice.
+        s.put("b".into(), vec![3; 40]).unwrap();
+        assert_eq!(s.used(), 40);
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit");
+        let mut d = JobStore::new(Some(path.clone()), 1 << 20).unwrap();
+        d.put("w-1".into(), vec![7; 10]).unwrap();
+        assert_eq!(*d.get("w-1").unwrap(), vec![7; 10]);
+        std::fs::remove_file(path.join("w-1")).unwrap();
+        assert!(matches!(d.get("w-1"), Err(EngineError::File { .. })));
+        // A restarted node starts with an empty store: its old jobs' state is gone.
+        let again = JobStore::new(Some(path.clone()), 1 << 20).unwrap();
+        assert_eq!(again.used(), 0);
+        assert_eq!(std::fs::read_dir(&path).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn weights_of_the_wrong_size_or_another_hash_are_refused() {
+        assert!(weights_from_bytes(&[0; 7], 2).is_err());
+        assert_eq!(
+            weights_from_bytes(&weights_bytes(&[1.5, -2.0]), 2).unwrap(),
+            vec![1.5, -2.0]
+        );
+        assert!(matches!(
+            decode_inputs(&[9, 9, 9]),
+            Err(EngineError::AuditInputs(_))
+        ));
+    }
+}

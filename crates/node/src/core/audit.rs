@@ -1,0 +1,483 @@
+//! Audits of co-replicas' jobs (verification by recomputation, issue 15).
+//!
+//! When the stage ends round r, its agreed θ₀ seeds the challenges of round r
+//! (`ChallengeSeed::from_finalized_round`): no worker picks its auditor or which of its jobs
+//! are replayed. One round later, when every replica has long finished r, each replica asks
+//! its live registered co-replicas for their signed commitments of r, and for each job the
+//! seed assigns to it fetches the job's inputs and weights from the worker, replays it on its
+//! engine and compares the bits. A mismatch is a fraud proof; a worker that does not serve
+//! the evidence of a challenged job is reported as refusing.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Instant;
+
+use neuroshard_audit::{
+    AuditRate, ChallengeSeed, EvidenceLimits, JobCommitment, JobInputs, JobKey, JobKind, SignedJob,
+    auditor_for, is_challenged, verify_job,
+};
+use neuroshard_proof::{Canonical, Hash32, NodeId};
+
+use super::{EngineJob, NodeCore, Pending, SharedBlob, Token, TransferError, Transmit, blob_hash};
+use crate::events::NodeEvent;
+use crate::wire::{AuditAnswer, AuditRequest, MAX_LISTED_JOBS};
+
+/// Challenges one replica takes on per co-replica and round at most (a worker cannot make
+/// its auditors replay without end by listing jobs).
+pub const MAX_AUDITS_PER_WORKER: usize = 64;
+/// Rounds whose seeds (and weights offered to auditors) a replica keeps.
+const KEEP_ROUNDS: u64 = 4;
+
+/// What an audit of ours waits for.
+#[derive(Debug, Clone)]
+pub(super) struct Open {
+    pub(super) round: u64,
+    pub(super) job: SignedJob,
+    pub(super) commitment: JobCommitment,
+    pub(super) inputs: Option<JobInputs>,
+    /// The weights the worker served, kept to serve them on with a fraud proof.
+    pub(super) weights: Option<SharedBlob>,
+}
+
+/// Audit state of one replica: the seeds of the stage's finished rounds, the audits in
+/// progress, and the weights it serves to its own auditors.
+#[derive(Debug, Default)]
+pub(super) struct AuditState {
+    /// Round → the seed of its challenges, and the stage's final hash it was drawn from.
+    pub(super) seeds: BTreeMap<u64, (ChallengeSeed, Hash32)>,
+    /// The round the stage was at when last looked.
+    seen_round: Option<u64>,
+    pub(super) open: BTreeMap<JobKey, Open>,
+    /// Engine jobs of ours: evidence to serve (for the request token) or a replay.
+    engine: HashMap<Token, EngineFor>,
+    blobs: HashMap<Token, JobKey>,
+    /// Weights served to auditors, by round.
+    offered: BTreeMap<u64, Vec<Hash32>>,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum EngineFor {
+    Evidence { request: Token, round: u64 },
+    Replay(JobKey),
+}
+
+impl AuditState {
+    /// Whether the blob fetch `token` is ours.
+    pub(super) fn fetching(&self, token: Token) -> bool {
+        self.blobs.contains_key(&token)
+    }
+}
+
+impl NodeCore {
+    fn audit_rate(&self) -> AuditRate {
+        AuditRate {
+            per_million: self.settings.audit.per_million,
+        }
+    }
+
+    /// The validators the stage's audits are assigned among: every replica that registered
+    /// for it (see `LedgerState::ever_registered`).
+    fn validators(&self) -> Vec<NodeId> {
+        let stage = u16::try_from(self.stage).unwrap_or(u16::MAX);
+        self.economy.ledger().ever_registered(stage).collect()
+    }
+
+    /// Called whenever the stage may have moved to a new round: seeds the finished round's
+    /// challenges and starts the audits of the round before it.
+    pub(super) fn poll_audits(&mut self, now: Instant) {
+        let round = self.rounds.syncer.round();
+        let Some(seen) = self.audit.seen_round.replace(round) else {
+            return;
+        };
+        if round != seen.saturating_add(1) {
+            // Adopted or caught up across rounds: this replica did not see them end.
+            return;
+        }
+        let stage = u16::try_from(self.stage).unwrap_or(u16::MAX);
+        let final_hash = self.theta();
+        let seed = ChallengeSeed::from_finalized_round(self.network, stage, seen, final_hash);
+        self.audit.seeds.insert(seen, (seed, final_hash));
+        let keep_from = round.saturating_sub(KEEP_ROUNDS);
+        self.audit.seeds.retain(|r, _| *r >= keep_from);
+        let stale: Vec<u64> = self
+            .audit
+            .offered
+            .range(..keep_from)
+            .map(|(r, _)| *r)
+            .collect();
+        for r in stale {
+            for hash in self.audit.offered.remove(&r).unwrap_or_default() {
+                self.transmits.push_back(Transmit::WithdrawBlob { hash });
+            }
+        }
+        if self.audit_rate().per_million == 0 {
+            return;
+        }
+        if let Some(audited) = seen.checked_sub(1)
+            && self.audit.seeds.contains_key(&audited)
+        {
+            self.request_lists(audited, now);
+        }
+    }
+
+    fn request_lists(&mut self, round: u64, _now: Instant) {
+        let stage = u16::try_from(self.stage).unwrap_or(u16::MAX);
+        let live: Vec<NodeId> = self.live_co_replicas().iter().copied().collect();
+        for peer in live {
+            let token = self.token();
+            self.requests
+                .insert(token, Pending::AuditList { peer, round });
+            let req = AuditRequest::List {
+                network: self.network,
+                stage,
+                round,
+            };
+            self.transmits.push_back(Transmit::Request {
+                to: peer,
+                token,
+                data: req.to_canonical_bytes(),
+            });
+        }
+    }
+
+    /// A worker's list of its commitments of `round`: each must be its own, for this
+    /// network, stage and round; the seed picks the ones this replica replays.
+    pub(super) fn on_audit_list(
+        &mut self,
+        peer: NodeId,
+        round: u64,
+        result: Result<Vec<u8>, TransferError>,
+        now: Instant,
+    ) {
+        let jobs = match super::decode_answer::<AuditAnswer>(result) {
+            Ok(AuditAnswer::List(jobs)) => jobs,
+            Ok(AuditAnswer::Refused(why)) => {
+                self.warn(
+                    format!("{peer} refused its job list of round {round}: {why}"),
+                    now,
+                );
+                return;
+            }
+            Ok(_) => return self.penalize(peer, "an audit list answered with evidence"),
+            Err(e) => {
+                self.warn(format!("{peer}'s job list of round {round}: {e}"), now);
+                return;
+            }
+        };
+        let Some((seed, _)) = self.audit.seeds.get(&round).copied() else {
+            return;
+        };
+        let (rate, validators) = (self.audit_rate(), self.validators());
+        let stage = u16::try_from(self.stage).unwrap_or(u16::MAX);
+        let mut taken = 0;
+        for job in jobs {
+            let c = match verify_job(&job) {
+                Ok(c) if c.worker == peer && c.network == self.network => c,
+                _ => return self.penalize(peer, "an audit list with another's commitment"),
+            };
+            if c.stage != stage || c.round != round {
+                return self.penalize(peer, "an audit list with another round's commitment");
+            }
+            let key = c.key();
+            if !is_challenged(&seed, &key, rate)
+                || auditor_for(&seed, &key, peer, &validators) != Some(self.me)
+                || self.audit.open.contains_key(&key)
+            {
+                continue;
+            }
+            if taken >= MAX_AUDITS_PER_WORKER {
+                break;
+            }
+            taken += 1;
+            let token = self.token();
+            self.requests
+                .insert(token, Pending::AuditEvidence { peer, job: key });
+            let req = AuditRequest::Evidence {
+                network: self.network,
+                round,
+                job: key,
+            };
+            self.transmits.push_back(Transmit::Request {
+                to: peer,
+                token,
+                data: req.to_canonical_bytes(),
+            });
+            self.audit.open.insert(
+                key,
+                Open {
+                    round,
+                    job,
+                    commitment: c,
+                    inputs: None,
+                    weights: None,
+                },
+            );
+        }
+    }
+
+    /// The worker's evidence for a job we audit: inputs that hash to the committed ones and
+    /// fit one micro-batch, and the blob of its weights, which we fetch.
+    pub(super) fn on_audit_evidence(
+        &mut self,
+        peer: NodeId,
+        key: JobKey,
+        result: Result<Vec<u8>, TransferError>,
+        now: Instant,
+    ) {
+        let Some(open) = self.audit.open.get(&key) else {
+            return;
+        };
+        let c = open.commitment;
+        let limits = self.evidence_limits();
+        let (inputs, blob, len) = match super::decode_answer::<AuditAnswer>(result) {
+            Ok(AuditAnswer::Evidence {
+                inputs,
+                weights_blob,
+                weights_len,
+            }) => (inputs, weights_blob, weights_len),
+            Ok(AuditAnswer::Refused(why)) => {
+                return self.end_audit(key, format!("refused: {why}"), now);
+            }
+            Ok(AuditAnswer::List(_)) => {
+                return self.end_audit(key, "refused: answered with a list".into(), now);
+            }
+            Err(e) => return self.end_audit(key, format!("refused: {e}"), now),
+        };
+        let numel_bytes = (self.rounds.numel as u64).saturating_mul(4);
+        let why =
+            if inputs.input.hash() != c.input_hash || inputs.upstream.hash() != c.upstream_hash {
+                Some("inputs other than the committed ones".to_string())
+            } else if let Err(e) = inputs.check_limits(&limits) {
+                Some(format!("inputs: {e}"))
+            } else if len != numel_bytes {
+                Some(format!("{len} bytes of weights for {numel_bytes}"))
+            } else {
+                None
+            };
+        if let Some(why) = why {
+            return self.end_audit(key, format!("refused: {why}"), now);
+        }
+        if let Some(open) = self.audit.open.get_mut(&key) {
+            open.inputs = Some(inputs);
+        }
+        let token = self.token();
+        self.audit.blobs.insert(token, key);
+        self.transmits.push_back(Transmit::FetchBlob {
+            from: peer,
+            token,
+            hash: blob,
+            max: usize::try_from(numel_bytes).unwrap_or(usize::MAX),
+        });
+    }
+
+    /// A blob fetched for an audit (None: not one of ours).
+    pub(super) fn on_audit_blob(
+        &mut self,
+        token: Token,
+        result: Result<Vec<u8>, TransferError>,
+        now: Instant,
+    ) -> bool {
+        let Some(key) = self.audit.blobs.remove(&token) else {
+            return false;
+        };
+        let weights = match result {
+            Ok(w) => w,
+            Err(e) => {
+                self.end_audit(key, format!("refused: weights: {e}"), now);
+                return true;
+            }
+        };
+        let weights: SharedBlob = std::sync::Arc::new(weights);
+        let Some(open) = self.audit.open.get_mut(&key) else {
+            return true;
+        };
+        open.weights = Some(std::sync::Arc::clone(&weights));
+        let Some(inputs) = open.inputs.clone() else {
+            return true;
+        };
+        let job = EngineJob::Replay {
+            spec: self.rounds.spec,
+            job: Box::new(open.commitment),
+            inputs: Box::new(inputs),
+            weights,
+        };
+        let t = self.engine(job);
+        self.audit.engine.insert(t, EngineFor::Replay(key));
+        true
+    }
+
+    /// One micro-batch of this network's shape.
+    fn evidence_limits(&self) -> EvidenceLimits {
+        let rows = self
+            .settings
+            .batch
+            .div_ceil(self.settings.micro_batches.max(1));
+        EvidenceLimits {
+            max_rows: u32::try_from(rows.saturating_mul(self.settings.seq)).unwrap_or(u32::MAX),
+            dim: u32::try_from(self.settings.model.d_model).unwrap_or(u32::MAX),
+        }
+    }
+
+    fn end_audit(&mut self, key: JobKey, outcome: String, now: Instant) {
+        let Some(open) = self.audit.open.remove(&key) else {
+            return;
+        };
+        let time_ms = self.unix_ms(now);
+        let kind = match open.commitment.kind {
+            JobKind::Forward => "forward",
+            JobKind::Backward => "backward",
+        };
+        self.events.push_back(NodeEvent::Audit {
+            stage: self.stage,
+            round: open.round,
+            worker: open.commitment.worker.to_string(),
+            job: hex::encode(key.0),
+            kind: kind.into(),
+            outcome,
+            time_ms,
+        });
+    }
+
+    /// An engine result for the audit module (false: not ours).
+    pub(super) fn on_audit_engine(
+        &mut self,
+        token: Token,
+        output: &super::EngineOutput,
+        now: Instant,
+    ) -> bool {
+        let Some(what) = self.audit.engine.remove(&token) else {
+            return false;
+        };
+        match (what, output) {
+            (EngineFor::Replay(key), super::EngineOutput::Replayed(result)) => {
+                let Some(open) = self.audit.open.get(&key) else {
+                    return true;
+                };
+                let c = open.commitment;
+                let outcome = match result {
+                    Ok(r) if r.output_hash == c.output_hash && r.grads_hash == c.grads_hash => {
+                        "passed".to_string()
+                    }
+                    Ok(r) => {
+                        let r = r.clone();
+                        self.file_fraud_proof(key, &r, now);
+                        "guilty".to_string()
+                    }
+                    Err(e) => format!("refused: {e}"),
+                };
+                self.end_audit(key, outcome, now);
+            }
+            (EngineFor::Evidence { request, round }, super::EngineOutput::Evidence(result)) => {
+                let answer = match result {
+                    Ok(super::Evidence { inputs, weights }) => {
+                        match crate::compute::decode_inputs(inputs) {
+                            Ok(inputs) => {
+                                let hash = blob_hash(weights);
+                                self.offer_audit_blob(round, hash, std::sync::Arc::clone(weights));
+                                AuditAnswer::Evidence {
+                                    inputs,
+                                    weights_blob: hash,
+                                    weights_len: weights.len() as u64,
+                                }
+                            }
+                            Err(e) => AuditAnswer::Refused(e.to_string()),
+                        }
+                    }
+                    Err(e) => AuditAnswer::Refused(e.to_string()),
+                };
+                self.transmits.push_back(Transmit::Respond {
+                    token: request,
+                    data: answer.to_canonical_bytes(),
+                });
+            }
+            _ => {}
+        }
+        true
+    }
+
+    /// Serves `data` (weights) to auditors and checkers until `round`'s audits are over.
+    pub(super) fn offer_audit_blob(&mut self, round: u64, hash: Hash32, data: SharedBlob) {
+        let offered = self.audit.offered.entry(round).or_default();
+        if !offered.contains(&hash) {
+            offered.push(hash);
+            self.transmits.push_back(Transmit::OfferBlob { hash, data });
+        }
+    }
+
+    /// A co-replica audits us: it gets our commitments of a round, and the evidence of a job
+    /// the round's seed challenges (from a registered replica of this stage only).
+    pub(super) fn on_audit_request(&mut self, from: NodeId, token: Token, req: AuditRequest) {
+        let stage = u16::try_from(self.stage).unwrap_or(u16::MAX);
+        let refuse = |why: &str| AuditAnswer::Refused(why.into()).to_canonical_bytes();
+        if !self.economy.ledger().is_registered(&from, stage) {
+            let data = refuse("not a registered replica of this stage");
+            self.transmits.push_back(Transmit::Respond { token, data });
+            return;
+        }
+        match req {
+            AuditRequest::List {
+                network,
+                stage: s,
+                round,
+            } => {
+                let data = if network != self.network || s != stage {
+                    refuse("another network or stage")
+                } else {
+                    let jobs: Vec<SignedJob> = self
+                        .job_log
+                        .round(round)
+                        .into_iter()
+                        .take(MAX_LISTED_JOBS)
+                        .map(|l| l.job.clone())
+                        .collect();
+                    AuditAnswer::List(jobs).to_canonical_bytes()
+                };
+                self.transmits.push_back(Transmit::Respond { token, data });
+            }
+            AuditRequest::Evidence {
+                network,
+                round,
+                job,
+            } => {
+                let seed = self.audit.seeds.get(&round).map(|(s, _)| *s);
+                let logged = self
+                    .job_log
+                    .round(round)
+                    .into_iter()
+                    .find(|l| l.commitment.key() == job)
+                    .map(|l| l.commitment);
+                let why = match (network == self.network, seed, logged) {
+                    (false, ..) => Some("another network"),
+                    (_, None, _) => Some("that round is not final here"),
+                    (_, _, None) => Some("no such job"),
+                    (_, Some(seed), Some(_)) if !is_challenged(&seed, &job, self.audit_rate()) => {
+                        Some("that job is not challenged")
+                    }
+                    _ => None,
+                };
+                if let Some(why) = why {
+                    let data = refuse(why);
+                    self.transmits.push_back(Transmit::Respond { token, data });
+                    return;
+                }
+                let Some(c) = logged else { return };
+                let mb = crate::wire::MicroBatchId {
+                    origin: c.micro_batch.origin.0,
+                    step: c.micro_batch.step,
+                    index: c.micro_batch.index,
+                };
+                let t = self.engine(EngineJob::Evidence {
+                    mb,
+                    kind: c.kind,
+                    weights: c.weights_hash,
+                });
+                self.audit.engine.insert(
+                    t,
+                    EngineFor::Evidence {
+                        request: token,
+                        round,
+                    },
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,338 @@
+//! Fraud proofs on every ledger (verification by recomputation, issue 15).
+//!
+//! An auditor whose replay contradicts a worker's commitment gossips a [`FraudReport`] to the
+//! whole network and serves the job's weights. Every node settles it on its own: it fetches
+//! the weights from the auditor, replays the one job on its engine (`neuroshard_audit::check`:
+//! signatures, that the sampler assigned the job to the accuser, the inputs' hashes, then the
+//! replay), and applies the verdict to its ledger: the guilty worker, or a false accuser,
+//! loses a share of its stake, part of it paid to the other side. Nodes that replay the same
+//! evidence reach the same verdict, so every ledger moves alike.
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Instant;
+
+use neuroshard_audit::{
+    AuditContext, AuditRate, ChallengeSeed, EvidenceLimits, FraudProof, JobKey, Replayed,
+    Tolerance, Verdict, check_before_replay, verify_job,
+};
+use neuroshard_ledger::VerifiedVerdict;
+use neuroshard_model::StageSpec;
+use neuroshard_proof::{Canonical, NodeId};
+
+use super::{
+    EngineJob, EngineOutput, NodeCore, SharedBlob, Token, TransferError, Transmit, blob_hash,
+};
+use crate::compute::Settle;
+use crate::events::NodeEvent;
+use crate::records::Topic;
+use crate::wire::FraudReport;
+
+/// Fraud proofs a node remembers having settled (or settling), to settle each job once.
+const MAX_SEEN: usize = 4096;
+
+#[derive(Debug, Default)]
+pub(super) struct FraudState {
+    seen: BTreeSet<JobKey>,
+    order: VecDeque<JobKey>,
+    /// Weights fetches, and settlements on the engine, by token: (who reported, the report).
+    blobs: HashMap<Token, (NodeId, Box<FraudReport>)>,
+    engine: HashMap<Token, (NodeId, Box<FraudReport>)>,
+}
+
+impl FraudState {
+    /// False when the job was seen already.
+    fn first_time(&mut self, key: JobKey) -> bool {
+        if !self.seen.insert(key) {
+            return false;
+        }
+        self.order.push_back(key);
+        while self.order.len() > MAX_SEEN {
+            if let Some(old) = self.order.pop_front() {
+                self.seen.remove(&old);
+            }
+        }
+        true
+    }
+}
+
+impl FraudState {
+    /// Whether the blob fetch `token` is ours.
+    pub(super) fn fetching(&self, token: Token) -> bool {
+        self.blobs.contains_key(&token)
+    }
+}
+
+impl NodeCore {
+    /// Our audit of `key` contradicted the worker: report it to every node, serve the
+    /// weights it ran at, and settle it here as every node does.
+    pub(super) fn file_fraud_proof(&mut self, key: JobKey, replayed: &Replayed, now: Instant) {
+        let Some(open) = self.audit.open.get(&key).cloned() else {
+            return;
+        };
+        let (Some(inputs), Some(weights)) = (open.inputs, open.weights) else {
+            return;
+        };
+        let Some(&(_, final_hash)) = self.audit.seeds.get(&open.round) else {
+            return;
+        };
+        let proof = FraudProof::new(
+            &self.identity,
+            open.job,
+            &open.commitment,
+            inputs,
+            replayed,
+            None,
+            self.unix_ms(now),
+        );
+        let weights_blob = blob_hash(&weights);
+        self.offer_audit_blob(open.round, weights_blob, Arc::clone(&weights));
+        let report = FraudReport {
+            proof,
+            final_hash,
+            weights_blob,
+        };
+        self.transmits.push_back(Transmit::Publish {
+            topic: Topic::Ops,
+            data: report.to_canonical_bytes(),
+        });
+        let me = self.me;
+        if let Some(report) = self.precheck_report(me, report, now) {
+            self.settle_report(me, report, weights);
+        }
+    }
+
+    /// The network-wide topic carries account ops and fraud reports.
+    pub(super) fn on_ops_topic(&mut self, from: NodeId, data: &[u8], now: Instant) {
+        if !self.on_fraud_gossip(from, data, now) {
+            self.on_op_gossip(from, data, now);
+        }
+    }
+
+    /// A gossiped fraud report (false: the bytes are not one).
+    pub(super) fn on_fraud_gossip(&mut self, from: NodeId, data: &[u8], now: Instant) -> bool {
+        let Ok(report) = FraudReport::from_canonical_bytes(data) else {
+            return false;
+        };
+        let Some(report) = self.precheck_report(from, report, now) else {
+            return true;
+        };
+        let Ok(c) = verify_job(&report.proof.job) else {
+            return true;
+        };
+        let Some(spec) = self.stage_spec(c.stage) else {
+            return true;
+        };
+        let max = spec
+            .param_specs(&self.settings.model)
+            .iter()
+            .map(|p| p.numel())
+            .sum::<usize>()
+            .saturating_mul(4);
+        let token = self.token();
+        self.transmits.push_back(Transmit::FetchBlob {
+            from,
+            token,
+            hash: report.weights_blob,
+            max,
+        });
+        self.fraud.blobs.insert(token, (from, Box::new(report)));
+        true
+    }
+
+    /// What costs nothing to check before fetching weights and replaying: the report is its
+    /// author's accusation, about a job of this network no verdict settled yet, and (on the
+    /// job's own stage, which knows the round's final hash) drawn from the right seed.
+    fn precheck_report(
+        &mut self,
+        from: NodeId,
+        report: FraudReport,
+        now: Instant,
+    ) -> Option<FraudReport> {
+        let why = (|| {
+            if report.proof.accusation.signer().node_id() != from {
+                return Some("a fraud report relayed under another key");
+            }
+            let Ok(c) = verify_job(&report.proof.job) else {
+                return Some("a fraud report with a forged commitment");
+            };
+            if c.network != self.network || self.stage_spec(c.stage).is_none() {
+                return Some("a fraud report for another network");
+            }
+            if usize::from(c.stage) == self.stage
+                && let Some(&(_, ours)) = self.audit.seeds.get(&c.round)
+                && ours != report.final_hash
+            {
+                return Some("a fraud report drawn from another round hash");
+            }
+            None
+        })();
+        if let Some(why) = why {
+            self.penalize(from, why);
+            let time_ms = self.unix_ms(now);
+            self.events.push_back(NodeEvent::Dropped {
+                what: Some("fraud report".into()),
+                peer: Some(from.to_string()),
+                stage: None,
+                round: None,
+                reason: why.into(),
+                time_ms,
+            });
+            return None;
+        }
+        let c = verify_job(&report.proof.job).ok()?;
+        let key = c.key();
+        if self.economy.ledger().has_verdict(&key.0) || self.fraud.seen.contains(&key) {
+            return None;
+        }
+        // Everything but the replay, before anything is fetched: evidence that cannot
+        // convict costs this node no weights transfer and no replay.
+        let settle = self.settle_context(&report)?;
+        let ctx = AuditContext {
+            network: settle.network,
+            stage: c.stage,
+            round: c.round,
+            seed: settle.seed,
+            validators: &settle.validators,
+            rate: settle.rate,
+            limits: settle.limits,
+            tolerance: Tolerance::default(),
+        };
+        if let Err(e) = check_before_replay(&ctx, &report.proof) {
+            self.penalize(from, format!("fraud report refused: {e}"));
+            let time_ms = self.unix_ms(now);
+            self.events.push_back(NodeEvent::Dropped {
+                what: Some("fraud report".into()),
+                peer: Some(from.to_string()),
+                stage: None,
+                round: None,
+                reason: e.to_string(),
+                time_ms,
+            });
+            return None;
+        }
+        self.fraud.first_time(key);
+        Some(report)
+    }
+
+    fn stage_spec(&self, stage: u16) -> Option<StageSpec> {
+        StageSpec::split(&self.settings.model, self.stages)
+            .ok()?
+            .get(usize::from(stage))
+            .copied()
+    }
+
+    /// The weights of a reported job arrived (false: not a fetch of ours).
+    pub(super) fn on_fraud_blob(
+        &mut self,
+        token: Token,
+        result: Result<Vec<u8>, TransferError>,
+        now: Instant,
+    ) -> bool {
+        let Some((from, report)) = self.fraud.blobs.remove(&token) else {
+            return false;
+        };
+        match result {
+            Ok(weights) => self.settle_report(from, *report, Arc::new(weights)),
+            Err(e) => self.warn(format!("the weights of {from}'s fraud report: {e}"), now),
+        }
+        true
+    }
+
+    /// What this node checks `report` against: its own ledger's validators and the
+    /// network's rules, and the round hash the report claims (see the README's weaknesses).
+    fn settle_context(&self, report: &FraudReport) -> Option<Settle> {
+        let c = verify_job(&report.proof.job).ok()?;
+        let spec = self.stage_spec(c.stage)?;
+        let rows = self
+            .settings
+            .batch
+            .div_ceil(self.settings.micro_batches.max(1));
+        Some(Settle {
+            spec,
+            proof: report.proof.clone(),
+            network: self.network,
+            seed: ChallengeSeed::from_finalized_round(
+                self.network,
+                c.stage,
+                c.round,
+                report.final_hash,
+            ),
+            validators: self.economy.ledger().ever_registered(c.stage).collect(),
+            rate: AuditRate {
+                per_million: self.settings.audit.per_million,
+            },
+            limits: EvidenceLimits {
+                max_rows: u32::try_from(rows.saturating_mul(self.settings.seq)).unwrap_or(u32::MAX),
+                dim: u32::try_from(self.settings.model.d_model).unwrap_or(u32::MAX),
+            },
+            class: self.job_log.class(),
+        })
+    }
+
+    fn settle_report(&mut self, from: NodeId, report: FraudReport, weights: SharedBlob) {
+        let Some(settle) = self.settle_context(&report) else {
+            return;
+        };
+        let t = self.engine(EngineJob::Settle {
+            settle: Box::new(settle),
+            weights,
+        });
+        self.fraud.engine.insert(t, (from, Box::new(report)));
+    }
+
+    /// A settlement's verdict (false: not one of ours).
+    pub(super) fn on_fraud_engine(
+        &mut self,
+        token: Token,
+        output: &EngineOutput,
+        now: Instant,
+    ) -> bool {
+        let Some((from, report)) = self.fraud.engine.remove(&token) else {
+            return false;
+        };
+        let EngineOutput::Settled(result) = output else {
+            return true;
+        };
+        let time_ms = self.unix_ms(now);
+        match result {
+            Ok(Verdict::Escalate { .. }) => self.warn(
+                format!("{from}'s fraud report needs a checker of the job's class"),
+                now,
+            ),
+            Ok(verdict) => {
+                let Some(v) = VerifiedVerdict::from_checked(verdict, &report.proof) else {
+                    return true;
+                };
+                let kind = match verdict {
+                    Verdict::Guilty { .. } => "verdict: guilty",
+                    _ => "verdict: false accusation",
+                };
+                match self.economy.apply_verdict(&v) {
+                    Ok(true) => self.events.push_back(NodeEvent::Ledger {
+                        applied: hex::encode(v.job),
+                        reward: 0,
+                        kind: Some(kind.into()),
+                        state_hash: hex::encode(self.economy.state_hash()),
+                        time_ms,
+                    }),
+                    Ok(false) => {}
+                    Err(e) => self.warn(format!("applying a verdict: {e}"), now),
+                }
+            }
+            Err(e) => {
+                // Evidence that fails before the replay is its author's fault.
+                self.penalize(from, format!("fraud report refused: {e}"));
+                self.events.push_back(NodeEvent::Dropped {
+                    what: Some("fraud report".into()),
+                    peer: Some(from.to_string()),
+                    stage: None,
+                    round: None,
+                    reason: e.to_string(),
+                    time_ms,
+                });
+            }
+        }
+        true
+    }
+}

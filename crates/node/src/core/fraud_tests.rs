@@ -1,0 +1,147 @@
+//! Fraud reports that cannot convict cost a node nothing: refused before any weights are
+//! fetched, their author penalised.
+
+use std::time::Instant;
+
+use neuroshard_audit::{
+    AuditRate, ChallengeSeed, DeterminismClass, FraudProof, IsaLevel, JobCommitment, JobInputs,
+    JobKind, MicroBatchRef, NO_HASH, Replayed, StageData, TokenIds, UpstreamData, auditor_for,
+    is_challenged,
+};
+use neuroshard_proof::fixtures::test_identity;
+use neuroshard_proof::{Canonical, Identity, NodeId};
+
+use super::tests::{NETWORK, core_at, drain};
+use super::*;
+use crate::records::Topic;
+use crate::wire::FraudReport;
+
+const FINAL: [u8; 32] = [5; 32];
+
+fn inputs() -> JobInputs {
+    JobInputs {
+        input: StageData::Tokens(TokenIds {
+            batch: 1,
+            seq: 2,
+            ids: vec![1, 2],
+        }),
+        upstream: UpstreamData::None,
+    }
+}
+
+/// A forward job of stage 0, round 0, by `worker` that the default rate challenges.
+fn challenged_job(worker: &Identity) -> JobCommitment {
+    let seed = ChallengeSeed::from_finalized_round(NETWORK, 0, 0, FINAL);
+    (0..10_000)
+        .map(|index| JobCommitment {
+            network: NETWORK,
+            worker: worker.node_id(),
+            stage: 0,
+            round: 0,
+            step: 1,
+            micro_batch: MicroBatchRef {
+                origin: worker.node_id(),
+                step: 1,
+                index,
+            },
+            kind: JobKind::Forward,
+            class: DeterminismClass {
+                build: [1; 32],
+                isa: IsaLevel::X86V3,
+                cache_bytes: [1, 2, 3],
+                micro_batches: 2,
+            },
+            weights_hash: [2; 32],
+            input_hash: inputs().input.hash(),
+            upstream_hash: inputs().upstream.hash(),
+            output_hash: [3; 32],
+            grads_hash: NO_HASH,
+        })
+        .find(|c| is_challenged(&seed, &c.key(), AuditRate::default()))
+        .unwrap()
+}
+
+fn report(accuser: &Identity, job: &JobCommitment, inputs: JobInputs) -> Vec<u8> {
+    let claimed = Replayed {
+        output_hash: [4; 32],
+        grads_hash: NO_HASH,
+        output: None,
+    };
+    let proof = FraudProof::new(
+        accuser,
+        job.sign(&test_identity(1)),
+        job,
+        inputs,
+        &claimed,
+        None,
+        0,
+    );
+    FraudReport {
+        proof,
+        final_hash: FINAL,
+        weights_blob: [6; 32],
+    }
+    .to_canonical_bytes()
+}
+
+/// (fetched weights, dropped the report) after `from` gossips `data`.
+fn receive(from: NodeId, data: Vec<u8>) -> (bool, bool) {
+    let now = Instant::now();
+    let mut c = core_at(&test_identity(0), now, 1, 2);
+    drain(&mut c);
+    let topic = Topic::Ops.name();
+    c.handle_message(from, Inbound::Gossip { topic, data }, now);
+    let fetched = drain(&mut c)
+        .iter()
+        .any(|t| matches!(t, Transmit::FetchBlob { .. }));
+    let dropped = std::iter::from_fn(|| c.poll_event())
+        .any(|e| matches!(e, NodeEvent::Dropped { what: Some(w), .. } if w == "fraud report"));
+    (fetched, dropped)
+}
+
+#[test]
+fn only_the_assigned_auditors_consistent_evidence_is_worth_fetching_weights_for() {
+    let worker = test_identity(1);
+    let job = challenged_job(&worker);
+    let seed = ChallengeSeed::from_finalized_round(NETWORK, 0, 0, FINAL);
+    // The test economy registers identities 0..32 for every stage.
+    let validators: Vec<NodeId> = (0..32).map(|i| test_identity(i).node_id()).collect();
+    let assigned = auditor_for(&seed, &job.key(), worker.node_id(), &validators).unwrap();
+    let auditor = (0..32)
+        .map(test_identity)
+        .find(|i| i.node_id() == assigned)
+        .unwrap();
+    let other = (2..32)
+        .map(test_identity)
+        .find(|i| i.node_id() != assigned)
+        .unwrap();
+
+    // The assigned auditor's evidence: weights are fetched to replay it.
+    assert_eq!(
+        receive(assigned, report(&auditor, &job, inputs())),
+        (true, false)
+    );
+    // Anyone else's: refused before any transfer.
+    assert_eq!(
+        receive(other.node_id(), report(&other, &job, inputs())),
+        (false, true)
+    );
+    // The assigned auditor's, relayed under another key.
+    assert_eq!(
+        receive(other.node_id(), report(&auditor, &job, inputs())),
+        (false, true)
+    );
+    // Inputs other than the committed ones.
+    let mut bad = inputs();
+    bad.input = StageData::Tokens(TokenIds {
+        batch: 1,
+        seq: 2,
+        ids: vec![2, 1],
+    });
+    assert_eq!(
+        receive(assigned, report(&auditor, &job, bad)),
+        (false, true)
+    );
+    // Garbage on the ops topic is still an op (refused as one), not a fraud report.
+    assert_eq!(receive(assigned, vec![1, 2, 3]), (false, false));
+}

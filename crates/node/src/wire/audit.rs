@@ -1,0 +1,231 @@
+//! Audit requests between replicas of a stage: "list your jobs of round r" and "give me the
+//! evidence of this job of yours".
+
+use neuroshard_audit::{FraudProof, JobInputs, JobKey, SignedJob};
+use neuroshard_proof::{Canonical, CodecError, EnvelopeError, Hash32, Reader, Signed, Writer};
+
+/// Job commitments one list carries at most (a round of H steps × m micro-batches has 2·H·m).
+pub const MAX_LISTED_JOBS: usize = 4096;
+const MAX_ENVELOPE: usize = 4096;
+const MAX_REASON: usize = 1024;
+
+/// Largest fraud proof a report carries (one micro-batch's input and upstream tensors).
+const MAX_PROOF_BYTES: usize = 1 << 24;
+
+/// An auditor's fraud proof as gossiped to every node: the proof, the final hash of the round
+/// its challenge was drawn from, and the blob of the weights the job committed to, which the
+/// auditor serves so that any node can replay the job.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FraudReport {
+    pub proof: FraudProof,
+    pub final_hash: Hash32,
+    pub weights_blob: Hash32,
+}
+
+impl Canonical for FraudReport {
+    const DOMAIN: &'static str = "neuroshard/fraud-report/v1";
+
+    fn encode_body(&self, w: &mut Writer) {
+        w.bytes(&self.proof.to_canonical_bytes());
+        w.fixed(&self.final_hash);
+        w.fixed(&self.weights_blob);
+    }
+
+    fn decode_body(r: &mut Reader<'_>) -> Result<Self, CodecError> {
+        let proof = FraudProof::from_canonical_bytes(r.bytes(MAX_PROOF_BYTES)?)?;
+        Ok(Self {
+            proof,
+            final_hash: r.array()?,
+            weights_blob: r.array()?,
+        })
+    }
+}
+
+/// An auditor's requests to a worker of its stage.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AuditRequest {
+    /// The worker's signed commitments of `round`.
+    List {
+        network: Hash32,
+        stage: u16,
+        round: u64,
+    },
+    /// The inputs of `job` (of `round`), and the blob of the weights it ran at.
+    Evidence {
+        network: Hash32,
+        round: u64,
+        job: JobKey,
+    },
+}
+
+/// A worker's answers.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AuditAnswer {
+    List(Vec<SignedJob>),
+    /// The job's inputs; its weights are served as a blob of this hash and length.
+    Evidence {
+        inputs: JobInputs,
+        weights_blob: Hash32,
+        weights_len: u64,
+    },
+    Refused(String),
+}
+
+impl Canonical for AuditRequest {
+    const DOMAIN: &'static str = "neuroshard/audit-request/v1";
+
+    fn encode_body(&self, w: &mut Writer) {
+        match self {
+            AuditRequest::List {
+                network,
+                stage,
+                round,
+            } => {
+                w.u8(0);
+                w.fixed(network);
+                w.u16(*stage);
+                w.u64(*round);
+            }
+            AuditRequest::Evidence {
+                network,
+                round,
+                job,
+            } => {
+                w.u8(1);
+                w.fixed(network);
+                w.u64(*round);
+                w.fixed(&job.0);
+            }
+        }
+    }
+
+    fn decode_body(r: &mut Reader<'_>) -> Result<Self, CodecError> {
+        match r.u8()? {
+            0 => Ok(AuditRequest::List {
+                network: r.array()?,
+                stage: r.u16()?,
+                round: r.u64()?,
+            }),
+            1 => Ok(AuditRequest::Evidence {
+                network: r.array()?,
+                round: r.u64()?,
+                job: JobKey(r.array()?),
+            }),
+            k => Err(CodecError::Invalid {
+                field: "audit request",
+                reason: format!("{k}"),
+            }),
+        }
+    }
+}
+
+impl Canonical for AuditAnswer {
+    const DOMAIN: &'static str = "neuroshard/audit-answer/v1";
+
+    fn encode_body(&self, w: &mut Writer) {
+        match self {
+            AuditAnswer::List(jobs) => {
+                w.u8(0);
+                w.len(jobs.len());
+                for j in jobs {
+                    w.bytes(&j.to_bytes());
+                }
+            }
+            AuditAnswer::Evidence {
+                inputs,
+                weights_blob,
+                weights_len,
+            } => {
+                w.u8(1);
+                inputs.encode(w);
+                w.fixed(weights_blob);
+                w.u64(*weights_len);
+            }
+            AuditAnswer::Refused(why) => {
+                w.u8(2);
+                w.bytes(&why.as_bytes()[..why.len().min(MAX_REASON)]);
+            }
+        }
+    }
+
+    fn decode_body(r: &mut Reader<'_>) -> Result<Self, CodecError> {
+        match r.u8()? {
+            0 => {
+                let n = r.len(MAX_LISTED_JOBS)?;
+                let jobs = (0..n)
+                    .map(|_| {
+                        Signed::from_bytes(r.bytes(MAX_ENVELOPE)?).map_err(|e: EnvelopeError| {
+                            CodecError::Invalid {
+                                field: "job commitment",
+                                reason: e.to_string(),
+                            }
+                        })
+                    })
+                    .collect::<Result<_, _>>()?;
+                Ok(AuditAnswer::List(jobs))
+            }
+            1 => Ok(AuditAnswer::Evidence {
+                inputs: JobInputs::decode(r)?,
+                weights_blob: r.array()?,
+                weights_len: r.u64()?,
+            }),
+            2 => Ok(AuditAnswer::Refused(
+                String::from_utf8_lossy(r.bytes(MAX_REASON)?).into_owned(),
+            )),
+            k => Err(CodecError::Invalid {
+                field: "audit answer",
+                reason: format!("{k}"),
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use neuroshard_audit::{StageData, TokenIds, UpstreamData};
+
+    #[test]
+    fn audit_messages_round_trip_and_truncations_fail() {
+        let reqs = [
+            AuditRequest::List {
+                network: [1; 32],
+                stage: 2,
+                round: 3,
+            },
+            AuditRequest::Evidence {
+                network: [1; 32],
+                round: 3,
+                job: JobKey([4; 32]),
+            },
+        ];
+        for q in reqs {
+            let b = q.to_canonical_bytes();
+            assert_eq!(AuditRequest::from_canonical_bytes(&b), Ok(q));
+            assert!(AuditRequest::from_canonical_bytes(&b[..b.len() - 1]).is_err());
+        }
+        let answers = [
+            AuditAnswer::List(Vec::new()),
+            AuditAnswer::Evidence {
+                inputs: JobInputs {
+                    input: StageData::Tokens(TokenIds {
+                        batch: 1,
+                        seq: 2,
+                        ids: vec![5, 6],
+                    }),
+                    upstream: UpstreamData::None,
+                },
+                weights_blob: [7; 32],
+                weights_len: 40,
+            },
+            AuditAnswer::Refused("gone".into()),
+        ];
+        for a in answers {
+            let b = a.to_canonical_bytes();
+            assert_eq!(AuditAnswer::from_canonical_bytes(&b), Ok(a));
+            assert!(AuditAnswer::from_canonical_bytes(&b[..b.len() - 1]).is_err());
+        }
+        // A pipeline request is no audit request.
+        assert!(AuditRequest::from_canonical_bytes(&[0; 40]).is_err());
+    }
+}

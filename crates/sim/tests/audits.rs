@@ -1,0 +1,153 @@
+//! Verification by recomputation in the running network (real engine, tiny model): replicas
+//! audit their co-replicas' jobs once a round is final, a worker whose replay contradicts its
+//! commitment is slashed on every ledger, a false accuser is slashed instead, and honest
+//! workers are never.
+
+use std::time::Duration;
+
+use neuroshard_node::events::NodeEvent;
+use neuroshard_proof::NodeId;
+use neuroshard_sim::{
+    Cheat, EngineCosts, EngineKind, Factory, LinkModel, Sim, settings, tiny_model,
+};
+
+/// 3 stages × 2 replicas (node i serves stage i % 3): node 1 and node 4 serve stage 1, so
+/// each is the other's only possible auditor.
+const WORKER: usize = 1;
+const AUDITOR: usize = 4;
+const NODES: usize = 6;
+
+fn run(seed: u64, cheat: Option<(usize, Cheat)>) -> Sim {
+    let mut s = settings(tiny_model(), 3, 2);
+    s.steps = 24;
+    s.sync.every = 4;
+    // A quarter of the jobs, so that a short run audits enough of them.
+    s.audit.per_million = 250_000;
+    let factory = Factory::new(s.clone(), EngineKind::Real);
+    let cheats = factory.cheats.clone();
+    let mut sim = Sim::new(
+        seed,
+        s,
+        LinkModel::lan(),
+        EngineCosts::default(),
+        Box::new(factory),
+    );
+    for i in 0..NODES {
+        sim.add_node(i % 3, Duration::from_millis(10 * i as u64));
+    }
+    if let Some((i, cheat)) = cheat {
+        cheats.lock().unwrap().insert(sim.node_id(i), cheat);
+    }
+    sim.run_until(Duration::from_secs(120));
+    sim
+}
+
+/// Audits `auditor` ended, by outcome class, about `worker`.
+fn audits(sim: &Sim, auditor: usize, worker: NodeId) -> (usize, usize, usize) {
+    let (mut passed, mut guilty, mut refused) = (0, 0, 0);
+    for e in sim.events(auditor) {
+        if let NodeEvent::Audit {
+            worker: w, outcome, ..
+        } = e
+            && *w == worker.to_string()
+        {
+            match outcome.split(':').next() {
+                Some("passed") => passed += 1,
+                Some("guilty") => guilty += 1,
+                _ => refused += 1,
+            }
+        }
+    }
+    (passed, guilty, refused)
+}
+
+fn stake(sim: &Sim, on: usize, of: NodeId) -> u64 {
+    sim.core(on).unwrap().economy().ledger().account(&of).stake
+}
+
+fn verdicts(sim: &Sim, on: usize) -> usize {
+    sim.events(on)
+        .iter()
+        .filter(
+            |e| matches!(e, NodeEvent::Ledger { kind: Some(k), .. } if k.starts_with("verdict")),
+        )
+        .count()
+}
+
+#[test]
+fn honest_replicas_pass_their_audits_and_are_never_slashed() {
+    for seed in [1, 2] {
+        let sim = run(seed, None);
+        let (w, a) = (sim.node_id(WORKER), sim.node_id(AUDITOR));
+        let (passed, guilty, refused) = audits(&sim, AUDITOR, w);
+        assert!(passed >= 3, "seed {seed}: {passed} passed");
+        assert_eq!((guilty, refused), (0, 0), "seed {seed}");
+        let (passed, guilty, _) = audits(&sim, WORKER, a);
+        assert!(passed >= 3 && guilty == 0, "seed {seed}");
+        for i in 0..NODES {
+            assert_eq!(
+                verdicts(&sim, i),
+                0,
+                "seed {seed}: node {i} applied a verdict"
+            );
+        }
+    }
+}
+
+fn slashed_everywhere(sim: &Sim, offender: usize, beneficiary: usize) {
+    let (o, b) = (sim.node_id(offender), sim.node_id(beneficiary));
+    let honest = sim.node_id(if offender == WORKER { 0 } else { 3 });
+    let before = stake(sim, 0, honest);
+    for i in 0..NODES {
+        assert!(verdicts(sim, i) >= 1, "node {i} applied no verdict");
+        assert!(
+            stake(sim, i, o) < before,
+            "node {i}: the offender kept its stake"
+        );
+        // Every ledger moved alike.
+        assert_eq!(stake(sim, i, o), stake(sim, 0, o), "node {i}");
+        let bal = |n: usize| sim.core(n).unwrap().economy().ledger().account(&b).balance;
+        assert_eq!(
+            bal(i),
+            bal(0),
+            "node {i}: the beneficiary's balance differs"
+        );
+        assert_eq!(
+            stake(sim, i, honest),
+            before,
+            "node {i}: an honest stake moved"
+        );
+    }
+}
+
+#[test]
+fn a_worker_that_sends_noise_is_caught_and_slashed_on_every_ledger() {
+    let sim = run(1, Some((WORKER, Cheat::Noise)));
+    let (_, guilty, _) = audits(&sim, AUDITOR, sim.node_id(WORKER));
+    assert!(guilty >= 1, "no audit caught the noise");
+    slashed_everywhere(&sim, WORKER, AUDITOR);
+}
+
+#[test]
+fn a_worker_that_skips_its_layers_is_caught_and_slashed_on_every_ledger() {
+    let sim = run(1, Some((WORKER, Cheat::PassThrough)));
+    let (_, guilty, _) = audits(&sim, AUDITOR, sim.node_id(WORKER));
+    assert!(guilty >= 1, "no audit caught the skipped layers");
+    slashed_everywhere(&sim, WORKER, AUDITOR);
+}
+
+#[test]
+fn a_false_accuser_is_slashed_and_the_worker_keeps_its_stake() {
+    let sim = run(1, Some((AUDITOR, Cheat::AccusesFalsely)));
+    slashed_everywhere(&sim, AUDITOR, WORKER);
+}
+
+#[test]
+fn a_worker_that_serves_no_evidence_is_reported_but_not_slashed() {
+    let sim = run(1, Some((WORKER, Cheat::RefusesEvidence)));
+    let (passed, guilty, refused) = audits(&sim, AUDITOR, sim.node_id(WORKER));
+    assert!(refused >= 1 && passed == 0 && guilty == 0);
+    for i in 0..NODES {
+        assert_eq!(verdicts(&sim, i), 0);
+    }
+}
