@@ -55,9 +55,29 @@ pub struct SyncArgs {
     /// Nesterov momentum of the outer step.
     #[arg(long, default_value_t = settings::DEFAULT_OUTER_MOMENTUM)]
     pub outer_momentum: f32,
+    /// Share of its co-replicas' jobs a replica replays once their round is final (0: no
+    /// audits). An audited job costs one replay of the job.
+    #[arg(long, default_value_t = 0.05)]
+    pub audit_rate: f64,
+    /// Evidence a replica keeps for its own auditors (each job's inputs, the weights of each
+    /// step), in MiB; the oldest goes first.
+    #[arg(long, default_value_t = neuroshard_node::compute::DEFAULT_AUDIT_BUDGET >> 20)]
+    pub evidence_mb: u64,
 }
 
 impl SyncArgs {
+    pub fn audit(&self) -> Result<settings::AuditSettings> {
+        anyhow::ensure!(
+            (0.0..=1.0).contains(&self.audit_rate),
+            "--audit-rate {} is not a share between 0 and 1",
+            self.audit_rate
+        );
+        Ok(settings::AuditSettings {
+            per_million: (self.audit_rate * 1e6).round() as u32,
+            evidence_mb: self.evidence_mb,
+        })
+    }
+
     pub fn settings(&self, attack: &str) -> SyncSettings {
         SyncSettings {
             every: self.sync_every,
@@ -222,7 +242,7 @@ impl NodeArgs {
             )?,
             eval_windows: self.eval_windows,
             budgets: Default::default(),
-            audit: Default::default(),
+            audit: self.sync.audit()?,
         })
     }
 }

@@ -156,7 +156,7 @@ impl SwarmArgs {
             min_fee_per_stage: 0,
             eval_windows: neuroshard_node::settings::DEFAULT_EVAL_WINDOWS,
             budgets: Default::default(),
-            audit: Default::default(),
+            audit: self.sync.audit()?,
         };
         let kill = self
             .kill

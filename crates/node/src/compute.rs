@@ -501,6 +501,11 @@ impl Compute for Engine {
                 inputs,
                 weights,
             } => EngineOutput::Replayed(self.replay(spec, &job, &inputs, &weights)),
+            EngineJob::ForgetEvidence { before } => {
+                self.forget_evidence_before(before);
+                let (bytes, budget) = self.evidence_bytes().unwrap_or((0, 0));
+                EngineOutput::EvidenceHeld { bytes, budget }
+            }
             EngineJob::Settle { settle, weights } => {
                 EngineOutput::Settled(self.settle(&settle, &weights).map_err(Arc::new))
             }

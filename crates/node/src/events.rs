@@ -220,6 +220,13 @@ pub enum NodeEvent {
         outcome: String,
         time_ms: u64,
     },
+    /// Evidence this replica keeps for its auditors (job inputs, the weights of each step of
+    /// the rounds still audited), after dropping that of rounds whose audits are over.
+    Evidence {
+        bytes: u64,
+        budget: u64,
+        time_ms: u64,
+    },
     /// The node's HTTP API listens at `http` (its bound address).
     Serving { http: String, time_ms: u64 },
     /// A speculative checkpoint was written (or failed).
@@ -253,6 +260,7 @@ impl NodeEvent {
             NodeEvent::LedgerSync { .. } => "ledger_sync",
             NodeEvent::Parked { .. } => "parked",
             NodeEvent::Audit { .. } => "audit",
+            NodeEvent::Evidence { .. } => "evidence",
             NodeEvent::Checkpoint { .. } => "checkpoint",
             NodeEvent::Serving { .. } => "serving",
         }

@@ -294,6 +294,10 @@ impl Compute for StandIn {
             EngineJob::Replay { .. } => EngineOutput::Replayed(Err(EngineError::NoEvidence(
                 "the stand-in engine cannot replay".into(),
             ))),
+            EngineJob::ForgetEvidence { .. } => EngineOutput::EvidenceHeld {
+                bytes: 0,
+                budget: 0,
+            },
             EngineJob::Settle { .. } => EngineOutput::Settled(Err(Arc::new(
                 neuroshard_audit::EvidenceError::Replay(Box::new(EngineError::NoEvidence(
                     "the stand-in engine cannot replay".into(),

@@ -41,6 +41,7 @@ fn time_of(ev: &NodeEvent) -> u64 {
         | LedgerSync { time_ms, .. }
         | Parked { time_ms, .. }
         | Audit { time_ms, .. }
+        | Evidence { time_ms, .. }
         | Checkpoint { time_ms, .. }
         | Serving { time_ms, .. } => *time_ms,
     }
@@ -94,6 +95,8 @@ pub struct Report {
     adoptions: u64,
     /// Audits of co-replicas' jobs by outcome (`passed`, `guilty`, `refused`).
     audits: BTreeMap<String, u64>,
+    /// The most evidence any replica held for its auditors, in bytes.
+    evidence_max: u64,
     /// When any replica last ended a round (wall clock ms).
     last_round_ms: u64,
     /// Latest ledger summary per node, and when its state hash last changed.
@@ -204,6 +207,7 @@ impl Report {
                 self.on_round(i, *stage, *round, theta, t);
                 self.adoptions += 1;
             }
+            NodeEvent::Evidence { bytes, .. } => self.evidence_max = self.evidence_max.max(*bytes),
             NodeEvent::Audit { outcome, .. } => {
                 let class = outcome.split(':').next().unwrap_or_default().to_string();
                 *self.audits.entry(class).or_default() += 1;
@@ -301,6 +305,7 @@ impl Report {
             "aggregations": self.syncs.len(),
             "adoptions": self.adoptions,
             "audits": self.audits,
+            "max_evidence_bytes_per_replica": self.evidence_max,
             "mean_sent_bytes_per_replica": sent,
             "mean_dense_bytes_per_replica": dense,
             "compression_ratio": if sent > 0.0 { dense / sent } else { 0.0 },

@@ -34,7 +34,8 @@ pub struct JobStore {
     dir: Option<PathBuf>,
     budget: u64,
     used: u64,
-    entries: VecDeque<(String, u64)>,
+    /// (name, bytes, the optimizer step whose job it serves), oldest first.
+    entries: VecDeque<(String, u64, u64)>,
     memory: HashMap<String, Arc<Vec<u8>>>,
 }
 
@@ -65,14 +66,33 @@ impl JobStore {
     }
 
     fn has(&self, name: &str) -> bool {
-        self.entries.iter().any(|(n, _)| n == name)
+        self.entries.iter().any(|(n, ..)| n == name)
     }
 
-    fn put(&mut self, name: String, bytes: Vec<u8>) -> Result<(), EngineError> {
+    /// Drops what only jobs before optimizer step `step` need: their audits are over.
+    pub fn forget_before(&mut self, step: u64) {
+        let old: Vec<String> = self
+            .entries
+            .iter()
+            .filter(|(.., s)| *s < step)
+            .map(|(n, ..)| n.clone())
+            .collect();
+        for name in old {
+            self.remove(&name);
+        }
+    }
+
+    fn put(&mut self, name: String, bytes: Vec<u8>, step: u64) -> Result<(), EngineError> {
         self.remove(&name);
         let len = bytes.len() as u64;
+        if len > self.budget {
+            // Larger than the whole budget (0: keep nothing): not kept, nothing evicted.
+            return Err(EngineError::NoEvidence(format!(
+                "{name}: over the evidence budget"
+            )));
+        }
         while self.used.saturating_add(len) > self.budget {
-            let Some((old, _)) = self.entries.front().cloned() else {
+            let Some((old, ..)) = self.entries.front().cloned() else {
                 break;
             };
             self.remove(&old);
@@ -90,15 +110,15 @@ impl JobStore {
             }
         }
         self.used = self.used.saturating_add(len);
-        self.entries.push_back((name, len));
+        self.entries.push_back((name, len, step));
         Ok(())
     }
 
     fn remove(&mut self, name: &str) {
-        let Some(i) = self.entries.iter().position(|(n, _)| n == name) else {
+        let Some(i) = self.entries.iter().position(|(n, ..)| n == name) else {
             return;
         };
-        if let Some((_, len)) = self.entries.remove(i) {
+        if let Some((_, len, _)) = self.entries.remove(i) {
             self.used = self.used.saturating_sub(len);
         }
         match &self.dir {
@@ -147,8 +167,13 @@ fn job_name(mb: &MicroBatchId, kind: JobKind) -> String {
 }
 
 /// Weights as stored and served: the flat `f32` values, little-endian.
-pub fn weights_bytes(flat: &[f32]) -> Vec<u8> {
-    flat.iter().flat_map(|x| x.to_le_bytes()).collect()
+pub fn weights_bytes(values: &[Vec<f32>]) -> Vec<u8> {
+    let n = values.iter().map(Vec::len).sum::<usize>();
+    let mut out = Vec::with_capacity(n.saturating_mul(4));
+    for x in values.iter().flatten() {
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+    out
 }
 
 fn weights_from_bytes(bytes: &[u8], numel: usize) -> Result<Vec<f32>, EngineError> {
@@ -213,6 +238,13 @@ impl Engine {
         self
     }
 
+    /// Drops the evidence of jobs before optimizer step `step` (their audits are over).
+    pub fn forget_evidence_before(&mut self, step: u64) {
+        if let Some(s) = self.store.as_mut() {
+            s.forget_before(step);
+        }
+    }
+
     /// Bytes of evidence held, and the budget (none without a store).
     pub fn evidence_bytes(&self) -> Option<(u64, u64)> {
         self.store.as_ref().map(|s| (s.used(), s.budget()))
@@ -232,17 +264,20 @@ impl Engine {
             return Ok(());
         };
         let wname = weights_name(weights);
-        let flat = (!store.has(&wname))
-            .then(|| self.weights(version).map(|s| s.params().flatten()))
+        let bytes = (!store.has(&wname))
+            .then(|| {
+                self.weights(version)
+                    .map(|s| weights_bytes(s.params().values()))
+            })
             .transpose()?;
         let store = self
             .store
             .as_mut()
             .ok_or(EngineError::NoEvidence(wname.clone()))?;
-        if let Some(flat) = flat {
-            store.put(wname, weights_bytes(&flat))?;
+        if let Some(bytes) = bytes {
+            store.put(wname, bytes, version)?;
         }
-        store.put(job_name(mb, kind), encode_inputs(inputs))
+        store.put(job_name(mb, kind), encode_inputs(inputs), version)
     }
 
     /// The inputs of one of our jobs and the weights it ran at, for an auditor.
@@ -354,19 +389,26 @@ mod tests {
     #[test]
     fn the_store_keeps_its_budget_oldest_first_and_reports_what_is_gone() {
         let mut s = JobStore::new(None, 100).unwrap();
-        s.put("a".into(), vec![1; 60]).unwrap();
-        s.put("b".into(), vec![2; 60]).unwrap();
+        s.put("a".into(), vec![1; 60], 0).unwrap();
+        s.put("b".into(), vec![2; 60], 1).unwrap();
         assert_eq!(s.used(), 60);
         assert!(matches!(s.get("a"), Err(EngineError::NoEvidence(_))));
         assert_eq!(*s.get("b").unwrap(), vec![2; 60]);
         // Rewriting a name replaces it rather than counting it twice.
-        s.put("b".into(), vec![3; 40]).unwrap();
+        s.put("b".into(), vec![3; 40], 1).unwrap();
         assert_eq!(s.used(), 40);
+        // Larger than the budget: not kept, and nothing else evicted for it.
+        assert!(s.put("c".into(), vec![0; 101], 2).is_err());
+        assert_eq!(s.used(), 40);
+        s.put("d".into(), vec![4; 10], 5).unwrap();
+        s.forget_before(5);
+        assert!(s.get("b").is_err());
+        assert_eq!(s.used(), 10);
 
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("audit");
         let mut d = JobStore::new(Some(path.clone()), 1 << 20).unwrap();
-        d.put("w-1".into(), vec![7; 10]).unwrap();
+        d.put("w-1".into(), vec![7; 10], 0).unwrap();
         assert_eq!(*d.get("w-1").unwrap(), vec![7; 10]);
         std::fs::remove_file(path.join("w-1")).unwrap();
         assert!(matches!(d.get("w-1"), Err(EngineError::File { .. })));
@@ -380,7 +422,7 @@ mod tests {
     fn weights_of_the_wrong_size_or_another_hash_are_refused() {
         assert!(weights_from_bytes(&[0; 7], 2).is_err());
         assert_eq!(
-            weights_from_bytes(&weights_bytes(&[1.5, -2.0]), 2).unwrap(),
+            weights_from_bytes(&weights_bytes(&[vec![1.5], vec![-2.0]]), 2).unwrap(),
             vec![1.5, -2.0]
         );
         assert!(matches!(

@@ -24,8 +24,9 @@ use crate::wire::{AuditAnswer, AuditRequest, MAX_LISTED_JOBS};
 /// Challenges one replica takes on per co-replica and round at most (a worker cannot make
 /// its auditors replay without end by listing jobs).
 pub const MAX_AUDITS_PER_WORKER: usize = 64;
-/// Rounds whose seeds (and weights offered to auditors) a replica keeps.
-const KEEP_ROUNDS: u64 = 4;
+/// Rounds whose seeds, evidence and offered weights a replica keeps: round r is audited once
+/// the stage is in round r + 2, so the evidence of r is needed until shortly after that.
+const KEEP_ROUNDS: u64 = 3;
 
 /// What an audit of ours waits for.
 #[derive(Debug, Clone)]
@@ -52,12 +53,15 @@ pub(super) struct AuditState {
     blobs: HashMap<Token, JobKey>,
     /// Weights served to auditors, by round.
     offered: BTreeMap<u64, Vec<Hash32>>,
+    /// The optimizer step each round began at (what its evidence is filed under).
+    round_start: BTreeMap<u64, u64>,
 }
 
 #[derive(Debug, Clone, Copy)]
 enum EngineFor {
     Evidence { request: Token, round: u64 },
     Replay(JobKey),
+    Forget,
 }
 
 impl AuditState {
@@ -85,6 +89,11 @@ impl NodeCore {
     /// challenges and starts the audits of the round before it.
     pub(super) fn poll_audits(&mut self, now: Instant) {
         let round = self.rounds.syncer.round();
+        if self.audit.seen_round == Some(round) {
+            return;
+        }
+        let steps = self.pipeline.steps_done();
+        self.audit.round_start.entry(round).or_insert(steps);
         let Some(seen) = self.audit.seen_round.replace(round) else {
             return;
         };
@@ -108,6 +117,14 @@ impl NodeCore {
             for hash in self.audit.offered.remove(&r).unwrap_or_default() {
                 self.transmits.push_back(Transmit::WithdrawBlob { hash });
             }
+        }
+        // What only the rounds no longer audited need goes (a job may run at the weights of
+        // the step before its round: a weight lag of 1).
+        if let Some(&first) = self.audit.round_start.get(&keep_from) {
+            self.audit.round_start.retain(|r, _| *r >= keep_from);
+            let before = first.saturating_sub(1);
+            let t = self.engine(EngineJob::ForgetEvidence { before });
+            self.audit.engine.insert(t, EngineFor::Forget);
         }
         if self.audit_rate().per_million == 0 {
             return;
@@ -365,6 +382,14 @@ impl NodeCore {
                     Err(e) => format!("refused: {e}"),
                 };
                 self.end_audit(key, outcome, now);
+            }
+            (EngineFor::Forget, super::EngineOutput::EvidenceHeld { bytes, budget }) => {
+                let time_ms = self.unix_ms(now);
+                self.events.push_back(NodeEvent::Evidence {
+                    bytes: *bytes,
+                    budget: *budget,
+                    time_ms,
+                });
             }
             (EngineFor::Evidence { request, round }, super::EngineOutput::Evidence(result)) => {
                 let answer = match result {

@@ -207,6 +207,10 @@ pub enum EngineJob {
         inputs: Box<JobInputs>,
         weights: Arc<Vec<u8>>,
     },
+    /// Drop the evidence of jobs before optimizer step `before` (their audits are over).
+    ForgetEvidence {
+        before: u64,
+    },
     /// Settle a fraud proof by replaying its job on the weights served with it.
     Settle {
         settle: Box<crate::compute::Settle>,
@@ -257,6 +261,11 @@ pub enum EngineOutput {
     /// One result per step of an [`EngineJob::Infer`], in order.
     Inferred(Vec<Result<StepResult, EngineError>>),
     Evidence(Result<Evidence, EngineError>),
+    /// Evidence bytes held after a [`EngineJob::ForgetEvidence`], and the budget.
+    EvidenceHeld {
+        bytes: u64,
+        budget: u64,
+    },
     Replayed(Result<Replayed, EngineError>),
     /// A fraud proof's verdict, or why the evidence was refused.
     Settled(Result<neuroshard_audit::Verdict, Arc<neuroshard_audit::EvidenceError>>),
