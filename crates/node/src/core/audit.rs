@@ -24,9 +24,10 @@ use crate::wire::{AuditAnswer, AuditRequest, MAX_LISTED_JOBS};
 /// Challenges one replica takes on per co-replica and round at most (a worker cannot make
 /// its auditors replay without end by listing jobs).
 pub const MAX_AUDITS_PER_WORKER: usize = 64;
-/// Rounds whose seeds, evidence and offered weights a replica keeps: round r is audited once
-/// the stage is in round r + 2, so the evidence of r is needed until shortly after that.
-const KEEP_ROUNDS: u64 = 3;
+/// Rounds before the current one whose seeds, evidence and offered weights a replica keeps:
+/// round r is audited as the stage enters round r + 2, so its evidence is needed until the
+/// stage enters r + 3.
+const KEEP_ROUNDS: u64 = 2;
 
 /// What an audit of ours waits for.
 #[derive(Debug, Clone)]
