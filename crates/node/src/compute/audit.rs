@@ -11,6 +11,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::mpsc::{Receiver, SyncSender, channel, sync_channel};
 
 use neuroshard_audit::{
     AuditContext, AuditRate, ChallengeSeed, DeterminismClass, EvidenceError, EvidenceLimits,
@@ -36,7 +37,54 @@ pub struct JobStore {
     used: u64,
     /// (name, bytes, the optimizer step whose job it serves), oldest first.
     entries: VecDeque<(String, u64, u64)>,
+    /// Without a directory: everything. With one: what the writer has not confirmed yet.
     memory: HashMap<String, Arc<Vec<u8>>>,
+    writer: Option<DiskWriter>,
+}
+
+/// Writes and removals in the order given, on a thread of their own: a weights snapshot is
+/// megabytes written once per step, which the engine thread (the training's critical path)
+/// need not wait for.
+struct DiskWriter {
+    ops: SyncSender<DiskOp>,
+    /// Writes done: the name and the bytes written (a name may have been rewritten since).
+    written: Receiver<(String, Arc<Vec<u8>>)>,
+}
+
+enum DiskOp {
+    Write(PathBuf, Arc<Vec<u8>>, String),
+    Remove(PathBuf),
+}
+
+/// Writes queued before the engine waits for the disk.
+const QUEUED_WRITES: usize = 16;
+
+impl DiskWriter {
+    fn spawn() -> std::io::Result<Self> {
+        let (ops, rx) = sync_channel::<DiskOp>(QUEUED_WRITES);
+        let (done, written) = channel();
+        std::thread::Builder::new()
+            .name("evidence".into())
+            .spawn(move || {
+                for op in rx {
+                    match op {
+                        // A failed write loses that evidence: the auditor who asks for it
+                        // gets a refusal, as for evidence past the budget.
+                        DiskOp::Write(path, bytes, name) => {
+                            if std::fs::write(&path, &*bytes).is_ok()
+                                && done.send((name, bytes)).is_err()
+                            {
+                                break;
+                            }
+                        }
+                        DiskOp::Remove(path) => {
+                            let _ = std::fs::remove_file(path);
+                        }
+                    }
+                }
+            })?;
+        Ok(Self { ops, written })
+    }
 }
 
 impl JobStore {
@@ -47,13 +95,33 @@ impl JobStore {
             let _ = std::fs::remove_dir_all(d);
             std::fs::create_dir_all(d)?;
         }
+        let writer = dir.as_ref().map(|_| DiskWriter::spawn()).transpose()?;
         Ok(Self {
             dir,
             budget,
             used: 0,
             entries: VecDeque::new(),
             memory: HashMap::new(),
+            writer,
         })
+    }
+
+    /// Waits (a second at most per write) until what was put is on disk.
+    pub fn flush(&mut self) {
+        let Some(w) = &self.writer else { return };
+        while !self.memory.is_empty() {
+            let Ok((done, bytes)) = w.written.recv_timeout(std::time::Duration::from_secs(1))
+            else {
+                return;
+            };
+            if self
+                .memory
+                .get(&done)
+                .is_some_and(|m| Arc::ptr_eq(m, &bytes))
+            {
+                self.memory.remove(&done);
+            }
+        }
     }
 
     /// Bytes held now.
@@ -97,18 +165,25 @@ impl JobStore {
             };
             self.remove(&old);
         }
-        match &self.dir {
-            Some(d) => {
-                let path = d.join(&name);
-                std::fs::write(&path, &bytes).map_err(|e| EngineError::File {
-                    path,
-                    source: Arc::new(e),
-                })?;
+        let bytes = Arc::new(bytes);
+        if let (Some(d), Some(w)) = (&self.dir, &self.writer) {
+            for (done, bytes) in w.written.try_iter() {
+                if self
+                    .memory
+                    .get(&done)
+                    .is_some_and(|m| Arc::ptr_eq(m, &bytes))
+                {
+                    self.memory.remove(&done);
+                }
             }
-            None => {
-                self.memory.insert(name.clone(), Arc::new(bytes));
+            let op = DiskOp::Write(d.join(&name), Arc::clone(&bytes), name.clone());
+            if w.ops.send(op).is_err() {
+                return Err(EngineError::NoEvidence(format!(
+                    "{name}: the writer stopped"
+                )));
             }
         }
+        self.memory.insert(name.clone(), bytes);
         self.used = self.used.saturating_add(len);
         self.entries.push_back((name, len, step));
         Ok(())
@@ -121,19 +196,18 @@ impl JobStore {
         if let Some((_, len, _)) = self.entries.remove(i) {
             self.used = self.used.saturating_sub(len);
         }
-        match &self.dir {
-            Some(d) => {
-                let _ = std::fs::remove_file(d.join(name));
-            }
-            None => {
-                self.memory.remove(name);
-            }
+        self.memory.remove(name);
+        if let (Some(d), Some(w)) = (&self.dir, &self.writer) {
+            let _ = w.ops.send(DiskOp::Remove(d.join(name)));
         }
     }
 
     fn get(&self, name: &str) -> Result<Arc<Vec<u8>>, EngineError> {
         if !self.has(name) {
             return Err(EngineError::NoEvidence(name.to_string()));
+        }
+        if let Some(bytes) = self.memory.get(name) {
+            return Ok(Arc::clone(bytes));
         }
         match &self.dir {
             Some(d) => {
@@ -416,6 +490,10 @@ mod tests {
         let path = dir.path().join("audit");
         let mut d = JobStore::new(Some(path.clone()), 1 << 20).unwrap();
         d.put("w-1".into(), vec![7; 10], 0).unwrap();
+        // Served from memory until written, from the file after.
+        assert_eq!(*d.get("w-1").unwrap(), vec![7; 10]);
+        d.flush();
+        assert_eq!(std::fs::read(path.join("w-1")).unwrap(), vec![7; 10]);
         assert_eq!(*d.get("w-1").unwrap(), vec![7; 10]);
         std::fs::remove_file(path.join("w-1")).unwrap();
         assert!(matches!(d.get("w-1"), Err(EngineError::File { .. })));
