@@ -109,6 +109,7 @@ fn telemetry() -> Telemetry {
             state_hash: "cd".repeat(32),
             proofs: 2,
             balance: 40,
+            stake: 0,
         },
         peers: vec![SeenPeer {
             node: [2; 32],

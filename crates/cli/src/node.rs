@@ -75,6 +75,7 @@ impl SyncArgs {
         Ok(settings::AuditSettings {
             per_million: (self.audit_rate * 1e6).round() as u32,
             evidence_mb: self.evidence_mb,
+            lazy: false,
         })
     }
 

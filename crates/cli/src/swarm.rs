@@ -48,6 +48,10 @@ pub struct SwarmArgs {
     /// The attackers' pseudo-gradient: sign-flip, scale:K, gaussian:S, alie, ipm:E, zeros.
     #[arg(long, default_value = "sign-flip")]
     attack: String,
+    /// Lazy workers (indices, comma-separated): they send noise as their forward outputs,
+    /// for trying the audits (`--audit-rate`), e.g. `--lazy 2`.
+    #[arg(long, value_delimiter = ',')]
+    lazy: Vec<usize>,
     /// Start one more node once the drivers reach this step; it joins mid-run.
     #[arg(long)]
     join_at: Option<u64>,
@@ -169,6 +173,7 @@ impl SwarmArgs {
             exe: std::env::current_exe().context("locating the neuroshard binary")?,
             out: self.out.clone(),
             attackers: self.attackers.clone(),
+            lazy: self.lazy.clone(),
             attack: self.attack.clone(),
             join_at: self.join_at,
             kill,

@@ -227,3 +227,61 @@ fn three_stage_pipeline_matches_one_process() {
         );
     }
 }
+
+/// Four real nodes (2 stages × 2 replicas) audit each other: one driver is a lazy worker that
+/// sends noise as its forward outputs. Its co-replica replays its challenged jobs, the fraud
+/// report settles on every node, and every ledger ends alike with the lazy node's stake
+/// slashed and the honest nodes' stakes untouched. Slashed below the minimum stake, the lazy
+/// driver is no longer registered: its stage-1 neighbours refuse its micro-batches, so it
+/// never finishes its steps and the swarm ends at its timeout.
+#[test]
+fn a_lazy_worker_is_slashed_on_every_ledger() {
+    let _one = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let data = tiny_genesis(dir.path());
+    let sum = dir.path().join("summary.json");
+    let out = dir.path().join("model");
+    let mut args = vec![
+        "swarm",
+        "--nodes",
+        "4",
+        "--stages",
+        "2",
+        "--steps",
+        "60",
+        "--data",
+        s(&data),
+        "--out",
+        s(&out),
+        "--summary-json",
+        s(&sum),
+        "--timeout-s",
+        "90",
+        "--gen-tokens",
+        "0",
+        "--sync-every",
+        "4",
+        // Half the jobs, so that a short run surely audits the lazy one's.
+        "--audit-rate",
+        "0.5",
+        "--lazy",
+        "2",
+    ];
+    args.extend(TINY);
+    let stdout = ok(&args);
+    let sum = summary(&sum);
+    // The honest driver ran all its steps.
+    assert!(sum["driver_steps"].as_u64().unwrap_or(0) >= 60, "{stdout}");
+    let audits = &sum["sync"]["audits"];
+    assert!(audits["guilty"].as_u64().unwrap_or(0) >= 1, "{audits:#}");
+    let ledger = &sum["ledger"];
+    assert_eq!(ledger["all_equal"], true, "{ledger:#}");
+    let stake = |i: &str| ledger["per_node"][i]["stake_units"].as_u64().unwrap_or(0);
+    let honest = stake("0");
+    assert!(honest > 0, "{ledger:#}");
+    assert_eq!((stake("1"), stake("3")), (honest, honest), "{ledger:#}");
+    assert!(
+        stake("2") < honest,
+        "the lazy node kept its stake: {ledger:#}"
+    );
+}

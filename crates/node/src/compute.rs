@@ -98,6 +98,8 @@ pub struct Engine {
     /// Evidence of this replica's jobs for auditors, and the codec replays hash through.
     store: Option<JobStore>,
     wire: neuroshard_model::replay::Wire,
+    /// The test adversary of `swarm --lazy` (see `AuditSettings::lazy`).
+    lazy: bool,
 }
 
 impl Engine {
@@ -125,7 +127,14 @@ impl Engine {
             last_grads_hash: NO_HASH,
             store: None,
             wire: Default::default(),
+            lazy: false,
         }
+    }
+
+    /// Makes this engine the lazy worker of `swarm --lazy`: its forward outputs are noise.
+    pub fn lazy(mut self, lazy: bool) -> Self {
+        self.lazy = lazy;
+        self
     }
 
     /// Keeps the weights before each step for jobs one step behind (a weight lag of 1).
@@ -353,7 +362,12 @@ impl Engine {
                     .weights(weights)
                     .and_then(|w| Ok(w.forward_kept(&input)?))
                 {
-                    Ok((output, graph)) => {
+                    Ok((mut output, graph)) => {
+                        if self.lazy {
+                            for (i, x) in output.data.iter_mut().enumerate() {
+                                *x = ((i as f32) * 0.37 + mb.step as f32).sin();
+                            }
+                        }
                         self.keep(KeptForward {
                             mb,
                             weights,

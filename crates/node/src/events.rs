@@ -39,6 +39,9 @@ pub struct LedgerSummary {
     pub state_hash: String,
     pub proofs: usize,
     pub balance: u64,
+    /// The node's own stake (what a slash takes).
+    #[serde(default)]
+    pub stake: u64,
 }
 
 /// One event of a node. `time_ms` is the node's Unix time (virtual in the simulator).

@@ -344,6 +344,16 @@ pub fn validate_gossip(topic: &str, author: &NodeId, data: &[u8]) -> Validation 
         // anti-entropy); the economy checks the rest.
         // A settlement of paid inference is published by the entry node the payer named.
         Some(Topic::Ops) => {
+            // A fraud report is published by its accuser (every node replays it before its
+            // verdict counts; see `core/fraud.rs`).
+            if let Ok(report) = crate::wire::FraudReport::from_canonical_bytes(data) {
+                let acc = &report.proof.accusation;
+                return if acc.signer().node_id() == *author && acc.verify().is_ok() {
+                    Validation::Accept
+                } else {
+                    Validation::Reject
+                };
+            }
             return match neuroshard_ledger::decode_op(data) {
                 // A payment spreads only inside its settlement (every ledger refuses it bare).
                 Ok(op) => match op.op().action {

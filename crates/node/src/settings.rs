@@ -119,6 +119,9 @@ pub struct AuditSettings {
     pub per_million: u32,
     /// Bytes of evidence (job inputs, the weights of each step) kept for auditors, in MiB.
     pub evidence_mb: u64,
+    /// A test adversary (`swarm --lazy`): the node sends noise as its forward outputs, and
+    /// commits to it, instead of computing them. Never set on a real node.
+    pub lazy: bool,
 }
 
 impl Default for AuditSettings {
@@ -126,6 +129,7 @@ impl Default for AuditSettings {
         Self {
             per_million: neuroshard_audit::AuditRate::default().per_million,
             evidence_mb: crate::compute::DEFAULT_AUDIT_BUDGET >> 20,
+            lazy: false,
         }
     }
 }

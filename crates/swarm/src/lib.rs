@@ -116,6 +116,9 @@ pub struct SwarmConfig {
     /// Byzantine nodes that send `attack` instead of their pseudo-gradient.
     pub attackers: Vec<usize>,
     pub attack: String,
+    /// Lazy workers: nodes that send noise as their forward outputs (see
+    /// `AuditSettings::lazy`), for the audits' real-process test.
+    pub lazy: Vec<usize>,
     /// Start one more node once the drivers reach this step.
     pub join_at: Option<u64>,
     pub kill: Option<Kill>,
@@ -140,6 +143,11 @@ impl SwarmConfig {
         if nodes < stages || stages == 0 {
             return Err(SwarmError::Config(format!(
                 "--nodes {nodes} cannot hold --stages {stages}"
+            )));
+        }
+        if let Some(a) = self.lazy.iter().find(|a| **a >= nodes) {
+            return Err(SwarmError::Config(format!(
+                "--lazy: node {a} does not exist ({nodes} nodes)"
             )));
         }
         if let Some(a) = self.attackers.iter().find(|a| **a >= nodes) {

@@ -332,6 +332,7 @@ impl Report {
                     "proofs": l.proofs,
                     "neuro": neuroshard_ledger::format_neuro(l.balance),
                     "balance_units": l.balance,
+                    "stake_units": l.stake,
                 });
                 (i.to_string(), figures)
             })
@@ -595,8 +596,9 @@ impl Report {
         for (i, (l, _)) in &self.ledgers {
             let hash = &l.state_hash[..l.state_hash.len().min(16)];
             out.push(format!(
-                "node {i}: {}, {} proofs in its ledger, state {hash}",
+                "node {i}: {}, stake {}, {} proofs in its ledger, state {hash}",
                 neuroshard_ledger::format_neuro(l.balance),
+                neuroshard_ledger::format_neuro(l.stake),
                 l.proofs,
             ));
         }

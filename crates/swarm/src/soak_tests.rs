@@ -38,6 +38,7 @@ fn stats(proofs: usize) -> NodeEvent {
             state_hash: "h".into(),
             proofs,
             balance: 0,
+            stake: 0,
         },
         time_ms: 9,
     }

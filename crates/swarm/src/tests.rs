@@ -104,6 +104,7 @@ fn report_follows_steps_rounds_traffic_and_ledgers() {
                     state_hash: hash.into(),
                     proofs: 1,
                     balance: 5,
+                    stake: 0,
                 },
                 time_ms: 3_000,
             },

@@ -46,6 +46,7 @@ pub struct JobStore {
 /// megabytes written once per step, which the engine thread (the training's critical path)
 /// need not wait for.
 struct DiskWriter {
+    thread: Option<std::thread::JoinHandle<()>>,
     ops: SyncSender<DiskOp>,
     /// Writes done: the name and the bytes written (a name may have been rewritten since).
     written: Receiver<(String, Arc<Vec<u8>>)>,
@@ -63,7 +64,7 @@ impl DiskWriter {
     fn spawn() -> std::io::Result<Self> {
         let (ops, rx) = sync_channel::<DiskOp>(QUEUED_WRITES);
         let (done, written) = channel();
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("evidence".into())
             .spawn(move || {
                 for op in rx {
@@ -83,7 +84,11 @@ impl DiskWriter {
                     }
                 }
             })?;
-        Ok(Self { ops, written })
+        Ok(Self {
+            thread: Some(thread),
+            ops,
+            written,
+        })
     }
 }
 
@@ -224,6 +229,23 @@ impl JobStore {
                 .get(name)
                 .cloned()
                 .ok_or_else(|| EngineError::NoEvidence(name.to_string())),
+        }
+    }
+}
+
+impl Drop for JobStore {
+    /// A stopped node's evidence is of no use (a restarted one starts a new store): the
+    /// directory goes with it, once the writer is done.
+    fn drop(&mut self) {
+        if let Some(mut w) = self.writer.take() {
+            let (dead, _) = sync_channel(1);
+            drop(std::mem::replace(&mut w.ops, dead));
+            if let Some(t) = w.thread.take() {
+                let _ = t.join();
+            }
+        }
+        if let Some(d) = &self.dir {
+            let _ = std::fs::remove_dir_all(d);
         }
     }
 }
@@ -498,9 +520,14 @@ mod tests {
         std::fs::remove_file(path.join("w-1")).unwrap();
         assert!(matches!(d.get("w-1"), Err(EngineError::File { .. })));
         // A restarted node starts with an empty store: its old jobs' state is gone.
+        std::fs::write(path.join("left-over"), [1]).unwrap();
         let again = JobStore::new(Some(path.clone()), 1 << 20).unwrap();
         assert_eq!(again.used(), 0);
         assert_eq!(std::fs::read_dir(&path).unwrap().count(), 0);
+        // And a stopped one leaves none behind.
+        drop(again);
+        drop(d);
+        assert!(!path.exists());
     }
 
     #[test]

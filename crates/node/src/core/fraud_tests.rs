@@ -145,3 +145,25 @@ fn only_the_assigned_auditors_consistent_evidence_is_worth_fetching_weights_for(
     // Garbage on the ops topic is still an op (refused as one), not a fraud report.
     assert_eq!(receive(assigned, vec![1, 2, 3]), (false, false));
 }
+
+/// The transport forwards a fraud report only from its accuser: without this, gossip
+/// validation (which knew only ops on this topic) dropped every report, and only the
+/// auditor's own ledger applied the verdict.
+#[test]
+fn the_transport_forwards_a_fraud_report_from_its_accuser_only() {
+    use crate::records::validate_gossip;
+    use neuroshard_net::Validation;
+    let worker = test_identity(1);
+    let job = challenged_job(&worker);
+    let accuser = test_identity(3);
+    let data = report(&accuser, &job, inputs());
+    let topic = Topic::Ops.name();
+    assert_eq!(
+        validate_gossip(&topic, &accuser.node_id(), &data),
+        Validation::Accept
+    );
+    assert_eq!(
+        validate_gossip(&topic, &test_identity(4).node_id(), &data),
+        Validation::Reject
+    );
+}

@@ -293,6 +293,7 @@ impl NodeCore {
             state_hash: hex::encode(self.economy.state_hash()),
             proofs: self.economy.proof_count(),
             balance: self.economy.own_balance(),
+            stake: self.economy.ledger().account(&self.me).stake,
         }
     }
 

@@ -128,7 +128,8 @@ pub async fn start(
     )
     .with_weight_lag(settings.weight_lag)
     .with_checkpoint_dir(ckpt_dir, genesis.root())
-    .with_job_store(store, wire);
+    .with_job_store(store, wire)
+    .lazy(settings.audit.lazy);
     Ok(Started {
         stage: decision.stage,
         engine,

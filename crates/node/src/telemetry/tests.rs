@@ -126,6 +126,7 @@ fn snapshots_list_every_node_once_and_keep_the_dead_bounded() {
             state_hash: "ab".into(),
             proofs: 2,
             balance: 10,
+            stake: 0,
         },
         peers,
         registered,
@@ -290,6 +291,7 @@ fn transport_refusals_over_a_budget_are_counted_by_budget() {
                 state_hash: String::new(),
                 proofs: 0,
                 balance: 0,
+                stake: 0,
             },
             time_ms: 1,
         });
