@@ -168,16 +168,7 @@ impl NodeCore {
             None
         })();
         if let Some(why) = why {
-            self.penalize(from, why);
-            let time_ms = self.unix_ms(now);
-            self.events.push_back(NodeEvent::Dropped {
-                what: Some("fraud report".into()),
-                peer: Some(from.to_string()),
-                stage: None,
-                round: None,
-                reason: why.into(),
-                time_ms,
-            });
+            self.refuse_report(from, why.into(), now);
             return None;
         }
         let c = verify_job(&report.proof.job).ok()?;
@@ -199,20 +190,25 @@ impl NodeCore {
             tolerance: Tolerance::default(),
         };
         if let Err(e) = check_before_replay(&ctx, &report.proof) {
-            self.penalize(from, format!("fraud report refused: {e}"));
-            let time_ms = self.unix_ms(now);
-            self.events.push_back(NodeEvent::Dropped {
-                what: Some("fraud report".into()),
-                peer: Some(from.to_string()),
-                stage: None,
-                round: None,
-                reason: e.to_string(),
-                time_ms,
-            });
+            self.refuse_report(from, e.to_string(), now);
             return None;
         }
         self.fraud.first_time(key);
         Some(report)
+    }
+
+    /// A report its author is to blame for: penalised, reported, dropped.
+    fn refuse_report(&mut self, from: NodeId, reason: String, now: Instant) {
+        self.penalize(from, format!("fraud report refused: {reason}"));
+        let time_ms = self.unix_ms(now);
+        self.events.push_back(NodeEvent::Dropped {
+            what: Some("fraud report".into()),
+            peer: Some(from.to_string()),
+            stage: None,
+            round: None,
+            reason,
+            time_ms,
+        });
     }
 
     fn stage_spec(&self, stage: u16) -> Option<StageSpec> {
@@ -320,18 +316,8 @@ impl NodeCore {
                     Err(e) => self.warn(format!("applying a verdict: {e}"), now),
                 }
             }
-            Err(e) => {
-                // Evidence that fails before the replay is its author's fault.
-                self.penalize(from, format!("fraud report refused: {e}"));
-                self.events.push_back(NodeEvent::Dropped {
-                    what: Some("fraud report".into()),
-                    peer: Some(from.to_string()),
-                    stage: None,
-                    round: None,
-                    reason: e.to_string(),
-                    time_ms,
-                });
-            }
+            // Evidence that fails before the replay is its author's fault.
+            Err(e) => self.refuse_report(from, e.to_string(), now),
         }
         true
     }
