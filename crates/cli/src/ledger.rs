@@ -32,6 +32,12 @@ enum LedgerCommand {
         #[arg(long, default_value_t = 20)]
         limit: usize,
     },
+    /// Audit verdicts this node's ledger applied (verification by recomputation): who was
+    /// slashed for which job, and who was paid.
+    Verdicts {
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
+    },
     /// Lock NEURO as stake (raises the reward multiplier).
     Stake {
         /// Amount in NEURO, e.g. 12.5.
@@ -123,6 +129,24 @@ pub fn run(args: LedgerArgs) -> Result<()> {
                         format_neuro(l.amount),
                         l.timestamp_ms,
                         &l.reference[..16]
+                    );
+                }
+            }
+        }
+        LedgerCommand::Verdicts { limit } => {
+            let lines = dirs.open_ledger()?.verdicts(limit)?;
+            if dirs.json {
+                println!("{}", serde_json::to_string(&lines)?);
+            } else {
+                for v in lines {
+                    println!(
+                        "job {} offender {} slashed {} paid {} to {} t={}",
+                        &v.job[..16],
+                        &v.offender[..16],
+                        format_neuro(v.slashed),
+                        format_neuro(v.paid),
+                        &v.beneficiary[..16],
+                        v.timestamp_ms
                     );
                 }
             }

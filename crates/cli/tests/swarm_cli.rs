@@ -284,4 +284,29 @@ fn a_lazy_worker_is_slashed_on_every_ledger() {
         stake("2") < honest,
         "the lazy node kept its stake: {ledger:#}"
     );
+    // Each node's database holds verdicts about the same jobs, the same offender and
+    // beneficiary, and the same total taken, read back by `ledger verdicts`. (What each one
+    // took depends on the order they arrived in: each takes half of what is left.)
+    // (the sorted (job, offender, beneficiary) of each verdict, the total slashed)
+    type Verdicts = (Vec<(String, String, String)>, u64);
+    let verdicts: Vec<Verdicts> = (0..4)
+        .map(|i| {
+            let node_dir = dir.path().join("model-nodes").join(format!("node-{i}"));
+            let text = ok(&["ledger", "verdicts", "--json", "--data-dir", s(&node_dir)]);
+            let v: Value = serde_json::from_str(&text).expect("verdicts JSON");
+            let rows = v.as_array().cloned().unwrap_or_default();
+            let mut keys: Vec<_> = rows
+                .iter()
+                .map(|r| {
+                    let f = |k: &str| r[k].as_str().unwrap_or_default().to_string();
+                    (f("job"), f("offender"), f("beneficiary"))
+                })
+                .collect();
+            keys.sort();
+            let total = rows.iter().filter_map(|r| r["slashed"].as_u64()).sum();
+            (keys, total)
+        })
+        .collect();
+    assert!(!verdicts[0].0.is_empty(), "{verdicts:?}");
+    assert!(verdicts.iter().all(|v| *v == verdicts[0]), "{verdicts:?}");
 }

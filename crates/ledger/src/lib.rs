@@ -32,6 +32,7 @@ pub use state::{
     SupplyMismatch, round_key, round_key_of,
 };
 pub use store::{
-    ApplyError, ChangeLog, HistoryLine, LEDGER_FILE, Ledger, Message, StoreError, WiredMessage,
+    ApplyError, ChangeLog, HistoryLine, LEDGER_FILE, Ledger, Message, StoreError, VerdictLine,
+    WiredMessage,
 };
 pub use verdict::VerifiedVerdict;

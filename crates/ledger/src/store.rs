@@ -23,7 +23,9 @@ use crate::state::{
 use crate::verdict::VerifiedVerdict;
 
 mod load;
+mod verdicts;
 use load::{keyed_blobs, load};
+pub use verdicts::VerdictLine;
 
 /// File name of the ledger database inside a node's data directory.
 pub const LEDGER_FILE: &str = "ledger.db";

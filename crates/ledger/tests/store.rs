@@ -256,6 +256,10 @@ fn an_audit_verdict_is_stored_and_judged_once_across_a_reopen()
         .map(|h| h.kind)
         .collect();
     assert_eq!(kinds, ["slash_reward"]);
+    let v = ledger.verdicts(10)?;
+    assert_eq!(v.len(), 1);
+    assert_eq!(v[0].offender, hex::encode(a.node_id().0));
+    assert_eq!((v[0].slashed, v[0].paid), (500, 50));
     assert_eq!(ledger.state().check_invariants(), Ok(()));
     Ok(())
 }
