@@ -8,6 +8,7 @@ use std::sync::{Arc, mpsc};
 
 pub use audit::{DEFAULT_AUDIT_BUDGET, JobStore, Settle, codec_wire, decode_inputs, encode_inputs};
 use neuroshard_audit::{JobKind, NO_HASH};
+use neuroshard_model::replay::job_inputs;
 use neuroshard_model::{AdamW, Kept, Stage, StageInput, checkpoint};
 use neuroshard_proof::{Hash32, NodeId};
 use tokio::sync::mpsc::UnboundedSender;
@@ -308,14 +309,18 @@ impl Engine {
     /// Runs one job and, for a forward or backward pass that ran, the hashes its commitment
     /// names (the output is hashed by the pipeline, as it travels).
     pub fn run_hashed(&mut self, job: Job) -> (JobDone, Option<JobHashes>) {
+        // The job's inputs as evidence carries them: one copy, taken before the job consumes
+        // them, that the hashes and the store both use.
         let hashed = match &job {
-            Job::Forward { input, weights, .. } => Some((*weights, input.clone(), None)),
+            Job::Forward { input, weights, .. } => {
+                job_inputs(input, None).map(|i| (*weights, JobKind::Forward, i))
+            }
             Job::Backward {
                 input,
                 upstream,
                 weights,
                 ..
-            } => Some((*weights, input.clone(), Some(upstream.clone()))),
+            } => job_inputs(input, Some(upstream)).map(|i| (*weights, JobKind::Backward, i)),
             Job::Step { .. } => None,
         };
         let weights = hashed.as_ref().map(|(w, ..)| self.weights_hash(*w));
@@ -324,16 +329,13 @@ impl Engine {
             // The weights moved: the step's hash is computed afresh when a job uses them.
             self.weight_hashes.clear();
         }
-        let (Some((step, input, upstream)), Some(Ok(weights))) = (hashed, weights) else {
+        let (Some((step, kind, inputs)), Some(Ok(weights))) = (hashed, weights) else {
             return (done, None);
         };
-        let grads = match &done {
-            JobDone::Backward { .. } => self.last_grads_hash,
-            JobDone::Forward { .. } => NO_HASH,
+        let (mb, grads) = match &done {
+            JobDone::Backward { mb, .. } => (*mb, self.last_grads_hash),
+            JobDone::Forward { mb, .. } => (*mb, NO_HASH),
             _ => return (done, None),
-        };
-        let Some(inputs) = neuroshard_model::replay::job_inputs(&input, upstream.as_ref()) else {
-            return (done, None);
         };
         let hashes = JobHashes {
             step,
@@ -342,15 +344,8 @@ impl Engine {
             upstream: inputs.upstream.hash(),
             grads,
         };
-        if let JobDone::Forward { mb, .. } | JobDone::Backward { mb, .. } = &done {
-            let kind = if upstream.is_some() {
-                JobKind::Backward
-            } else {
-                JobKind::Forward
-            };
-            // Without its evidence the job is still done; an auditor who asks gets a refusal.
-            let _ = self.keep_evidence(mb, kind, step, &weights, &inputs);
-        }
+        // Without its evidence the job is still done; an auditor who asks gets a refusal.
+        let _ = self.keep_evidence(&mb, kind, step, &weights, &inputs);
         (done, Some(hashes))
     }
 

@@ -73,7 +73,7 @@ impl AuditState {
 }
 
 impl NodeCore {
-    fn audit_rate(&self) -> AuditRate {
+    pub(super) fn audit_rate(&self) -> AuditRate {
         AuditRate {
             per_million: self.settings.audit.per_million,
         }
@@ -324,7 +324,7 @@ impl NodeCore {
     }
 
     /// One micro-batch of this network's shape.
-    fn evidence_limits(&self) -> EvidenceLimits {
+    pub(super) fn evidence_limits(&self) -> EvidenceLimits {
         let rows = self
             .settings
             .batch
@@ -477,6 +477,13 @@ impl NodeCore {
                     (_, _, None) => Some("no such job"),
                     (_, Some(seed), Some(_)) if !is_challenged(&seed, &job, self.audit_rate()) => {
                         Some("that job is not challenged")
+                    }
+                    // Only the auditor the seed names gets the evidence (weights are megabytes
+                    // read from disk): a co-replica cannot make this one serve every job.
+                    (_, Some(seed), Some(_))
+                        if auditor_for(&seed, &job, self.me, &self.validators()) != Some(from) =>
+                    {
+                        Some("not this job's auditor")
                     }
                     _ => None,
                 };

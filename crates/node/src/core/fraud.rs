@@ -13,8 +13,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use neuroshard_audit::{
-    AuditContext, AuditRate, ChallengeSeed, EvidenceLimits, FraudProof, JobKey, Replayed,
-    Tolerance, Verdict, check_before_replay, verify_job,
+    AuditContext, ChallengeSeed, FraudProof, JobKey, Replayed, Tolerance, Verdict,
+    check_before_replay, verify_job,
 };
 use neuroshard_ledger::VerifiedVerdict;
 use neuroshard_model::StageSpec;
@@ -240,10 +240,6 @@ impl NodeCore {
     fn settle_context(&self, report: &FraudReport) -> Option<Settle> {
         let c = verify_job(&report.proof.job).ok()?;
         let spec = self.stage_spec(c.stage)?;
-        let rows = self
-            .settings
-            .batch
-            .div_ceil(self.settings.micro_batches.max(1));
         Some(Settle {
             spec,
             proof: report.proof.clone(),
@@ -255,13 +251,8 @@ impl NodeCore {
                 report.final_hash,
             ),
             validators: self.economy.ledger().ever_registered(c.stage).collect(),
-            rate: AuditRate {
-                per_million: self.settings.audit.per_million,
-            },
-            limits: EvidenceLimits {
-                max_rows: u32::try_from(rows.saturating_mul(self.settings.seq)).unwrap_or(u32::MAX),
-                dim: u32::try_from(self.settings.model.d_model).unwrap_or(u32::MAX),
-            },
+            rate: self.audit_rate(),
+            limits: self.evidence_limits(),
             class: self.job_log.class(),
         })
     }

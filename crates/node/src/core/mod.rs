@@ -10,6 +10,8 @@
 //! the same code.
 
 mod audit;
+#[cfg(test)]
+mod audit_tests;
 mod commit;
 mod config;
 mod evaluate;

@@ -1,0 +1,91 @@
+//! What a worker serves to auditors: its evidence only for a challenged job, only to the
+//! auditor the round's seed names, only to a registered replica of its stage.
+
+use std::time::Instant;
+
+use neuroshard_audit::{AuditRate, ChallengeSeed, JobKey, auditor_for};
+use neuroshard_proof::fixtures::test_identity;
+use neuroshard_proof::{Canonical, NodeId};
+
+use super::tests::{NETWORK, core_at, drain};
+use super::*;
+use crate::pipeline::JobDone;
+use crate::wire::{AuditAnswer, AuditRequest, MicroBatchId};
+
+/// A stage-0 core holding one commitment of round 0 (a driver's backward pass, committed at
+/// once), the round's seed, and the audit rate `per_million`.
+fn worker(per_million: u32) -> (NodeCore, JobKey, ChallengeSeed) {
+    let now = Instant::now();
+    let mut c = core_at(&test_identity(0), now, 0, 2);
+    c.settings.audit.per_million = per_million;
+    let done = JobDone::Backward {
+        mb: MicroBatchId {
+            origin: [0; 32],
+            step: 0,
+            index: 0,
+        },
+        input_grad: None,
+        loss: Some(1.0),
+    };
+    let hashes = JobHashes {
+        step: 0,
+        weights: [1; 32],
+        input: [2; 32],
+        upstream: [3; 32],
+        grads: [4; 32],
+    };
+    c.handle_engine_done(1, EngineOutput::Job(done, Some(hashes)), now);
+    let key = c.job_log().iter().next().unwrap().commitment.key();
+    let seed = ChallengeSeed::from_finalized_round(NETWORK, 0, 0, [5; 32]);
+    c.audit.seeds.insert(0, (seed, [5; 32]));
+    drain(&mut c);
+    while c.poll_engine_job().is_some() {}
+    (c, key, seed)
+}
+
+/// (refused, an evidence job started) after `from` asks for `key`'s evidence.
+fn ask(c: &mut NodeCore, from: NodeId, key: JobKey) -> (bool, bool) {
+    let data = AuditRequest::Evidence {
+        network: NETWORK,
+        round: 0,
+        job: key,
+    }
+    .to_canonical_bytes();
+    c.handle_message(from, Inbound::Request { token: 9, data }, Instant::now());
+    let refused = drain(c).iter().any(|t| {
+        matches!(t, Transmit::Respond { data, .. }
+            if matches!(AuditAnswer::from_canonical_bytes(data), Ok(AuditAnswer::Refused(_))))
+    });
+    let started = std::iter::from_fn(|| c.poll_engine_job())
+        .any(|(_, j)| matches!(j, EngineJob::Evidence { .. }));
+    (refused, started)
+}
+
+#[test]
+fn evidence_goes_only_to_the_assigned_auditor_of_a_challenged_job() {
+    // Every job challenged: the seed's auditor gets the evidence, another replica does not.
+    let (mut c, key, seed) = worker(1_000_000);
+    let me = test_identity(0).node_id();
+    // The test economy registers identities 0..32 for every stage.
+    let validators: Vec<NodeId> = (0..32).map(|i| test_identity(i).node_id()).collect();
+    let assigned = auditor_for(&seed, &key, me, &validators).unwrap();
+    let other = validators
+        .iter()
+        .copied()
+        .find(|v| *v != assigned && *v != me)
+        .unwrap();
+    assert_eq!(ask(&mut c, other, key), (true, false));
+    assert_eq!(ask(&mut c, assigned, key), (false, true));
+    // An unregistered key, and a job nobody committed.
+    assert_eq!(ask(&mut c, test_identity(40).node_id(), key), (true, false));
+    assert_eq!(ask(&mut c, assigned, JobKey([7; 32])), (true, false));
+
+    // At a rate that challenges nothing, no one gets it.
+    let (mut c, key, _) = worker(1);
+    assert!(!neuroshard_audit::is_challenged(
+        &seed,
+        &key,
+        AuditRate { per_million: 1 }
+    ));
+    assert_eq!(ask(&mut c, assigned, key), (true, false));
+}
