@@ -255,9 +255,40 @@ pub fn sample_audit() -> Vec<Vec<u8>> {
             received_hash: job.output_hash,
         },
     );
+    // A provenance charge: a first-stage job's tokens with the genesis windows they name.
+    let named = JobInputs {
+        input: StageData::Genesis(neuroshard_audit::GenesisTokens {
+            tokens: neuroshard_audit::TokenIds {
+                batch: 2,
+                seq: 2,
+                ids: vec![1, 2, 3, 4],
+            },
+            windows: vec![
+                neuroshard_audit::WindowRef {
+                    shard: 0,
+                    window: 5,
+                },
+                neuroshard_audit::WindowRef {
+                    shard: 1,
+                    window: 9,
+                },
+            ],
+        }),
+        upstream: UpstreamData::None,
+    };
+    let first = JobCommitment {
+        stage: 0,
+        kind: JobKind::Forward,
+        input_hash: named.input.hash(),
+        upstream_hash: named.upstream.hash(),
+        grads_hash: NO_HASH,
+        ..job
+    };
+    let provenance = FraudProof::provenance(auditor, first.sign(&ALICE), &first, named, T0);
     let with_mode = |mode: u8, bytes: Vec<u8>| [vec![mode], bytes].concat();
     vec![
         with_mode(0, proof.to_canonical_bytes()),
+        with_mode(0, provenance.to_canonical_bytes()),
         with_mode(1, job.to_canonical_bytes()),
         with_mode(2, round.to_canonical_bytes()),
         with_mode(3, countersign.to_bytes()),

@@ -6,6 +6,7 @@ use neuroshard_proof::{
 
 use crate::class::{DeterminismClass, Tolerance};
 use crate::commit::{CommitError, JobCommitment, JobKey, JobKind, SignedJob, verify_job};
+use crate::provenance::{GenesisText, check_provenance};
 use crate::sample::{AuditRate, ChallengeSeed, auditor_for, is_challenged};
 use crate::tensor::{EvidenceLimits, JobInputs, LimitError, Tensor, UpstreamData};
 
@@ -20,13 +21,15 @@ pub struct Accusation {
     pub commitment: Hash32,
     pub claimed_output_hash: Hash32,
     pub claimed_grads_hash: Hash32,
+    /// What the worker is accused of.
+    pub charge: Charge,
     /// When the auditor filed it (its own clock, signed): the time ledgers record for the
     /// verdict, the same on every node.
     pub timestamp_ms: u64,
 }
 
 impl Canonical for Accusation {
-    const DOMAIN: &'static str = "neuroshard/audit/accusation/v1";
+    const DOMAIN: &'static str = "neuroshard/audit/accusation/v2";
 
     fn encode_body(&self, w: &mut Writer) {
         w.fixed(&self.network);
@@ -36,6 +39,7 @@ impl Canonical for Accusation {
         w.fixed(&self.commitment);
         w.fixed(&self.claimed_output_hash);
         w.fixed(&self.claimed_grads_hash);
+        w.u8(self.charge as u8);
         w.u64(self.timestamp_ms);
     }
 
@@ -48,9 +52,31 @@ impl Canonical for Accusation {
             commitment: r.array()?,
             claimed_output_hash: r.array()?,
             claimed_grads_hash: r.array()?,
+            charge: match r.u8()? {
+                0 => Charge::Replay,
+                1 => Charge::Provenance,
+                v => {
+                    return Err(CodecError::Invalid {
+                        field: "charge",
+                        reason: format!("unknown charge {v}"),
+                    });
+                }
+            },
             timestamp_ms: r.u64()?,
         })
     }
+}
+
+/// What an accusation claims.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Charge {
+    /// A replay of the job gives other outputs than the worker committed (the accusation
+    /// carries the replay's hashes).
+    Replay = 0,
+    /// The first stage's tokens are not the genesis text they name (no replay needed: the
+    /// checker reads the named windows, [`check_provenance_charge`]).
+    Provenance = 1,
 }
 
 /// Evidence that a committed job's outputs are not what its inputs give: the signed
@@ -84,6 +110,7 @@ impl FraudProof {
             commitment: job.payload_hash(),
             claimed_output_hash: claimed.output_hash,
             claimed_grads_hash: claimed.grads_hash,
+            charge: Charge::Replay,
             timestamp_ms,
         };
         Self {
@@ -92,6 +119,42 @@ impl FraudProof {
             inputs,
             sent_output,
         }
+    }
+
+    /// The evidence that a first-stage job's tokens are not the genesis text they name: the
+    /// committed inputs are the whole case (the hashes claimed are the committed ones).
+    pub fn provenance(
+        auditor: &Identity,
+        job: SignedJob,
+        commitment: &JobCommitment,
+        inputs: JobInputs,
+        timestamp_ms: u64,
+    ) -> Self {
+        let accusation = Accusation {
+            network: commitment.network,
+            stage: commitment.stage,
+            round: commitment.round,
+            job: commitment.key(),
+            commitment: job.payload_hash(),
+            claimed_output_hash: commitment.output_hash,
+            claimed_grads_hash: commitment.grads_hash,
+            charge: Charge::Provenance,
+            timestamp_ms,
+        };
+        Self {
+            accusation: Signed::sign(auditor, &accusation),
+            job,
+            inputs,
+            sent_output: None,
+        }
+    }
+
+    /// The charge the accusation makes (None when its payload does not decode; the
+    /// signature is not checked here: [`check_before_replay`] does that).
+    pub fn charge(&self) -> Option<Charge> {
+        Accusation::from_canonical_bytes(self.accusation.payload_bytes())
+            .ok()
+            .map(|a| a.charge)
     }
 }
 
@@ -256,6 +319,10 @@ pub enum EvidenceError {
     NonFinite,
     #[error("a {0:?} job with the other kind's upstream data")]
     KindMismatch(JobKind),
+    #[error("a provenance charge against a job of a stage other than the first")]
+    NotFirstStage,
+    #[error("the accusation's charge needs another check")]
+    WrongCharge,
     #[error("replay failed: {0}")]
     Replay(Box<dyn std::error::Error + Send + Sync>),
 }
@@ -272,6 +339,9 @@ pub fn check<R: Replayer>(
     replayer: &R,
 ) -> Result<Verdict, EvidenceError> {
     let (c, auditor) = check_before_replay(ctx, proof)?;
+    if proof.charge() != Some(Charge::Replay) {
+        return Err(EvidenceError::WrongCharge);
+    }
     let key = c.key();
     let checker_class = replayer.class();
     if !checker_class.job_bits_comparable(&c.class) {
@@ -313,6 +383,34 @@ pub fn check<R: Replayer>(
             auditor,
         })
     }
+}
+
+/// Settles a [`Charge::Provenance`] proof: after the checks of [`check_before_replay`], the
+/// worker is guilty when its committed tokens are not the genesis windows they name
+/// ([`check_provenance`]), and the accuser is when they are. No replay: the genesis text is
+/// the same on every node, so every node reaches the same verdict.
+pub fn check_provenance_charge(
+    ctx: &AuditContext<'_>,
+    proof: &FraudProof,
+    text: &dyn GenesisText,
+) -> Result<Verdict, EvidenceError> {
+    let (c, auditor) = check_before_replay(ctx, proof)?;
+    if proof.charge() != Some(Charge::Provenance) {
+        return Err(EvidenceError::WrongCharge);
+    }
+    let (job, worker) = (c.key(), c.worker);
+    Ok(match check_provenance(&proof.inputs, text) {
+        Ok(()) => Verdict::FalseAccusation {
+            job,
+            worker,
+            auditor,
+        },
+        Err(_) => Verdict::Guilty {
+            job,
+            worker,
+            auditor,
+        },
+    })
 }
 
 /// Every check of [`check`] that needs no replay: what a node runs before it fetches the
@@ -360,8 +458,17 @@ pub fn check_before_replay(
     if assigned != Some(auditor) {
         return Err(EvidenceError::NotAssigned { assigned });
     }
-    if (acc.claimed_output_hash, acc.claimed_grads_hash) == (c.output_hash, c.grads_hash) {
-        return Err(EvidenceError::NoDispute);
+    match acc.charge {
+        Charge::Replay
+            if (acc.claimed_output_hash, acc.claimed_grads_hash)
+                == (c.output_hash, c.grads_hash) =>
+        {
+            return Err(EvidenceError::NoDispute);
+        }
+        Charge::Replay => {}
+        // Only the embedding stage reads genesis text.
+        Charge::Provenance if c.stage != 0 => return Err(EvidenceError::NotFirstStage),
+        Charge::Provenance => {}
     }
     check_inputs(ctx, proof, &c)?;
 
@@ -381,7 +488,7 @@ fn check_inputs(
     let tensors = [
         match &inputs.input {
             crate::tensor::StageData::Hidden(t) => Some(t),
-            crate::tensor::StageData::Tokens(_) => None,
+            crate::tensor::StageData::Tokens(_) | crate::tensor::StageData::Genesis(_) => None,
         },
         match &inputs.upstream {
             UpstreamData::Grad(g) => Some(g),

@@ -14,6 +14,7 @@
 mod class;
 mod commit;
 mod fraud;
+mod provenance;
 mod sample;
 mod tensor;
 
@@ -23,9 +24,10 @@ pub use commit::{
     MicroBatchRef, RoundCommitment, SignedJob, countersign, verify_countersigned, verify_job,
 };
 pub use fraud::{
-    Accusation, AuditContext, CrossClass, EvidenceError, FraudProof, Replayed, Replayer, Verdict,
-    check, check_before_replay, check_equivocation,
+    Accusation, AuditContext, Charge, CrossClass, EvidenceError, FraudProof, Replayed, Replayer,
+    Verdict, check, check_before_replay, check_equivocation, check_provenance_charge,
 };
+pub use provenance::{GenesisText, GenesisTokens, ProvenanceError, WindowRef, check_provenance};
 pub use sample::{AuditRate, Challenge, ChallengeSeed, auditor_for, is_challenged, sample};
 pub use tensor::{
     EvidenceLimits, JobInputs, LimitError, MAX_TENSOR_VALUES, NO_HASH, StageData, StreamHasher,

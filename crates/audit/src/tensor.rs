@@ -6,6 +6,8 @@
 
 use neuroshard_proof::{CodecError, Hash32, Reader, Writer};
 
+use crate::provenance::GenesisTokens;
+
 /// The hash a commitment names where a job has no such data (a forward job's upstream, the
 /// first stage's input gradient, a forward job's parameter gradients).
 pub const NO_HASH: Hash32 = [0; 32];
@@ -215,7 +217,7 @@ impl TokenIds {
         tokens_hash(domain, self.batch as usize, self.seq as usize, &self.ids)
     }
 
-    fn encode(&self, w: &mut Writer) {
+    pub(crate) fn encode(&self, w: &mut Writer) {
         w.u32(self.batch);
         w.u32(self.seq);
         w.len(self.ids.len());
@@ -224,7 +226,7 @@ impl TokenIds {
         }
     }
 
-    fn decode(r: &mut Reader<'_>) -> Result<Self, CodecError> {
+    pub(crate) fn decode(r: &mut Reader<'_>) -> Result<Self, CodecError> {
         let (batch, seq) = (r.u32()?, r.u32()?);
         let n = r.len(MAX_TENSOR_VALUES)?;
         if (batch as usize).checked_mul(seq as usize) != Some(n) {
@@ -242,6 +244,8 @@ impl TokenIds {
 #[derive(Debug, Clone, PartialEq)]
 pub enum StageData {
     Tokens(TokenIds),
+    /// The embedding stage's tokens with the genesis window of each row.
+    Genesis(GenesisTokens),
     Hidden(Tensor),
 }
 
@@ -249,6 +253,7 @@ impl StageData {
     pub fn hash(&self) -> Hash32 {
         match self {
             Self::Tokens(t) => t.hash("tokens"),
+            Self::Genesis(g) => g.hash(),
             Self::Hidden(t) => t.hash(),
         }
     }
@@ -256,8 +261,16 @@ impl StageData {
     /// `(batch, seq)` rows of the micro-batch.
     pub fn rows(&self) -> (u32, u32) {
         match self {
-            Self::Tokens(t) => (t.batch, t.seq),
+            Self::Tokens(t) | Self::Genesis(GenesisTokens { tokens: t, .. }) => (t.batch, t.seq),
             Self::Hidden(t) => (t.batch, t.seq),
+        }
+    }
+
+    /// The token ids, when the stage consumed tokens.
+    pub fn tokens(&self) -> Option<&TokenIds> {
+        match self {
+            Self::Tokens(t) | Self::Genesis(GenesisTokens { tokens: t, .. }) => Some(t),
+            Self::Hidden(_) => None,
         }
     }
 }
@@ -311,6 +324,10 @@ impl JobInputs {
                 w.u8(1);
                 t.encode(w);
             }
+            StageData::Genesis(g) => {
+                w.u8(2);
+                g.encode(w);
+            }
         }
         match &self.upstream {
             UpstreamData::None => w.u8(0),
@@ -329,6 +346,7 @@ impl JobInputs {
         let input = match r.u8()? {
             0 => StageData::Tokens(TokenIds::decode(r)?),
             1 => StageData::Hidden(Tensor::decode(r)?),
+            2 => StageData::Genesis(GenesisTokens::decode(r)?),
             v => return Err(invalid("input kind", v)),
         };
         let upstream = match r.u8()? {
@@ -559,7 +577,16 @@ pub(crate) mod tests {
     pub fn arb_inputs() -> impl Strategy<Value = JobInputs> {
         let input = prop_oneof![
             arb_ids().prop_map(StageData::Tokens),
-            arb_tensor().prop_map(StageData::Hidden)
+            arb_tensor().prop_map(StageData::Hidden),
+            (arb_ids(), any::<u64>()).prop_map(|(tokens, seed)| {
+                let windows = (0..u64::from(tokens.batch))
+                    .map(|i| crate::provenance::WindowRef {
+                        shard: (seed >> 40) as u32 ^ i as u32,
+                        window: seed.wrapping_add(i),
+                    })
+                    .collect();
+                StageData::Genesis(GenesisTokens { tokens, windows })
+            })
         ];
         let upstream = prop_oneof![
             Just(UpstreamData::None),

@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use neuroshard_audit::{
-    DeterminismClass, IsaLevel, JobCommitment, JobInputs, JobKind, NO_HASH, Replayed, Replayer,
-    StageData, Tensor, TokenIds, UpstreamData, grads_hash,
+    DeterminismClass, GenesisTokens, IsaLevel, JobCommitment, JobInputs, JobKind, NO_HASH,
+    Replayed, Replayer, StageData, Tensor, TokenIds, UpstreamData, grads_hash,
 };
 
 use crate::error::ModelError;
@@ -82,11 +82,13 @@ fn cache_bytes() -> [u64; 3] {
 /// A committed input as the engine takes it.
 pub fn stage_input(data: &StageData) -> StageInput {
     match data {
-        StageData::Tokens(t) => StageInput::Tokens(Tokens {
-            batch: t.batch as usize,
-            seq: t.seq as usize,
-            ids: t.ids.clone(),
-        }),
+        StageData::Tokens(t) | StageData::Genesis(GenesisTokens { tokens: t, .. }) => {
+            StageInput::Tokens(Tokens {
+                batch: t.batch as usize,
+                seq: t.seq as usize,
+                ids: t.ids.clone(),
+            })
+        }
         StageData::Hidden(t) => StageInput::Hidden(activations(t)),
     }
 }

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, mpsc};
 
 pub use audit::{DEFAULT_AUDIT_BUDGET, JobStore, Settle, codec_wire, decode_inputs, encode_inputs};
-use neuroshard_audit::{JobKind, NO_HASH};
+use neuroshard_audit::{GenesisTokens, JobInputs, JobKind, NO_HASH, StageData, WindowRef};
 use neuroshard_model::replay::job_inputs;
 use neuroshard_model::{AdamW, Kept, Stage, StageInput, checkpoint};
 use neuroshard_proof::{Hash32, NodeId};
@@ -101,6 +101,45 @@ pub struct Engine {
     wire: neuroshard_model::replay::Wire,
     /// The test adversary of `swarm --lazy` (see `AuditSettings::lazy`).
     lazy: bool,
+}
+
+/// A job's weights step, kind and inputs as its commitment hashes them and evidence carries
+/// them: token input with the genesis window of each row (the first stage), hidden states
+/// as they are. None for an optimizer step, or a dimension past `u32`.
+pub fn job_evidence(job: &Job) -> Option<(u64, JobKind, JobInputs)> {
+    let (weights, kind, input, upstream, genesis) = match job {
+        Job::Forward {
+            input,
+            weights,
+            genesis,
+            ..
+        } => (*weights, JobKind::Forward, input, None, genesis),
+        Job::Backward {
+            input,
+            upstream,
+            weights,
+            genesis,
+            ..
+        } => (*weights, JobKind::Backward, input, Some(upstream), genesis),
+        Job::Step { .. } => return None,
+    };
+    let mut inputs = job_inputs(input, upstream)?;
+    if let StageData::Tokens(tokens) = &inputs.input
+        && !genesis.is_empty()
+    {
+        let windows = genesis
+            .iter()
+            .map(|w| WindowRef {
+                shard: w.shard,
+                window: w.window,
+            })
+            .collect();
+        inputs.input = StageData::Genesis(GenesisTokens {
+            tokens: tokens.clone(),
+            windows,
+        });
+    }
+    Some((weights, kind, inputs))
 }
 
 impl Engine {
@@ -311,18 +350,7 @@ impl Engine {
     pub fn run_hashed(&mut self, job: Job) -> (JobDone, Option<JobHashes>) {
         // The job's inputs as evidence carries them: one copy, taken before the job consumes
         // them, that the hashes and the store both use.
-        let hashed = match &job {
-            Job::Forward { input, weights, .. } => {
-                job_inputs(input, None).map(|i| (*weights, JobKind::Forward, i))
-            }
-            Job::Backward {
-                input,
-                upstream,
-                weights,
-                ..
-            } => job_inputs(input, Some(upstream)).map(|i| (*weights, JobKind::Backward, i)),
-            Job::Step { .. } => None,
-        };
+        let hashed = job_evidence(&job);
         let weights = hashed.as_ref().map(|(w, ..)| self.weights_hash(*w));
         let done = self.run(job);
         if matches!(done, JobDone::Step { .. }) {
@@ -352,7 +380,9 @@ impl Engine {
     /// Runs one job; errors become `JobDone::Failed`, never a panic.
     pub fn run(&mut self, job: Job) -> JobDone {
         match job {
-            Job::Forward { mb, input, weights } => {
+            Job::Forward {
+                mb, input, weights, ..
+            } => {
                 match self
                     .weights(weights)
                     .and_then(|w| Ok(w.forward_kept(&input)?))
@@ -382,6 +412,7 @@ impl Engine {
                 input,
                 upstream,
                 weights,
+                ..
             } => match self.backward(mb, &input, &upstream, weights) {
                 Ok(g) => {
                     if g.params.iter().flatten().any(|x| !x.is_finite()) {

@@ -58,6 +58,12 @@ impl BatchSource for GenesisBatches {
         Ok(batches.into_iter().map(|b| (b.inputs, b.targets)).collect())
     }
 
+    fn genesis_window(&self, shard: u32, window: u64, seq: u32) -> Option<Vec<u32>> {
+        self.genesis
+            .window(Split::Train, shard as usize, window, seq as usize)
+            .ok()
+    }
+
     /// Each row must be the targets of the training window it names (which driver read it
     /// when is not checked: the assignment depends on the driver set each driver sees).
     fn check_targets(

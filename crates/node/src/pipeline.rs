@@ -63,6 +63,9 @@ pub enum Job {
         mb: MicroBatchId,
         input: StageInput,
         weights: u64,
+        /// The genesis window of each row of token input (empty for hidden states): what the
+        /// first stage's commitment names with its tokens.
+        genesis: Vec<TargetWindow>,
     },
     /// Vector–Jacobian product; the parameter gradients stay in the engine, accumulated.
     Backward {
@@ -70,6 +73,7 @@ pub enum Job {
         input: StageInput,
         upstream: Upstream,
         weights: u64,
+        genesis: Vec<TargetWindow>,
     },
     /// Apply the accumulated gradients with AdamW and clear them.
     Step { step: u64 },

@@ -1,6 +1,6 @@
 //! How soon the default audits catch a lazy worker, and that they never slash an honest one:
 //! 3 stages × 2 replicas on the real engine (tiny model), DiLoCo every 4 steps, one cheating
-//! replica of stage 1 (its co-replica is its only auditor), over seeds.
+//! replica of stage 1 (its co-replica its only auditor; a driver for the data cheat), over seeds.
 //!
 //!   cargo run --release -p neuroshard-sim --example audit_detection [SEEDS] [STEPS] [RATE]
 //!
@@ -72,21 +72,41 @@ fn main() {
     }
     println!("honest: {honest_audits} audits, {honest_verdicts} verdicts applied (any node)");
 
-    for (name, cheat, offender) in [
-        ("noise", Cheat::Noise, WORKER),
-        ("skips its layers", Cheat::PassThrough, WORKER),
-        ("serves no evidence", Cheat::RefusesEvidence, WORKER),
-        ("false accuser", Cheat::AccusesFalsely, AUDITOR),
+    // (what, how, the worker audited, its auditor, who cheats). Nodes 0 and 3 drive.
+    for (name, cheat, worker, auditor, offender) in [
+        ("noise", Cheat::Noise, WORKER, AUDITOR, WORKER),
+        (
+            "skips its layers",
+            Cheat::PassThrough,
+            WORKER,
+            AUDITOR,
+            WORKER,
+        ),
+        ("trains on other text (a driver)", Cheat::OtherData, 0, 3, 0),
+        (
+            "serves no evidence",
+            Cheat::RefusesEvidence,
+            WORKER,
+            AUDITOR,
+            WORKER,
+        ),
+        (
+            "false accuser",
+            Cheat::AccusesFalsely,
+            WORKER,
+            AUDITOR,
+            AUDITOR,
+        ),
     ] {
         let (mut rounds, mut caught_rounds, mut first_sum, mut first_n, mut slashed) =
             (0usize, 0usize, 0u64, 0u64, 0u64);
         for seed in 1..=seeds {
             let sim = run(seed, steps, per_million, Some((offender, cheat)));
-            let worker = sim.node_id(WORKER).to_string();
+            let worker = sim.node_id(worker).to_string();
             // Rounds the auditor audited anyone in: those the cheater could be caught in.
             let mut audited = std::collections::BTreeSet::new();
             let mut caught = std::collections::BTreeSet::new();
-            for e in sim.events(AUDITOR) {
+            for e in sim.events(auditor) {
                 if let NodeEvent::Audit {
                     worker: w,
                     round,

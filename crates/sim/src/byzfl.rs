@@ -140,6 +140,7 @@ pub fn run(scenario: &Scenario, attack: Attack, seed: u64) -> Result<Outcome, Ru
         rows: s.batch,
         seq: s.seq,
         shards: 8,
+        drawn: Default::default(),
     };
     let factory = Factory::new(s.clone(), EngineKind::Real);
     let mut sim = Sim::new(

@@ -1,6 +1,9 @@
 //! A synthetic batch source with learnable structure, so the simulator needs no dataset on
 //! disk: each row follows `next = (a·prev + b) mod vocab` with a few random restarts.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
 use neuroshard_data::{Batch, Split, WindowRef};
 use neuroshard_node::core::{BatchError, BatchSource, Window};
 use neuroshard_node::wire::{TargetWindow, Targets};
@@ -15,7 +18,15 @@ pub struct PatternBatches {
     pub seq: usize,
     /// Shards the rows are said to come from (for proofs' shard claims).
     pub shards: usize,
+    /// Every row drawn, by the (shard, window) name it was given, shared by the sources of
+    /// one simulation: the "genesis text" a provenance check reads back. (A row is a function
+    /// of the driver and step, not of its name, so the names are remembered rather than
+    /// derived; the draws are those the simulator always made.)
+    pub drawn: Drawn,
 }
+
+/// Rows by name, shared across a simulation's nodes.
+pub type Drawn = Arc<Mutex<HashMap<(u32, u64), Vec<u32>>>>;
 
 impl BatchSource for PatternBatches {
     fn batch(&self, origin: &[u8; 32], step: u64, _: &[[u8; 32]]) -> Result<Batch, BatchError> {
@@ -31,12 +42,18 @@ impl BatchSource for PatternBatches {
         let mut windows = Vec::with_capacity(self.rows);
         for _ in 0..self.rows {
             let (i, t) = self.row(&mut rng);
+            let shard = rng.random_range(0..self.shards.max(1));
+            let window = Self::window_id(origin, step, windows.len());
+            if let Ok(mut drawn) = self.drawn.lock() {
+                let text = i.iter().chain(t.last()).copied().collect();
+                drawn.insert((shard as u32, window), text);
+            }
             inputs.extend_from_slice(&i);
             targets.extend_from_slice(&t);
             windows.push(WindowRef {
                 split: Split::Train,
-                shard: rng.random_range(0..self.shards.max(1)),
-                window: step,
+                shard,
+                window,
             });
         }
         let mut h = blake3::Hasher::new();
@@ -64,6 +81,12 @@ impl BatchSource for PatternBatches {
             ..self.clone()
         };
         Ok((0..windows).map(|_| source.row(&mut rng)).collect())
+    }
+
+    /// A row some driver of this simulation was given under that name.
+    fn genesis_window(&self, shard: u32, window: u64, seq: u32) -> Option<Vec<u32>> {
+        let text = self.drawn.lock().ok()?.get(&(shard, window))?.clone();
+        (text.len() == seq as usize + 1).then_some(text)
     }
 
     /// A pattern batch is a pure function of (origin, step): each row must be one of the
@@ -102,6 +125,18 @@ impl BatchSource for PatternBatches {
 }
 
 impl PatternBatches {
+    /// A name for row `row` of (origin, step)'s batch, unique within a simulation.
+    fn window_id(origin: &[u8; 32], step: u64, row: usize) -> u64 {
+        let h = blake3::Hasher::new()
+            .update(origin)
+            .update(&step.to_le_bytes())
+            .update(&(row as u64).to_le_bytes())
+            .finalize();
+        let mut id = [0; 8];
+        id.copy_from_slice(&h.as_bytes()[..8]);
+        u64::from_le_bytes(id)
+    }
+
     /// One row's inputs and targets: `next = (5·prev + 3) mod vocab`, restarting at random
     /// 5% of the time.
     fn row(&self, rng: &mut ChaCha8Rng) -> Window {

@@ -81,6 +81,10 @@ pub enum Cheat {
     RefusesEvidence,
     /// Computes honestly, but as an auditor claims every replay it runs disagreed.
     AccusesFalsely,
+    /// A driver that trains on text of its own (here: each token id mirrored in the
+    /// vocabulary) while naming the genesis windows it was given and sending their genuine
+    /// targets, so the last stage's target check passes.
+    OtherData,
 }
 
 /// The real engine over a tiny model (no crash recovery in the simulator: its checkpoints go
@@ -89,6 +93,7 @@ pub struct RealEngine {
     engine: Engine,
     spec: StageSpec,
     numel: usize,
+    vocab: u32,
     cheat: Option<Cheat>,
 }
 
@@ -105,6 +110,7 @@ impl RealEngine {
         let store =
             JobStore::new(None, DEFAULT_AUDIT_BUDGET).map_err(|e| FactoryError(e.to_string()))?;
         let wire = codec_wire(activations, model.d_model);
+        let vocab = u32::try_from(model.vocab).unwrap_or(u32::MAX);
         let stage = Stage::init(model, spec, seed).map_err(|e| FactoryError(e.to_string()))?;
         let numel = stage.params().numel();
         let opt = AdamW::new(optim, stage.params());
@@ -121,6 +127,7 @@ impl RealEngine {
                 .with_job_store(store, wire),
             spec,
             numel,
+            vocab,
             cheat: None,
         })
     }
@@ -133,7 +140,16 @@ impl RealEngine {
 }
 
 impl Compute for RealEngine {
-    fn execute(&mut self, job: EngineJob) -> EngineOutput {
+    fn execute(&mut self, mut job: EngineJob) -> EngineOutput {
+        if self.cheat == Some(Cheat::OtherData)
+            && let EngineJob::Run(Job::Forward { input, .. } | Job::Backward { input, .. }) =
+                &mut job
+            && let StageInput::Tokens(t) = input
+        {
+            for id in &mut t.ids {
+                *id = self.vocab.saturating_sub(1).saturating_sub(*id);
+            }
+        }
         let input = match &job {
             EngineJob::Run(Job::Forward { input, .. }) => Some(input.clone()),
             _ => None,

@@ -148,6 +148,8 @@ pub struct Factory {
     pub attack: String,
     /// Lazy workers (real engine only) and how each cheats.
     pub cheats: std::sync::Arc<std::sync::Mutex<std::collections::BTreeMap<NodeId, Cheat>>>,
+    /// The rows every node's batch source drew, by name (what provenance checks read).
+    drawn: data::Drawn,
 }
 
 impl Factory {
@@ -158,6 +160,7 @@ impl Factory {
             attackers: Default::default(),
             attack: "none".into(),
             cheats: Default::default(),
+            drawn: Default::default(),
         }
     }
 }
@@ -170,6 +173,7 @@ impl Factory {
             rows: s.batch,
             seq: s.seq,
             shards: 8,
+            drawn: self.drawn.clone(),
         }
     }
 }

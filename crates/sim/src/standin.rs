@@ -134,17 +134,11 @@ impl StandIn {
     /// job's inputs, and (backward) a hash standing for its gradients, which depend on the
     /// weights and the micro-batch only.
     fn hashes(&self, job: &Job) -> Option<JobHashes> {
-        let (mb, weights, input, upstream) = match job {
-            Job::Forward { mb, input, weights } => (mb, *weights, input, None),
-            Job::Backward {
-                mb,
-                input,
-                upstream,
-                weights,
-            } => (mb, *weights, input, Some(upstream)),
-            Job::Step { .. } => return None,
+        let (weights, _, inputs) = neuroshard_node::compute::job_evidence(job)?;
+        let (Job::Forward { mb, .. } | Job::Backward { mb, .. }) = job else {
+            return None;
         };
-        let inputs = neuroshard_model::replay::job_inputs(input, upstream)?;
+        let upstream = matches!(job, Job::Backward { .. }).then_some(());
         let weights_hash = self.params.hash();
         let grads = match upstream {
             None => neuroshard_audit::NO_HASH,

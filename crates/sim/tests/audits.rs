@@ -84,6 +84,10 @@ fn honest_replicas_pass_their_audits_and_are_never_slashed() {
         assert_eq!((guilty, refused), (0, 0), "seed {seed}");
         let (passed, guilty, _) = audits(&sim, WORKER, a);
         assert!(passed >= 3 && guilty == 0, "seed {seed}");
+        // The drivers' tokens are the genesis windows they name.
+        let (passed, guilty, refused) = audits(&sim, 3, sim.node_id(0));
+        assert!(passed >= 3, "seed {seed}: {passed} driver audits passed");
+        assert_eq!((guilty, refused), (0, 0), "seed {seed}");
         for i in 0..NODES {
             assert_eq!(
                 verdicts(&sim, i),
@@ -96,7 +100,8 @@ fn honest_replicas_pass_their_audits_and_are_never_slashed() {
 
 fn slashed_everywhere(sim: &Sim, offender: usize, beneficiary: usize) {
     let (o, b) = (sim.node_id(offender), sim.node_id(beneficiary));
-    let honest = sim.node_id(if offender == WORKER { 0 } else { 3 });
+    // Node 2 (the last stage) is neither side in any of these tests.
+    let honest = sim.node_id(2);
     let before = stake(sim, 0, honest);
     for i in 0..NODES {
         assert!(verdicts(sim, i) >= 1, "node {i} applied no verdict");
@@ -134,6 +139,17 @@ fn a_worker_that_skips_its_layers_is_caught_and_slashed_on_every_ledger() {
     let (_, guilty, _) = audits(&sim, AUDITOR, sim.node_id(WORKER));
     assert!(guilty >= 1, "no audit caught the skipped layers");
     slashed_everywhere(&sim, WORKER, AUDITOR);
+}
+
+#[test]
+fn a_driver_training_on_other_text_than_it_names_is_caught_and_slashed_on_every_ledger() {
+    // Nodes 0 and 3 drive (stage 0). The cheater's targets are genuine, so the last stage
+    // accepts them; only the audit of its tokens against the genesis windows catches it.
+    let sim = run(1, Some((0, Cheat::OtherData)));
+    let (passed, guilty, _) = audits(&sim, 3, sim.node_id(0));
+    assert!(guilty >= 1, "no audit caught the other text");
+    assert_eq!(passed, 0, "an audit passed a job on other text");
+    slashed_everywhere(&sim, 0, 3);
 }
 
 #[test]

@@ -4,6 +4,7 @@
 use super::*;
 use crate::class::tests::class;
 use crate::commit::MicroBatchRef;
+use crate::provenance::tests::{Counting, genesis_inputs};
 use crate::tensor::tests::{arb_inputs, hidden};
 use crate::tensor::{NO_HASH, StageData, grads_hash};
 use neuroshard_proof::fixtures::test_identity;
@@ -539,11 +540,129 @@ proptest! {
 
     #[test]
     fn accusations_round_trip(net in any::<[u8; 32]>(), stage in any::<u16>(), round in any::<u64>(),
-                              h in prop::array::uniform4(any::<[u8; 32]>()), t in any::<u64>()) {
+                              h in prop::array::uniform4(any::<[u8; 32]>()), t in any::<u64>(),
+                              provenance in any::<bool>()) {
+        let charge = if provenance { Charge::Provenance } else { Charge::Replay };
         let a = Accusation {
             network: net, stage, round, job: JobKey(h[0]), commitment: h[1],
-            claimed_output_hash: h[2], claimed_grads_hash: h[3], timestamp_ms: t,
+            claimed_output_hash: h[2], claimed_grads_hash: h[3], charge, timestamp_ms: t,
         };
         prop_assert_eq!(Accusation::from_canonical_bytes(&a.to_canonical_bytes()), Ok(a));
     }
+}
+
+/// A first-stage audit: the world's context and commitments moved to stage 0.
+fn first_stage(w: &World) -> (AuditContext<'_>, JobCommitment, JobInputs) {
+    let mut ctx = w.ctx();
+    ctx.stage = 0;
+    ctx.seed = ChallengeSeed::from_finalized_round(ctx.network, 0, ctx.round, [0xab; 32]);
+    let inp = genesis_inputs(&[(1, 5), (2, 7)], 3, false);
+    let c = JobCommitment {
+        stage: 0,
+        input_hash: inp.input.hash(),
+        output_hash: [0x42; 32],
+        ..template(&w.worker, JobKind::Forward)
+    };
+    (ctx, c, inp)
+}
+
+fn assigned_in<'w>(w: &'w World, ctx: &AuditContext<'_>, c: &JobCommitment) -> &'w Identity {
+    let a = auditor_for(&ctx.seed, &c.key(), c.worker, &w.validators).unwrap();
+    w.others.iter().find(|i| i.node_id() == a).unwrap()
+}
+
+#[test]
+fn a_driver_training_on_text_that_is_not_the_genesis_it_names_is_guilty() {
+    let w = World::new();
+    let (ctx, _, honest_inputs) = first_stage(&w);
+    // Other text under genesis names: the commitment binds exactly these tokens and names.
+    let mut other = honest_inputs.clone();
+    if let StageData::Genesis(g) = &mut other.input {
+        g.tokens.ids.reverse();
+    }
+    let (_, mut c, _) = first_stage(&w);
+    c.input_hash = other.input.hash();
+    let auditor = assigned_in(&w, &ctx, &c);
+    let proof = FraudProof::provenance(auditor, c.sign(&w.worker), &c, other, 9);
+    assert_eq!(
+        check_provenance_charge(&ctx, &proof, &Counting).unwrap(),
+        Verdict::Guilty {
+            job: c.key(),
+            worker: w.worker.node_id(),
+            auditor: auditor.node_id(),
+        }
+    );
+    // Tokens with no names at all are no better.
+    let plain = JobInputs {
+        input: StageData::Tokens(honest_inputs.input.tokens().unwrap().clone()),
+        upstream: UpstreamData::None,
+    };
+    c.input_hash = plain.input.hash();
+    let auditor = assigned_in(&w, &ctx, &c);
+    let proof = FraudProof::provenance(auditor, c.sign(&w.worker), &c, plain, 9);
+    assert!(matches!(
+        check_provenance_charge(&ctx, &proof, &Counting),
+        Ok(Verdict::Guilty { .. })
+    ));
+}
+
+#[test]
+fn a_provenance_charge_against_genesis_text_convicts_the_accuser() {
+    let w = World::new();
+    let (ctx, c, inp) = first_stage(&w);
+    let auditor = assigned_in(&w, &ctx, &c);
+    let proof = FraudProof::provenance(auditor, c.sign(&w.worker), &c, inp.clone(), 9);
+    assert!(matches!(
+        check_provenance_charge(&ctx, &proof, &Counting),
+        Ok(Verdict::FalseAccusation { .. })
+    ));
+    // Renaming the windows to frame the worker breaks the committed input hash.
+    let mut renamed = inp;
+    if let StageData::Genesis(g) = &mut renamed.input {
+        g.windows[0].window = 6;
+    }
+    let proof = FraudProof::provenance(auditor, c.sign(&w.worker), &c, renamed, 9);
+    assert!(matches!(
+        check_provenance_charge(&ctx, &proof, &Counting),
+        Err(EvidenceError::InputMismatch("input"))
+    ));
+}
+
+#[test]
+fn provenance_charges_stay_on_the_first_stage_and_in_their_own_check() {
+    let w = World::new();
+    let (ctx, c, inp) = first_stage(&w);
+    let auditor = assigned_in(&w, &ctx, &c);
+    let proof = FraudProof::provenance(auditor, c.sign(&w.worker), &c, inp.clone(), 9);
+    // The replay check does not settle a provenance charge, nor the reverse.
+    assert!(matches!(
+        check(&ctx, &proof, &engine()),
+        Err(EvidenceError::WrongCharge)
+    ));
+    let replay_charge = FraudProof::new(
+        auditor,
+        c.sign(&w.worker),
+        &c,
+        inp.clone(),
+        &Replayed {
+            output_hash: [0x43; 32],
+            grads_hash: NO_HASH,
+            output: None,
+        },
+        None,
+        9,
+    );
+    assert!(matches!(
+        check_provenance_charge(&ctx, &replay_charge, &Counting),
+        Err(EvidenceError::WrongCharge)
+    ));
+    // A later stage reads no genesis text: nothing to charge there.
+    let later = JobCommitment { stage: 1, ..c };
+    let ctx1 = w.ctx();
+    let auditor = assigned_in(&w, &ctx1, &later);
+    let proof = FraudProof::provenance(auditor, later.sign(&w.worker), &later, inp, 9);
+    assert!(matches!(
+        check_provenance_charge(&ctx1, &proof, &Counting),
+        Err(EvidenceError::NotFirstStage)
+    ));
 }

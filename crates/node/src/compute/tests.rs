@@ -114,6 +114,7 @@ fn a_replayed_job_gives_the_bits_the_engine_produced() {
             mb,
             input: tokens.clone(),
             weights: 0,
+            genesis: Vec::new(),
         })
     })
     .unwrap();
@@ -130,6 +131,7 @@ fn a_replayed_job_gives_the_bits_the_engine_produced() {
         input: hidden.clone(),
         upstream: up.clone(),
         weights: 0,
+        genesis: Vec::new(),
     });
     let JobDone::Backward {
         input_grad: Some(g),
@@ -157,6 +159,7 @@ fn a_replayed_job_gives_the_bits_the_engine_produced() {
         input: tokens.clone(),
         upstream: up0.clone(),
         weights: 0,
+        genesis: Vec::new(),
     });
     assert!(matches!(
         done,
@@ -203,6 +206,7 @@ fn kept_forward_passes_are_bounded_and_recomputation_gives_their_bits() {
             mb: mb(i),
             input: input(i),
             weights: 0,
+            genesis: Vec::new(),
         });
         let JobDone::Forward { output, .. } = done else {
             panic!("{done:?}")
@@ -225,6 +229,7 @@ fn kept_forward_passes_are_bounded_and_recomputation_gives_their_bits() {
             input: inp.clone(),
             upstream: up.clone(),
             weights: 0,
+            genesis: Vec::new(),
         });
         assert!(matches!(done, JobDone::Backward { .. }), "{done:?}");
         let want = stage.backward(&inp, &up).unwrap().params;
@@ -271,6 +276,7 @@ fn the_weights_one_step_behind_are_kept_and_move_with_diloco() {
             input: input.clone(),
             upstream: Upstream::Targets(vec![2, 3, 4, 5]),
             weights,
+            genesis: Vec::new(),
         })
     };
     for step in 0..2u64 {

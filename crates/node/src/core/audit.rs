@@ -13,10 +13,11 @@ use std::time::Instant;
 
 use neuroshard_audit::{
     AuditRate, ChallengeSeed, EvidenceLimits, JobCommitment, JobInputs, JobKey, JobKind, SignedJob,
-    auditor_for, is_challenged, verify_job,
+    auditor_for, check_provenance, is_challenged, verify_job,
 };
 use neuroshard_proof::{Canonical, Hash32, NodeId};
 
+use super::fraud::GenesisOf;
 use super::{EngineJob, NodeCore, Pending, SharedBlob, Token, TransferError, Transmit, blob_hash};
 use crate::events::NodeEvent;
 use crate::wire::{AuditAnswer, AuditRequest, MAX_LISTED_JOBS};
@@ -274,8 +275,17 @@ impl NodeCore {
         if let Some(why) = why {
             return self.end_audit(key, format!("refused: {why}"), now);
         }
+        // The first stage's tokens must be the genesis text they name; if they are not, that
+        // alone convicts, with no weights and no replay.
+        let provenance = (c.stage == 0)
+            .then(|| check_provenance(&inputs, &GenesisOf(self.data.as_ref())).err())
+            .flatten();
         if let Some(open) = self.audit.open.get_mut(&key) {
             open.inputs = Some(inputs);
+        }
+        if let Some(why) = provenance {
+            self.file_provenance_proof(key, now);
+            return self.end_audit(key, format!("guilty: {why}"), now);
         }
         let token = self.token();
         self.audit.blobs.insert(token, key);

@@ -30,6 +30,11 @@ pub trait BatchSource: Send {
     /// has fewer), the same ones every time: what the validation loss is measured on.
     fn validation(&self, windows: usize, seq: usize) -> Result<Vec<Window>, BatchError>;
 
+    /// The `seq + 1` tokens of genesis training window `window` of shard `shard` (None when
+    /// there is no such window, or no genesis): what a provenance check compares a driver's
+    /// committed rows with.
+    fn genesis_window(&self, shard: u32, window: u64, seq: u32) -> Option<Vec<u32>>;
+
     /// Whether `targets` (rows of `seq`) are the training data the driver `origin` read at
     /// `step` from the windows they name: the last stage's check of every micro-batch.
     fn check_targets(

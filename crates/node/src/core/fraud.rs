@@ -13,15 +13,16 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use neuroshard_audit::{
-    AuditContext, ChallengeSeed, FraudProof, JobKey, Replayed, Tolerance, Verdict,
-    check_before_replay, verify_job,
+    AuditContext, ChallengeSeed, Charge, FraudProof, GenesisText, JobKey, Replayed, Tolerance,
+    Verdict, check_before_replay, check_provenance_charge, verify_job,
 };
 use neuroshard_ledger::VerifiedVerdict;
 use neuroshard_model::StageSpec;
 use neuroshard_proof::{Canonical, NodeId};
 
 use super::{
-    EngineJob, EngineOutput, NodeCore, SharedBlob, Token, TransferError, Transmit, blob_hash,
+    BatchSource, EngineJob, EngineOutput, NodeCore, SharedBlob, Token, TransferError, Transmit,
+    blob_hash,
 };
 use crate::compute::Settle;
 use crate::events::NodeEvent;
@@ -102,6 +103,41 @@ impl NodeCore {
         }
     }
 
+    /// Our audit found a first-stage job's tokens are not the genesis text they name: report
+    /// it to every node (no weights to serve: checkers read their own genesis) and settle it
+    /// here as every node does.
+    pub(super) fn file_provenance_proof(&mut self, key: JobKey, now: Instant) {
+        let Some(open) = self.audit.open.get(&key).cloned() else {
+            return;
+        };
+        let Some(inputs) = open.inputs else {
+            return;
+        };
+        let Some(&(_, final_hash)) = self.audit.seeds.get(&open.round) else {
+            return;
+        };
+        let proof = FraudProof::provenance(
+            &self.identity,
+            open.job,
+            &open.commitment,
+            inputs,
+            self.unix_ms(now),
+        );
+        let report = FraudReport {
+            proof,
+            final_hash,
+            weights_blob: neuroshard_audit::NO_HASH,
+        };
+        self.transmits.push_back(Transmit::Publish {
+            topic: Topic::Ops,
+            data: report.to_canonical_bytes(),
+        });
+        let me = self.me;
+        if let Some(report) = self.precheck_report(me, report, now) {
+            self.settle_provenance(me, report, now);
+        }
+    }
+
     /// The network-wide topic carries account ops and fraud reports.
     pub(super) fn on_ops_topic(&mut self, from: NodeId, data: &[u8], now: Instant) {
         if !self.on_fraud_gossip(from, data, now) {
@@ -117,6 +153,10 @@ impl NodeCore {
         let Some(report) = self.precheck_report(from, report, now) else {
             return true;
         };
+        if report.proof.charge() == Some(Charge::Provenance) {
+            self.settle_provenance(from, report, now);
+            return true;
+        }
         let Ok(c) = verify_job(&report.proof.job) else {
             return true;
         };
@@ -281,35 +321,82 @@ impl NodeCore {
         let EngineOutput::Settled(result) = output else {
             return true;
         };
-        let time_ms = self.unix_ms(now);
         match result {
-            Ok(Verdict::Escalate { .. }) => self.warn(
-                format!("{from}'s fraud report needs a checker of the job's class"),
-                now,
-            ),
-            Ok(verdict) => {
-                let Some(v) = VerifiedVerdict::from_checked(verdict, &report.proof) else {
-                    return true;
-                };
-                let kind = match verdict {
-                    Verdict::Guilty { .. } => "verdict: guilty",
-                    _ => "verdict: false accusation",
-                };
-                match self.economy.apply_verdict(&v) {
-                    Ok(true) => self.events.push_back(NodeEvent::Ledger {
-                        applied: hex::encode(v.job),
-                        reward: 0,
-                        kind: Some(kind.into()),
-                        state_hash: hex::encode(self.economy.state_hash()),
-                        time_ms,
-                    }),
-                    Ok(false) => {}
-                    Err(e) => self.warn(format!("applying a verdict: {e}"), now),
-                }
-            }
+            Ok(verdict) => self.apply_settled(from, verdict, &report, now),
             // Evidence that fails before the replay is its author's fault.
             Err(e) => self.refuse_report(from, e.to_string(), now),
         }
         true
+    }
+
+    /// A verdict reached on `report`: applied to the ledger (an escalation moves nothing).
+    fn apply_settled(
+        &mut self,
+        from: NodeId,
+        verdict: &Verdict,
+        report: &FraudReport,
+        now: Instant,
+    ) {
+        if let Verdict::Escalate { .. } = verdict {
+            return self.warn(
+                format!("{from}'s fraud report needs a checker of the job's class"),
+                now,
+            );
+        }
+        let Some(v) = VerifiedVerdict::from_checked(verdict, &report.proof) else {
+            return;
+        };
+        let kind = match verdict {
+            Verdict::Guilty { .. } => "verdict: guilty",
+            _ => "verdict: false accusation",
+        };
+        let time_ms = self.unix_ms(now);
+        match self.economy.apply_verdict(&v) {
+            Ok(true) => self.events.push_back(NodeEvent::Ledger {
+                applied: hex::encode(v.job),
+                reward: 0,
+                kind: Some(kind.into()),
+                state_hash: hex::encode(self.economy.state_hash()),
+                time_ms,
+            }),
+            Ok(false) => {}
+            Err(e) => self.warn(format!("applying a verdict: {e}"), now),
+        }
+    }
+
+    /// A provenance charge (the first stage's tokens are not the genesis text they name):
+    /// settled here against this node's own copy of the genesis, with no weights and no
+    /// replay.
+    fn settle_provenance(&mut self, from: NodeId, report: FraudReport, now: Instant) {
+        let Some(settle) = self.settle_context(&report) else {
+            return;
+        };
+        let Ok(c) = verify_job(&report.proof.job) else {
+            return;
+        };
+        let ctx = AuditContext {
+            network: settle.network,
+            stage: c.stage,
+            round: c.round,
+            seed: settle.seed,
+            validators: &settle.validators,
+            rate: settle.rate,
+            limits: settle.limits,
+            tolerance: Tolerance::default(),
+        };
+        let text = GenesisOf(self.data.as_ref());
+        match check_provenance_charge(&ctx, &report.proof, &text) {
+            Ok(verdict) => self.apply_settled(from, &verdict, &report, now),
+            Err(e) => self.refuse_report(from, e.to_string(), now),
+        }
+    }
+}
+
+/// The node's batch source as the genesis text provenance checks read.
+pub(super) struct GenesisOf<'a>(pub &'a dyn BatchSource);
+
+impl GenesisText for GenesisOf<'_> {
+    fn window(&self, shard: u32, window: u64, seq: u32) -> Option<Vec<u32>> {
+        self.0.genesis_window(shard, window, seq)
     }
 }

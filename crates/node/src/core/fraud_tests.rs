@@ -167,3 +167,104 @@ fn the_transport_forwards_a_fraud_report_from_its_accuser_only() {
         Validation::Reject
     );
 }
+
+/// A provenance charge (the driver's tokens are not the genesis text they name) needs no
+/// weights: every node reads its own genesis. The test core has none, so no named window
+/// exists and the charge convicts; an unassigned accuser's charge is refused unread.
+#[test]
+fn a_provenance_charge_is_settled_from_the_genesis_without_fetching_weights() {
+    use neuroshard_audit::{GenesisTokens, WindowRef};
+    let worker = test_identity(1);
+    let named = JobInputs {
+        input: StageData::Genesis(GenesisTokens {
+            tokens: TokenIds {
+                batch: 1,
+                seq: 2,
+                ids: vec![1, 2],
+            },
+            windows: vec![WindowRef {
+                shard: 0,
+                window: 3,
+            }],
+        }),
+        upstream: UpstreamData::None,
+    };
+    let seed = ChallengeSeed::from_finalized_round(NETWORK, 0, 0, FINAL);
+    let mut job = challenged_job(&worker);
+    job.input_hash = named.input.hash();
+    let job = (0..10_000)
+        .map(|index| JobCommitment {
+            micro_batch: MicroBatchRef {
+                index,
+                ..job.micro_batch
+            },
+            ..job
+        })
+        .find(|c| is_challenged(&seed, &c.key(), AuditRate::default()))
+        .unwrap();
+    let validators: Vec<NodeId> = (0..32).map(|i| test_identity(i).node_id()).collect();
+    let assigned = auditor_for(&seed, &job.key(), worker.node_id(), &validators).unwrap();
+    let identity = |id: NodeId| {
+        (0..32)
+            .map(test_identity)
+            .find(|i| i.node_id() == id)
+            .unwrap()
+    };
+    let charge = |accuser: &Identity| {
+        FraudReport {
+            proof: FraudProof::provenance(accuser, job.sign(&worker), &job, named.clone(), 0),
+            final_hash: FINAL,
+            weights_blob: NO_HASH,
+        }
+        .to_canonical_bytes()
+    };
+
+    let now = Instant::now();
+    let mut c = core_at(&test_identity(0), now, 1, 2);
+    drain(&mut c);
+    let before = c.economy().ledger().account(&worker.node_id()).stake;
+    let topic = Topic::Ops.name();
+    c.handle_message(
+        assigned,
+        Inbound::Gossip {
+            topic: topic.clone(),
+            data: charge(&identity(assigned)),
+        },
+        now,
+    );
+    assert!(
+        !drain(&mut c)
+            .iter()
+            .any(|t| matches!(t, Transmit::FetchBlob { .. })),
+        "weights fetched for a provenance charge"
+    );
+    let verdicts = std::iter::from_fn(|| c.poll_event())
+        .filter(|e| matches!(e, NodeEvent::Ledger { kind: Some(k), .. } if k == "verdict: guilty"))
+        .count();
+    assert_eq!(verdicts, 1);
+    assert!(c.economy().ledger().account(&worker.node_id()).stake < before);
+
+    // Someone the seed did not assign: refused, nothing moves.
+    let other = (2..32)
+        .map(test_identity)
+        .find(|i| i.node_id() != assigned)
+        .unwrap();
+    let mut c = core_at(&test_identity(0), now, 1, 2);
+    drain(&mut c);
+    c.handle_message(
+        other.node_id(),
+        Inbound::Gossip {
+            topic,
+            data: charge(&other),
+        },
+        now,
+    );
+    assert_eq!(
+        c.economy().ledger().account(&worker.node_id()).stake,
+        before
+    );
+    assert!(
+        std::iter::from_fn(|| c.poll_event())
+            .any(|e| matches!(e, NodeEvent::Dropped { what: Some(w), .. } if w == "fraud report"))
+    );
+}

@@ -29,6 +29,10 @@ impl BatchSource for NoData {
         Err(BatchError("no data in this test".into()))
     }
 
+    fn genesis_window(&self, _: u32, _: u64, _: u32) -> Option<Vec<u32>> {
+        None
+    }
+
     fn check_targets(
         &self,
         _: &[u8; 32],

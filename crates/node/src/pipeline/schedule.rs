@@ -164,6 +164,7 @@ impl Pipeline {
             input: st.input.clone(),
             upstream: Upstream::Grad(grad),
             weights,
+            genesis: st.targets.windows.clone(),
         })
     }
 
@@ -183,15 +184,22 @@ impl Pipeline {
         let weights = self.slots.weights(slot, lag);
         let st = self.stash.get(&mb)?;
         let input = st.input.clone();
+        let genesis = st.targets.windows.clone();
         Some(if self.is_last() {
             Job::Backward {
                 mb,
                 input,
                 upstream: Upstream::Targets(st.targets.ids.clone()),
                 weights,
+                genesis,
             }
         } else {
-            Job::Forward { mb, input, weights }
+            Job::Forward {
+                mb,
+                input,
+                weights,
+                genesis,
+            }
         })
     }
 
