@@ -206,6 +206,9 @@ pub struct LedgerSnapshot {
     pub ops: BTreeMap<(NodeId, u64), Vec<u8>>,
     /// Highest nonce of each node's proofs (own nonces continue above it).
     pub last_nonce: BTreeMap<NodeId, u64>,
+    /// Fraud reports of the verdicts applied, to relay (the simulator's restarts keep them;
+    /// the database does not store them yet).
+    pub reports: Vec<Vec<u8>>,
 }
 
 impl LedgerSnapshot {
@@ -235,6 +238,9 @@ impl LedgerSnapshot {
             wires,
             ops: ledger.all_ops()?,
             last_nonce,
+            // Not stored: a restarted node takes the reports of its own verdicts back from
+            // peers (they pass every check but the replay, and its ledger holds the verdict).
+            reports: Vec::new(),
         })
     }
 }
@@ -326,7 +332,7 @@ impl Economy {
             .iter()
             .map(|(key, wire)| (antientropy::op_id(wire), *key))
             .collect();
-        Self {
+        let mut economy = Self {
             ledger: snapshot.state,
             wires: snapshot.wires,
             op_wires: snapshot.ops,
@@ -341,7 +347,11 @@ impl Economy {
             parked: VecDeque::new(),
             op_ids,
             sync: antientropy::SyncState::default(),
+        };
+        for wire in snapshot.reports {
+            economy.keep_report(wire);
         }
+        economy
     }
 
     /// The next change to persist.
@@ -572,6 +582,7 @@ impl Economy {
                 .map(|n| (self.node_id(), n))
                 .into_iter()
                 .collect(),
+            reports: self.sync.reports.wires().cloned().collect(),
         }
     }
 
@@ -594,6 +605,6 @@ pub mod reconcile;
 pub(crate) mod tests;
 
 pub use antientropy::{
-    LedgerSyncRequest, LedgerSyncResponse, MAX_PROOF_WIRE, MAX_SYNC_OPS, MAX_SYNC_PROOFS,
-    MAX_SYNC_SESSIONS, MAX_SYNC_WANT,
+    LedgerSyncRequest, LedgerSyncResponse, MAX_PROOF_WIRE, MAX_REPORT_BYTES, MAX_SYNC_OPS,
+    MAX_SYNC_PROOFS, MAX_SYNC_REPORTS, MAX_SYNC_SESSIONS, MAX_SYNC_WANT, report_id,
 };

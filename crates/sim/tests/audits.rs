@@ -167,3 +167,33 @@ fn a_worker_that_serves_no_evidence_is_reported_but_not_slashed() {
         assert_eq!(verdicts(&sim, i), 0);
     }
 }
+
+/// A node that joins after a verdict was gossiped gets it by anti-entropy with the rest of
+/// the ledger: it settles the report itself (a provenance charge from its own genesis; a
+/// replay charge on weights fetched from the ledger that relayed it) and ends on the same
+/// stakes and state as everyone else. Without reports in anti-entropy its ledger would keep
+/// the cheater's stake forever.
+#[test]
+fn a_node_joining_after_a_verdict_settles_it_from_anti_entropy() {
+    for (offender, cheat) in [(0, Cheat::OtherData), (WORKER, Cheat::Noise)] {
+        let mut sim = run(1, Some((offender, cheat)));
+        assert!(
+            verdicts(&sim, 2) >= 1,
+            "{cheat:?}: no verdict before the joiner"
+        );
+        let joiner = sim.add_node(2, Duration::from_secs(121));
+        sim.run_until(Duration::from_secs(200));
+        assert!(
+            verdicts(&sim, joiner) >= 1,
+            "{cheat:?}: the joiner applied no verdict"
+        );
+        let o = sim.node_id(offender);
+        assert_eq!(stake(&sim, joiner, o), stake(&sim, 2, o), "{cheat:?}");
+        let state = |i: usize| sim.core(i).unwrap().economy().state_hash();
+        assert_eq!(
+            state(joiner),
+            state(2),
+            "{cheat:?}: the joiner's ledger differs"
+        );
+    }
+}

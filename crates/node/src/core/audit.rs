@@ -67,6 +67,11 @@ enum EngineFor {
 }
 
 impl AuditState {
+    /// Whether the blob `hash` is offered for a round's audits.
+    pub(super) fn offers(&self, hash: &Hash32) -> bool {
+        self.offered.values().any(|hs| hs.contains(hash))
+    }
+
     /// Whether the blob fetch `token` is ours.
     pub(super) fn fetching(&self, token: Token) -> bool {
         self.blobs.contains_key(&token)
@@ -117,7 +122,10 @@ impl NodeCore {
             .collect();
         for r in stale {
             for hash in self.audit.offered.remove(&r).unwrap_or_default() {
-                self.transmits.push_back(Transmit::WithdrawBlob { hash });
+                // A verdict's weights stay served after the round's audits are over.
+                if !self.fraud.serves(&hash) {
+                    self.transmits.push_back(Transmit::WithdrawBlob { hash });
+                }
             }
         }
         // What only the rounds no longer audited need goes (a job may run at the weights of

@@ -18,7 +18,7 @@ use neuroshard_audit::{
 };
 use neuroshard_ledger::VerifiedVerdict;
 use neuroshard_model::StageSpec;
-use neuroshard_proof::{Canonical, NodeId};
+use neuroshard_proof::{Canonical, Hash32, NodeId};
 
 use super::{
     BatchSource, EngineJob, EngineOutput, NodeCore, SharedBlob, Token, TransferError, Transmit,
@@ -36,9 +36,24 @@ const MAX_SEEN: usize = 4096;
 pub(super) struct FraudState {
     seen: BTreeSet<JobKey>,
     order: VecDeque<JobKey>,
-    /// Weights fetches, and settlements on the engine, by token: (who reported, the report).
-    blobs: HashMap<Token, (NodeId, Box<FraudReport>)>,
-    engine: HashMap<Token, (NodeId, Box<FraudReport>)>,
+    /// Weights fetches, and settlements on the engine (with the weights), by token.
+    blobs: HashMap<Token, Case>,
+    engine: HashMap<Token, (Case, Option<SharedBlob>)>,
+    /// Weights of the verdicts applied last, served to ledgers that settle them late (a
+    /// joiner, a node that missed the gossip), oldest first.
+    served: VecDeque<Hash32>,
+}
+
+/// Verdicts whose weights a node keeps serving after applying them.
+const SERVED_VERDICTS: usize = 8;
+
+/// A fraud report being settled, and who it came from.
+#[derive(Debug)]
+struct Case {
+    from: NodeId,
+    /// Relayed by anti-entropy (from a ledger that applied it), not gossiped by its author.
+    relayed: bool,
+    report: Box<FraudReport>,
 }
 
 impl FraudState {
@@ -61,6 +76,18 @@ impl FraudState {
     /// Whether the blob fetch `token` is ours.
     pub(super) fn fetching(&self, token: Token) -> bool {
         self.blobs.contains_key(&token)
+    }
+
+    /// Whether the weights `hash` are served for a verdict.
+    pub(super) fn serves(&self, hash: &Hash32) -> bool {
+        self.served.contains(hash)
+    }
+
+    /// A settlement that could not finish: the job may be settled from another report.
+    fn forget(&mut self, key: &JobKey) {
+        if self.seen.remove(key) {
+            self.order.retain(|k| k != key);
+        }
     }
 }
 
@@ -98,8 +125,8 @@ impl NodeCore {
             data: report.to_canonical_bytes(),
         });
         let me = self.me;
-        if let Some(report) = self.precheck_report(me, report, now) {
-            self.settle_report(me, report, weights);
+        if let Some(report) = self.precheck_report(me, report, false, now) {
+            self.settle_report(Case::gossiped(me, report), weights);
         }
     }
 
@@ -133,8 +160,8 @@ impl NodeCore {
             data: report.to_canonical_bytes(),
         });
         let me = self.me;
-        if let Some(report) = self.precheck_report(me, report, now) {
-            self.settle_provenance(me, report, now);
+        if let Some(report) = self.precheck_report(me, report, false, now) {
+            self.settle_provenance(Case::gossiped(me, report), now);
         }
     }
 
@@ -150,18 +177,39 @@ impl NodeCore {
         let Ok(report) = FraudReport::from_canonical_bytes(data) else {
             return false;
         };
-        let Some(report) = self.precheck_report(from, report, now) else {
-            return true;
-        };
-        if report.proof.charge() == Some(Charge::Provenance) {
-            self.settle_provenance(from, report, now);
-            return true;
+        self.take_report(from, report, false, now);
+        true
+    }
+
+    /// A fraud report a peer's ledger relayed by anti-entropy: settled here like a gossiped
+    /// one (a verdict is never taken on trust), the weights fetched from that peer.
+    pub(super) fn on_relayed_report(&mut self, peer: NodeId, wire: &[u8], now: Instant) {
+        match FraudReport::from_canonical_bytes(wire) {
+            Ok(report) => self.take_report(peer, report, true, now),
+            Err(_) => {
+                let id = crate::economy::report_id(wire);
+                self.economy.refuse_item(id, self.unix_ms(now));
+            }
         }
-        let Ok(c) = verify_job(&report.proof.job) else {
-            return true;
+    }
+
+    fn take_report(&mut self, from: NodeId, report: FraudReport, relayed: bool, now: Instant) {
+        let Some(report) = self.precheck_report(from, report, relayed, now) else {
+            return;
+        };
+        let case = Case {
+            from,
+            relayed,
+            report: Box::new(report),
+        };
+        if case.report.proof.charge() == Some(Charge::Provenance) {
+            return self.settle_provenance(case, now);
+        }
+        let Ok(c) = verify_job(&case.report.proof.job) else {
+            return;
         };
         let Some(spec) = self.stage_spec(c.stage) else {
-            return true;
+            return;
         };
         let max = spec
             .param_specs(&self.settings.model)
@@ -173,24 +221,25 @@ impl NodeCore {
         self.transmits.push_back(Transmit::FetchBlob {
             from,
             token,
-            hash: report.weights_blob,
+            hash: case.report.weights_blob,
             max,
         });
-        self.fraud.blobs.insert(token, (from, Box::new(report)));
-        true
+        self.fraud.blobs.insert(token, case);
     }
 
     /// What costs nothing to check before fetching weights and replaying: the report is its
-    /// author's accusation, about a job of this network no verdict settled yet, and (on the
-    /// job's own stage, which knows the round's final hash) drawn from the right seed.
+    /// author's accusation (or relayed by a ledger), about a job of this network no verdict
+    /// settled yet, and (on the job's own stage, which knows the round's final hash) drawn
+    /// from the right seed.
     fn precheck_report(
         &mut self,
         from: NodeId,
         report: FraudReport,
+        relayed: bool,
         now: Instant,
     ) -> Option<FraudReport> {
         let why = (|| {
-            if report.proof.accusation.signer().node_id() != from {
+            if !relayed && report.proof.accusation.signer().node_id() != from {
                 return Some("a fraud report relayed under another key");
             }
             let Ok(c) = verify_job(&report.proof.job) else {
@@ -208,12 +257,13 @@ impl NodeCore {
             None
         })();
         if let Some(why) = why {
-            self.refuse_report(from, why.into(), now);
+            self.refuse_case(from, relayed, &report, why.into(), now);
             return None;
         }
         let c = verify_job(&report.proof.job).ok()?;
         let key = c.key();
-        if self.economy.ledger().has_verdict(&key.0) || self.fraud.seen.contains(&key) {
+        let settled = self.economy.ledger().has_verdict(&key.0);
+        if (settled && !relayed) || self.fraud.seen.contains(&key) {
             return None;
         }
         // Everything but the replay, before anything is fetched: evidence that cannot
@@ -230,11 +280,36 @@ impl NodeCore {
             tolerance: Tolerance::default(),
         };
         if let Err(e) = check_before_replay(&ctx, &report.proof) {
-            self.refuse_report(from, e.to_string(), now);
+            self.refuse_case(from, relayed, &report, e.to_string(), now);
+            return None;
+        }
+        if settled {
+            // Our ledger holds its verdict (we restarted, or settled another report of the
+            // job): kept to relay, so the sets of reports ledgers reconcile agree.
+            self.economy.keep_report(report.to_canonical_bytes());
             return None;
         }
         self.fraud.first_time(key);
         Some(report)
+    }
+
+    /// A report that cannot convict. Its author is penalised for it; a ledger relaying it is
+    /// not (its ledger may know registrations ours does not yet): the report is only not
+    /// asked for again for a while.
+    fn refuse_case(
+        &mut self,
+        from: NodeId,
+        relayed: bool,
+        report: &FraudReport,
+        reason: String,
+        now: Instant,
+    ) {
+        if relayed {
+            let id = crate::economy::report_id(&report.to_canonical_bytes());
+            self.economy.refuse_item(id, self.unix_ms(now));
+        } else {
+            self.refuse_report(from, reason, now);
+        }
     }
 
     /// A report its author is to blame for: penalised, reported, dropped.
@@ -265,14 +340,32 @@ impl NodeCore {
         result: Result<Vec<u8>, TransferError>,
         now: Instant,
     ) -> bool {
-        let Some((from, report)) = self.fraud.blobs.remove(&token) else {
+        let Some(case) = self.fraud.blobs.remove(&token) else {
             return false;
         };
         match result {
-            Ok(weights) => self.settle_report(from, *report, Arc::new(weights)),
-            Err(e) => self.warn(format!("the weights of {from}'s fraud report: {e}"), now),
+            Ok(weights) => self.settle_report(case, Arc::new(weights)),
+            Err(e) => {
+                self.warn(
+                    format!("the weights of {}'s fraud report: {e}", case.from),
+                    now,
+                );
+                // Settled later, from another copy of the report or another peer.
+                self.unsettled(&case, now);
+            }
         }
         true
+    }
+
+    /// A case dropped before its verdict: another report of the job may settle it.
+    fn unsettled(&mut self, case: &Case, now: Instant) {
+        if let Ok(c) = verify_job(&case.report.proof.job) {
+            self.fraud.forget(&c.key());
+        }
+        if case.relayed {
+            let id = crate::economy::report_id(&case.report.to_canonical_bytes());
+            self.economy.refuse_item(id, self.unix_ms(now));
+        }
     }
 
     /// What this node checks `report` against: its own ledger's validators and the
@@ -297,15 +390,15 @@ impl NodeCore {
         })
     }
 
-    fn settle_report(&mut self, from: NodeId, report: FraudReport, weights: SharedBlob) {
-        let Some(settle) = self.settle_context(&report) else {
+    fn settle_report(&mut self, case: Case, weights: SharedBlob) {
+        let Some(settle) = self.settle_context(&case.report) else {
             return;
         };
         let t = self.engine(EngineJob::Settle {
             settle: Box::new(settle),
-            weights,
+            weights: Arc::clone(&weights),
         });
-        self.fraud.engine.insert(t, (from, Box::new(report)));
+        self.fraud.engine.insert(t, (case, Some(weights)));
     }
 
     /// A settlement's verdict (false: not one of ours).
@@ -315,29 +408,36 @@ impl NodeCore {
         output: &EngineOutput,
         now: Instant,
     ) -> bool {
-        let Some((from, report)) = self.fraud.engine.remove(&token) else {
+        let Some((case, weights)) = self.fraud.engine.remove(&token) else {
             return false;
         };
         let EngineOutput::Settled(result) = output else {
             return true;
         };
         match result {
-            Ok(verdict) => self.apply_settled(from, verdict, &report, now),
+            Ok(verdict) => self.apply_settled(&case, verdict, weights, now),
             // Evidence that fails before the replay is its author's fault.
-            Err(e) => self.refuse_report(from, e.to_string(), now),
+            Err(e) => {
+                let report = &case.report;
+                self.refuse_case(case.from, case.relayed, report, e.to_string(), now);
+                self.unsettled(&case, now);
+            }
         }
         true
     }
 
-    /// A verdict reached on `report`: applied to the ledger (an escalation moves nothing).
+    /// A verdict reached on a report: applied to the ledger (an escalation moves nothing),
+    /// and the report kept, with the weights it needs, for ledgers that missed it.
     fn apply_settled(
         &mut self,
-        from: NodeId,
+        case: &Case,
         verdict: &Verdict,
-        report: &FraudReport,
+        weights: Option<SharedBlob>,
         now: Instant,
     ) {
+        let (from, report) = (case.from, &case.report);
         if let Verdict::Escalate { .. } = verdict {
+            self.unsettled(case, now);
             return self.warn(
                 format!("{from}'s fraud report needs a checker of the job's class"),
                 now,
@@ -346,6 +446,10 @@ impl NodeCore {
         let Some(v) = VerifiedVerdict::from_checked(verdict, &report.proof) else {
             return;
         };
+        self.economy.keep_report(report.to_canonical_bytes());
+        if let Some(weights) = weights {
+            self.serve_verdict_weights(report.weights_blob, weights);
+        }
         let kind = match verdict {
             Verdict::Guilty { .. } => "verdict: guilty",
             _ => "verdict: false accusation",
@@ -364,11 +468,33 @@ impl NodeCore {
         }
     }
 
+    /// Serves the weights a verdict's replay needs, for the last [`SERVED_VERDICTS`].
+    fn serve_verdict_weights(&mut self, hash: Hash32, weights: SharedBlob) {
+        if self.fraud.served.contains(&hash) {
+            return;
+        }
+        self.transmits.push_back(Transmit::OfferBlob {
+            hash,
+            data: weights,
+        });
+        self.fraud.served.push_back(hash);
+        while self.fraud.served.len() > SERVED_VERDICTS {
+            let Some(old) = self.fraud.served.pop_front() else {
+                break;
+            };
+            if !self.audit.offers(&old) {
+                self.transmits
+                    .push_back(Transmit::WithdrawBlob { hash: old });
+            }
+        }
+    }
+
     /// A provenance charge (the first stage's tokens are not the genesis text they name):
     /// settled here against this node's own copy of the genesis, with no weights and no
     /// replay.
-    fn settle_provenance(&mut self, from: NodeId, report: FraudReport, now: Instant) {
-        let Some(settle) = self.settle_context(&report) else {
+    fn settle_provenance(&mut self, case: Case, now: Instant) {
+        let report = &case.report;
+        let Some(settle) = self.settle_context(report) else {
             return;
         };
         let Ok(c) = verify_job(&report.proof.job) else {
@@ -386,8 +512,21 @@ impl NodeCore {
         };
         let text = GenesisOf(self.data.as_ref());
         match check_provenance_charge(&ctx, &report.proof, &text) {
-            Ok(verdict) => self.apply_settled(from, &verdict, &report, now),
-            Err(e) => self.refuse_report(from, e.to_string(), now),
+            Ok(verdict) => self.apply_settled(&case, &verdict, None, now),
+            Err(e) => {
+                self.refuse_case(case.from, case.relayed, &case.report, e.to_string(), now);
+                self.unsettled(&case, now);
+            }
+        }
+    }
+}
+
+impl Case {
+    fn gossiped(from: NodeId, report: FraudReport) -> Self {
+        Self {
+            from,
+            relayed: false,
+            report: Box::new(report),
         }
     }
 }

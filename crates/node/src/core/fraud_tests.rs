@@ -268,3 +268,64 @@ fn a_provenance_charge_is_settled_from_the_genesis_without_fetching_weights() {
             .any(|e| matches!(e, NodeEvent::Dropped { what: Some(w), .. } if w == "fraud report"))
     );
 }
+
+/// A report relayed by a peer's ledger (anti-entropy) is settled like a gossiped one, with
+/// the weights fetched from the relaying peer, and costs that peer nothing when it cannot
+/// convict (its ledger may know registrations ours does not). A withheld weights transfer
+/// leaves the job open: the next copy of the report is settled.
+#[test]
+fn relayed_reports_fetch_from_the_relayer_and_a_failed_fetch_leaves_the_job_open() {
+    let worker = test_identity(1);
+    let job = challenged_job(&worker);
+    let seed = ChallengeSeed::from_finalized_round(NETWORK, 0, 0, FINAL);
+    let validators: Vec<NodeId> = (0..32).map(|i| test_identity(i).node_id()).collect();
+    let assigned = auditor_for(&seed, &job.key(), worker.node_id(), &validators).unwrap();
+    let auditor = (0..32)
+        .map(test_identity)
+        .find(|i| i.node_id() == assigned)
+        .unwrap();
+    let relayer = (2..32)
+        .map(test_identity)
+        .find(|i| i.node_id() != assigned)
+        .unwrap()
+        .node_id();
+    let wire = report(&auditor, &job, inputs());
+
+    let now = Instant::now();
+    let mut c = core_at(&test_identity(0), now, 1, 2);
+    drain(&mut c);
+    let fetch = |c: &mut NodeCore| {
+        drain(c).into_iter().find_map(|t| match t {
+            Transmit::FetchBlob { from, token, .. } => Some((from, token)),
+            _ => None,
+        })
+    };
+    c.on_relayed_report(relayer, &wire, now);
+    let (from, token) = fetch(&mut c).expect("the weights are fetched");
+    assert_eq!(from, relayer, "fetched from the ledger that relayed it");
+    // The transfer fails: a second copy of the report is taken up again.
+    c.handle_message(
+        relayer,
+        Inbound::Blob {
+            token,
+            result: Err(TransferError("withheld".into())),
+        },
+        now,
+    );
+    c.on_relayed_report(assigned, &wire, now);
+    assert!(
+        fetch(&mut c).is_some(),
+        "the job stayed closed after a failed fetch"
+    );
+
+    // A relayed report that cannot convict (not the assigned auditor's) penalises no one.
+    let other = (2..32)
+        .map(test_identity)
+        .find(|i| i.node_id() != assigned)
+        .unwrap();
+    let mut c = core_at(&test_identity(0), now, 1, 2);
+    drain(&mut c);
+    c.on_relayed_report(relayer, &report(&other, &job, inputs()), now);
+    assert!(fetch(&mut c).is_none());
+    assert!(!std::iter::from_fn(|| c.poll_event()).any(|e| matches!(e, NodeEvent::Dropped { .. })));
+}

@@ -634,6 +634,10 @@ impl NodeCore {
                 let Ok(resp) = decode_answer::<LedgerSyncResponse>(result) else {
                     return;
                 };
+                // Verdicts the peer's ledger applied and ours lacks: each settled here.
+                for wire in &resp.reports {
+                    self.on_relayed_report(peer, wire, now);
+                }
                 let (summary, next) = self
                     .economy
                     .on_sync_response(peer, &resp, self.unix_ms(now));

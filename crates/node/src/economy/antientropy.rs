@@ -25,6 +25,13 @@ pub const MAX_PROOF_WIRE: usize = 64 * 1024;
 pub const MAX_SYNC_OPS: usize = 4096;
 /// Largest signed op (real ones are under 300 bytes).
 pub const MAX_OP_WIRE: usize = 1024;
+/// Most fraud reports one answer carries.
+pub const MAX_SYNC_REPORTS: usize = 4;
+/// Largest fraud report carried (what gossip carries: one micro-batch's evidence).
+pub const MAX_REPORT_WIRE: usize = 1 << 20;
+/// Bytes of fraud reports a node keeps to relay, the oldest dropped first. Each verdict
+/// costs its loser stake, so there are few; a node that dropped one still holds its verdict.
+pub const MAX_REPORT_BYTES: usize = 64 << 20;
 /// Most ids one request asks for.
 pub const MAX_SYNC_WANT: usize = reconcile::MAX_WANT;
 /// Sessions this node runs at once (one per peer; the oldest gives way).
@@ -59,6 +66,9 @@ pub struct LedgerSyncResponse {
     pub neg: Vec<u8>,
     pub proofs: Vec<Vec<u8>>,
     pub ops: Vec<Vec<u8>>,
+    /// Fraud reports whose verdicts the answering ledger applied: the requester settles each
+    /// itself (a verdict is never taken on trust).
+    pub reports: Vec<Vec<u8>>,
 }
 
 impl Canonical for LedgerSyncRequest {
@@ -81,7 +91,7 @@ impl Canonical for LedgerSyncRequest {
 }
 
 impl Canonical for LedgerSyncResponse {
-    const DOMAIN: &'static str = "neuroshard/ledger-sync-response/v4";
+    const DOMAIN: &'static str = "neuroshard/ledger-sync-response/v5";
 
     fn encode_body(&self, w: &mut Writer) {
         w.bytes(&self.neg);
@@ -92,6 +102,10 @@ impl Canonical for LedgerSyncResponse {
         w.len(self.ops.len());
         for o in &self.ops {
             w.bytes(o);
+        }
+        w.len(self.reports.len());
+        for r in &self.reports {
+            w.bytes(r);
         }
     }
 
@@ -105,7 +119,16 @@ impl Canonical for LedgerSyncResponse {
         let ops = (0..n)
             .map(|_| r.bytes(MAX_OP_WIRE).map(<[u8]>::to_vec))
             .collect::<Result<_, _>>()?;
-        Ok(Self { neg, proofs, ops })
+        let n = r.len(MAX_SYNC_REPORTS)?;
+        let reports = (0..n)
+            .map(|_| r.bytes(MAX_REPORT_WIRE).map(<[u8]>::to_vec))
+            .collect::<Result<_, _>>()?;
+        Ok(Self {
+            neg,
+            proofs,
+            ops,
+            reports,
+        })
     }
 }
 
@@ -115,6 +138,50 @@ pub(super) fn op_id(wire: &[u8]) -> Hash32 {
     h.update(b"neuroshard/op-id/v1");
     h.update(wire);
     *h.finalize().as_bytes()
+}
+
+/// The id a fraud report is reconciled by: the hash of its canonical bytes.
+pub fn report_id(wire: &[u8]) -> Hash32 {
+    let mut h = blake3::Hasher::new();
+    h.update(b"neuroshard/fraud-report-id/v1");
+    h.update(wire);
+    *h.finalize().as_bytes()
+}
+
+/// Fraud reports kept to relay, by id, oldest first, within [`MAX_REPORT_BYTES`].
+#[derive(Debug, Default)]
+pub(super) struct Reports {
+    by_id: BTreeMap<Hash32, std::sync::Arc<Vec<u8>>>,
+    order: std::collections::VecDeque<Hash32>,
+    bytes: usize,
+}
+
+impl Reports {
+    /// False when already kept (or larger than a report may be).
+    fn keep(&mut self, wire: Vec<u8>) -> bool {
+        let id = report_id(&wire);
+        if wire.len() > MAX_REPORT_WIRE || self.by_id.contains_key(&id) {
+            return false;
+        }
+        self.bytes = self.bytes.saturating_add(wire.len());
+        self.by_id.insert(id, std::sync::Arc::new(wire));
+        self.order.push_back(id);
+        while self.bytes > MAX_REPORT_BYTES {
+            let Some(old) = self.order.pop_front() else {
+                break;
+            };
+            if let Some(w) = self.by_id.remove(&old) {
+                self.bytes = self.bytes.saturating_sub(w.len());
+            }
+        }
+        true
+    }
+
+    pub fn wires(&self) -> impl Iterator<Item = &Vec<u8>> {
+        self.order
+            .iter()
+            .filter_map(|id| self.by_id.get(id).map(|w| &**w))
+    }
 }
 
 /// What anti-entropy keeps between calls: the snapshot answers use, and our open sessions.
@@ -130,6 +197,7 @@ pub(super) struct SyncState {
     refused: HashMap<Hash32, u64>,
     /// The ops applied last, newest at the back (at most [`RECENT_OPS_PUSHED`]).
     recent_ops: std::collections::VecDeque<(NodeId, u64)>,
+    pub reports: Reports,
 }
 
 impl SyncState {
@@ -164,16 +232,33 @@ impl SyncState {
 }
 
 impl Economy {
-    /// Ids of everything this node can serve: applied proofs and applied ops.
+    /// Ids of everything this node can serve: applied proofs, applied ops, and the fraud
+    /// reports of verdicts applied.
     fn sync_ids(&self) -> impl Iterator<Item = Hash32> + '_ {
         self.wires
             .keys()
             .copied()
             .chain(self.op_ids.keys().copied())
+            .chain(self.sync.reports.by_id.keys().copied())
     }
 
     fn holds(&self, id: &Hash32) -> bool {
-        self.wires.contains_key(id) || self.op_ids.contains_key(id)
+        self.wires.contains_key(id)
+            || self.op_ids.contains_key(id)
+            || self.sync.reports.by_id.contains_key(id)
+    }
+
+    /// Keeps the canonical bytes of a fraud report whose verdict this ledger applied (or
+    /// holds), to relay it to ledgers that missed it.
+    pub fn keep_report(&mut self, wire: Vec<u8>) {
+        if self.sync.reports.keep(wire) {
+            self.sync.dirty = true;
+        }
+    }
+
+    /// A relayed item this node could not use (yet): not asked for again for a while.
+    pub fn refuse_item(&mut self, id: Hash32, now_ms: u64) {
+        self.sync.refuse(id, now_ms);
     }
 
     /// The snapshot answers are computed from, rebuilt when items arrived and the last build
@@ -219,7 +304,9 @@ impl Economy {
 
     /// The answer to a peer's request: our range message, then the wanted items we hold, at
     /// most `max_bytes` of them (ops first, in account and nonce order, so registrations come
-    /// before the proofs that need them). A malformed range message gets no range answer.
+    /// before the proofs that need them), and wanted fraud reports in another `max_bytes`
+    /// (one may be as large as a gossip message). A malformed range message gets no range
+    /// answer.
     pub fn answer_sync(
         &mut self,
         request: &LedgerSyncRequest,
@@ -252,6 +339,17 @@ impl Economy {
             neg,
             ..Default::default()
         };
+        let mut report_bytes = 0usize;
+        for id in &wanted {
+            let Some(wire) = self.sync.reports.by_id.get(*id) else {
+                continue;
+            };
+            report_bytes = report_bytes.saturating_add(wire.len());
+            if out.reports.len() >= MAX_SYNC_REPORTS || report_bytes > max_bytes {
+                break;
+            }
+            out.reports.push(wire.to_vec());
+        }
         for key in ops {
             let Some(wire) = self.op_wires.get(&key) else {
                 continue;

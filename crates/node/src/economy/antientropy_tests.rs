@@ -98,10 +98,18 @@ fn sync_messages_enforce_their_caps() {
         ..Default::default()
     };
     assert!(LedgerSyncResponse::from_canonical_bytes(&too_many_ops.to_canonical_bytes()).is_err());
+    let too_many_reports = LedgerSyncResponse {
+        reports: vec![vec![1]; MAX_SYNC_REPORTS + 1],
+        ..Default::default()
+    };
+    assert!(
+        LedgerSyncResponse::from_canonical_bytes(&too_many_reports.to_canonical_bytes()).is_err()
+    );
     let ok = LedgerSyncResponse {
         neg: vec![0x61],
         proofs: vec![vec![1, 2, 3], Vec::new()],
         ops: vec![vec![4]],
+        reports: vec![vec![5, 6]],
     };
     assert_eq!(
         LedgerSyncResponse::from_canonical_bytes(&ok.to_canonical_bytes()),
@@ -154,6 +162,7 @@ fn unsolicited_answers_start_nothing_and_sessions_stay_bounded() {
         neg: vec![0x61, 0, 0],
         proofs: vec![vec![1, 2, 3]],
         ops: vec![vec![4]],
+        reports: Vec::new(),
     };
     let (summary, next) = c.on_sync_response(NodeId([1; 32]), &junk, T);
     assert!(next.is_none());
@@ -261,4 +270,41 @@ fn the_first_answer_carries_the_registrations_applied_last() {
     assert_eq!(answer.ops.len(), 2);
     c.on_sync_response(NodeId([0xee; 32]), &answer, T);
     assert!(c.ledger().is_registered(&a.node_id(), 0));
+}
+
+/// Fraud reports of applied verdicts reconcile like proofs and ops: a ledger that lacks one
+/// is sent its bytes (its core settles it), one it refused is not asked for again for a
+/// while, and two ledgers holding the same reports exchange none.
+#[test]
+fn reports_of_verdicts_reach_a_ledger_that_lacks_them() {
+    let (mut a, mut b) = (economy(21), economy(22));
+    let report = vec![7u8; 300];
+    b.keep_report(report.clone());
+    let session = |a: &mut Economy, b: &mut Economy, now: u64| {
+        let peer = NodeId([0xee; 32]);
+        let (mut got, mut requests) = (Vec::new(), 0);
+        let mut request = a.start_sync(peer, now);
+        loop {
+            requests += 1;
+            let answer = b.answer_sync(&request, 1 << 20, now);
+            let answer = LedgerSyncResponse::from_canonical_bytes(&answer.to_canonical_bytes())
+                .expect("decodes");
+            got.extend(answer.reports.clone());
+            match a.on_sync_response(peer, &answer, now).1 {
+                Some(next) if requests < 50 => request = next,
+                _ => return (got, requests),
+            }
+        }
+    };
+    let (got, _) = session(&mut a, &mut b, T);
+    assert_eq!(got, vec![report.clone()]);
+    // The core could not settle it: not asked for in the next session.
+    a.refuse_item(report_id(&report), T);
+    let (got, _) = session(&mut a, &mut b, T + 1_000);
+    assert!(got.is_empty());
+    // Settled and kept: the two agree, and a session is one request with nothing in it.
+    a.keep_report(report.clone());
+    let (got, requests) = session(&mut a, &mut b, T + 2_000);
+    assert!(got.is_empty());
+    assert_eq!(requests, 1);
 }
