@@ -60,6 +60,8 @@ CREATE TABLE IF NOT EXISTS entries (
     counterparty BLOB, reference BLOB NOT NULL, timestamp_ms INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS entries_by_account ON entries (account, seq);
 CREATE TABLE IF NOT EXISTS proof_wire (hash BLOB PRIMARY KEY, wire BLOB NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS fraud_reports (
+    seq INTEGER PRIMARY KEY, id BLOB NOT NULL UNIQUE, wire BLOB NOT NULL);
 INSERT OR IGNORE INTO meta (key, value) VALUES ('schema', 2), ('minted', 0), ('burned', 0);
 ";
 

@@ -194,6 +194,8 @@ pub struct LedgerWrite {
     pub changes: Changes,
     /// The signed bytes of the proof applied (ops carry theirs in their records).
     pub proof_wire: Option<(Hash32, Arc<[u8]>)>,
+    /// A fraud report whose verdict the ledger applied, by its id, kept to relay.
+    pub report: Option<(Hash32, Arc<Vec<u8>>)>,
 }
 
 /// What a node's ledger held when it started: the state and the wire bytes of its proofs and
@@ -206,8 +208,7 @@ pub struct LedgerSnapshot {
     pub ops: BTreeMap<(NodeId, u64), Vec<u8>>,
     /// Highest nonce of each node's proofs (own nonces continue above it).
     pub last_nonce: BTreeMap<NodeId, u64>,
-    /// Fraud reports of the verdicts applied, to relay (the simulator's restarts keep them;
-    /// the database does not store them yet).
+    /// Fraud reports of the verdicts applied, to relay, oldest first.
     pub reports: Vec<Vec<u8>>,
 }
 
@@ -238,9 +239,7 @@ impl LedgerSnapshot {
             wires,
             ops: ledger.all_ops()?,
             last_nonce,
-            // Not stored: a restarted node takes the reports of its own verdicts back from
-            // peers (they pass every check but the replay, and its ledger holds the verdict).
-            reports: Vec::new(),
+            reports: ledger.fraud_reports()?,
         })
     }
 }
@@ -281,6 +280,10 @@ impl LedgerStore {
             }
         }
         self.log.commit(&all, &wires)?;
+        for (id, wire) in writes.iter().filter_map(|w| w.report.as_ref()) {
+            self.log
+                .keep_report(id, wire, antientropy::MAX_REPORT_BYTES as u64)?;
+        }
         Ok(())
     }
 }
@@ -349,7 +352,7 @@ impl Economy {
             sync: antientropy::SyncState::default(),
         };
         for wire in snapshot.reports {
-            economy.keep_report(wire);
+            economy.sync.reports.keep(wire);
         }
         economy
     }
@@ -513,6 +516,7 @@ impl Economy {
                 self.writes.push_back(LedgerWrite {
                     changes: changes.clone(),
                     proof_wire: Some((hash, wire)),
+                    report: None,
                 });
             }
         }

@@ -63,3 +63,30 @@ fn after_a_failed_write_nothing_more_is_written() -> Result<(), Box<dyn std::err
     assert_eq!(reopened.state().check_invariants(), Ok(()));
     Ok(())
 }
+
+/// Fraud reports are kept once each, survive a restart, and the oldest go once the kept
+/// bytes pass the budget.
+#[test]
+fn fraud_reports_are_kept_once_across_restarts_within_a_byte_budget()
+-> Result<(), Box<dyn std::error::Error>> {
+    let a = test_identity(1);
+    let genesis = LedgerGenesis::new(
+        Rules::default(),
+        vec![(a.node_id(), Rules::default().min_stake)],
+    )?;
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("ledger.db");
+    let mut log = Ledger::open_genesis(&path, &genesis)?.into_change_log();
+    log.keep_report(&[1; 32], &[1; 100], 250)?;
+    log.keep_report(&[1; 32], &[1; 100], 250)?;
+    log.keep_report(&[2; 32], &[2; 100], 250)?;
+    drop(log);
+    let reopened = Ledger::open_genesis(&path, &genesis)?;
+    assert_eq!(reopened.fraud_reports()?, vec![vec![1; 100], vec![2; 100]]);
+    let mut log = reopened.into_change_log();
+    log.keep_report(&[3; 32], &[3; 100], 250)?;
+    drop(log);
+    let reopened = Ledger::open_genesis(&path, &genesis)?;
+    assert_eq!(reopened.fraud_reports()?, vec![vec![2; 100], vec![3; 100]]);
+    Ok(())
+}

@@ -1,8 +1,10 @@
-//! Audit verdicts as the database holds them (`neuroshard ledger verdicts`).
+//! Audit verdicts as the database holds them (`neuroshard ledger verdicts`), and the fraud
+//! reports behind them, which the node relays to ledgers that missed them.
 
 use rusqlite::params;
 
-use super::{Ledger, StoreError, from_sql};
+use super::{ChangeLog, Ledger, StoreError, from_sql};
+use neuroshard_proof::Hash32;
 
 /// One applied audit verdict: who was slashed for which job, and who was paid.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -37,5 +39,46 @@ impl Ledger {
             })
         })?;
         Ok(rows.collect::<Result<_, _>>()?)
+    }
+}
+
+impl Ledger {
+    /// The fraud reports kept (their canonical bytes), oldest first.
+    pub fn fraud_reports(&self) -> Result<Vec<Vec<u8>>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT wire FROM fraud_reports ORDER BY seq")?;
+        let rows = stmt.query_map([], |row| row.get::<_, Vec<u8>>(0))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+}
+
+impl ChangeLog {
+    /// Keeps a fraud report whose verdict the ledger applied, by its id (once), and drops the
+    /// oldest beyond `max_bytes` in all. Not part of the ledger's state: a lost write only
+    /// means the node takes the report back from a peer.
+    pub fn keep_report(
+        &mut self,
+        id: &Hash32,
+        wire: &[u8],
+        max_bytes: u64,
+    ) -> Result<(), StoreError> {
+        if let Some(why) = &self.failed {
+            return Err(StoreError::Stopped(why.clone()));
+        }
+        let tx = self.conn.transaction()?;
+        tx.execute(
+            "INSERT OR IGNORE INTO fraud_reports (id, wire) VALUES (?1, ?2)",
+            params![&id[..], wire],
+        )?;
+        // The oldest go first once the reports exceed the budget.
+        tx.execute(
+            "DELETE FROM fraud_reports WHERE seq IN (
+                SELECT seq FROM (SELECT seq, SUM(LENGTH(wire)) OVER (ORDER BY seq DESC) AS kept
+                                 FROM fraud_reports) WHERE kept > ?1)",
+            params![i64::try_from(max_bytes).unwrap_or(i64::MAX)],
+        )?;
+        tx.commit()?;
+        Ok(())
     }
 }

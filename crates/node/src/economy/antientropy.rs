@@ -158,7 +158,7 @@ pub(super) struct Reports {
 
 impl Reports {
     /// False when already kept (or larger than a report may be).
-    fn keep(&mut self, wire: Vec<u8>) -> bool {
+    pub(super) fn keep(&mut self, wire: Vec<u8>) -> bool {
         let id = report_id(&wire);
         if wire.len() > MAX_REPORT_WIRE || self.by_id.contains_key(&id) {
             return false;
@@ -242,7 +242,7 @@ impl Economy {
             .chain(self.sync.reports.by_id.keys().copied())
     }
 
-    fn holds(&self, id: &Hash32) -> bool {
+    pub(super) fn holds(&self, id: &Hash32) -> bool {
         self.wires.contains_key(id)
             || self.op_ids.contains_key(id)
             || self.sync.reports.by_id.contains_key(id)
@@ -251,8 +251,15 @@ impl Economy {
     /// Keeps the canonical bytes of a fraud report whose verdict this ledger applied (or
     /// holds), to relay it to ledgers that missed it.
     pub fn keep_report(&mut self, wire: Vec<u8>) {
-        if self.sync.reports.keep(wire) {
+        let id = report_id(&wire);
+        let wire = std::sync::Arc::new(wire);
+        if self.sync.reports.keep(wire.to_vec()) {
             self.sync.dirty = true;
+            self.writes.push_back(super::LedgerWrite {
+                changes: Default::default(),
+                proof_wire: None,
+                report: Some((id, wire)),
+            });
         }
     }
 

@@ -308,3 +308,24 @@ fn reports_of_verdicts_reach_a_ledger_that_lacks_them() {
     assert!(got.is_empty());
     assert_eq!(requests, 1);
 }
+
+/// A report kept to relay is persisted once (a write for the store), and one resumed from
+/// the store is relayed again without being written twice.
+#[test]
+fn a_kept_report_is_written_once_and_resumes_from_the_store() {
+    let mut a = economy(23);
+    while a.poll_write().is_some() {}
+    a.keep_report(vec![9; 40]);
+    a.keep_report(vec![9; 40]);
+    let writes: Vec<_> = std::iter::from_fn(|| a.poll_write()).collect();
+    assert_eq!(writes.len(), 1);
+    assert_eq!(
+        writes[0].report.as_ref().map(|(id, w)| (*id, w.to_vec())),
+        Some((report_id(&[9; 40]), vec![9; 40]))
+    );
+    let snapshot = a.snapshot();
+    assert_eq!(snapshot.reports, vec![vec![9; 40]]);
+    let mut b = Economy::resume(test_identity(23), a.cfg.clone(), snapshot);
+    assert!(b.poll_write().is_none());
+    assert!(b.holds(&report_id(&[9; 40])));
+}

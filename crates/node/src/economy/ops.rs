@@ -49,6 +49,7 @@ impl Economy {
                 self.writes.push_back(LedgerWrite {
                     changes,
                     proof_wire: None,
+                    report: None,
                 });
                 Ok(true)
             }
@@ -68,6 +69,7 @@ impl Economy {
                 self.writes.push_back(LedgerWrite {
                     changes: changes.clone(),
                     proof_wire: None,
+                    report: None,
                 });
                 let mut accounts = BTreeSet::new();
                 for record in changes.records {
