@@ -285,8 +285,8 @@ fn a_lazy_worker_is_slashed_on_every_ledger() {
         "the lazy node kept its stake: {ledger:#}"
     );
     // Each node's database holds verdicts about the same jobs, the same offender and
-    // beneficiary, and the same total taken, read back by `ledger verdicts`. (What each one
-    // took depends on the order they arrived in: each takes half of what is left.)
+    // beneficiary, and the same total taken, read back by `ledger verdicts`. (Once the
+    // offender's stake is gone, what each one took depends on the order they arrived in.)
     // (the sorted (job, offender, beneficiary) of each verdict, the total slashed)
     type Verdicts = (Vec<(String, String, String)>, u64);
     let verdicts: Vec<Verdicts> = (0..4)

@@ -39,6 +39,15 @@ pub const TRANSFER_BURN_BPS: u64 = 500;
 pub const SLASH_STAKE_BPS: u64 = 5_000;
 /// Share of the slashed amount paid to the reporter (10 %); the rest is burned.
 pub const SLASH_REPORTER_BPS: u64 = 1_000;
+/// What one audit verdict takes from its offender's stake (at most what is left), as a share
+/// of the network's minimum stake (50 %): a fixed amount, so that verdicts against one
+/// offender commute whatever order ledgers receive them in.
+pub const VERDICT_SLASH_BPS: u64 = 5_000;
+/// What one audit verdict pays its beneficiary, newly minted, as a share of the minimum
+/// stake (5 %: a tenth of the slash, so convicting oneself through a Sybil auditor loses
+/// money). Minted rather than taken from the slash: a reward that depends on what is left of
+/// the offender's stake would depend on the order verdicts arrive in.
+pub const VERDICT_REWARD_BPS: u64 = 500;
 
 /// The supply invariant broken: what was minted less what was burned is not what the
 /// accounts hold.

@@ -225,6 +225,9 @@ fn an_audit_verdict_is_stored_and_judged_once_across_a_reopen()
         evidence_hash: [8; 32],
         timestamp_ms: T0,
     };
+    let min = neuroshard_ledger::Rules::default().min_stake;
+    let slashed = (min / 2).min(1_000);
+    let paid = min / 20;
     let hash;
     {
         let mut ledger = Ledger::open(&path)?;
@@ -243,8 +246,10 @@ fn an_audit_verdict_is_stored_and_judged_once_across_a_reopen()
             ledger.apply_verdict(&verdict)?,
             Outcome::Applied(_)
         ));
-        assert_eq!(ledger.state().account(&a.node_id()).stake, 500);
-        assert_eq!(ledger.state().account(&b.node_id()).balance, 50);
+        // A fixed part of the minimum stake (here more than the 1,000 staked: all of it) is
+        // burned, and a fixed reward minted to the beneficiary.
+        assert_eq!(ledger.state().account(&a.node_id()).stake, 1_000 - slashed);
+        assert_eq!(ledger.state().account(&b.node_id()).balance, paid);
         hash = ledger.state_hash();
     }
     let mut ledger = Ledger::open(&path)?;
@@ -259,7 +264,7 @@ fn an_audit_verdict_is_stored_and_judged_once_across_a_reopen()
     let v = ledger.verdicts(10)?;
     assert_eq!(v.len(), 1);
     assert_eq!(v[0].offender, hex::encode(a.node_id().0));
-    assert_eq!((v[0].slashed, v[0].paid), (500, 50));
+    assert_eq!((v[0].slashed, v[0].paid), (slashed, paid));
     assert_eq!(ledger.state().check_invariants(), Ok(()));
     Ok(())
 }

@@ -182,7 +182,7 @@ fn a_node_joining_after_a_verdict_settles_it_from_anti_entropy() {
             "{cheat:?}: no verdict before the joiner"
         );
         let joiner = sim.add_node(2, Duration::from_secs(121));
-        sim.run_until(Duration::from_secs(200));
+        sim.run_until(Duration::from_secs(300));
         assert!(
             verdicts(&sim, joiner) >= 1,
             "{cheat:?}: the joiner applied no verdict"

@@ -57,31 +57,34 @@ impl LedgerState {
         Ok(Outcome::Applied(changes))
     }
 
-    /// Takes [`SLASH_STAKE_BPS`] of the offender's stake, pays [`SLASH_REPORTER_BPS`] of it to
-    /// the beneficiary and burns the rest. One verdict per audited job: the same evidence
-    /// again, or other evidence about the same job, is a [`Outcome::Duplicate`]. Verdicts
-    /// against different offenders commute; two against one offender do not (each takes a
-    /// share of what is left), as with equivocation slashes.
+    /// Takes [`VERDICT_SLASH_BPS`] of the minimum stake from the offender's stake (what is
+    /// left, if less) and burns it, and mints [`VERDICT_REWARD_BPS`] of the minimum stake to
+    /// the beneficiary. One verdict per audited job: the same evidence again, or other
+    /// evidence about the same job, is a [`Outcome::Duplicate`]. Any set of verdicts gives the
+    /// same accounts and totals in any order (the amount recorded for each verdict against
+    /// an offender whose stake runs out depends on the order; the state does not).
     pub fn apply_verdict(&mut self, v: &VerifiedVerdict) -> Result<Outcome, LedgerError> {
         if self.verdicts.contains_key(&v.job) {
             return Ok(Outcome::Duplicate);
         }
         if v.offender == v.beneficiary {
             // `neuroshard_audit::check` never names one node twice; refuse rather than pay
-            // an account from its own stake.
+            // an account for its own offence.
             return Err(LedgerError::SelfTransfer);
         }
         let mut offender = self.account(&v.offender);
-        let slashed = bps_of(offender.stake, SLASH_STAKE_BPS);
-        let paid = bps_of(slashed, SLASH_REPORTER_BPS);
-        let burn = slashed - paid;
+        let slashed = bps_of(self.rules.min_stake, VERDICT_SLASH_BPS).min(offender.stake);
+        let paid = bps_of(self.rules.min_stake, VERDICT_REWARD_BPS);
+        let burn = slashed;
         let mut beneficiary = self.account(&v.beneficiary);
         beneficiary.balance = add(beneficiary.balance, paid)?;
         let burned = add(self.burned, burn)?;
+        let minted = add(self.minted, paid)?;
         offender.stake -= slashed;
         self.put_account(v.offender, offender, None);
         self.put_account(v.beneficiary, beneficiary, None);
         self.burned = burned;
+        self.minted = minted;
         self.verdicts.insert(v.job, v.evidence_hash);
         self.digest.insert(Set::Slash, &v.evidence_hash);
         let mut changes = self.changes_with([v.offender, v.beneficiary]);
@@ -150,14 +153,48 @@ mod tests {
     fn a_verdict_slashes_the_offender_and_pays_the_beneficiary() {
         let stake = 100 * UNITS_PER_NEURO;
         let mut s = staked(2, stake);
+        let min = s.rules.min_stake;
         let out = s.apply_verdict(&verdict(1, 1, 2, 9)).unwrap();
         assert!(matches!(out, Outcome::Applied(_)));
-        let slashed = stake / 2;
+        let slashed = (min / 2).min(stake);
         assert_eq!(s.account(&node(1)).stake, stake - slashed);
-        assert_eq!(s.account(&node(2)).balance, slashed / 10);
-        assert_eq!(s.burned, slashed - slashed / 10);
+        assert_eq!(s.account(&node(2)).balance, min / 20);
+        assert_eq!(s.burned, slashed);
         assert_eq!(s.check_invariants(), Ok(()));
         assert!(s.digest_is_consistent());
+        // Once the stake is gone a verdict takes nothing more, and still pays.
+        let mut poor = staked(2, min / 3);
+        poor.apply_verdict(&verdict(1, 1, 2, 9)).unwrap();
+        poor.apply_verdict(&verdict(2, 1, 2, 8)).unwrap();
+        assert_eq!(poor.account(&node(1)).stake, 0);
+        assert_eq!(poor.burned, min / 3);
+        assert_eq!(poor.account(&node(2)).balance, 2 * (min / 20));
+        assert_eq!(poor.check_invariants(), Ok(()));
+    }
+
+    /// Several auditors convicting one worker: every order gives the same state. (With a
+    /// share of what is left, the auditor whose verdict a ledger applied first was paid
+    /// more, so ledgers that heard them in different orders split.)
+    #[test]
+    fn verdicts_against_one_offender_commute_across_beneficiaries() {
+        let min = LedgerState::new().rules.min_stake;
+        for stake in [0, min / 3, min, 3 * min] {
+            let vs = [
+                verdict(1, 1, 2, 9),
+                verdict(2, 1, 3, 8),
+                verdict(3, 1, 4, 7),
+            ];
+            let mut hashes = Vec::new();
+            for order in [[0, 1, 2], [2, 1, 0], [1, 2, 0]] {
+                let mut s = staked(4, stake);
+                for i in order {
+                    s.apply_verdict(&vs[i]).unwrap();
+                }
+                assert_eq!(s.check_invariants(), Ok(()));
+                hashes.push(s.state_hash());
+            }
+            assert!(hashes.windows(2).all(|w| w[0] == w[1]), "stake {stake}");
+        }
     }
 
     #[test]

@@ -44,8 +44,12 @@ pub(super) struct FraudState {
     served: VecDeque<Hash32>,
 }
 
-/// Verdicts whose weights a node keeps serving after applying them.
-const SERVED_VERDICTS: usize = 8;
+/// Verdicts whose weights a node keeps serving after applying them (in memory, as the
+/// transport serves blobs: at most 32 stage weights, 340 MB for a default stage, reached only
+/// while that many verdicts are recent; each one cost its loser half the minimum stake).
+/// A convicted worker's jobs committed before it was deregistered are audited for two more
+/// rounds, so one cheater alone can bring a dozen verdicts.
+const SERVED_VERDICTS: usize = 32;
 
 /// A fraud report being settled, and who it came from.
 #[derive(Debug)]
