@@ -2,8 +2,10 @@
 //! SQLite ledger. It moves bytes, maps node ids to transport ids and wakes the core at its
 //! deadlines; every decision is the core's.
 
+mod assemble;
 mod genesis;
 mod ledger_writer;
+mod net_setup;
 mod start;
 
 use std::collections::HashMap;
@@ -12,19 +14,15 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use neuroshard_data::Genesis;
-use neuroshard_net::{Address, Net, NetConfig, NetEvent, ResponseChannel};
-use neuroshard_proof::{Hash32, Identity, NodeId};
+use neuroshard_net::{Net, NetEvent, ResponseChannel};
+use neuroshard_proof::{Identity, NodeId};
 use tokio::sync::mpsc;
 
 use crate::NodeError;
 use crate::compute;
-use crate::core::{
-    CoreConfig, EngineJob, EngineOutput, Inbound, NodeCore, RECORD_TTL, REPUBLISH_EVERY, Token,
-    TransferError, Transmit,
-};
-use crate::economy::{Economy, EconomyConfig, LedgerStore};
-use crate::events::{EVENTS_VERSION, NodeEvent};
-use crate::records::{Role, Topic, validate_gossip, validate_record};
+use crate::core::{EngineJob, EngineOutput, Inbound, NodeCore, Token, TransferError, Transmit};
+use crate::events::NodeEvent;
+use crate::records::Topic;
 use crate::serve::{ServeCmd, ServeEvent};
 use crate::settings::NodeSettings;
 use crate::telemetry::Telemetry;
@@ -97,7 +95,7 @@ pub async fn run_serving(
     let identity = Identity::load_or_create(&settings.data_dir.join(neuroshard_proof::KEY_FILE))?;
     let genesis = Genesis::open(&settings.genesis)?;
     let known_network = Arc::new(OnceLock::new());
-    let config = net_config(&settings, known_network.clone())?;
+    let config = net_setup::net_config(&settings, known_network.clone())?;
     let (net, mut net_events) = Net::start(identity.secret_bytes(), config).await?;
     let the_network = genesis::resolve(&mut settings, &identity, &net, genesis.root()).await?;
     let network = the_network.id;
@@ -120,48 +118,16 @@ pub async fn run_serving(
     )
     .await?;
 
-    let ledger_path = settings.data_dir.join(neuroshard_ledger::LEDGER_FILE);
-    let (store, snapshot) = LedgerStore::open(
-        &ledger_path,
-        &identity.node_id(),
-        &the_network.ledger_genesis()?,
-    )?;
-    let economy = Economy::resume(
-        identity.clone(),
-        EconomyConfig::new(
-            network,
-            &settings.model,
-            settings.stages,
-            the_network.genesis.protocol.min_receipts,
-        )?,
-        snapshot,
-    );
+    let (store, economy) = assemble::ledger(&settings, &identity, &the_network)?;
 
     let (engine_tx, mut engine_rx) = mpsc::unbounded_channel::<(Token, EngineOutput)>();
-    let model_hash = hex::encode(s.engine.model_hash());
+    let ready = assemble::ready(&settings, &identity, network, &net, &s, &addrs);
     let busy = compute::BusyTime::default();
     let engine = compute::spawn(s.engine, settings.threads, engine_tx, busy.clone())
         .map_err(|e| NodeError::io(&settings.data_dir, e))?;
     let _ = net
         .start_providing(crate::records::stage_key(&network, s.stage))
         .await;
-    let role = Role::of(s.stage, settings.stages);
-    let ready = NodeEvent::Ready {
-        version: EVENTS_VERSION,
-        node: identity.node_id().to_string(),
-        network: hex::encode(network),
-        peer: Some(net.transport_id()),
-        stage: s.stage,
-        role: role.name().into(),
-        addrs: addrs.iter().map(|a| a.to_string()).collect(),
-        resumed_step: s.steps_done,
-        model_hash,
-        sync_round: s.sync_round,
-        theta: hex::encode(s.sync_theta),
-        joined_round: s.joined.map(|(r, _)| r),
-        join_ms: s.joined.map(|(_, t)| t.as_secs_f64() * 1e3),
-        time_ms: now_ms(),
-    };
     emit(&ready);
     if let Some(t) = &telemetry {
         t.record(&ready);
@@ -174,41 +140,23 @@ pub async fn run_serving(
         });
     }
 
-    let data = crate::genesis_source::GenesisBatches {
+    let mut core = assemble::core(assemble::Parts {
+        settings: &settings,
+        identity: &identity,
+        network,
         genesis,
-        order: settings.data_order,
-        seed: settings.seed,
-        batch: settings.batch,
-        seq: settings.seq,
-        round_steps: match settings.sync.every {
-            0 => crate::genesis_source::ROUND_STEPS_WITHOUT_SYNC,
-            every => every,
-        },
-    };
-    let started_at = Instant::now();
-    let mut core = NodeCore::new(
-        CoreConfig {
-            settings: settings.clone(),
-            identity: identity.clone(),
-            network,
+        started: assemble::Decided {
             stage: s.stage,
             spec: s.spec,
             numel: s.numel,
             steps_done: s.steps_done,
             sync_round: s.sync_round,
             sync_theta: s.sync_theta,
-            seed: u64::from_le_bytes(identity.node_id().0[..8].try_into().unwrap_or_default()),
-            start: started_at,
-            start_unix_ms: now_ms(),
-            addrs: addrs.iter().map(|a| a.to_string()).collect(),
             peers: s.peers,
-            class: neuroshard_model::replay::determinism_class(
-                u16::try_from(settings.micro_batches).unwrap_or(u16::MAX),
-            ),
         },
+        addrs: &addrs,
         economy,
-        Box::new(data),
-    );
+    });
     net.set_topics(core.topics().iter().map(Topic::name).collect())
         .await?;
     let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Done>();
@@ -264,20 +212,7 @@ pub async fn run_serving(
     driver.ledger.finish();
     // Give the deathrattle a moment on the wire before the connections close.
     tokio::time::sleep(Duration::from_millis(200)).await;
-    emit(&NodeEvent::Stopped {
-        stage: core.stage(),
-        step: core.steps_done(),
-        checkpoint: settings.data_dir.join(CHECKPOINT_DIR).display().to_string(),
-        model_hash: core.last_saved().and_then(|r| r.as_ref().ok().cloned()),
-        error: core
-            .last_saved()
-            .and_then(|r| r.as_ref().err().map(|e| e.to_string())),
-        net: Some(Box::new(net.counters())),
-        sync_round: core.sync_round(),
-        theta: hex::encode(core.theta()),
-        ledger: core.ledger_summary(),
-        time_ms: now_ms(),
-    });
+    emit(&assemble::stopped(&core, &settings, &net));
     net.shutdown().await;
     result
 }
@@ -448,54 +383,6 @@ impl Driver {
     }
 }
 
-/// `network` is set once the node knows which network it follows; provider entries are then
-/// checked against its stage keys only.
-fn net_config(
-    settings: &NodeSettings,
-    network: Arc<OnceLock<Hash32>>,
-) -> Result<NetConfig, NodeError> {
-    let mut cfg = NetConfig::local();
-    cfg.listen = parse_addrs(&settings.listen)?;
-    cfg.bootstrap = parse_addrs(&settings.bootstrap)?;
-    cfg.max_frame = settings.max_frame;
-    let b = settings.budgets;
-    cfg.max_queued_bytes = b
-        .inbound_queue_mb
-        .saturating_mul(1 << 20)
-        .max(settings.max_frame);
-    cfg.max_connections = b.connections;
-    cfg.max_connections_per_peer = b.connections_per_peer;
-    cfg.gossip_per_sec = b.gossip_per_sec;
-    cfg.gossip_burst = b.gossip_burst;
-    cfg.request_per_sec = b.request_per_sec;
-    cfg.request_burst = b.request_burst;
-    cfg.request_timeout = settings.grad_timeout();
-    // Every stage's heartbeats while the node chooses its stage; then only what it needs.
-    cfg.topics = Topic::all_heartbeats(settings.stages)
-        .iter()
-        .map(Topic::name)
-        .collect();
-    cfg.record_ttl = RECORD_TTL;
-    cfg.republish_interval = REPUBLISH_EVERY;
-    cfg.gossip_validator = Arc::new(validate_gossip);
-    cfg.record_validator =
-        Arc::new(|k: &[u8], v: &[u8], p: Option<&NodeId>| validate_record(k, v, p, now_ms()));
-    let stages = settings.stages;
-    cfg.provider_validator = Arc::new(move |key: &[u8], _provider: &NodeId| {
-        crate::records::validate_provider_key(key, network.get(), stages)
-    });
-    Ok(cfg)
-}
-
 fn signal(kind: tokio::signal::unix::SignalKind) -> Result<tokio::signal::unix::Signal, NodeError> {
     tokio::signal::unix::signal(kind).map_err(|e| NodeError::Config(format!("signal handler: {e}")))
-}
-
-fn parse_addrs(list: &[String]) -> Result<Vec<Address>, NodeError> {
-    list.iter()
-        .map(|a| {
-            a.parse::<Address>()
-                .map_err(|e| NodeError::Config(format!("address {a:?}: {e}")))
-        })
-        .collect()
 }
