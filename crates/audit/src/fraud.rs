@@ -102,17 +102,8 @@ impl FraudProof {
         sent_output: Option<Tensor>,
         timestamp_ms: u64,
     ) -> Self {
-        let accusation = Accusation {
-            network: commitment.network,
-            stage: commitment.stage,
-            round: commitment.round,
-            job: commitment.key(),
-            commitment: job.payload_hash(),
-            claimed_output_hash: claimed.output_hash,
-            claimed_grads_hash: claimed.grads_hash,
-            charge: Charge::Replay,
-            timestamp_ms,
-        };
+        let claimed = (claimed.output_hash, claimed.grads_hash);
+        let accusation = accuse(&job, commitment, claimed, Charge::Replay, timestamp_ms);
         Self {
             accusation: Signed::sign(auditor, &accusation),
             job,
@@ -130,17 +121,8 @@ impl FraudProof {
         inputs: JobInputs,
         timestamp_ms: u64,
     ) -> Self {
-        let accusation = Accusation {
-            network: commitment.network,
-            stage: commitment.stage,
-            round: commitment.round,
-            job: commitment.key(),
-            commitment: job.payload_hash(),
-            claimed_output_hash: commitment.output_hash,
-            claimed_grads_hash: commitment.grads_hash,
-            charge: Charge::Provenance,
-            timestamp_ms,
-        };
+        let claimed = (commitment.output_hash, commitment.grads_hash);
+        let accusation = accuse(&job, commitment, claimed, Charge::Provenance, timestamp_ms);
         Self {
             accusation: Signed::sign(auditor, &accusation),
             job,
@@ -212,6 +194,27 @@ impl Canonical for FraudProof {
             inputs,
             sent_output,
         })
+    }
+}
+
+/// The accusation of `job` (whose payload is `commitment`) with the hashes the accuser got.
+fn accuse(
+    job: &SignedJob,
+    commitment: &JobCommitment,
+    (claimed_output_hash, claimed_grads_hash): (Hash32, Hash32),
+    charge: Charge,
+    timestamp_ms: u64,
+) -> Accusation {
+    Accusation {
+        network: commitment.network,
+        stage: commitment.stage,
+        round: commitment.round,
+        job: commitment.key(),
+        commitment: job.payload_hash(),
+        claimed_output_hash,
+        claimed_grads_hash,
+        charge,
+        timestamp_ms,
     }
 }
 

@@ -439,6 +439,22 @@ pub struct Settle {
     pub class: DeterminismClass,
 }
 
+impl Settle {
+    /// The audit context of a job of `stage` and `round`, as this node checks it.
+    pub fn context(&self, stage: u16, round: u64) -> AuditContext<'_> {
+        AuditContext {
+            network: self.network,
+            stage,
+            round,
+            seed: self.seed,
+            validators: &self.validators,
+            rate: self.rate,
+            limits: self.limits,
+            tolerance: Tolerance::default(),
+        }
+    }
+}
+
 /// The engine replaying the one job a fraud proof is about, on the weights served with it.
 struct OneJob<'a> {
     engine: &'a Engine,
@@ -465,16 +481,7 @@ impl Engine {
         let Ok(c) = s.proof.job.verify() else {
             return Err(EvidenceError::AccusationMismatch);
         };
-        let ctx = AuditContext {
-            network: s.network,
-            stage: c.stage,
-            round: c.round,
-            seed: s.seed,
-            validators: &s.validators,
-            rate: s.rate,
-            limits: s.limits,
-            tolerance: Tolerance::default(),
-        };
+        let ctx = s.context(c.stage, c.round);
         let replayer = OneJob {
             engine: self,
             spec: s.spec,

@@ -13,8 +13,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use neuroshard_audit::{
-    AuditContext, ChallengeSeed, Charge, FraudProof, GenesisText, JobKey, Replayed, Tolerance,
-    Verdict, check_before_replay, check_provenance_charge, verify_job,
+    ChallengeSeed, Charge, FraudProof, GenesisText, JobInputs, JobKey, Replayed, Verdict,
+    check_before_replay, check_provenance_charge, verify_job,
 };
 use neuroshard_ledger::VerifiedVerdict;
 use neuroshard_model::StageSpec;
@@ -99,13 +99,11 @@ impl NodeCore {
     /// Our audit of `key` contradicted the worker: report it to every node, serve the
     /// weights it ran at, and settle it here as every node does.
     pub(super) fn file_fraud_proof(&mut self, key: JobKey, replayed: &Replayed, now: Instant) {
-        let Some(open) = self.audit.open.get(&key).cloned() else {
+        let at = self.unix_ms(now);
+        let Some((open, inputs, final_hash)) = self.open_case(&key) else {
             return;
         };
-        let (Some(inputs), Some(weights)) = (open.inputs, open.weights) else {
-            return;
-        };
-        let Some(&(_, final_hash)) = self.audit.seeds.get(&open.round) else {
+        let Some(weights) = open.weights else {
             return;
         };
         let proof = FraudProof::new(
@@ -115,57 +113,59 @@ impl NodeCore {
             inputs,
             replayed,
             None,
-            self.unix_ms(now),
+            at,
         );
         let weights_blob = blob_hash(&weights);
         self.offer_audit_blob(open.round, weights_blob, Arc::clone(&weights));
-        let report = FraudReport {
-            proof,
-            final_hash,
-            weights_blob,
-        };
-        self.transmits.push_back(Transmit::Publish {
-            topic: Topic::Ops,
-            data: report.to_canonical_bytes(),
-        });
-        let me = self.me;
-        if let Some(report) = self.precheck_report(me, report, false, now) {
-            self.settle_report(Case::gossiped(me, report), weights);
-        }
+        self.publish_report(proof, final_hash, Some(weights), now);
     }
 
     /// Our audit found a first-stage job's tokens are not the genesis text they name: report
     /// it to every node (no weights to serve: checkers read their own genesis) and settle it
     /// here as every node does.
     pub(super) fn file_provenance_proof(&mut self, key: JobKey, now: Instant) {
-        let Some(open) = self.audit.open.get(&key).cloned() else {
+        let at = self.unix_ms(now);
+        let Some((open, inputs, final_hash)) = self.open_case(&key) else {
             return;
         };
-        let Some(inputs) = open.inputs else {
-            return;
-        };
-        let Some(&(_, final_hash)) = self.audit.seeds.get(&open.round) else {
-            return;
-        };
-        let proof = FraudProof::provenance(
-            &self.identity,
-            open.job,
-            &open.commitment,
-            inputs,
-            self.unix_ms(now),
-        );
+        let proof = FraudProof::provenance(&self.identity, open.job, &open.commitment, inputs, at);
+        self.publish_report(proof, final_hash, None, now);
+    }
+
+    /// An audit of ours with its inputs, and the final hash of its round.
+    fn open_case(&self, key: &JobKey) -> Option<(super::audit::Open, JobInputs, Hash32)> {
+        let open = self.audit.open.get(key).cloned()?;
+        let inputs = open.inputs.clone()?;
+        let &(_, final_hash) = self.audit.seeds.get(&open.round)?;
+        Some((open, inputs, final_hash))
+    }
+
+    /// Gossips our report to every node and settles it here as they do.
+    fn publish_report(
+        &mut self,
+        proof: FraudProof,
+        final_hash: Hash32,
+        weights: Option<SharedBlob>,
+        now: Instant,
+    ) {
         let report = FraudReport {
             proof,
             final_hash,
-            weights_blob: neuroshard_audit::NO_HASH,
+            weights_blob: weights
+                .as_ref()
+                .map_or(neuroshard_audit::NO_HASH, |w| blob_hash(w)),
         };
         self.transmits.push_back(Transmit::Publish {
             topic: Topic::Ops,
             data: report.to_canonical_bytes(),
         });
         let me = self.me;
-        if let Some(report) = self.precheck_report(me, report, false, now) {
-            self.settle_provenance(Case::gossiped(me, report), now);
+        let Some(report) = self.precheck_report(me, report, false, now) else {
+            return;
+        };
+        match weights {
+            Some(w) => self.settle_report(Case::gossiped(me, report), w),
+            None => self.settle_provenance(Case::gossiped(me, report), now),
         }
     }
 
@@ -273,16 +273,7 @@ impl NodeCore {
         // Everything but the replay, before anything is fetched: evidence that cannot
         // convict costs this node no weights transfer and no replay.
         let settle = self.settle_context(&report)?;
-        let ctx = AuditContext {
-            network: settle.network,
-            stage: c.stage,
-            round: c.round,
-            seed: settle.seed,
-            validators: &settle.validators,
-            rate: settle.rate,
-            limits: settle.limits,
-            tolerance: Tolerance::default(),
-        };
+        let ctx = settle.context(c.stage, c.round);
         if let Err(e) = check_before_replay(&ctx, &report.proof) {
             self.refuse_case(from, relayed, &report, e.to_string(), now);
             return None;
@@ -504,16 +495,7 @@ impl NodeCore {
         let Ok(c) = verify_job(&report.proof.job) else {
             return;
         };
-        let ctx = AuditContext {
-            network: settle.network,
-            stage: c.stage,
-            round: c.round,
-            seed: settle.seed,
-            validators: &settle.validators,
-            rate: settle.rate,
-            limits: settle.limits,
-            tolerance: Tolerance::default(),
-        };
+        let ctx = settle.context(c.stage, c.round);
         let text = GenesisOf(self.data.as_ref());
         match check_provenance_charge(&ctx, &report.proof, &text) {
             Ok(verdict) => self.apply_settled(&case, &verdict, None, now),
