@@ -148,29 +148,49 @@ pub fn report_id(wire: &[u8]) -> Hash32 {
     *h.finalize().as_bytes()
 }
 
-/// Fraud reports kept to relay, by id, oldest first, within [`MAX_REPORT_BYTES`].
+/// Fraud reports kept to relay, by id, oldest first, within [`MAX_REPORT_BYTES`], one per
+/// audited job: the auditor of a convicted job can sign any number of reports of it (another
+/// timestamp each), and without this bound they would push every other report out.
 #[derive(Debug, Default)]
 pub(super) struct Reports {
-    by_id: BTreeMap<Hash32, std::sync::Arc<Vec<u8>>>,
+    by_id: BTreeMap<Hash32, (Hash32, std::sync::Arc<Vec<u8>>)>,
+    jobs: BTreeSet<Hash32>,
     order: std::collections::VecDeque<Hash32>,
     bytes: usize,
 }
 
+/// The job a report's commitment names (the signatures are checked before a report is
+/// kept; here only its bytes are read).
+fn job_of(wire: &[u8]) -> Option<Hash32> {
+    let report = crate::wire::FraudReport::from_canonical_bytes(wire).ok()?;
+    let c = neuroshard_audit::JobCommitment::from_canonical_bytes(report.proof.job.payload_bytes())
+        .ok()?;
+    Some(c.key().0)
+}
+
 impl Reports {
-    /// False when already kept (or larger than a report may be).
+    /// False when already kept, when a report of the same job is, or when it is not a
+    /// report (or larger than one may be).
     pub(super) fn keep(&mut self, wire: Vec<u8>) -> bool {
         let id = report_id(&wire);
         if wire.len() > MAX_REPORT_WIRE || self.by_id.contains_key(&id) {
             return false;
         }
+        let Some(job) = job_of(&wire) else {
+            return false;
+        };
+        if !self.jobs.insert(job) {
+            return false;
+        }
         self.bytes = self.bytes.saturating_add(wire.len());
-        self.by_id.insert(id, std::sync::Arc::new(wire));
+        self.by_id.insert(id, (job, std::sync::Arc::new(wire)));
         self.order.push_back(id);
         while self.bytes > MAX_REPORT_BYTES {
             let Some(old) = self.order.pop_front() else {
                 break;
             };
-            if let Some(w) = self.by_id.remove(&old) {
+            if let Some((job, w)) = self.by_id.remove(&old) {
+                self.jobs.remove(&job);
                 self.bytes = self.bytes.saturating_sub(w.len());
             }
         }
@@ -180,7 +200,19 @@ impl Reports {
     pub fn wires(&self) -> impl Iterator<Item = &Vec<u8>> {
         self.order
             .iter()
-            .filter_map(|id| self.by_id.get(id).map(|w| &**w))
+            .filter_map(|id| self.by_id.get(id).map(|(_, w)| &**w))
+    }
+
+    fn get(&self, id: &Hash32) -> Option<&std::sync::Arc<Vec<u8>>> {
+        self.by_id.get(id).map(|(_, w)| w)
+    }
+
+    fn contains(&self, id: &Hash32) -> bool {
+        self.by_id.contains_key(id)
+    }
+
+    fn ids(&self) -> impl Iterator<Item = Hash32> + '_ {
+        self.by_id.keys().copied()
     }
 }
 
@@ -239,13 +271,13 @@ impl Economy {
             .keys()
             .copied()
             .chain(self.op_ids.keys().copied())
-            .chain(self.sync.reports.by_id.keys().copied())
+            .chain(self.sync.reports.ids())
     }
 
     pub(super) fn holds(&self, id: &Hash32) -> bool {
         self.wires.contains_key(id)
             || self.op_ids.contains_key(id)
-            || self.sync.reports.by_id.contains_key(id)
+            || self.sync.reports.contains(id)
     }
 
     /// Keeps the canonical bytes of a fraud report whose verdict this ledger applied (or
@@ -348,7 +380,7 @@ impl Economy {
         };
         let mut report_bytes = 0usize;
         for id in &wanted {
-            let Some(wire) = self.sync.reports.by_id.get(*id) else {
+            let Some(wire) = self.sync.reports.get(id) else {
                 continue;
             };
             report_bytes = report_bytes.saturating_add(wire.len());

@@ -278,7 +278,7 @@ fn the_first_answer_carries_the_registrations_applied_last() {
 #[test]
 fn reports_of_verdicts_reach_a_ledger_that_lacks_them() {
     let (mut a, mut b) = (economy(21), economy(22));
-    let report = vec![7u8; 300];
+    let report = a_report(1, 7);
     b.keep_report(report.clone());
     let session = |a: &mut Economy, b: &mut Economy, now: u64| {
         let peer = NodeId([0xee; 32]);
@@ -315,17 +315,74 @@ fn reports_of_verdicts_reach_a_ledger_that_lacks_them() {
 fn a_kept_report_is_written_once_and_resumes_from_the_store() {
     let mut a = economy(23);
     while a.poll_write().is_some() {}
-    a.keep_report(vec![9; 40]);
+    let report = a_report(1, 7);
+    a.keep_report(report.clone());
+    a.keep_report(report.clone());
+    // Another report of the same job (its auditor re-signed it later): not kept, so an
+    // auditor cannot fill the store with copies of one verdict. Bytes that are no report
+    // are not kept either.
+    a.keep_report(a_report(1, 8));
     a.keep_report(vec![9; 40]);
     let writes: Vec<_> = std::iter::from_fn(|| a.poll_write()).collect();
     assert_eq!(writes.len(), 1);
     assert_eq!(
         writes[0].report.as_ref().map(|(id, w)| (*id, w.to_vec())),
-        Some((report_id(&[9; 40]), vec![9; 40]))
+        Some((report_id(&report), report.clone()))
     );
+    // A report of another job is.
+    a.keep_report(a_report(2, 7));
+    assert_eq!(std::iter::from_fn(|| a.poll_write()).count(), 1);
     let snapshot = a.snapshot();
-    assert_eq!(snapshot.reports, vec![vec![9; 40]]);
+    assert_eq!(snapshot.reports, vec![report.clone(), a_report(2, 7)]);
     let mut b = Economy::resume(test_identity(23), a.cfg.clone(), snapshot);
     assert!(b.poll_write().is_none());
-    assert!(b.holds(&report_id(&[9; 40])));
+    assert!(b.holds(&report_id(&report)));
+}
+
+/// A provenance report about job `index` of a made-up commitment, signed at `timestamp`.
+fn a_report(index: u32, timestamp: u64) -> Vec<u8> {
+    use neuroshard_audit::{
+        DeterminismClass, FraudProof, IsaLevel, JobCommitment, JobInputs, JobKind, MicroBatchRef,
+        NO_HASH, StageData, TokenIds, UpstreamData,
+    };
+    let worker = test_identity(1);
+    let c = JobCommitment {
+        network: [0; 32],
+        worker: worker.node_id(),
+        stage: 0,
+        round: 0,
+        step: 1,
+        micro_batch: MicroBatchRef {
+            origin: worker.node_id(),
+            step: 1,
+            index,
+        },
+        kind: JobKind::Forward,
+        class: DeterminismClass {
+            build: [1; 32],
+            isa: IsaLevel::X86V3,
+            cache_bytes: [1, 2, 3],
+            micro_batches: 2,
+        },
+        weights_hash: [2; 32],
+        input_hash: [3; 32],
+        upstream_hash: NO_HASH,
+        output_hash: [4; 32],
+        grads_hash: NO_HASH,
+    };
+    let inputs = JobInputs {
+        input: StageData::Tokens(TokenIds {
+            batch: 1,
+            seq: 2,
+            ids: vec![1, 2],
+        }),
+        upstream: UpstreamData::None,
+    };
+    let proof = FraudProof::provenance(&test_identity(2), c.sign(&worker), &c, inputs, timestamp);
+    crate::wire::FraudReport {
+        proof,
+        final_hash: [5; 32],
+        weights_blob: NO_HASH,
+    }
+    .to_canonical_bytes()
 }
