@@ -591,18 +591,29 @@ impl Compute for Engine {
     }
 }
 
-/// Nanoseconds an engine thread has spent executing jobs, shared with whoever reports it.
+/// Nanoseconds an engine thread has spent executing jobs, and the part of it spent on audit
+/// work, shared with whoever reports them.
 #[derive(Debug, Clone, Default)]
-pub struct BusyTime(Arc<AtomicU64>);
+pub struct BusyTime(Arc<(AtomicU64, AtomicU64)>);
 
 impl BusyTime {
     pub fn add(&self, d: std::time::Duration) {
         let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
-        self.0.fetch_add(ns, Ordering::Relaxed);
+        self.0.0.fetch_add(ns, Ordering::Relaxed);
+    }
+
+    /// Time spent on a job of the audits (a replay, a settlement, evidence served).
+    pub fn add_audit(&self, d: std::time::Duration) {
+        let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        self.0.1.fetch_add(ns, Ordering::Relaxed);
     }
 
     pub fn ms(&self) -> f64 {
-        self.0.load(Ordering::Relaxed) as f64 / 1e6
+        self.0.0.load(Ordering::Relaxed) as f64 / 1e6
+    }
+
+    pub fn audit_ms(&self) -> f64 {
+        self.0.1.load(Ordering::Relaxed) as f64 / 1e6
     }
 }
 
@@ -632,9 +643,18 @@ pub fn spawn<C: Compute + Send + 'static>(
                     let Some((token, job)) = next_job(&mut waiting) else {
                         continue;
                     };
+                    let audit = matches!(
+                        job,
+                        EngineJob::Replay { .. }
+                            | EngineJob::Settle { .. }
+                            | EngineJob::Evidence { .. }
+                    );
                     let started = std::time::Instant::now();
                     let out = engine.execute(job);
                     busy.add(started.elapsed());
+                    if audit {
+                        busy.add_audit(started.elapsed());
+                    }
                     if done.send((token, out)).is_err() {
                         break;
                     }

@@ -228,6 +228,13 @@ pub enum NodeEvent {
     Evidence {
         bytes: u64,
         budget: u64,
+        /// Milliseconds the engine has spent on audit work since the node started (replays,
+        /// settlements, serving evidence) and on all jobs (real processes only): their ratio
+        /// is what audits cost this replica's compute.
+        #[serde(default)]
+        audit_ms: Option<f64>,
+        #[serde(default)]
+        busy_ms: Option<f64>,
         time_ms: u64,
     },
     /// The node's HTTP API listens at `http` (its bound address).

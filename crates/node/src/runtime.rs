@@ -300,6 +300,12 @@ impl Driver {
             match &mut ev {
                 NodeEvent::Stats { net, .. } => *net = Some(Box::new(self.net.counters())),
                 NodeEvent::Step { busy_ms, .. } => *busy_ms = Some(self.busy.ms()),
+                NodeEvent::Evidence {
+                    audit_ms, busy_ms, ..
+                } => {
+                    *audit_ms = Some(self.busy.audit_ms());
+                    *busy_ms = Some(self.busy.ms());
+                }
                 _ => {}
             }
             emit(&ev);

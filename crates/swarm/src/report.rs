@@ -97,6 +97,8 @@ pub struct Report {
     audits: BTreeMap<String, u64>,
     /// The most evidence any replica held for its auditors, in bytes.
     evidence_max: u64,
+    /// Per node: its engine's latest (audit ms, busy ms): what audits cost its compute.
+    audit_busy: BTreeMap<usize, (f64, f64)>,
     /// When any replica last ended a round (wall clock ms).
     last_round_ms: u64,
     /// Latest ledger summary per node, and when its state hash last changed.
@@ -106,6 +108,25 @@ pub struct Report {
 }
 
 impl Report {
+    /// Engine time spent on audits (replays, settlements, evidence served) over all engine
+    /// time, over every node and for the node where it was largest; None before any report.
+    pub(crate) fn audit_share(&self) -> Value {
+        let (audit, busy) = self
+            .audit_busy
+            .values()
+            .fold((0.0, 0.0), |(a, b), (x, y)| (a + x, b + y));
+        let max = self
+            .audit_busy
+            .values()
+            .filter(|(_, b)| *b > 0.0)
+            .map(|(a, b)| a / b)
+            .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))));
+        json!({
+            "all": (busy > 0.0).then(|| audit / busy),
+            "max_node": max,
+        })
+    }
+
     pub fn new(steps: u64) -> Self {
         Self {
             steps,
@@ -207,7 +228,17 @@ impl Report {
                 self.on_round(i, *stage, *round, theta, t);
                 self.adoptions += 1;
             }
-            NodeEvent::Evidence { bytes, .. } => self.evidence_max = self.evidence_max.max(*bytes),
+            NodeEvent::Evidence {
+                bytes,
+                audit_ms,
+                busy_ms,
+                ..
+            } => {
+                self.evidence_max = self.evidence_max.max(*bytes);
+                if let (Some(a), Some(b)) = (audit_ms, busy_ms) {
+                    self.audit_busy.insert(i, (*a, *b));
+                }
+            }
             NodeEvent::Audit { outcome, .. } => {
                 let class = outcome.split(':').next().unwrap_or_default().to_string();
                 *self.audits.entry(class).or_default() += 1;
@@ -306,6 +337,7 @@ impl Report {
             "adoptions": self.adoptions,
             "audits": self.audits,
             "max_evidence_bytes_per_replica": self.evidence_max,
+            "audit_compute_share": self.audit_share(),
             "mean_sent_bytes_per_replica": sent,
             "mean_dense_bytes_per_replica": dense,
             "compression_ratio": if sent > 0.0 { dense / sent } else { 0.0 },

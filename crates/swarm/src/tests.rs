@@ -159,6 +159,25 @@ fn utilization_is_busy_time_over_the_training_window_per_stage() {
     assert!((u[&1] - 0.4).abs() < 1e-9, "{u:?}");
 }
 
+/// The audits' share of compute: each node's latest audit and engine times, summed.
+#[test]
+fn audit_share_is_audit_time_over_engine_time() {
+    let evidence = |audit: f64, busy: f64| NodeEvent::Evidence {
+        bytes: 1,
+        budget: 2,
+        audit_ms: Some(audit),
+        busy_ms: Some(busy),
+        time_ms: 0,
+    };
+    let mut r = Report::new(10);
+    r.on_event(0, &evidence(10.0, 100.0));
+    r.on_event(0, &evidence(30.0, 1_000.0));
+    r.on_event(1, &evidence(90.0, 1_000.0));
+    let share = r.audit_share();
+    assert!((share["all"].as_f64().unwrap() - 0.06).abs() < 1e-9, "{share}");
+    assert!((share["max_node"].as_f64().unwrap() - 0.09).abs() < 1e-9, "{share}");
+}
+
 #[test]
 fn kill_specs() {
     let k = Kill::parse("3@20", Some(500)).unwrap();

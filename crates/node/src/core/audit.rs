@@ -407,6 +407,8 @@ impl NodeCore {
                 self.events.push_back(NodeEvent::Evidence {
                     bytes: *bytes,
                     budget: *budget,
+                    audit_ms: None,
+                    busy_ms: None,
                     time_ms,
                 });
             }
