@@ -174,8 +174,14 @@ fn audit_share_is_audit_time_over_engine_time() {
     r.on_event(0, &evidence(30.0, 1_000.0));
     r.on_event(1, &evidence(90.0, 1_000.0));
     let share = r.audit_share();
-    assert!((share["all"].as_f64().unwrap() - 0.06).abs() < 1e-9, "{share}");
-    assert!((share["max_node"].as_f64().unwrap() - 0.09).abs() < 1e-9, "{share}");
+    assert!(
+        (share["all"].as_f64().unwrap() - 0.06).abs() < 1e-9,
+        "{share}"
+    );
+    assert!(
+        (share["max_node"].as_f64().unwrap() - 0.09).abs() < 1e-9,
+        "{share}"
+    );
 }
 
 #[test]
