@@ -265,14 +265,6 @@ impl StageData {
             Self::Hidden(t) => (t.batch, t.seq),
         }
     }
-
-    /// The token ids, when the stage consumed tokens.
-    pub fn tokens(&self) -> Option<&TokenIds> {
-        match self {
-            Self::Tokens(t) | Self::Genesis(GenesisTokens { tokens: t, .. }) => Some(t),
-            Self::Hidden(_) => None,
-        }
-    }
 }
 
 /// What flowed into a backward job from downstream.

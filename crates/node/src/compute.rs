@@ -651,9 +651,10 @@ pub fn spawn<C: Compute + Send + 'static>(
                     );
                     let started = std::time::Instant::now();
                     let out = engine.execute(job);
-                    busy.add(started.elapsed());
+                    let took = started.elapsed();
+                    busy.add(took);
                     if audit {
-                        busy.add_audit(started.elapsed());
+                        busy.add_audit(took);
                     }
                     if done.send((token, out)).is_err() {
                         break;

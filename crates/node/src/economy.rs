@@ -352,7 +352,7 @@ impl Economy {
             sync: antientropy::SyncState::default(),
         };
         for wire in snapshot.reports {
-            economy.sync.reports.keep(wire);
+            economy.sync.reports.keep(Arc::new(wire));
         }
         economy
     }

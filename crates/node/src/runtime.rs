@@ -108,7 +108,7 @@ pub async fn run_serving(
         )));
     }
     let addrs = net.listen_addrs().await;
-    let s = start::start(
+    let mut s = start::start(
         &settings,
         &identity,
         &net,
@@ -119,9 +119,12 @@ pub async fn run_serving(
     .await?;
 
     let (store, economy) = assemble::ledger(&settings, &identity, &the_network)?;
+    let ready = assemble::ready(&settings, &identity, network, &net, &s, &addrs);
+    let mut core = assemble::core(
+        &settings, &identity, network, genesis, &mut s, &addrs, economy,
+    );
 
     let (engine_tx, mut engine_rx) = mpsc::unbounded_channel::<(Token, EngineOutput)>();
-    let ready = assemble::ready(&settings, &identity, network, &net, &s, &addrs);
     let busy = compute::BusyTime::default();
     let engine = compute::spawn(s.engine, settings.threads, engine_tx, busy.clone())
         .map_err(|e| NodeError::io(&settings.data_dir, e))?;
@@ -140,23 +143,6 @@ pub async fn run_serving(
         });
     }
 
-    let mut core = assemble::core(assemble::Parts {
-        settings: &settings,
-        identity: &identity,
-        network,
-        genesis,
-        started: assemble::Decided {
-            stage: s.stage,
-            spec: s.spec,
-            numel: s.numel,
-            steps_done: s.steps_done,
-            sync_round: s.sync_round,
-            sync_theta: s.sync_theta,
-            peers: s.peers,
-        },
-        addrs: &addrs,
-        economy,
-    });
     net.set_topics(core.topics().iter().map(Topic::name).collect())
         .await?;
     let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Done>();

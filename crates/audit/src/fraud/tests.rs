@@ -593,8 +593,11 @@ fn a_driver_training_on_text_that_is_not_the_genesis_it_names_is_guilty() {
         }
     );
     // Tokens with no names at all are no better.
+    let StageData::Genesis(named) = &honest_inputs.input else {
+        unreachable!("first_stage gives genesis inputs")
+    };
     let plain = JobInputs {
-        input: StageData::Tokens(honest_inputs.input.tokens().unwrap().clone()),
+        input: StageData::Tokens(named.tokens.clone()),
         upstream: UpstreamData::None,
     };
     c.input_hash = plain.input.hash();

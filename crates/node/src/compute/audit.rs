@@ -92,6 +92,13 @@ impl DiskWriter {
     }
 }
 
+/// A write the disk confirmed: its bytes leave memory, unless the name was rewritten since.
+fn confirmed(memory: &mut HashMap<String, Arc<Vec<u8>>>, name: &str, bytes: &Arc<Vec<u8>>) {
+    if memory.get(name).is_some_and(|m| Arc::ptr_eq(m, bytes)) {
+        memory.remove(name);
+    }
+}
+
 impl JobStore {
     /// A store in `dir` (created; its previous contents are dropped: a restarted node's
     /// earlier jobs were committed under state it no longer has) or, without one, in memory.
@@ -119,13 +126,7 @@ impl JobStore {
             else {
                 return;
             };
-            if self
-                .memory
-                .get(&done)
-                .is_some_and(|m| Arc::ptr_eq(m, &bytes))
-            {
-                self.memory.remove(&done);
-            }
+            confirmed(&mut self.memory, &done, &bytes);
         }
     }
 
@@ -173,13 +174,7 @@ impl JobStore {
         let bytes = Arc::new(bytes);
         if let (Some(d), Some(w)) = (&self.dir, &self.writer) {
             for (done, bytes) in w.written.try_iter() {
-                if self
-                    .memory
-                    .get(&done)
-                    .is_some_and(|m| Arc::ptr_eq(m, &bytes))
-                {
-                    self.memory.remove(&done);
-                }
+                confirmed(&mut self.memory, &done, &bytes);
             }
             let op = DiskOp::Write(d.join(&name), Arc::clone(&bytes), name.clone());
             if w.ops.send(op).is_err() {

@@ -55,8 +55,9 @@ const SERVED_VERDICTS: usize = 32;
 #[derive(Debug)]
 struct Case {
     from: NodeId,
-    /// Relayed by anti-entropy (from a ledger that applied it), not gossiped by its author.
-    relayed: bool,
+    /// Relayed by anti-entropy (from a ledger that applied it), not gossiped by its author:
+    /// the id ledgers reconcile it by.
+    relayed: Option<Hash32>,
     report: Box<FraudReport>,
 }
 
@@ -160,7 +161,7 @@ impl NodeCore {
             data: report.to_canonical_bytes(),
         });
         let me = self.me;
-        let Some(report) = self.precheck_report(me, report, false, now) else {
+        let Some(report) = self.precheck_report(me, report, None, now) else {
             return;
         };
         match weights {
@@ -181,23 +182,27 @@ impl NodeCore {
         let Ok(report) = FraudReport::from_canonical_bytes(data) else {
             return false;
         };
-        self.take_report(from, report, false, now);
+        self.take_report(from, report, None, now);
         true
     }
 
     /// A fraud report a peer's ledger relayed by anti-entropy: settled here like a gossiped
     /// one (a verdict is never taken on trust), the weights fetched from that peer.
     pub(super) fn on_relayed_report(&mut self, peer: NodeId, wire: &[u8], now: Instant) {
+        let id = crate::economy::report_id(wire);
         match FraudReport::from_canonical_bytes(wire) {
-            Ok(report) => self.take_report(peer, report, true, now),
-            Err(_) => {
-                let id = crate::economy::report_id(wire);
-                self.economy.refuse_item(id, self.unix_ms(now));
-            }
+            Ok(report) => self.take_report(peer, report, Some(id), now),
+            Err(_) => self.economy.refuse_item(id, self.unix_ms(now)),
         }
     }
 
-    fn take_report(&mut self, from: NodeId, report: FraudReport, relayed: bool, now: Instant) {
+    fn take_report(
+        &mut self,
+        from: NodeId,
+        report: FraudReport,
+        relayed: Option<Hash32>,
+        now: Instant,
+    ) {
         let Some(report) = self.precheck_report(from, report, relayed, now) else {
             return;
         };
@@ -239,14 +244,15 @@ impl NodeCore {
         &mut self,
         from: NodeId,
         report: FraudReport,
-        relayed: bool,
+        relayed: Option<Hash32>,
         now: Instant,
     ) -> Option<FraudReport> {
+        let verified = verify_job(&report.proof.job);
         let why = (|| {
-            if !relayed && report.proof.accusation.signer().node_id() != from {
+            if relayed.is_none() && report.proof.accusation.signer().node_id() != from {
                 return Some("a fraud report relayed under another key");
             }
-            let Ok(c) = verify_job(&report.proof.job) else {
+            let Ok(c) = &verified else {
                 return Some("a fraud report with a forged commitment");
             };
             if c.network != self.network || self.stage_spec(c.stage).is_none() {
@@ -261,13 +267,13 @@ impl NodeCore {
             None
         })();
         if let Some(why) = why {
-            self.refuse_case(from, relayed, &report, why.into(), now);
+            self.refuse_case(from, relayed, why.into(), now);
             return None;
         }
-        let c = verify_job(&report.proof.job).ok()?;
+        let c = verified.ok()?;
         let key = c.key();
         let settled = self.economy.ledger().has_verdict(&key.0);
-        if (settled && !relayed) || self.fraud.seen.contains(&key) {
+        if (settled && relayed.is_none()) || self.fraud.seen.contains(&key) {
             return None;
         }
         // Everything but the replay, before anything is fetched: evidence that cannot
@@ -275,7 +281,7 @@ impl NodeCore {
         let settle = self.settle_context(&report)?;
         let ctx = settle.context(c.stage, c.round);
         if let Err(e) = check_before_replay(&ctx, &report.proof) {
-            self.refuse_case(from, relayed, &report, e.to_string(), now);
+            self.refuse_case(from, relayed, e.to_string(), now);
             return None;
         }
         if settled {
@@ -291,19 +297,10 @@ impl NodeCore {
     /// A report that cannot convict. Its author is penalised for it; a ledger relaying it is
     /// not (its ledger may know registrations ours does not yet): the report is only not
     /// asked for again for a while.
-    fn refuse_case(
-        &mut self,
-        from: NodeId,
-        relayed: bool,
-        report: &FraudReport,
-        reason: String,
-        now: Instant,
-    ) {
-        if relayed {
-            let id = crate::economy::report_id(&report.to_canonical_bytes());
-            self.economy.refuse_item(id, self.unix_ms(now));
-        } else {
-            self.refuse_report(from, reason, now);
+    fn refuse_case(&mut self, from: NodeId, relayed: Option<Hash32>, reason: String, now: Instant) {
+        match relayed {
+            Some(id) => self.economy.refuse_item(id, self.unix_ms(now)),
+            None => self.refuse_report(from, reason, now),
         }
     }
 
@@ -357,8 +354,7 @@ impl NodeCore {
         if let Ok(c) = verify_job(&case.report.proof.job) {
             self.fraud.forget(&c.key());
         }
-        if case.relayed {
-            let id = crate::economy::report_id(&case.report.to_canonical_bytes());
+        if let Some(id) = case.relayed {
             self.economy.refuse_item(id, self.unix_ms(now));
         }
     }
@@ -413,8 +409,7 @@ impl NodeCore {
             Ok(verdict) => self.apply_settled(&case, verdict, weights, now),
             // Evidence that fails before the replay is its author's fault.
             Err(e) => {
-                let report = &case.report;
-                self.refuse_case(case.from, case.relayed, report, e.to_string(), now);
+                self.refuse_case(case.from, case.relayed, e.to_string(), now);
                 self.unsettled(&case, now);
             }
         }
@@ -441,25 +436,29 @@ impl NodeCore {
         let Some(v) = VerifiedVerdict::from_checked(verdict, &report.proof) else {
             return;
         };
+        let applied = match self.economy.apply_verdict(&v) {
+            Ok(applied) => applied,
+            Err(e) => return self.warn(format!("applying a verdict: {e}"), now),
+        };
+        // The ledger holds the verdict (now or already): relay the report, and serve what
+        // its replay needs.
         self.economy.keep_report(report.to_canonical_bytes());
         if let Some(weights) = weights {
             self.serve_verdict_weights(report.weights_blob, weights);
         }
-        let kind = match verdict {
-            Verdict::Guilty { .. } => "verdict: guilty",
-            _ => "verdict: false accusation",
-        };
-        let time_ms = self.unix_ms(now);
-        match self.economy.apply_verdict(&v) {
-            Ok(true) => self.events.push_back(NodeEvent::Ledger {
+        if applied {
+            let kind = match verdict {
+                Verdict::Guilty { .. } => "verdict: guilty",
+                _ => "verdict: false accusation",
+            };
+            let time_ms = self.unix_ms(now);
+            self.events.push_back(NodeEvent::Ledger {
                 applied: hex::encode(v.job),
                 reward: 0,
                 kind: Some(kind.into()),
                 state_hash: hex::encode(self.economy.state_hash()),
                 time_ms,
-            }),
-            Ok(false) => {}
-            Err(e) => self.warn(format!("applying a verdict: {e}"), now),
+            });
         }
     }
 
@@ -500,7 +499,7 @@ impl NodeCore {
         match check_provenance_charge(&ctx, &report.proof, &text) {
             Ok(verdict) => self.apply_settled(&case, &verdict, None, now),
             Err(e) => {
-                self.refuse_case(case.from, case.relayed, &case.report, e.to_string(), now);
+                self.refuse_case(case.from, case.relayed, e.to_string(), now);
                 self.unsettled(&case, now);
             }
         }
@@ -511,7 +510,7 @@ impl Case {
     fn gossiped(from: NodeId, report: FraudReport) -> Self {
         Self {
             from,
-            relayed: false,
+            relayed: None,
             report: Box::new(report),
         }
     }

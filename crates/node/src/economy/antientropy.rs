@@ -169,21 +169,19 @@ fn job_of(wire: &[u8]) -> Option<Hash32> {
 }
 
 impl Reports {
-    /// False when already kept, when a report of the same job is, or when it is not a
-    /// report (or larger than one may be).
-    pub(super) fn keep(&mut self, wire: Vec<u8>) -> bool {
+    /// Its id when newly kept; None when already kept, when a report of the same job is, or
+    /// when it is not a report (or larger than one may be).
+    pub(super) fn keep(&mut self, wire: std::sync::Arc<Vec<u8>>) -> Option<Hash32> {
         let id = report_id(&wire);
         if wire.len() > MAX_REPORT_WIRE || self.by_id.contains_key(&id) {
-            return false;
+            return None;
         }
-        let Some(job) = job_of(&wire) else {
-            return false;
-        };
+        let job = job_of(&wire)?;
         if !self.jobs.insert(job) {
-            return false;
+            return None;
         }
         self.bytes = self.bytes.saturating_add(wire.len());
-        self.by_id.insert(id, (job, std::sync::Arc::new(wire)));
+        self.by_id.insert(id, (job, wire));
         self.order.push_back(id);
         while self.bytes > MAX_REPORT_BYTES {
             let Some(old) = self.order.pop_front() else {
@@ -194,7 +192,7 @@ impl Reports {
                 self.bytes = self.bytes.saturating_sub(w.len());
             }
         }
-        true
+        Some(id)
     }
 
     pub fn wires(&self) -> impl Iterator<Item = &Vec<u8>> {
@@ -283,9 +281,8 @@ impl Economy {
     /// Keeps the canonical bytes of a fraud report whose verdict this ledger applied (or
     /// holds), to relay it to ledgers that missed it.
     pub fn keep_report(&mut self, wire: Vec<u8>) {
-        let id = report_id(&wire);
         let wire = std::sync::Arc::new(wire);
-        if self.sync.reports.keep(wire.to_vec()) {
+        if let Some(id) = self.sync.reports.keep(std::sync::Arc::clone(&wire)) {
             self.sync.dirty = true;
             self.writes.push_back(super::LedgerWrite {
                 changes: Default::default(),

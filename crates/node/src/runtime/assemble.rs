@@ -16,7 +16,6 @@ use crate::economy::{Economy, EconomyConfig, LedgerStore};
 use crate::events::{EVENTS_VERSION, NodeEvent};
 use crate::genesis_source::{GenesisBatches, ROUND_STEPS_WITHOUT_SYNC};
 use crate::network::Network;
-use crate::peers::PeerTable;
 use crate::records::Role;
 use crate::settings::NodeSettings;
 
@@ -39,34 +38,19 @@ pub(super) fn ledger(
     Ok((store, Economy::resume(identity.clone(), config, snapshot)))
 }
 
-/// What start-up decided that the core takes over.
-pub(super) struct Decided {
-    pub stage: usize,
-    pub spec: neuroshard_model::StageSpec,
-    pub numel: usize,
-    pub steps_done: u64,
-    pub sync_round: u64,
-    pub sync_theta: Hash32,
-    pub peers: PeerTable,
-}
-
-/// The parts of a core.
-pub(super) struct Parts<'a> {
-    pub settings: &'a NodeSettings,
-    pub identity: &'a Identity,
-    pub network: Hash32,
-    pub genesis: Genesis,
-    /// Start-up's decision (the engine already runs on its thread).
-    pub started: Decided,
-    pub addrs: &'a [Address],
-    pub economy: Economy,
-}
-
-/// The node's core, from start-up's decision, its ledger and the genesis dataset.
-pub(super) fn core(p: Parts<'_>) -> NodeCore {
-    let settings = p.settings;
+/// The node's core, from start-up's decision (its peer table moves into the core), its
+/// ledger and the genesis dataset.
+pub(super) fn core(
+    settings: &NodeSettings,
+    identity: &Identity,
+    network: Hash32,
+    genesis: Genesis,
+    s: &mut Started,
+    addrs: &[Address],
+    economy: Economy,
+) -> NodeCore {
     let data = GenesisBatches {
-        genesis: p.genesis,
+        genesis,
         order: settings.data_order,
         seed: settings.seed,
         batch: settings.batch,
@@ -76,13 +60,12 @@ pub(super) fn core(p: Parts<'_>) -> NodeCore {
             every => every,
         },
     };
-    let s = p.started;
-    let id = p.identity.node_id();
+    let id = identity.node_id();
     NodeCore::new(
         CoreConfig {
             settings: settings.clone(),
-            identity: p.identity.clone(),
-            network: p.network,
+            identity: identity.clone(),
+            network,
             stage: s.stage,
             spec: s.spec,
             numel: s.numel,
@@ -92,13 +75,13 @@ pub(super) fn core(p: Parts<'_>) -> NodeCore {
             seed: u64::from_le_bytes(id.0[..8].try_into().unwrap_or_default()),
             start: Instant::now(),
             start_unix_ms: now_ms(),
-            addrs: p.addrs.iter().map(|a| a.to_string()).collect(),
-            peers: s.peers,
+            addrs: addrs.iter().map(|a| a.to_string()).collect(),
+            peers: std::mem::take(&mut s.peers),
             class: neuroshard_model::replay::determinism_class(
                 u16::try_from(settings.micro_batches).unwrap_or(u16::MAX),
             ),
         },
-        p.economy,
+        economy,
         Box::new(data),
     )
 }
