@@ -294,3 +294,100 @@ pub fn sample_audit() -> Vec<Vec<u8>> {
         with_mode(3, countersign.to_bytes()),
     ]
 }
+
+/// The finality target's committee: the three fixed identities and a fourth, equal power.
+pub fn finality_committee() -> neuroshard_finality::Committee {
+    neuroshard_finality::Committee::new(
+        [&*ALICE, &*NEIGHBOUR, &*BOB, &test_identity(4)]
+            .iter()
+            .map(|id| neuroshard_finality::Validator::new(id.public_key(), 10))
+            .collect(),
+    )
+}
+
+/// The value every member of the finality target computes for `epoch`.
+pub fn finality_value(epoch: u64) -> neuroshard_finality::EpochValue {
+    neuroshard_finality::EpochValue {
+        epoch,
+        contents: [epoch as u8; 32],
+        state: [0x55; 32],
+        next_committee: finality_committee().hash(),
+    }
+}
+
+/// Seeds of the `finality_wire` target (mode byte first): consensus messages of epoch 1 as a
+/// run of the committee produces them (mode 0), and a certified epoch (mode 1).
+pub fn sample_finality() -> Vec<Vec<u8>> {
+    use neuroshard_finality::{Finality, FinalityEvent, Timeouts};
+    let now = std::time::Instant::now();
+    let members = [
+        ALICE.clone(),
+        NEIGHBOUR.clone(),
+        BOB.clone(),
+        test_identity(4),
+    ];
+    let mut nodes: Vec<Finality> = members
+        .iter()
+        .map(|id| Finality::new(id.clone(), Timeouts::default()))
+        .collect();
+    let mut seeds = Vec::new();
+    let mut inbox: Vec<(usize, Vec<u8>)> = Vec::new();
+    for (i, n) in nodes.iter_mut().enumerate() {
+        if n.start_epoch(1, finality_committee(), now).is_ok() {
+            n.set_value(finality_value(1), now);
+        }
+        while let Some(m) = n.poll_transmit() {
+            inbox.push((i, m));
+        }
+    }
+    let mut certified = None;
+    let mut steps = 0;
+    // Alice's write-ahead log, as mode 2 seeds (length-prefixed entries).
+    let mut log = neuroshard_proof::Writer::new();
+    while let Some((from, msg)) = inbox.pop() {
+        steps += 1;
+        if steps > 10_000 {
+            break;
+        }
+        if seeds.len() < 12 {
+            let mut s = vec![0u8];
+            s.extend_from_slice(&msg);
+            seeds.push(s);
+        }
+        for (i, n) in nodes.iter_mut().enumerate() {
+            if i == from {
+                continue;
+            }
+            n.handle_message(members[from].node_id(), &msg, now);
+            while let Some(e) = n.poll_wal() {
+                if i == 0 && e.epoch == 1 {
+                    log.bytes(&e.bytes);
+                }
+            }
+            while let Some(e) = n.poll_event() {
+                if let FinalityEvent::Finalized(f) = e {
+                    certified.get_or_insert(f);
+                }
+            }
+            while let Some(m) = n.poll_transmit() {
+                inbox.push((i, m));
+            }
+        }
+    }
+    let mut s = vec![2u8];
+    s.extend_from_slice(&log.into_bytes());
+    seeds.push(s);
+    if let Some(f) = certified {
+        let mut w = neuroshard_proof::Writer::new();
+        neuroshard_finality::CertifiedEpoch {
+            value: f.value,
+            certificate: f.certificate,
+            next_committee: finality_committee(),
+        }
+        .encode(&mut w);
+        let mut s = vec![1u8];
+        s.extend_from_slice(&w.into_bytes());
+        seeds.push(s);
+    }
+    seeds
+}

@@ -25,13 +25,19 @@ use malachite_types::{
 use neuroshard_proof::{Canonical, Identity, NodeId};
 
 use crate::context::{Address, Committee, Epoch, EpochValue, FinalityContext, Sig};
+use crate::wal::{WalEntry, decode_entry, encode_entry};
 use crate::wire::{ConsensusWire, verify_commit, verify_polka, verify_round, verify_signed};
 
 /// Largest consensus message accepted (a certificate of a full committee is ~100 kB).
 pub const MAX_MESSAGE_BYTES: usize = 128 * 1024;
-/// Inputs Malachite buffers for future rounds and epochs.
-const QUEUE: usize = 1024;
+/// Future epochs Malachite buffers inputs for, and inputs per epoch (a committee of 31 sends
+/// 62 votes a round).
+const QUEUE: usize = 8;
 const QUEUE_PER_HEIGHT: usize = 256;
+/// Proposals are considered for the epoch in progress and the next one only: a proposal for
+/// a later epoch is dropped (its proposer re-sends it), so nobody can make a node hold views
+/// of, or ask its caller to judge values of, epochs far ahead.
+const EPOCHS_AHEAD: u64 = 1;
 
 /// How long each step of a round waits: Malachite's linear timeouts (3 s to propose, 1 s
 /// to prevote and precommit, each 0.5 s longer per round, at most 60 s).
@@ -86,6 +92,8 @@ pub enum FinalityError {
     EmptyCommittee(u64),
     #[error("epoch {got} cannot start: epoch {current} is in progress")]
     NotNext { got: u64, current: u64 },
+    #[error("write-ahead log: {0}")]
+    Wal(String),
 }
 
 /// The caller's side of one epoch: the value it would propose, its verdicts on others'
@@ -123,6 +131,7 @@ struct Io<'a> {
     transmits: &'a mut VecDeque<Vec<u8>>,
     events: &'a mut VecDeque<FinalityEvent>,
     queue: &'a mut VecDeque<Input<FinalityContext>>,
+    wal: &'a mut VecDeque<WalEntry>,
     epochs: &'a mut BTreeMap<u64, EpochView>,
 }
 
@@ -138,6 +147,7 @@ pub struct Finality {
     queue: VecDeque<Input<FinalityContext>>,
     epochs: BTreeMap<u64, EpochView>,
     now: Option<Instant>,
+    wal: VecDeque<WalEntry>,
 }
 
 impl Finality {
@@ -153,7 +163,57 @@ impl Finality {
             queue: VecDeque::new(),
             epochs: BTreeMap::new(),
             now: None,
+            wal: VecDeque::new(),
         }
+    }
+
+    /// Restarts a validator mid-epoch from its write-ahead log (the entries `poll_wal` gave
+    /// for `epoch`, in order): Malachite re-derives what it signed before and reuses the
+    /// recorded messages, so the restart signs nothing that conflicts with them.
+    pub fn restore(
+        &mut self,
+        epoch: u64,
+        committee: Committee,
+        log: &[Vec<u8>],
+        now: Instant,
+    ) -> Result<(), FinalityError> {
+        let entries = log
+            .iter()
+            .map(|b| decode_entry(b))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| FinalityError::Wal(e.to_string()))?;
+        self.start_epoch(epoch, committee, now)?;
+        // The values proposed and judged before the restart, as the log recorded them: a
+        // decision may name one of them.
+        let view = self.epochs.entry(epoch).or_default();
+        for input in &entries {
+            if let Input::ProposedValue(p, _) = input {
+                if !view.proposed.contains(&p.value) {
+                    view.proposed.push(p.value);
+                }
+                if view.verdict(&p.value).is_none() {
+                    view.verdicts.push((p.value, p.validity.is_valid()));
+                }
+            }
+        }
+        if let Some(state) = self.state.as_mut() {
+            state.index_wal_entries(&entries);
+        }
+        for input in entries {
+            self.run(input);
+        }
+        if let Some(state) = self.state.as_mut() {
+            state.reset_entries_index();
+        }
+        // What replaying the log recorded is recorded already.
+        self.wal.clear();
+        Ok(())
+    }
+
+    /// The next write-ahead log entry to keep durably, before sending what `poll_transmit`
+    /// gives after it (entries of an epoch can be dropped once it finalized).
+    pub fn poll_wal(&mut self) -> Option<WalEntry> {
+        self.wal.pop_front()
     }
 
     /// The epoch in progress (None before the first start).
@@ -286,8 +346,26 @@ impl Finality {
         let input = match msg {
             ConsensusWire::Vote(v) => Input::Vote(v),
             ConsensusWire::Proposal(p) => {
-                // The value is judged once Malachite has checked the proposal's signature
-                // and proposer (it files the proposal first).
+                let epoch = p.message.epoch.0;
+                let Some(current) = self.epoch() else { return };
+                if epoch < current || epoch > current.saturating_add(EPOCHS_AHEAD) {
+                    return;
+                }
+                // Checked here, before the caller is asked to judge anything: only a member
+                // of the committee (the current one: the next may differ, but rarely by
+                // much) gets a value considered.
+                let signed = self
+                    .committee
+                    .as_ref()
+                    .and_then(|c| c.get(&p.message.proposer.0))
+                    .is_some_and(|v| verify_signed(&p.message, &p.signature, &v.public_key));
+                if !signed {
+                    let reason =
+                        format!("a proposal for epoch {epoch} not signed by a committee member");
+                    self.events
+                        .push_back(FinalityEvent::Refused { from, reason });
+                    return;
+                }
                 let proposed = ProposedValue {
                     height: p.message.epoch,
                     round: p.message.round,
@@ -392,6 +470,7 @@ impl Finality {
                 transmits: &mut self.transmits,
                 events: &mut self.events,
                 queue: &mut self.queue,
+                wal: &mut self.wal,
                 epochs: &mut self.epochs,
             };
             let result: Result<(), malachite::Error<FinalityContext>> = process!(
@@ -579,9 +658,15 @@ impl Io<'_> {
             Effect::VerifyRoundCertificate(c, committee, t, r) => {
                 r.resume_with(verify_round(&c, &committee, t.quorum, t.honest))
             }
-            // The write-ahead log lives with the ledger's store (a restarted validator that
-            // lost it can sign twice; see the README).
-            Effect::WalAppend(.., r) => r.resume_with(()),
+            Effect::WalAppend(epoch, input, r) => {
+                if let Some(bytes) = encode_entry(&input) {
+                    self.wal.push_back(WalEntry {
+                        epoch: epoch.0,
+                        bytes,
+                    });
+                }
+                r.resume_with(())
+            }
             Effect::ExtendVote(.., r) => r.resume_with(None),
             Effect::VerifyVoteExtension(.., r) => r.resume_with(Ok(())),
         })

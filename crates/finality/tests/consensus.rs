@@ -309,3 +309,104 @@ fn thirty_one_validators_tolerate_ten_faulty_but_not_eleven() {
         net.nodes.iter().any(|n| !n.finalized.is_empty())
     }));
 }
+
+/// A validator that crashes right after proposing, and comes back with more contents (another
+/// value), restarts in the same round: from its write-ahead log it re-sends what it signed
+/// and nobody sees a second proposal; without the log it proposes again, differently, and
+/// every other validator reports it.
+#[test]
+fn a_validator_restarted_from_its_log_signs_nothing_twice() {
+    let run = |with_log: bool| {
+        let mut net = Net::new(&[10; 4], 15);
+        net.start();
+        // The first epoch from 3 on that node 1 proposes in round 0.
+        let proposer = net.nodes[1].identity.node_id();
+        let epoch = (3..200)
+            .find(|e| {
+                let c = net.committee_of(*e);
+                malachite_types::Context::select_proposer(
+                    &neuroshard_finality::FinalityContext,
+                    &c,
+                    neuroshard_finality::context::Epoch(*e),
+                    malachite_types::Round::new(0),
+                )
+                .address
+                .0 == proposer
+            })
+            .expect("node 1 proposes some epoch");
+        assert!(net.run_until(5 * MINUTE, |n| n.nodes[1].proposed.contains(&epoch)));
+        net.restart(1, with_log);
+        assert!(net.run_until(5 * MINUTE, |n| n.all_reached(epoch as usize + 2)));
+        assert_same_chains(&net, epoch as usize + 2);
+        let reported: Vec<_> = [0, 2, 3]
+            .iter()
+            .flat_map(|i| net.nodes[*i].equivocations.iter().map(|q| q.validator))
+            .collect();
+        (proposer, reported)
+    };
+    let (_, with_log) = run(true);
+    assert!(
+        with_log.is_empty(),
+        "restarted from its log, it was reported: {with_log:?}"
+    );
+    let (proposer, without) = run(false);
+    assert!(
+        without.contains(&proposer),
+        "without its log the restart should have proposed twice"
+    );
+}
+
+/// A flood of proposals for epochs far ahead (signed by a member) or by a key outside the
+/// committee asks the caller to judge nothing and is not kept.
+#[test]
+fn proposals_far_ahead_or_from_strangers_ask_nothing() {
+    use neuroshard_finality::context::{Address, Epoch, Proposal, Sig};
+    use neuroshard_proof::Canonical;
+    let mut net = Net::new(&[10; 4], 16);
+    net.start();
+    let now = net.now;
+    let member = net.nodes[1].identity.clone();
+    let stranger = neuroshard_proof::fixtures::test_identity(7777);
+    let base = net.honest_value(1, 1);
+    let proposal = |by: &neuroshard_proof::Identity, epoch: u64, salt: u8| {
+        let value = neuroshard_finality::EpochValue {
+            epoch,
+            contents: [salt; 32],
+            ..base
+        };
+        let p = Proposal {
+            epoch: Epoch(epoch),
+            round: malachite_types::Round::new(0),
+            value,
+            pol_round: malachite_types::Round::Nil,
+            proposer: Address(by.node_id()),
+        };
+        let sig = Sig(by.sign(&p.to_canonical_bytes()).0);
+        ConsensusWire::Proposal(malachite_types::SignedMessage::new(p, sig)).to_canonical_bytes()
+    };
+    let node = &mut net.nodes[0].finality;
+    while node.poll_event().is_some() {}
+    for epoch in 3..500 {
+        node.handle_message(member.node_id(), &proposal(&member, epoch, 1), now);
+    }
+    for salt in 0..50 {
+        node.handle_message(stranger.node_id(), &proposal(&stranger, 1, salt), now);
+    }
+    let mut refused = 0;
+    while let Some(e) = node.poll_event() {
+        match e {
+            neuroshard_finality::FinalityEvent::Judge { value } => {
+                panic!("asked to judge epoch {}", value.epoch)
+            }
+            neuroshard_finality::FinalityEvent::Refused { .. } => refused += 1,
+            _ => {}
+        }
+    }
+    assert_eq!(
+        refused, 50,
+        "each stranger's proposal is refused with a reason"
+    );
+    // And the network goes on.
+    assert!(net.run_until(MINUTE, |net| net.all_reached(3)));
+    assert_same_chains(&net, 3);
+}

@@ -130,6 +130,9 @@ fn write_all(root: &Path) -> Result<(), Box<dyn std::error::Error>> {
     for (i, seed) in neuroshard_fuzz::sample_audit().iter().enumerate() {
         write(root, "audit_evidence", &format!("mode{i}"), seed)?;
     }
+    for (i, seed) in neuroshard_fuzz::sample_finality().iter().enumerate() {
+        write(root, "finality_wire", &format!("msg{i}"), seed)?;
+    }
     let manifest = neuroshard_fuzz::sample_manifest(&tokens)?;
     write(root, "data_manifest", "manifest.json", &manifest)?;
 

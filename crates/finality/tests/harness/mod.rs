@@ -78,6 +78,12 @@ pub struct Node {
     pub started: Vec<(u64, Instant)>,
     pub sent_msgs: u64,
     pub sent_bytes: u64,
+    /// Its write-ahead log, as a disk would keep it.
+    pub wal: Vec<neuroshard_finality::WalEntry>,
+    /// Restarts so far: each one gives it more contents (another value) for the epoch.
+    pub restarts: u64,
+    /// Epochs in which it sent a proposal.
+    pub proposed: Vec<u64>,
 }
 
 pub struct Net {
@@ -128,6 +134,9 @@ impl Net {
                 started: Vec::new(),
                 sent_msgs: 0,
                 sent_bytes: 0,
+                wal: Vec::new(),
+                restarts: 0,
+                proposed: Vec::new(),
             })
             .collect();
         Self {
@@ -164,6 +173,7 @@ impl Net {
         x.update(b"contents");
         x.update(&epoch.to_le_bytes());
         x.update(&(i as u64).to_le_bytes());
+        x.update(&self.nodes[i].restarts.to_le_bytes());
         let contents = *x.finalize().as_bytes();
         EpochValue {
             epoch,
@@ -244,8 +254,15 @@ impl Net {
     /// Sends node i's transmits (rewritten by its adversary) and takes its events.
     fn flush(&mut self, i: usize) {
         loop {
+            // The log first, as a node must (what it sends follows from what it logged).
+            while let Some(e) = self.nodes[i].finality.poll_wal() {
+                self.nodes[i].wal.push(e);
+            }
             let mut out = Vec::new();
             while let Some(t) = self.nodes[i].finality.poll_transmit() {
+                if let Ok(ConsensusWire::Proposal(p)) = ConsensusWire::from_canonical_bytes(&t) {
+                    self.nodes[i].proposed.push(p.message.epoch.0);
+                }
                 out.push(t);
             }
             let mut finished = Vec::new();
@@ -283,6 +300,7 @@ impl Net {
             }
             for f in finished {
                 let next = f.epoch + 1;
+                self.nodes[i].wal.retain(|e| e.epoch > f.epoch);
                 self.nodes[i].finalized.push(f);
                 self.start_epoch(i, next);
             }
@@ -320,6 +338,36 @@ impl Net {
                 .collect(),
             _ => Vec::new(),
         }
+    }
+
+    /// Node i crashes and restarts in its current epoch, from its write-ahead log or (a disk
+    /// lost) without it. It has gathered more contents meanwhile: another value to propose.
+    pub fn restart(&mut self, i: usize, with_log: bool) {
+        let epoch = self.nodes[i].finality.epoch().expect("started");
+        let committee = self.committee_of(epoch);
+        let now = self.now;
+        let n = &mut self.nodes[i];
+        n.restarts += 1;
+        n.finality = Finality::new(n.identity.clone(), Timeouts::default());
+        if with_log {
+            let log: Vec<Vec<u8>> = n
+                .wal
+                .iter()
+                .filter(|e| e.epoch == epoch)
+                .map(|e| e.bytes.clone())
+                .collect();
+            n.finality
+                .restore(epoch, committee, &log, now)
+                .expect("the log replays");
+        } else {
+            n.wal.clear();
+            n.finality
+                .start_epoch(epoch, committee, now)
+                .expect("a fresh machine starts");
+        }
+        let value = self.value_of(i, epoch);
+        self.nodes[i].finality.set_value(value, now);
+        self.flush(i);
     }
 
     fn crosses(&self, a: usize, b: usize) -> bool {
