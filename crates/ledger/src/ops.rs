@@ -168,6 +168,8 @@ pub enum OpError {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VerifiedOp {
     op: AccountOp,
+    /// The key that signed it (the account's: its node id derives from it).
+    signer: PublicKey,
     hash: Hash32,
     bytes: Vec<u8>,
     /// The stages an inference payment pays (empty for every other op).
@@ -175,6 +177,11 @@ pub struct VerifiedOp {
 }
 
 impl VerifiedOp {
+    /// The account's key, which signed the op.
+    pub fn signer(&self) -> PublicKey {
+        self.signer
+    }
+
     pub fn op(&self) -> &AccountOp {
         &self.op
     }
@@ -221,6 +228,7 @@ pub fn verify_op(signed: &SignedOp) -> Result<VerifiedOp, OpError> {
     }
     Ok(VerifiedOp {
         op,
+        signer: signed.signer(),
         hash: signed.payload_hash(),
         bytes: signed.to_bytes(),
         payees: Vec::new(),

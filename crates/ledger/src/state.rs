@@ -11,7 +11,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
-use neuroshard_proof::{Hash32, NodeId, Proof, ProofKind, VerifiedProof};
+use neuroshard_proof::{Hash32, NodeId, Proof, ProofKind, PublicKey, VerifiedProof};
 
 use crate::amount::bps_of;
 use crate::ops::{Action, MIN_STAKE_LOCK_MS, VerifiedOp, VerifiedSlash};
@@ -131,6 +131,10 @@ pub struct LedgerState {
     digest: digest::Digest,
     /// Changes whenever who [`Self::is_registered`] may have changed.
     registry: Generation,
+    /// The public key of every account that signed a proof or an op applied here (its node id
+    /// derives from it, so each id has one): what a finality committee is made of. Not in
+    /// the state hash: it follows from the ids of what was applied.
+    keys: BTreeMap<NodeId, PublicKey>,
 }
 
 /// A number no other ledger state in this process has had: drawn afresh at every change, so
@@ -255,6 +259,31 @@ impl LedgerState {
         self.burned
     }
 
+    /// The key of `id`, once it signed something this ledger applied.
+    pub fn key(&self, id: &NodeId) -> Option<PublicKey> {
+        self.keys.get(id).copied()
+    }
+
+    /// Accounts holding stake whose key is known, with their stake: the candidates for a
+    /// finality committee (`neuroshard_finality::committee_from_stakes`). A staker whose key
+    /// is not known yet (a genesis stake that never signed anything) is not listed.
+    pub fn staked_keys(&self) -> Vec<(PublicKey, u64)> {
+        self.accounts
+            .iter()
+            .filter(|(_, a)| a.stake > 0)
+            .filter_map(|(id, a)| self.keys.get(id).map(|k| (*k, a.stake)))
+            .collect()
+    }
+
+    /// Records `id`'s key if it is new, into `changes` for the store.
+    fn learn_key(&mut self, key: PublicKey, changes: &mut Changes) {
+        let id = key.node_id();
+        if let std::collections::btree_map::Entry::Vacant(e) = self.keys.entry(id) {
+            e.insert(key);
+            changes.keys.push((id, key));
+        }
+    }
+
     pub fn proof_count(&self) -> usize {
         self.proof_hashes.len()
     }
@@ -375,6 +404,7 @@ impl LedgerState {
             reference: hash,
             timestamp_ms: proof.timestamp_ms,
         });
+        self.learn_key(proof.public_key, &mut changes);
         Ok(Outcome::Applied(changes))
     }
 
@@ -589,6 +619,7 @@ impl LedgerState {
             wire: verified.wire_bytes().to_vec(),
         });
         changes.entries = entries;
+        self.learn_key(verified.signer(), &mut changes);
         Ok(changes)
     }
 
@@ -651,6 +682,7 @@ impl LedgerState {
             entries: Vec::new(),
             minted: self.minted,
             burned: self.burned,
+            keys: Vec::new(),
         }
     }
 

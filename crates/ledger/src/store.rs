@@ -60,6 +60,7 @@ CREATE TABLE IF NOT EXISTS entries (
     counterparty BLOB, reference BLOB NOT NULL, timestamp_ms INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS entries_by_account ON entries (account, seq);
 CREATE TABLE IF NOT EXISTS proof_wire (hash BLOB PRIMARY KEY, wire BLOB NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS keys (id BLOB PRIMARY KEY, key BLOB NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS fraud_reports (
     seq INTEGER PRIMARY KEY, id BLOB NOT NULL UNIQUE, wire BLOB NOT NULL);
 INSERT OR IGNORE INTO meta (key, value) VALUES ('schema', 2), ('minted', 0), ('burned', 0);
@@ -544,6 +545,10 @@ fn write(
                 to_sql(a.unlock_at_ms),
                 to_sql(a.next_nonce)
             ])?;
+        }
+        let mut key = tx.prepare_cached("INSERT OR IGNORE INTO keys (id, key) VALUES (?1, ?2)")?;
+        for (id, k) in &changes.keys {
+            key.execute(params![&id.0[..], &k.as_bytes()[..]])?;
         }
         let mut proof = tx.prepare_cached(
             "INSERT INTO proofs (hash, node, nonce, kind, reward, timestamp_ms, round_key)

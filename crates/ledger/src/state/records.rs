@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use neuroshard_proof::{Hash32, NodeId, ProofKind};
+use neuroshard_proof::{Hash32, NodeId, ProofKind, PublicKey};
 use serde::Serialize;
 
 use crate::ops::VerifiedSlash;
@@ -119,6 +119,8 @@ pub struct Changes {
     pub entries: Vec<Entry>,
     pub minted: u64,
     pub burned: u64,
+    /// Keys of accounts seen for the first time (see `LedgerState::key`).
+    pub keys: Vec<(NodeId, PublicKey)>,
 }
 
 impl Changes {
@@ -127,6 +129,7 @@ impl Changes {
         self.accounts.extend(later.accounts);
         self.records.extend(later.records);
         self.entries.extend(later.entries);
+        self.keys.extend(later.keys);
         self.minted = later.minted;
         self.burned = later.burned;
     }

@@ -674,3 +674,59 @@ fn the_registry_generation_changes_with_stake_and_registrations_only() {
         LedgerState::new().registry_generation()
     );
 }
+
+/// A finality committee needs the stakers' keys: the ledger learns a key from each proof and
+/// op it applies (never from one it refuses), and lists stakers whose key it knows.
+#[test]
+fn keys_are_learned_from_what_applies_and_stakers_with_keys_are_listed() {
+    let (a, b, n) = (test_identity(1), test_identity(2), test_identity(3));
+    let stake = Rules::default().min_stake;
+    let genesis = LedgerGenesis::new(Rules::default(), vec![(a.node_id(), stake)]).unwrap();
+    let (mut s, _) = LedgerState::from_genesis(&genesis).unwrap();
+    // Staked from the genesis, but its key is not known until it signs something.
+    assert!(s.staked_keys().is_empty());
+    let p = verified(&uptime_proof(&a, 0, T0), &a, &n);
+    let Ok(Outcome::Applied(changes)) = s.apply_proof(&p) else {
+        panic!("the proof applies")
+    };
+    assert_eq!(changes.keys, vec![(a.node_id(), a.public_key())]);
+    assert_eq!(s.key(&a.node_id()), Some(a.public_key()));
+    assert_eq!(s.staked_keys(), vec![(a.public_key(), stake)]);
+    // Learned once: a second proof writes no key.
+    let p2 = verified(&uptime_proof(&a, 1, T0 + 1), &a, &n);
+    let Ok(Outcome::Applied(changes)) = s.apply_proof(&p2) else {
+        panic!("the second proof applies")
+    };
+    assert!(changes.keys.is_empty());
+    // A refused op (b has nothing to burn) teaches nothing.
+    assert!(
+        s.apply_op(op(&b, 0, T0, Action::Burn { amount: 5 }))
+            .is_err()
+    );
+    assert_eq!(s.key(&b.node_id()), None);
+    // An applied op does (b holds no stake, so it is not a candidate).
+    let half = s.account(&a.node_id()).balance / 2;
+    assert!(half > 0, "the proofs paid a something");
+    let to_b = op(
+        &a,
+        0,
+        T0,
+        Action::Transfer {
+            to: b.node_id(),
+            amount: half,
+        },
+    );
+    assert!(matches!(s.apply_op(to_b), Ok(Outcome::Applied(_))));
+    let back = op(
+        &b,
+        0,
+        T0,
+        Action::Transfer {
+            to: a.node_id(),
+            amount: 1,
+        },
+    );
+    assert!(matches!(s.apply_op(back), Ok(Outcome::Applied(_))));
+    assert_eq!(s.key(&b.node_id()), Some(b.public_key()));
+    assert_eq!(s.staked_keys(), vec![(a.public_key(), stake)]);
+}

@@ -231,6 +231,7 @@ mod tests {
             slashes: Vec::new(),
             equivocations: Vec::new(),
             verdicts: s.verdicts.iter().map(|(k, v)| (*k, *v)).collect(),
+            keys: Vec::new(),
             minted: s.minted,
             burned: s.burned,
         });

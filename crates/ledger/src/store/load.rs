@@ -98,12 +98,21 @@ pub(super) fn load(conn: &Connection) -> Result<LedgerState, StoreError> {
     // Registrations are what the applied Register ops say; they are rebuilt from the ops'
     // signed bytes rather than stored twice.
     let mut registrations: BTreeMap<NodeId, BTreeSet<u16>> = BTreeMap::new();
+    // Keys as written, and (for ledgers written before keys were) those of the ops' signers.
+    let mut keys = Vec::new();
+    let mut stmt = conn.prepare("SELECT key FROM keys")?;
+    for key in stmt.query_map([], |r| r.get::<_, Vec<u8>>(0))? {
+        let key = neuroshard_proof::PublicKey::from_bytes(&key?)
+            .map_err(|e| StoreError::Corrupt(format!("stored key: {e}")))?;
+        keys.push(key);
+    }
     let mut stmt = conn.prepare("SELECT wire FROM ops")?;
     let wires = stmt.query_map([], |r| r.get::<_, Vec<u8>>(0))?;
     for wire in wires {
-        let op = *crate::inference::decode_op(&wire?)
-            .map_err(|e| StoreError::Corrupt(format!("stored op: {e}")))?
-            .op();
+        let verified = crate::inference::decode_op(&wire?)
+            .map_err(|e| StoreError::Corrupt(format!("stored op: {e}")))?;
+        keys.push(verified.signer());
+        let op = *verified.op();
         if let Action::Register { stage } = op.action {
             registrations.entry(op.account).or_default().insert(stage);
         }
@@ -117,6 +126,7 @@ pub(super) fn load(conn: &Connection) -> Result<LedgerState, StoreError> {
         slashes,
         equivocations,
         verdicts,
+        keys,
         minted,
         burned,
     }))

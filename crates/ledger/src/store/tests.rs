@@ -90,3 +90,45 @@ fn fraud_reports_are_kept_once_across_restarts_within_a_byte_budget()
     assert_eq!(reopened.fraud_reports()?, vec![vec![2; 100], vec![3; 100]]);
     Ok(())
 }
+
+/// Keys the ledger learned survive a restart; a ledger written before keys were stored gets
+/// its op signers' keys back from the stored ops.
+#[test]
+fn learned_keys_survive_a_reopen() -> Result<(), Box<dyn std::error::Error>> {
+    let a = test_identity(1);
+    let genesis = LedgerGenesis::new(
+        Rules::default(),
+        vec![(a.node_id(), Rules::default().min_stake)],
+    )?;
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("ledger.db");
+    let mut ledger = Ledger::open_genesis(&path, &genesis)?;
+    ledger.apply_op(register(&a, 0, 0))?;
+    // A prover known only from a proof.
+    let (prover, neighbour) = (test_identity(5), test_identity(6));
+    let mut verifier = neuroshard_proof::ProofVerifier::new();
+    verifier.add_known_node(neighbour.public_key());
+    let proof = neuroshard_proof::fixtures::uptime_proof(&prover, 0, T0);
+    let proof = verifier.verify(&proof.sign(&prover), T0)?;
+    ledger.apply_proof(&proof)?;
+    assert_eq!(ledger.state().key(&a.node_id()), Some(a.public_key()));
+    drop(ledger);
+    let ledger = Ledger::open(&path)?;
+    assert_eq!(ledger.state().key(&a.node_id()), Some(a.public_key()));
+    assert_eq!(
+        ledger.state().key(&prover.node_id()),
+        Some(prover.public_key())
+    );
+    assert_eq!(
+        ledger.state().staked_keys(),
+        vec![(a.public_key(), Rules::default().min_stake)]
+    );
+    drop(ledger);
+    // As an older ledger would be: no stored keys.
+    rusqlite::Connection::open(&path)?.execute("DELETE FROM keys", [])?;
+    let ledger = Ledger::open(&path)?;
+    assert_eq!(ledger.state().key(&a.node_id()), Some(a.public_key()));
+    // A prover's key comes back only from the stored keys (until its next proof).
+    assert_eq!(ledger.state().key(&prover.node_id()), None);
+    Ok(())
+}
