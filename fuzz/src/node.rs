@@ -340,7 +340,7 @@ pub fn sample_network_genesis() -> NetworkGenesis {
             min_round_ms: 0,
             min_receipts: 1,
         },
-        stakes: vec![(ALICE.node_id(), 1 << 40)],
+        stakes: vec![(ALICE.public_key(), 1 << 40)],
         description: "fuzz".into(),
     }
 }
@@ -412,8 +412,8 @@ pub fn fresh_economy() -> Option<Economy> {
         ..Rules::default()
     };
     let stakes = vec![
-        (ALICE.node_id(), rules.min_stake),
-        (NEIGHBOUR.node_id(), rules.min_stake),
+        (ALICE.public_key(), rules.min_stake),
+        (NEIGHBOUR.public_key(), rules.min_stake),
     ];
     let genesis = LedgerGenesis::new(rules, stakes).ok()?;
     let cfg = EconomyConfig {

@@ -123,10 +123,10 @@ pub struct NodeArgs {
     /// Id (hex) of the network to join: the genesis found in the DHT must hash to it.
     #[arg(long)]
     network: Option<String>,
-    /// When this node founds the network: also stake the node with this id (hex, from
+    /// When this node founds the network: also stake the node with this public key (hex, from
     /// `neuroshard wallet show`), so it can register and be paid. Repeatable.
     #[arg(long = "stake-for")]
-    stake_for: Vec<neuroshard_proof::NodeId>,
+    stake_for: Vec<neuroshard_proof::PublicKey>,
     /// Serve the OpenAI-compatible HTTP API on this address (e.g. 127.0.0.1:8080).
     #[arg(long)]
     http: Option<String>,

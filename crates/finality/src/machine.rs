@@ -360,10 +360,15 @@ impl Finality {
                     .and_then(|c| c.get(&p.message.proposer.0))
                     .is_some_and(|v| verify_signed(&p.message, &p.signature, &v.public_key));
                 if !signed {
-                    let reason =
-                        format!("a proposal for epoch {epoch} not signed by a committee member");
-                    self.events
-                        .push_back(FinalityEvent::Refused { from, reason });
+                    // For the next epoch the committee may have changed: an unknown proposer
+                    // there is dropped, not blamed (it proposes again in a later round).
+                    if epoch == current {
+                        let reason = format!(
+                            "a proposal for epoch {epoch} not signed by a committee member"
+                        );
+                        self.events
+                            .push_back(FinalityEvent::Refused { from, reason });
+                    }
                     return;
                 }
                 let proposed = ProposedValue {

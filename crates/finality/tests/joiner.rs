@@ -117,3 +117,48 @@ fn forged_histories_are_refused() {
     // The real history still verifies.
     verify_chain(&g, &chain).unwrap();
 }
+
+/// Whatever a server changes in the bytes of a finalized history — any byte, anywhere — the
+/// joiner either refuses it or ends on the very head the true history gives: a tampered
+/// history never verifies to another state or committee.
+#[test]
+fn no_single_byte_change_to_a_served_history_yields_another_head() {
+    use neuroshard_proof::{Reader, Writer};
+    let (net, chain) = history(6);
+    let g = genesis(&net);
+    let truth = verify_chain(&g, &chain).unwrap();
+    let mut w = Writer::new();
+    for c in &chain {
+        c.encode(&mut w);
+    }
+    let bytes = w.into_bytes();
+    let decode = |b: &[u8]| -> Option<Vec<CertifiedEpoch>> {
+        let mut r = Reader::new(b);
+        let mut out = Vec::new();
+        while out.len() < chain.len() {
+            out.push(CertifiedEpoch::decode(&mut r).ok()?);
+        }
+        r.finish().ok()?;
+        Some(out)
+    };
+    assert_eq!(decode(&bytes).as_deref(), Some(&chain[..]));
+    let mut accepted_changes = 0;
+    // Every byte position, two different flips each (a few thousand verifications).
+    for i in 0..bytes.len() {
+        for flip in [0x01u8, 0x80] {
+            let mut b = bytes.clone();
+            b[i] ^= flip;
+            let Some(c) = decode(&b) else { continue };
+            if let Ok(head) = verify_chain(&g, &c) {
+                // Only a change that does not matter may pass (e.g. a certificate's
+                // signatures are over rebuilt votes; nothing else is free).
+                assert_eq!(head, truth, "byte {i} ^ {flip:#x} gave another head");
+                accepted_changes += 1;
+            }
+        }
+    }
+    assert_eq!(
+        accepted_changes, 0,
+        "no byte of the history is free to change"
+    );
+}

@@ -5,7 +5,7 @@
 //! time-dependent rule (how many rounds can have happened by a proof's timestamp) reads the
 //! proof's signed timestamp and the genesis's founding time.
 
-use neuroshard_proof::{Hash32, NodeId};
+use neuroshard_proof::{Hash32, NodeId, PublicKey};
 
 use crate::amount::UNITS_PER_NEURO;
 
@@ -97,8 +97,9 @@ impl Rules {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LedgerGenesis {
     pub rules: Rules,
-    /// (account, stake), sorted by account, each account once.
-    pub stakes: Vec<(NodeId, u64)>,
+    /// (founder's key, stake), sorted by node id, each account once. Keys, not bare ids: the
+    /// first finality committee is made of them (`LedgerState::staked_keys`).
+    pub stakes: Vec<(PublicKey, u64)>,
 }
 
 /// Why a genesis cannot start a ledger.
@@ -114,13 +115,13 @@ pub enum GenesisError {
 
 impl LedgerGenesis {
     /// Sorts the stakes by account and checks them.
-    pub fn new(rules: Rules, mut stakes: Vec<(NodeId, u64)>) -> Result<Self, GenesisError> {
+    pub fn new(rules: Rules, mut stakes: Vec<(PublicKey, u64)>) -> Result<Self, GenesisError> {
         if stakes.len() > MAX_GENESIS_STAKES {
             return Err(GenesisError::TooManyStakes(stakes.len()));
         }
-        stakes.sort_unstable();
+        stakes.sort_unstable_by_key(|(k, s)| (k.node_id(), *s));
         if let Some(w) = stakes.windows(2).find(|w| w[0].0 == w[1].0) {
-            return Err(GenesisError::DuplicateAccount(w[0].0));
+            return Err(GenesisError::DuplicateAccount(w[0].0.node_id()));
         }
         stakes
             .iter()
@@ -132,11 +133,11 @@ impl LedgerGenesis {
     /// BLAKE3 of the rules and stakes: two ledgers with one genesis hash started alike.
     pub fn hash(&self) -> Hash32 {
         let mut h = blake3::Hasher::new();
-        h.update(b"neuroshard/ledger-genesis/v1");
+        h.update(b"neuroshard/ledger-genesis/v2");
         h.update(&self.rules.to_bytes());
         h.update(&(self.stakes.len() as u64).to_le_bytes());
-        for (id, stake) in &self.stakes {
-            h.update(&id.0);
+        for (key, stake) in &self.stakes {
+            h.update(key.as_bytes());
             h.update(&stake.to_le_bytes());
         }
         *h.finalize().as_bytes()
@@ -166,8 +167,16 @@ mod tests {
 
     #[test]
     fn a_genesis_names_each_account_once() {
-        let a = NodeId([1; 32]);
-        let b = NodeId([2; 32]);
+        let (x, y) = (
+            neuroshard_proof::fixtures::test_identity(1).public_key(),
+            neuroshard_proof::fixtures::test_identity(2).public_key(),
+        );
+        // Sorted by node id.
+        let (a, b) = if x.node_id() < y.node_id() {
+            (x, y)
+        } else {
+            (y, x)
+        };
         let g = LedgerGenesis::new(Rules::default(), vec![(b, 1), (a, 2)]);
         assert_eq!(
             g.as_ref().map(|g| g.stakes.clone()),
@@ -175,7 +184,7 @@ mod tests {
         );
         assert_eq!(
             LedgerGenesis::new(Rules::default(), vec![(a, 1), (a, 2)]),
-            Err(GenesisError::DuplicateAccount(a))
+            Err(GenesisError::DuplicateAccount(a.node_id()))
         );
         assert_eq!(
             LedgerGenesis::new(Rules::default(), vec![(a, u64::MAX), (b, 1)]),

@@ -172,10 +172,11 @@ impl LedgerState {
             ..Self::default()
         };
         let unlock_at_ms = genesis.rules.founded_ms.saturating_add(MIN_STAKE_LOCK_MS);
-        for (id, stake) in &genesis.stakes {
+        for (key, stake) in &genesis.stakes {
             s.minted = add(s.minted, *stake)?;
+            s.keys.insert(key.node_id(), *key);
             s.put_account(
-                *id,
+                key.node_id(),
                 Account {
                     stake: *stake,
                     unlock_at_ms,
@@ -184,7 +185,12 @@ impl LedgerState {
                 None,
             );
         }
-        let mut changes = s.changes_with(genesis.stakes.iter().map(|(id, _)| *id));
+        let mut changes = s.changes_with(genesis.stakes.iter().map(|(k, _)| k.node_id()));
+        changes.keys = genesis
+            .stakes
+            .iter()
+            .map(|(k, _)| (k.node_id(), *k))
+            .collect();
         changes.records.push(Record::Genesis {
             hash: genesis.hash(),
             rules: genesis.rules,

@@ -22,7 +22,7 @@ fn rules() -> Rules {
 }
 
 fn genesis(founders: &[&Identity]) -> LedgerGenesis {
-    let stakes = founders.iter().map(|id| (id.node_id(), STAKE)).collect();
+    let stakes = founders.iter().map(|id| (id.public_key(), STAKE)).collect();
     match LedgerGenesis::new(rules(), stakes) {
         Ok(g) => g,
         Err(e) => panic!("fixture genesis: {e}"),
@@ -43,12 +43,21 @@ fn a_genesis_stakes_its_founders_and_a_ledger_keeps_its_network()
     let ledger = Ledger::open_genesis(&path, &g)?;
     assert_eq!(ledger.state().account(&a.node_id()).stake, STAKE);
     assert_eq!(ledger.state().minted(), 2 * STAKE);
+    // The founders' keys are known from the start: the first finality committee.
+    let mut founders = vec![(a.public_key(), STAKE), (b.public_key(), STAKE)];
+    founders.sort_by_key(|(k, _)| k.node_id());
+    assert_eq!(ledger.state().staked_keys(), founders);
     assert_eq!(ledger.state().rules(), &rules());
     let hash = ledger.state_hash();
     drop(ledger);
     // Reopened with the same genesis: nothing is minted twice.
     let ledger = Ledger::open_genesis(&path, &g)?;
     assert_eq!(ledger.state_hash(), hash);
+    assert_eq!(
+        ledger.state().staked_keys().len(),
+        2,
+        "keys survive a reopen"
+    );
     drop(ledger);
     // Another network's genesis on this database is refused, not merged.
     let other = genesis(&[&a]);

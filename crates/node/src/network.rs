@@ -10,7 +10,9 @@
 
 use neuroshard_ledger::{LedgerGenesis, Rules, UNITS_PER_NEURO};
 use neuroshard_model::ModelConfig;
-use neuroshard_proof::{Canonical, CodecError, Hash32, Identity, NodeId, Reader, Signed, Writer};
+use neuroshard_proof::{
+    Canonical, CodecError, Hash32, Identity, PublicKey, Reader, Signed, Writer,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::settings::NodeSettings;
@@ -114,8 +116,9 @@ pub struct NetworkGenesis {
     pub dataset_root: Hash32,
     pub founded_ms: u64,
     pub protocol: Protocol,
-    /// (account, stake) the ledger starts with, sorted by account.
-    pub stakes: Vec<(NodeId, u64)>,
+    /// (founder's key, stake) the ledger starts with, sorted by node id: the keys make the
+    /// first finality committee.
+    pub stakes: Vec<(PublicKey, u64)>,
     pub description: String,
 }
 
@@ -155,15 +158,15 @@ pub enum NetworkError {
 }
 
 impl Canonical for NetworkGenesis {
-    const DOMAIN: &'static str = "neuroshard/network-genesis/v1";
+    const DOMAIN: &'static str = "neuroshard/network-genesis/v2";
 
     fn encode_body(&self, w: &mut Writer) {
         w.fixed(&self.dataset_root);
         w.u64(self.founded_ms);
         w.bytes(&serde_json::to_vec(&self.protocol).unwrap_or_default());
         w.len(self.stakes.len());
-        for (id, stake) in &self.stakes {
-            w.fixed(&id.0);
+        for (key, stake) in &self.stakes {
+            w.fixed(key.as_bytes());
             w.u64(*stake);
         }
         w.bytes(self.description.as_bytes());
@@ -180,7 +183,14 @@ impl Canonical for NetworkGenesis {
         })?;
         let n = r.len(neuroshard_ledger::rules::MAX_GENESIS_STAKES)?;
         let stakes = (0..n)
-            .map(|_| Ok((NodeId(r.array()?), r.u64()?)))
+            .map(|_| {
+                let key: [u8; 33] = r.array()?;
+                let key = PublicKey::from_bytes(&key).map_err(|e| CodecError::Invalid {
+                    field: "genesis stake key",
+                    reason: e.to_string(),
+                })?;
+                Ok((key, r.u64()?))
+            })
             .collect::<Result<_, CodecError>>()?;
         let description = String::from_utf8(r.bytes(MAX_DESCRIPTION)?.to_vec()).map_err(|e| {
             CodecError::Invalid {
@@ -303,7 +313,7 @@ mod tests {
     use super::*;
     use neuroshard_proof::fixtures::test_identity;
 
-    fn genesis(description: &str, stakes: Vec<(NodeId, u64)>) -> NetworkGenesis {
+    fn genesis(description: &str, stakes: Vec<(PublicKey, u64)>) -> NetworkGenesis {
         NetworkGenesis {
             dataset_root: [1; 32],
             founded_ms: 1_000,
@@ -316,11 +326,11 @@ mod tests {
     #[test]
     fn the_id_is_the_hash_of_the_signed_document() -> Result<(), NetworkError> {
         let founder = test_identity(1);
-        let a = Network::found(&founder, genesis("a", vec![(founder.node_id(), 5)]))?;
+        let a = Network::found(&founder, genesis("a", vec![(founder.public_key(), 5)]))?;
         let again = Network::open(&a.signed)?;
         assert_eq!(again.id, a.id);
         assert_eq!(again.genesis, a.genesis);
-        let b = Network::found(&founder, genesis("b", vec![(founder.node_id(), 5)]))?;
+        let b = Network::found(&founder, genesis("b", vec![(founder.public_key(), 5)]))?;
         assert_ne!(a.id, b.id);
         let rules = a.ledger_genesis()?.rules;
         assert_eq!(rules.network, a.id);
@@ -427,7 +437,7 @@ mod tests {
         ));
         let twice = genesis(
             "twice",
-            vec![(founder.node_id(), 1), (founder.node_id(), 2)],
+            vec![(founder.public_key(), 1), (founder.public_key(), 2)],
         );
         assert!(matches!(
             Network::found(&founder, twice),

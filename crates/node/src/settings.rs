@@ -85,10 +85,11 @@ pub struct NodeSettings {
     /// The network id (hex) a joiner that learns the genesis from the DHT must find.
     #[serde(default)]
     pub network: Option<String>,
-    /// A founding node's genesis also stakes these nodes (their keys can then register and
-    /// be paid); ignored when the network already exists.
+    /// A founding node's genesis also stakes these nodes, named by public key (they can then
+    /// register and be paid, and they sit in the first finality committee); ignored when the
+    /// network already exists.
     #[serde(default)]
-    pub stake_for: Vec<NodeId>,
+    pub stake_for: Vec<neuroshard_proof::PublicKey>,
     /// Address of the node's HTTP API (OpenAI-compatible completions), e.g. 127.0.0.1:8080;
     /// none: no API.
     #[serde(default)]

@@ -258,7 +258,7 @@ fn network_genesis() -> NetworkGenesis {
         dataset_root: [6; 32],
         founded_ms: T0,
         protocol: Protocol::from_settings(&settings),
-        stakes: vec![(alice().node_id(), 1 << 40)],
+        stakes: vec![(alice().public_key(), 1 << 40)],
         description: "mutations".into(),
     }
 }
@@ -328,7 +328,7 @@ fn fresh_economy() -> Economy {
     };
     let stakes = [alice(), neighbour()]
         .iter()
-        .map(|id| (id.node_id(), rules.min_stake))
+        .map(|id| (id.public_key(), rules.min_stake))
         .collect();
     let genesis = LedgerGenesis::new(rules, stakes).expect("genesis");
     let cfg = EconomyConfig {

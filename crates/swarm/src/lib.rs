@@ -309,7 +309,10 @@ fn found_network(
             dataset_root: genesis.root(),
             founded_ms: report::now_ms(),
             protocol: Protocol::from_settings(&cfg.node),
-            stakes: keys.iter().map(|k| (k.node_id(), FOUNDER_STAKE)).collect(),
+            stakes: keys
+                .iter()
+                .map(|k| (k.public_key(), FOUNDER_STAKE))
+                .collect(),
             description: format!(
                 "swarm: {} layers, d_model {}, vocab {}, {} stages, {} nodes",
                 m.layers, m.d_model, m.vocab, cfg.node.stages, cfg.nodes

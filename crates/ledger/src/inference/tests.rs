@@ -29,7 +29,7 @@ fn world() -> World {
     let mut stakes: Vec<_> = servers
         .iter()
         .chain([&sybil])
-        .map(|s| (s.node_id(), rules.min_stake))
+        .map(|s| (s.public_key(), rules.min_stake))
         .collect();
     stakes.sort();
     let genesis = LedgerGenesis::new(rules, stakes).unwrap();

@@ -643,7 +643,8 @@ fn the_registry_generation_changes_with_stake_and_registrations_only() {
     let id = test_identity(100);
     let neighbour = test_identity(99);
     let rules = crate::Rules::default();
-    let genesis = crate::LedgerGenesis::new(rules, vec![(id.node_id(), rules.min_stake)]).unwrap();
+    let genesis =
+        crate::LedgerGenesis::new(rules, vec![(id.public_key(), rules.min_stake)]).unwrap();
     let (mut state, _) = LedgerState::from_genesis(&genesis).unwrap();
     let g0 = state.registry_generation();
     // A proof pays a balance: who is registered cannot have changed.
@@ -681,19 +682,20 @@ fn the_registry_generation_changes_with_stake_and_registrations_only() {
 fn keys_are_learned_from_what_applies_and_stakers_with_keys_are_listed() {
     let (a, b, n) = (test_identity(1), test_identity(2), test_identity(3));
     let stake = Rules::default().min_stake;
-    let genesis = LedgerGenesis::new(Rules::default(), vec![(a.node_id(), stake)]).unwrap();
-    let (mut s, _) = LedgerState::from_genesis(&genesis).unwrap();
-    // Staked from the genesis, but its key is not known until it signs something.
-    assert!(s.staked_keys().is_empty());
-    let p = verified(&uptime_proof(&a, 0, T0), &a, &n);
+    let genesis = LedgerGenesis::new(Rules::default(), vec![(a.public_key(), stake)]).unwrap();
+    let (mut s, changes) = LedgerState::from_genesis(&genesis).unwrap();
+    // A founder's key comes with the genesis.
+    assert_eq!(changes.keys, vec![(a.node_id(), a.public_key())]);
+    assert_eq!(s.staked_keys(), vec![(a.public_key(), stake)]);
+    // The neighbour's key is learned from its first proof.
+    let p = verified(&uptime_proof(&n, 0, T0), &n, &a);
     let Ok(Outcome::Applied(changes)) = s.apply_proof(&p) else {
         panic!("the proof applies")
     };
-    assert_eq!(changes.keys, vec![(a.node_id(), a.public_key())]);
-    assert_eq!(s.key(&a.node_id()), Some(a.public_key()));
-    assert_eq!(s.staked_keys(), vec![(a.public_key(), stake)]);
+    assert_eq!(changes.keys, vec![(n.node_id(), n.public_key())]);
+    assert_eq!(s.key(&n.node_id()), Some(n.public_key()));
     // Learned once: a second proof writes no key.
-    let p2 = verified(&uptime_proof(&a, 1, T0 + 1), &a, &n);
+    let p2 = verified(&uptime_proof(&n, 1, T0 + 1), &n, &a);
     let Ok(Outcome::Applied(changes)) = s.apply_proof(&p2) else {
         panic!("the second proof applies")
     };
@@ -705,10 +707,10 @@ fn keys_are_learned_from_what_applies_and_stakers_with_keys_are_listed() {
     );
     assert_eq!(s.key(&b.node_id()), None);
     // An applied op does (b holds no stake, so it is not a candidate).
-    let half = s.account(&a.node_id()).balance / 2;
-    assert!(half > 0, "the proofs paid a something");
+    let half = s.account(&n.node_id()).balance / 2;
+    assert!(half > 0, "the proofs paid n something");
     let to_b = op(
-        &a,
+        &n,
         0,
         T0,
         Action::Transfer {
@@ -722,7 +724,7 @@ fn keys_are_learned_from_what_applies_and_stakers_with_keys_are_listed() {
         0,
         T0,
         Action::Transfer {
-            to: a.node_id(),
+            to: n.node_id(),
             amount: 1,
         },
     );

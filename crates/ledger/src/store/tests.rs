@@ -36,7 +36,7 @@ fn after_a_failed_write_nothing_more_is_written() -> Result<(), Box<dyn std::err
     let a = test_identity(1);
     let genesis = LedgerGenesis::new(
         Rules::default(),
-        vec![(a.node_id(), Rules::default().min_stake)],
+        vec![(a.public_key(), Rules::default().min_stake)],
     )?;
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("ledger.db");
@@ -72,7 +72,7 @@ fn fraud_reports_are_kept_once_across_restarts_within_a_byte_budget()
     let a = test_identity(1);
     let genesis = LedgerGenesis::new(
         Rules::default(),
-        vec![(a.node_id(), Rules::default().min_stake)],
+        vec![(a.public_key(), Rules::default().min_stake)],
     )?;
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("ledger.db");
@@ -98,7 +98,7 @@ fn learned_keys_survive_a_reopen() -> Result<(), Box<dyn std::error::Error>> {
     let a = test_identity(1);
     let genesis = LedgerGenesis::new(
         Rules::default(),
-        vec![(a.node_id(), Rules::default().min_stake)],
+        vec![(a.public_key(), Rules::default().min_stake)],
     )?;
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("ledger.db");
@@ -124,7 +124,7 @@ fn learned_keys_survive_a_reopen() -> Result<(), Box<dyn std::error::Error>> {
         vec![(a.public_key(), Rules::default().min_stake)]
     );
     drop(ledger);
-    // As an older ledger would be: no stored keys.
+    // As an older ledger would be: no stored keys. The founder's came with its op.
     rusqlite::Connection::open(&path)?.execute("DELETE FROM keys", [])?;
     let ledger = Ledger::open(&path)?;
     assert_eq!(ledger.state().key(&a.node_id()), Some(a.public_key()));

@@ -144,7 +144,7 @@ fn registered_economy(
     };
     let stakes = ids
         .iter()
-        .map(|id| (id.node_id(), rules.min_stake))
+        .map(|id| (id.public_key(), rules.min_stake))
         .collect();
     let genesis = LedgerGenesis::new(rules, stakes).unwrap();
     let (mut state, _) = neuroshard_ledger::LedgerState::from_genesis(&genesis).unwrap();

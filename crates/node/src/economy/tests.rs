@@ -32,7 +32,7 @@ pub(crate) fn rules() -> Rules {
 
 pub(crate) fn genesis() -> LedgerGenesis {
     let stakes = (1..SYBIL_SEEDS)
-        .map(|s| (test_identity(s).node_id(), 50 * UNITS_PER_NEURO))
+        .map(|s| (test_identity(s).public_key(), 50 * UNITS_PER_NEURO))
         .collect();
     match LedgerGenesis::new(rules(), stakes) {
         Ok(g) => g,

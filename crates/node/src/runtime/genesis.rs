@@ -71,11 +71,11 @@ fn found(
             dataset_root,
             founded_ms: now_ms(),
             protocol: Protocol::from_settings(settings),
-            stakes: std::iter::once(identity.node_id())
+            stakes: std::iter::once(identity.public_key())
                 .chain(settings.stake_for.iter().copied())
                 .collect::<std::collections::BTreeSet<_>>()
                 .into_iter()
-                .map(|id| (id, FOUNDER_STAKE))
+                .map(|key| (key, FOUNDER_STAKE))
                 .collect(),
             description: format!(
                 "{} layers, d_model {}, vocab {}, {} stages",

@@ -28,9 +28,9 @@ pub(super) fn freeze_genesis(
         .iter()
         .enumerate()
         .filter(|(i, _)| !unstaked.contains(i))
-        .map(|(_, n)| n.identity.node_id())
-        .chain(spare.iter().map(Identity::node_id))
-        .map(|id| (id, FOUNDER_STAKE))
+        .map(|(_, n)| n.identity.public_key())
+        .chain(spare.iter().map(Identity::public_key))
+        .map(|key| (key, FOUNDER_STAKE))
         .collect();
     let founder = Identity::generate_with(&mut *rng);
     let genesis = NetworkGenesis {
