@@ -187,6 +187,12 @@ enum Standing {
     Refuse(String),
 }
 
+/// Verdict weights a node keeps (in memory, shared with the transport that serves them, and
+/// in its ledger database): as many as it serves.
+pub const KEPT_VERDICT_WEIGHTS: usize = 32;
+/// Bytes of verdict weights the database keeps at most (32 default stages of 10.5 MB fit).
+pub const MAX_VERDICT_WEIGHT_BYTES: u64 = 384 << 20;
+
 /// What one applied proof or op changed, for the ledger's SQLite adapter to persist as it is:
 /// the rules ran once, here, and the database stores their result.
 #[derive(Debug, Clone)]
@@ -196,6 +202,8 @@ pub struct LedgerWrite {
     pub proof_wire: Option<(Hash32, Arc<[u8]>)>,
     /// A fraud report whose verdict the ledger applied, by its id, kept to relay.
     pub report: Option<(Hash32, Arc<Vec<u8>>)>,
+    /// The stage weights (by BLAKE3) a replay verdict's settlement needs, kept to serve.
+    pub weights: Option<(Hash32, Arc<Vec<u8>>)>,
 }
 
 /// What a node's ledger held when it started: the state and the wire bytes of its proofs and
@@ -210,6 +218,8 @@ pub struct LedgerSnapshot {
     pub last_nonce: BTreeMap<NodeId, u64>,
     /// Fraud reports of the verdicts applied, to relay, oldest first.
     pub reports: Vec<Vec<u8>>,
+    /// The weights the last replay verdicts need (by BLAKE3), to serve, oldest first.
+    pub verdict_weights: Vec<(Hash32, Arc<Vec<u8>>)>,
 }
 
 impl LedgerSnapshot {
@@ -240,6 +250,11 @@ impl LedgerSnapshot {
             ops: ledger.all_ops()?,
             last_nonce,
             reports: ledger.fraud_reports()?,
+            verdict_weights: ledger
+                .verdict_weights()?
+                .into_iter()
+                .map(|(h, w)| (h, Arc::new(w)))
+                .collect(),
         })
     }
 }
@@ -284,6 +299,10 @@ impl LedgerStore {
             self.log
                 .keep_report(id, wire, antientropy::MAX_REPORT_BYTES as u64)?;
         }
+        for (hash, wire) in writes.iter().filter_map(|w| w.weights.as_ref()) {
+            self.log
+                .keep_verdict_weights(hash, wire, MAX_VERDICT_WEIGHT_BYTES)?;
+        }
         Ok(())
     }
 }
@@ -309,6 +328,9 @@ pub struct Economy {
     /// Applied ops by their anti-entropy id.
     op_ids: BTreeMap<Hash32, (NodeId, u64)>,
     sync: antientropy::SyncState,
+    /// The weights the last replay verdicts need, as stored (oldest first, at most
+    /// [`KEPT_VERDICT_WEIGHTS`]): what a restarted node serves again.
+    verdict_weights: VecDeque<(Hash32, Arc<Vec<u8>>)>,
 }
 
 impl Economy {
@@ -350,6 +372,7 @@ impl Economy {
             parked: VecDeque::new(),
             op_ids,
             sync: antientropy::SyncState::default(),
+            verdict_weights: snapshot.verdict_weights.into_iter().collect(),
         };
         for wire in snapshot.reports {
             economy.sync.reports.keep(Arc::new(wire));
@@ -517,6 +540,7 @@ impl Economy {
                     changes: changes.clone(),
                     proof_wire: Some((hash, wire)),
                     report: None,
+                    weights: None,
                 });
             }
         }
@@ -587,7 +611,32 @@ impl Economy {
                 .into_iter()
                 .collect(),
             reports: self.sync.reports.wires().cloned().collect(),
+            verdict_weights: self.verdict_weights.iter().cloned().collect(),
         }
+    }
+
+    /// Keeps (and queues for the store) the weights a replay verdict's settlement needs, the
+    /// last [`KEPT_VERDICT_WEIGHTS`] of them: a restart does not take them from the ledgers
+    /// that settle the verdict late.
+    pub fn keep_verdict_weights(&mut self, hash: Hash32, weights: Arc<Vec<u8>>) {
+        if self.verdict_weights.iter().any(|(h, _)| *h == hash) {
+            return;
+        }
+        self.verdict_weights.push_back((hash, Arc::clone(&weights)));
+        while self.verdict_weights.len() > KEPT_VERDICT_WEIGHTS {
+            self.verdict_weights.pop_front();
+        }
+        self.writes.push_back(LedgerWrite {
+            changes: Default::default(),
+            proof_wire: None,
+            report: None,
+            weights: Some((hash, weights)),
+        });
+    }
+
+    /// The verdict weights kept, oldest first (what a restarted node serves again).
+    pub fn verdict_weights(&self) -> impl Iterator<Item = &(Hash32, Arc<Vec<u8>>)> {
+        self.verdict_weights.iter()
     }
 
     /// The ledger state, for read-only queries (totals, accounts, registrations).

@@ -197,3 +197,23 @@ fn a_node_joining_after_a_verdict_settles_it_from_anti_entropy() {
         );
     }
 }
+
+/// A replay verdict settles on a node that joins after every node that applied it restarted:
+/// the weights its replay needs come back from their ledger databases (without them, the
+/// joiner could not replay the job and would keep the offender's stake).
+#[test]
+fn a_joiner_settles_a_replay_verdict_after_every_holder_restarted() {
+    let mut sim = run(1, Some((WORKER, Cheat::Noise)));
+    assert!(verdicts(&sim, 2) >= 1, "no verdict before the restarts");
+    for i in 0..NODES {
+        sim.crash_at(i, Duration::from_secs(121));
+        sim.restart_at(i, Duration::from_secs(123));
+    }
+    let joiner = sim.add_node(2, Duration::from_secs(130));
+    sim.run_until(Duration::from_secs(320));
+    assert!(verdicts(&sim, joiner) >= 1, "the joiner applied no verdict");
+    let o = sim.node_id(WORKER);
+    assert_eq!(stake(&sim, joiner, o), stake(&sim, 2, o));
+    let state = |i: usize| sim.core(i).unwrap().economy().state_hash();
+    assert_eq!(state(joiner), state(2), "the joiner's ledger differs");
+}

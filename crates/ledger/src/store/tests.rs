@@ -132,3 +132,35 @@ fn learned_keys_survive_a_reopen() -> Result<(), Box<dyn std::error::Error>> {
     assert_eq!(ledger.state().key(&prover.node_id()), None);
     Ok(())
 }
+
+/// The weights a replay verdict needs are kept once across restarts, within a byte budget,
+/// oldest dropped first.
+#[test]
+fn verdict_weights_are_kept_once_across_restarts_within_a_byte_budget()
+-> Result<(), Box<dyn std::error::Error>> {
+    let a = test_identity(1);
+    let genesis = LedgerGenesis::new(
+        Rules::default(),
+        vec![(a.public_key(), Rules::default().min_stake)],
+    )?;
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("ledger.db");
+    let mut log = Ledger::open_genesis(&path, &genesis)?.into_change_log();
+    log.keep_verdict_weights(&[1; 32], &[1; 100], 250)?;
+    log.keep_verdict_weights(&[1; 32], &[1; 100], 250)?;
+    log.keep_verdict_weights(&[2; 32], &[2; 100], 250)?;
+    drop(log);
+    let reopened = Ledger::open(&path)?;
+    assert_eq!(
+        reopened.verdict_weights()?,
+        vec![([1; 32], vec![1; 100]), ([2; 32], vec![2; 100])]
+    );
+    let mut log = reopened.into_change_log();
+    log.keep_verdict_weights(&[3; 32], &[3; 100], 250)?;
+    drop(log);
+    assert_eq!(
+        Ledger::open(&path)?.verdict_weights()?,
+        vec![([2; 32], vec![2; 100]), ([3; 32], vec![3; 100])]
+    );
+    Ok(())
+}

@@ -43,6 +43,26 @@ impl Ledger {
 }
 
 impl Ledger {
+    /// The stage weights kept for the replay verdicts applied last, by BLAKE3 hash, oldest
+    /// first.
+    pub fn verdict_weights(&self) -> Result<Vec<(Hash32, Vec<u8>)>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT hash, wire FROM verdict_weights ORDER BY seq")?;
+        let rows = stmt.query_map([], |row| {
+            Ok((row.get::<_, Vec<u8>>(0)?, row.get::<_, Vec<u8>>(1)?))
+        })?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (hash, wire) = row?;
+            let hash: Hash32 = hash
+                .try_into()
+                .map_err(|_| StoreError::Corrupt("a verdict weights hash".into()))?;
+            out.push((hash, wire));
+        }
+        Ok(out)
+    }
+
     /// The fraud reports kept (their canonical bytes), oldest first.
     pub fn fraud_reports(&self) -> Result<Vec<Vec<u8>>, StoreError> {
         let mut stmt = self
@@ -76,6 +96,33 @@ impl ChangeLog {
             "DELETE FROM fraud_reports WHERE seq IN (
                 SELECT seq FROM (SELECT seq, SUM(LENGTH(wire)) OVER (ORDER BY seq DESC) AS kept
                                  FROM fraud_reports) WHERE kept > ?1)",
+            params![i64::try_from(max_bytes).unwrap_or(i64::MAX)],
+        )?;
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Keeps the stage weights a replay verdict's settlement needs (`hash` is their BLAKE3),
+    /// so that a restarted node serves them again to ledgers that settle the verdict late;
+    /// the oldest go beyond `max_bytes` in all. Not ledger state, like the reports.
+    pub fn keep_verdict_weights(
+        &mut self,
+        hash: &Hash32,
+        wire: &[u8],
+        max_bytes: u64,
+    ) -> Result<(), StoreError> {
+        if let Some(why) = &self.failed {
+            return Err(StoreError::Stopped(why.clone()));
+        }
+        let tx = self.conn.transaction()?;
+        tx.execute(
+            "INSERT OR IGNORE INTO verdict_weights (hash, wire) VALUES (?1, ?2)",
+            params![&hash[..], wire],
+        )?;
+        tx.execute(
+            "DELETE FROM verdict_weights WHERE seq IN (
+                SELECT seq FROM (SELECT seq, SUM(LENGTH(wire)) OVER (ORDER BY seq DESC) AS kept
+                                 FROM verdict_weights) WHERE kept > ?1)",
             params![i64::try_from(max_bytes).unwrap_or(i64::MAX)],
         )?;
         tx.commit()?;

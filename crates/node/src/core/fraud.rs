@@ -45,11 +45,12 @@ pub(super) struct FraudState {
 }
 
 /// Verdicts whose weights a node keeps serving after applying them (in memory, as the
-/// transport serves blobs: at most 32 stage weights, 340 MB for a default stage, reached only
-/// while that many verdicts are recent; each one cost its loser half the minimum stake).
-/// A convicted worker's jobs committed before it was deregistered are audited for two more
-/// rounds, so one cheater alone can bring a dozen verdicts.
-const SERVED_VERDICTS: usize = 32;
+/// transport serves blobs, and in its ledger database, so that a restart serves them again:
+/// at most 32 stage weights, 340 MB for a default stage, reached only while that many
+/// verdicts are recent; each one cost its loser half the minimum stake). A convicted worker's
+/// jobs committed before it was deregistered are audited for two more rounds, so one cheater
+/// alone can bring a dozen verdicts.
+const SERVED_VERDICTS: usize = crate::economy::KEPT_VERDICT_WEIGHTS;
 
 /// A fraud report being settled, and who it came from.
 #[derive(Debug)]
@@ -462,8 +463,26 @@ impl NodeCore {
         }
     }
 
-    /// Serves the weights a verdict's replay needs, for the last [`SERVED_VERDICTS`].
+    /// At start: serves again the verdict weights the ledger database kept.
+    pub(super) fn serve_stored_verdict_weights(&mut self) {
+        let stored: Vec<_> = self.economy.verdict_weights().cloned().collect();
+        for (hash, weights) in stored {
+            self.offer_verdict_weights(hash, weights);
+        }
+    }
+
+    /// Serves the weights a verdict's replay needs, for the last [`SERVED_VERDICTS`], and
+    /// keeps them in the ledger database for a restart.
     fn serve_verdict_weights(&mut self, hash: Hash32, weights: SharedBlob) {
+        if self.fraud.served.contains(&hash) {
+            return;
+        }
+        self.economy
+            .keep_verdict_weights(hash, Arc::clone(&weights));
+        self.offer_verdict_weights(hash, weights);
+    }
+
+    fn offer_verdict_weights(&mut self, hash: Hash32, weights: SharedBlob) {
         if self.fraud.served.contains(&hash) {
             return;
         }

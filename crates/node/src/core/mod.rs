@@ -205,7 +205,7 @@ impl NodeCore {
         let start = cfg.start;
         let mut pipeline = Pipeline::new(pcfg, me.0, cfg.steps_done);
         pipeline.peers = cfg.peers;
-        Self {
+        let mut core = Self {
             pipeline,
             rounds: RoundState::new(syncer, cfg.spec, cfg.numel, start),
             economy,
@@ -248,7 +248,9 @@ impl NodeCore {
             job_log: JobLog::new(cfg.class),
             audit: audit::AuditState::default(),
             fraud: fraud::FraudState::default(),
-        }
+        };
+        core.serve_stored_verdict_weights();
+        core
     }
 
     /// A peer holds a newer θ₀ of our stage (from its DHT record): catch up at once.

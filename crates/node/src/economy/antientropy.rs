@@ -44,9 +44,11 @@ pub const SNAPSHOT_EVERY_MS: u64 = 1_000;
 pub const OWN_OPS_PUSHED: usize = 8;
 /// The most recently applied ops added to it too.
 pub const RECENT_OPS_PUSHED: usize = 32;
-/// How long an item this node refused is not asked for again. Two ledgers may hold items the
-/// other refuses for good (each keeps the pair of proofs it saw for a void slot), and without
-/// this every session between them would fetch those again.
+/// How long an item this node refused is not asked for again, unless its ledger's registry
+/// moves first (a joiner refuses what needs registrations it has not learned yet, and takes
+/// it as soon as it does). Two ledgers may hold items the other refuses for good (each keeps
+/// the pair of proofs it saw for a void slot), and without this every session between them
+/// would fetch those again.
 pub const REFUSED_FOR_MS: u64 = 10 * 60 * 1_000;
 /// Most refused items remembered (when full, expired ones go; if none, the newest is not kept).
 pub const MAX_REFUSED: usize = 65_536;
@@ -223,8 +225,10 @@ pub(super) struct SyncState {
     pub dirty: bool,
     sessions: BTreeMap<NodeId, (u64, Session)>,
     started: u64,
-    /// Items fetched and refused, until when they are not asked for again.
-    refused: HashMap<Hash32, u64>,
+    /// Items fetched and refused: until when they are not asked for again, and under which
+    /// registry (an item refused because this ledger did not know a registration yet, as a
+    /// joiner's may not, is asked for again as soon as the registry moved).
+    refused: HashMap<Hash32, (u64, neuroshard_ledger::Generation)>,
     /// The ops applied last, newest at the back (at most [`RECENT_OPS_PUSHED`]).
     recent_ops: std::collections::VecDeque<(NodeId, u64)>,
     pub reports: Reports,
@@ -238,18 +242,25 @@ impl SyncState {
         self.recent_ops.push_back((account, nonce));
     }
 
-    fn refuse(&mut self, id: Hash32, now_ms: u64) {
+    fn refuse(&mut self, id: Hash32, now_ms: u64, registry: neuroshard_ledger::Generation) {
         if self.refused.len() >= MAX_REFUSED {
-            self.refused.retain(|_, until| *until > now_ms);
+            self.refused.retain(|_, (until, _)| *until > now_ms);
         }
         if self.refused.len() < MAX_REFUSED {
             self.refused
-                .insert(id, now_ms.saturating_add(REFUSED_FOR_MS));
+                .insert(id, (now_ms.saturating_add(REFUSED_FOR_MS), registry));
         }
     }
 
-    fn refused_at(&self, id: &Hash32, now_ms: u64) -> bool {
-        self.refused.get(id).is_some_and(|until| *until > now_ms)
+    fn refused_at(
+        &self,
+        id: &Hash32,
+        now_ms: u64,
+        registry: neuroshard_ledger::Generation,
+    ) -> bool {
+        self.refused
+            .get(id)
+            .is_some_and(|(until, at)| *until > now_ms && *at == registry)
     }
 }
 
@@ -288,13 +299,15 @@ impl Economy {
                 changes: Default::default(),
                 proof_wire: None,
                 report: Some((id, wire)),
+                weights: None,
             });
         }
     }
 
     /// A relayed item this node could not use (yet): not asked for again for a while.
     pub fn refuse_item(&mut self, id: Hash32, now_ms: u64) {
-        self.sync.refuse(id, now_ms);
+        self.sync
+            .refuse(id, now_ms, self.ledger.registry_generation());
     }
 
     /// The snapshot answers are computed from, rebuilt when items arrived and the last build
@@ -422,7 +435,8 @@ impl Economy {
         for wire in &response.ops {
             let (outcome, retried) = self.on_op(wire, now_ms);
             if matches!(outcome, ProofOutcome::Rejected(_)) {
-                self.sync.refuse(op_id(wire), now_ms);
+                self.sync
+                    .refuse(op_id(wire), now_ms, self.ledger.registry_generation());
             }
             summary.add(retried);
         }
@@ -431,7 +445,11 @@ impl Economy {
             if matches!(outcome, ProofOutcome::Rejected(_))
                 && let Ok(signed) = SignedProof::from_bytes(wire)
             {
-                self.sync.refuse(signed.payload_hash(), now_ms);
+                self.sync.refuse(
+                    signed.payload_hash(),
+                    now_ms,
+                    self.ledger.registry_generation(),
+                );
             }
             summary.count(&outcome);
         }
@@ -449,7 +467,9 @@ impl Economy {
                 }
             }
         };
-        let want = session.take_wants(|id| self.holds(id) || self.sync.refused_at(id, now_ms));
+        let registry = self.ledger.registry_generation();
+        let want =
+            session.take_wants(|id| self.holds(id) || self.sync.refused_at(id, now_ms, registry));
         // Wanted ids are asked for even once the ranges agree; the queue behind them is
         // bounded, so a session's requests are too.
         if neg.is_none() && want.is_empty() {

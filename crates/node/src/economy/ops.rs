@@ -50,6 +50,7 @@ impl Economy {
                     changes,
                     proof_wire: None,
                     report: None,
+                    weights: None,
                 });
                 Ok(true)
             }
@@ -70,6 +71,7 @@ impl Economy {
                     changes: changes.clone(),
                     proof_wire: None,
                     report: None,
+                    weights: None,
                 });
                 let mut accounts = BTreeSet::new();
                 for record in changes.records {
