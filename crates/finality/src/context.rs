@@ -393,14 +393,7 @@ impl Context for FinalityContext {
         value: NilOrVal<ValueId>,
         validator: Address,
     ) -> Vote {
-        Vote {
-            kind: VoteType::Prevote,
-            epoch,
-            round,
-            value,
-            validator,
-            extension: None,
-        }
+        Vote::new(VoteType::Prevote, epoch, round, value, validator)
     }
 
     fn new_precommit(
@@ -410,8 +403,20 @@ impl Context for FinalityContext {
         value: NilOrVal<ValueId>,
         validator: Address,
     ) -> Vote {
-        Vote {
-            kind: VoteType::Precommit,
+        Vote::new(VoteType::Precommit, epoch, round, value, validator)
+    }
+}
+
+impl Vote {
+    fn new(
+        kind: VoteType,
+        epoch: Epoch,
+        round: Round,
+        value: NilOrVal<ValueId>,
+        validator: Address,
+    ) -> Self {
+        Self {
+            kind,
             epoch,
             round,
             value,
@@ -531,52 +536,60 @@ impl Canonical for Vote {
     const DOMAIN: &'static str = "neuroshard/finality/vote/v1";
 
     fn encode_body(&self, w: &mut Writer) {
-        w.u8(match self.kind {
-            VoteType::Prevote => 0,
-            VoteType::Precommit => 1,
-        });
+        put_vote_type(w, self.kind);
         w.u64(self.epoch.0);
         put_round(w, self.round);
-        match &self.value {
-            NilOrVal::Nil => w.u8(0),
-            NilOrVal::Val(id) => {
-                w.u8(1);
-                w.fixed(&id.0);
-            }
-        }
+        put_nil_or(w, &self.value);
         w.fixed(&self.validator.0.0);
     }
 
     fn decode_body(r: &mut Reader<'_>) -> Result<Self, CodecError> {
-        let kind = match r.u8()? {
-            0 => VoteType::Prevote,
-            1 => VoteType::Precommit,
-            k => {
-                return Err(CodecError::Invalid {
-                    field: "vote type",
-                    reason: format!("unknown type {k}"),
-                });
-            }
-        };
-        let epoch = Epoch(r.u64()?);
-        let round = get_round(r)?;
-        let value = match r.u8()? {
-            0 => NilOrVal::Nil,
-            1 => NilOrVal::Val(ValueId(r.array()?)),
-            t => {
-                return Err(CodecError::Invalid {
-                    field: "vote value",
-                    reason: format!("unknown tag {t}"),
-                });
-            }
-        };
         Ok(Self {
-            kind,
-            epoch,
-            round,
-            value,
+            kind: get_vote_type(r)?,
+            epoch: Epoch(r.u64()?),
+            round: get_round(r)?,
+            value: get_nil_or(r)?,
             validator: Address(NodeId(r.array()?)),
             extension: None,
         })
+    }
+}
+
+pub(crate) fn put_vote_type(w: &mut Writer, t: VoteType) {
+    w.u8(match t {
+        VoteType::Prevote => 0,
+        VoteType::Precommit => 1,
+    });
+}
+
+pub(crate) fn get_vote_type(r: &mut Reader<'_>) -> Result<VoteType, CodecError> {
+    match r.u8()? {
+        0 => Ok(VoteType::Prevote),
+        1 => Ok(VoteType::Precommit),
+        t => Err(CodecError::Invalid {
+            field: "vote type",
+            reason: format!("unknown type {t}"),
+        }),
+    }
+}
+
+pub(crate) fn put_nil_or(w: &mut Writer, v: &NilOrVal<ValueId>) {
+    match v {
+        NilOrVal::Nil => w.u8(0),
+        NilOrVal::Val(id) => {
+            w.u8(1);
+            w.fixed(&id.0);
+        }
+    }
+}
+
+pub(crate) fn get_nil_or(r: &mut Reader<'_>) -> Result<NilOrVal<ValueId>, CodecError> {
+    match r.u8()? {
+        0 => Ok(NilOrVal::Nil),
+        1 => Ok(NilOrVal::Val(ValueId(r.array()?))),
+        t => Err(CodecError::Invalid {
+            field: "value id",
+            reason: format!("unknown tag {t}"),
+        }),
     }
 }

@@ -15,7 +15,8 @@ use malachite_types::{
 use neuroshard_proof::{Canonical, CodecError, NodeId, PublicKey, Reader, Signature, Writer};
 
 use crate::context::{
-    Address, Committee, Epoch, FinalityContext, Proposal, Sig, ValueId, Vote, get_round, put_round,
+    Address, Committee, Epoch, FinalityContext, Proposal, Sig, ValueId, Vote, get_nil_or,
+    get_round, get_vote_type, put_nil_or, put_round, put_vote_type,
 };
 
 /// Most signatures one certificate carries (a committee is far smaller).
@@ -55,45 +56,6 @@ fn put_addr(w: &mut Writer, a: &Address) {
 
 fn get_addr(r: &mut Reader<'_>) -> Result<Address, CodecError> {
     Ok(Address(NodeId(r.array()?)))
-}
-
-fn put_vote_type(w: &mut Writer, t: VoteType) {
-    w.u8(match t {
-        VoteType::Prevote => 0,
-        VoteType::Precommit => 1,
-    });
-}
-
-fn get_vote_type(r: &mut Reader<'_>) -> Result<VoteType, CodecError> {
-    match r.u8()? {
-        0 => Ok(VoteType::Prevote),
-        1 => Ok(VoteType::Precommit),
-        t => Err(CodecError::Invalid {
-            field: "vote type",
-            reason: format!("unknown type {t}"),
-        }),
-    }
-}
-
-fn put_nil_or(w: &mut Writer, v: &NilOrVal<ValueId>) {
-    match v {
-        NilOrVal::Nil => w.u8(0),
-        NilOrVal::Val(id) => {
-            w.u8(1);
-            w.fixed(&id.0);
-        }
-    }
-}
-
-fn get_nil_or(r: &mut Reader<'_>) -> Result<NilOrVal<ValueId>, CodecError> {
-    match r.u8()? {
-        0 => Ok(NilOrVal::Nil),
-        1 => Ok(NilOrVal::Val(ValueId(r.array()?))),
-        t => Err(CodecError::Invalid {
-            field: "value id",
-            reason: format!("unknown tag {t}"),
-        }),
-    }
 }
 
 impl Canonical for ConsensusWire {

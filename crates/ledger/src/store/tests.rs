@@ -21,6 +21,17 @@ fn register(id: &Identity, nonce: u64, stage: u16) -> VerifiedOp {
     verify_op(&signed).expect("fixture op verifies")
 }
 
+/// A temporary directory for a ledger, and a genesis staking `a` with the minimum stake.
+fn founded_by(
+    a: &Identity,
+) -> Result<(tempfile::TempDir, LedgerGenesis), Box<dyn std::error::Error>> {
+    let genesis = LedgerGenesis::new(
+        Rules::default(),
+        vec![(a.public_key(), Rules::default().min_stake)],
+    )?;
+    Ok((tempfile::tempdir()?, genesis))
+}
+
 fn applied(state: &mut LedgerState, op: VerifiedOp) -> Changes {
     match state.apply_op(op) {
         Ok(Outcome::Applied(changes)) => changes,
@@ -34,11 +45,7 @@ fn applied(state: &mut LedgerState, op: VerifiedOp) -> Changes {
 #[test]
 fn after_a_failed_write_nothing_more_is_written() -> Result<(), Box<dyn std::error::Error>> {
     let a = test_identity(1);
-    let genesis = LedgerGenesis::new(
-        Rules::default(),
-        vec![(a.public_key(), Rules::default().min_stake)],
-    )?;
-    let dir = tempfile::tempdir()?;
+    let (dir, genesis) = founded_by(&a)?;
     let path = dir.path().join("ledger.db");
     let ledger = Ledger::open_genesis(&path, &genesis)?;
     let mut state = ledger.state().clone();
@@ -70,11 +77,7 @@ fn after_a_failed_write_nothing_more_is_written() -> Result<(), Box<dyn std::err
 fn fraud_reports_are_kept_once_across_restarts_within_a_byte_budget()
 -> Result<(), Box<dyn std::error::Error>> {
     let a = test_identity(1);
-    let genesis = LedgerGenesis::new(
-        Rules::default(),
-        vec![(a.public_key(), Rules::default().min_stake)],
-    )?;
-    let dir = tempfile::tempdir()?;
+    let (dir, genesis) = founded_by(&a)?;
     let path = dir.path().join("ledger.db");
     let mut log = Ledger::open_genesis(&path, &genesis)?.into_change_log();
     log.keep_report(&[1; 32], &[1; 100], 250)?;
@@ -96,11 +99,7 @@ fn fraud_reports_are_kept_once_across_restarts_within_a_byte_budget()
 #[test]
 fn learned_keys_survive_a_reopen() -> Result<(), Box<dyn std::error::Error>> {
     let a = test_identity(1);
-    let genesis = LedgerGenesis::new(
-        Rules::default(),
-        vec![(a.public_key(), Rules::default().min_stake)],
-    )?;
-    let dir = tempfile::tempdir()?;
+    let (dir, genesis) = founded_by(&a)?;
     let path = dir.path().join("ledger.db");
     let mut ledger = Ledger::open_genesis(&path, &genesis)?;
     ledger.apply_op(register(&a, 0, 0))?;
@@ -139,11 +138,7 @@ fn learned_keys_survive_a_reopen() -> Result<(), Box<dyn std::error::Error>> {
 fn verdict_weights_are_kept_once_across_restarts_within_a_byte_budget()
 -> Result<(), Box<dyn std::error::Error>> {
     let a = test_identity(1);
-    let genesis = LedgerGenesis::new(
-        Rules::default(),
-        vec![(a.public_key(), Rules::default().min_stake)],
-    )?;
-    let dir = tempfile::tempdir()?;
+    let (dir, genesis) = founded_by(&a)?;
     let path = dir.path().join("ledger.db");
     let mut log = Ledger::open_genesis(&path, &genesis)?.into_change_log();
     log.keep_verdict_weights(&[1; 32], &[1; 100], 250)?;

@@ -48,7 +48,7 @@ impl Ledger {
     pub fn verdict_weights(&self) -> Result<Vec<(Hash32, Vec<u8>)>, StoreError> {
         let mut stmt = self
             .conn
-            .prepare_cached("SELECT hash, wire FROM verdict_weights ORDER BY seq")?;
+            .prepare_cached("SELECT id, wire FROM verdict_weights ORDER BY seq")?;
         let rows = stmt.query_map([], |row| {
             Ok((row.get::<_, Vec<u8>>(0)?, row.get::<_, Vec<u8>>(1)?))
         })?;
@@ -83,23 +83,7 @@ impl ChangeLog {
         wire: &[u8],
         max_bytes: u64,
     ) -> Result<(), StoreError> {
-        if let Some(why) = &self.failed {
-            return Err(StoreError::Stopped(why.clone()));
-        }
-        let tx = self.conn.transaction()?;
-        tx.execute(
-            "INSERT OR IGNORE INTO fraud_reports (id, wire) VALUES (?1, ?2)",
-            params![&id[..], wire],
-        )?;
-        // The oldest go first once the reports exceed the budget.
-        tx.execute(
-            "DELETE FROM fraud_reports WHERE seq IN (
-                SELECT seq FROM (SELECT seq, SUM(LENGTH(wire)) OVER (ORDER BY seq DESC) AS kept
-                                 FROM fraud_reports) WHERE kept > ?1)",
-            params![i64::try_from(max_bytes).unwrap_or(i64::MAX)],
-        )?;
-        tx.commit()?;
-        Ok(())
+        self.keep_bounded("fraud_reports", id, wire, max_bytes)
     }
 
     /// Keeps the stage weights a replay verdict's settlement needs (`hash` is their BLAKE3),
@@ -111,18 +95,31 @@ impl ChangeLog {
         wire: &[u8],
         max_bytes: u64,
     ) -> Result<(), StoreError> {
+        self.keep_bounded("verdict_weights", hash, wire, max_bytes)
+    }
+
+    /// Inserts `(id, wire)` into `table` once, then drops its oldest rows beyond `max_bytes`.
+    fn keep_bounded(
+        &mut self,
+        table: &'static str,
+        id: &Hash32,
+        wire: &[u8],
+        max_bytes: u64,
+    ) -> Result<(), StoreError> {
         if let Some(why) = &self.failed {
             return Err(StoreError::Stopped(why.clone()));
         }
         let tx = self.conn.transaction()?;
         tx.execute(
-            "INSERT OR IGNORE INTO verdict_weights (hash, wire) VALUES (?1, ?2)",
-            params![&hash[..], wire],
+            &format!("INSERT OR IGNORE INTO {table} (id, wire) VALUES (?1, ?2)"),
+            params![&id[..], wire],
         )?;
         tx.execute(
-            "DELETE FROM verdict_weights WHERE seq IN (
-                SELECT seq FROM (SELECT seq, SUM(LENGTH(wire)) OVER (ORDER BY seq DESC) AS kept
-                                 FROM verdict_weights) WHERE kept > ?1)",
+            &format!(
+                "DELETE FROM {table} WHERE seq IN (
+                    SELECT seq FROM (SELECT seq, SUM(LENGTH(wire)) OVER (ORDER BY seq DESC)
+                                     AS kept FROM {table}) WHERE kept > ?1)"
+            ),
             params![i64::try_from(max_bytes).unwrap_or(i64::MAX)],
         )?;
         tx.commit()?;
