@@ -9,6 +9,7 @@
 //! - [`store`]: the SQLite adapter ([`Ledger`]), WAL + `synchronous=FULL`.
 
 pub mod amount;
+pub mod epoch;
 pub mod inference;
 pub mod ops;
 pub mod pending;
@@ -19,6 +20,7 @@ pub mod store;
 pub mod verdict;
 
 pub use amount::{UNITS_PER_NEURO, format_neuro, parse_neuro};
+pub use epoch::{EpochApplied, EpochItem, apply_epoch};
 pub use inference::{
     INFERENCE_BURN_BPS, Payee, ServeReceipt, Settlement, decode_op, verify_settlement,
 };
