@@ -140,7 +140,6 @@ pub struct Finality {
     identity: Identity,
     timeouts: Timeouts,
     state: Option<State<FinalityContext>>,
-    committee: Option<Committee>,
     timers: Vec<(Timeout, Instant)>,
     transmits: VecDeque<Vec<u8>>,
     events: VecDeque<FinalityEvent>,
@@ -156,7 +155,6 @@ impl Finality {
             identity,
             timeouts,
             state: None,
-            committee: None,
             timers: Vec::new(),
             transmits: VecDeque::new(),
             events: VecDeque::new(),
@@ -261,7 +259,6 @@ impl Finality {
             ));
         }
         self.epochs.retain(|e, _| *e >= epoch);
-        self.committee = Some(committee.clone());
         self.timers.clear();
         // No target time: Malachite would measure it with its own clock.
         let input = Input::StartHeight(
@@ -355,9 +352,9 @@ impl Finality {
                 // of the committee (the current one: the next may differ, but rarely by
                 // much) gets a value considered.
                 let signed = self
-                    .committee
+                    .state
                     .as_ref()
-                    .and_then(|c| c.get(&p.message.proposer.0))
+                    .and_then(|s| s.validator_set().get(&p.message.proposer.0))
                     .is_some_and(|v| verify_signed(&p.message, &p.signature, &v.public_key));
                 if !signed {
                     // For the next epoch the committee may have changed: an unknown proposer

@@ -410,3 +410,74 @@ fn proposals_far_ahead_or_from_strangers_ask_nothing() {
     assert!(net.run_until(MINUTE, |net| net.all_reached(3)));
     assert_same_chains(&net, 3);
 }
+
+/// Certificates a node acts on from a peer (a skip to a later round, a polka that would
+/// unlock it) made of votes signed in others' names move no one: every node still
+/// finalizes epoch 1 in round 0.
+#[test]
+fn forged_round_and_polka_certificates_move_no_one() {
+    use malachite_types::{
+        NilOrVal, PolkaCertificate, PolkaSignature, Round, RoundCertificate, RoundCertificateType,
+        RoundSignature, VoteType,
+    };
+    use neuroshard_finality::context::{Epoch, Sig, ValueId, Vote};
+    use neuroshard_proof::Canonical;
+    let mut net = Net::new(&[10; 4], 17);
+    let forger = net.nodes[3].identity.clone();
+    let members: Vec<_> = net.committee.validators().to_vec();
+    let sign = |v: &Vote| Sig(forger.sign(&v.to_canonical_bytes()).0);
+    let vote = |kind, round, value, v: &neuroshard_finality::Validator| Vote {
+        kind,
+        epoch: Epoch(1),
+        round: Round::new(round),
+        value,
+        validator: v.address,
+        extension: None,
+    };
+    let skip = RoundCertificate {
+        height: Epoch(1),
+        round: Round::new(9),
+        cert_type: RoundCertificateType::Skip,
+        round_signatures: members
+            .iter()
+            .map(|m| {
+                let v = vote(VoteType::Precommit, 9, NilOrVal::Nil, m);
+                RoundSignature::new(VoteType::Precommit, NilOrVal::Nil, m.address, sign(&v))
+            })
+            .collect(),
+    };
+    let fake = ValueId([0xCD; 32]);
+    let polka = PolkaCertificate {
+        height: Epoch(1),
+        round: Round::new(0),
+        value_id: fake,
+        polka_signatures: members
+            .iter()
+            .map(|m| {
+                let v = vote(VoteType::Prevote, 0, NilOrVal::Val(fake), m);
+                PolkaSignature::new(m.address, sign(&v))
+            })
+            .collect(),
+    };
+    net.start();
+    let now = net.now;
+    for i in 0..3 {
+        for msg in [
+            ConsensusWire::Round(skip.clone()),
+            ConsensusWire::Polka(polka.clone()),
+        ] {
+            net.nodes[i]
+                .finality
+                .handle_message(forger.node_id(), &msg.to_canonical_bytes(), now);
+        }
+    }
+    assert!(net.run_until(MINUTE, |net| net.all_reached(2)));
+    assert_same_chains(&net, 2);
+    for (i, n) in net.nodes.iter().enumerate().take(3) {
+        assert_eq!(
+            n.finalized[0].certificate.round,
+            Round::new(0),
+            "node {i} was moved to another round"
+        );
+    }
+}

@@ -617,14 +617,19 @@ impl Economy {
 
     /// Keeps (and queues for the store) the weights a replay verdict's settlement needs, the
     /// last [`KEPT_VERDICT_WEIGHTS`] of them: a restart does not take them from the ledgers
-    /// that settle the verdict late.
-    pub fn keep_verdict_weights(&mut self, hash: Hash32, weights: Arc<Vec<u8>>) {
-        if self.verdict_weights.iter().any(|(h, _)| *h == hash) {
-            return;
+    /// that settle the verdict late. None: kept already; else the hashes it evicted.
+    pub fn keep_verdict_weights(
+        &mut self,
+        hash: Hash32,
+        weights: Arc<Vec<u8>>,
+    ) -> Option<Vec<Hash32>> {
+        if self.keeps_verdict_weights(&hash) {
+            return None;
         }
         self.verdict_weights.push_back((hash, Arc::clone(&weights)));
+        let mut evicted = Vec::new();
         while self.verdict_weights.len() > KEPT_VERDICT_WEIGHTS {
-            self.verdict_weights.pop_front();
+            evicted.extend(self.verdict_weights.pop_front().map(|(h, _)| h));
         }
         self.writes.push_back(LedgerWrite {
             changes: Default::default(),
@@ -632,6 +637,12 @@ impl Economy {
             report: None,
             weights: Some((hash, weights)),
         });
+        Some(evicted)
+    }
+
+    /// Whether the weights `hash` are kept for a verdict.
+    pub fn keeps_verdict_weights(&self, hash: &Hash32) -> bool {
+        self.verdict_weights.iter().any(|(h, _)| h == hash)
     }
 
     /// The verdict weights kept, oldest first (what a restarted node serves again).

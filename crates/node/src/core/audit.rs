@@ -123,7 +123,7 @@ impl NodeCore {
         for r in stale {
             for hash in self.audit.offered.remove(&r).unwrap_or_default() {
                 // A verdict's weights stay served after the round's audits are over.
-                if !self.fraud.serves(&hash) {
+                if !self.economy.keeps_verdict_weights(&hash) {
                     self.transmits.push_back(Transmit::WithdrawBlob { hash });
                 }
             }

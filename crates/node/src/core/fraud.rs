@@ -39,18 +39,7 @@ pub(super) struct FraudState {
     /// Weights fetches, and settlements on the engine (with the weights), by token.
     blobs: HashMap<Token, Case>,
     engine: HashMap<Token, (Case, Option<SharedBlob>)>,
-    /// Weights of the verdicts applied last, served to ledgers that settle them late (a
-    /// joiner, a node that missed the gossip), oldest first.
-    served: VecDeque<Hash32>,
 }
-
-/// Verdicts whose weights a node keeps serving after applying them (in memory, as the
-/// transport serves blobs, and in its ledger database, so that a restart serves them again:
-/// at most 32 stage weights, 340 MB for a default stage, reached only while that many
-/// verdicts are recent; each one cost its loser half the minimum stake). A convicted worker's
-/// jobs committed before it was deregistered are audited for two more rounds, so one cheater
-/// alone can bring a dozen verdicts.
-const SERVED_VERDICTS: usize = crate::economy::KEPT_VERDICT_WEIGHTS;
 
 /// A fraud report being settled, and who it came from.
 #[derive(Debug)]
@@ -82,11 +71,6 @@ impl FraudState {
     /// Whether the blob fetch `token` is ours.
     pub(super) fn fetching(&self, token: Token) -> bool {
         self.blobs.contains_key(&token)
-    }
-
-    /// Whether the weights `hash` are served for a verdict.
-    pub(super) fn serves(&self, hash: &Hash32) -> bool {
-        self.served.contains(hash)
     }
 
     /// A settlement that could not finish: the job may be settled from another report.
@@ -466,35 +450,30 @@ impl NodeCore {
     /// At start: serves again the verdict weights the ledger database kept.
     pub(super) fn serve_stored_verdict_weights(&mut self) {
         let stored: Vec<_> = self.economy.verdict_weights().cloned().collect();
-        for (hash, weights) in stored {
-            self.offer_verdict_weights(hash, weights);
+        for (hash, data) in stored {
+            self.transmits.push_back(Transmit::OfferBlob { hash, data });
         }
     }
 
-    /// Serves the weights a verdict's replay needs, for the last [`SERVED_VERDICTS`], and
-    /// keeps them in the ledger database for a restart.
+    /// Serves the weights a verdict's replay needs to ledgers that settle it late (a joiner,
+    /// a node that missed the gossip), for the verdicts the economy keeps weights of (in
+    /// memory, shared with the transport, and in the ledger database, so that a restart
+    /// serves them again: at most 32 stage weights, 340 MB for a default stage, reached only
+    /// while that many verdicts are recent; each cost its loser half the minimum stake). A
+    /// convicted worker's jobs committed before it was deregistered are audited for two more
+    /// rounds, so one cheater alone can bring a dozen verdicts.
     fn serve_verdict_weights(&mut self, hash: Hash32, weights: SharedBlob) {
-        if self.fraud.served.contains(&hash) {
+        let Some(evicted) = self
+            .economy
+            .keep_verdict_weights(hash, Arc::clone(&weights))
+        else {
             return;
-        }
-        self.economy
-            .keep_verdict_weights(hash, Arc::clone(&weights));
-        self.offer_verdict_weights(hash, weights);
-    }
-
-    fn offer_verdict_weights(&mut self, hash: Hash32, weights: SharedBlob) {
-        if self.fraud.served.contains(&hash) {
-            return;
-        }
+        };
         self.transmits.push_back(Transmit::OfferBlob {
             hash,
             data: weights,
         });
-        self.fraud.served.push_back(hash);
-        while self.fraud.served.len() > SERVED_VERDICTS {
-            let Some(old) = self.fraud.served.pop_front() else {
-                break;
-            };
+        for old in evicted {
             if !self.audit.offers(&old) {
                 self.transmits
                     .push_back(Transmit::WithdrawBlob { hash: old });

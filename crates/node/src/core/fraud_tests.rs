@@ -18,7 +18,7 @@ use crate::wire::FraudReport;
 
 const FINAL: [u8; 32] = [5; 32];
 
-fn inputs() -> JobInputs {
+pub(crate) fn inputs() -> JobInputs {
     JobInputs {
         input: StageData::Tokens(TokenIds {
             batch: 1,
@@ -29,34 +29,39 @@ fn inputs() -> JobInputs {
     }
 }
 
+/// Job `index` of `worker`: a forward pass of stage 0, round 0, on [`inputs`].
+pub(crate) fn forward_job(network: Hash32, worker: &Identity, index: u32) -> JobCommitment {
+    JobCommitment {
+        network,
+        worker: worker.node_id(),
+        stage: 0,
+        round: 0,
+        step: 1,
+        micro_batch: MicroBatchRef {
+            origin: worker.node_id(),
+            step: 1,
+            index,
+        },
+        kind: JobKind::Forward,
+        class: DeterminismClass {
+            build: [1; 32],
+            isa: IsaLevel::X86V3,
+            cache_bytes: [1, 2, 3],
+            micro_batches: 2,
+        },
+        weights_hash: [2; 32],
+        input_hash: inputs().input.hash(),
+        upstream_hash: inputs().upstream.hash(),
+        output_hash: [3; 32],
+        grads_hash: NO_HASH,
+    }
+}
+
 /// A forward job of stage 0, round 0, by `worker` that the default rate challenges.
 fn challenged_job(worker: &Identity) -> JobCommitment {
     let seed = ChallengeSeed::from_finalized_round(NETWORK, 0, 0, FINAL);
     (0..10_000)
-        .map(|index| JobCommitment {
-            network: NETWORK,
-            worker: worker.node_id(),
-            stage: 0,
-            round: 0,
-            step: 1,
-            micro_batch: MicroBatchRef {
-                origin: worker.node_id(),
-                step: 1,
-                index,
-            },
-            kind: JobKind::Forward,
-            class: DeterminismClass {
-                build: [1; 32],
-                isa: IsaLevel::X86V3,
-                cache_bytes: [1, 2, 3],
-                micro_batches: 2,
-            },
-            weights_hash: [2; 32],
-            input_hash: inputs().input.hash(),
-            upstream_hash: inputs().upstream.hash(),
-            output_hash: [3; 32],
-            grads_hash: NO_HASH,
-        })
+        .map(|index| forward_job(NETWORK, worker, index))
         .find(|c| is_challenged(&seed, &c.key(), AuditRate::default()))
         .unwrap()
 }

@@ -19,7 +19,7 @@ mod evaluate;
 mod evaluate_tests;
 mod fraud;
 #[cfg(test)]
-mod fraud_tests;
+pub(crate) mod fraud_tests;
 mod gossip;
 mod io;
 mod pull;

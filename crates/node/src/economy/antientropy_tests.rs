@@ -341,43 +341,10 @@ fn a_kept_report_is_written_once_and_resumes_from_the_store() {
 
 /// A provenance report about job `index` of a made-up commitment, signed at `timestamp`.
 fn a_report(index: u32, timestamp: u64) -> Vec<u8> {
-    use neuroshard_audit::{
-        DeterminismClass, FraudProof, IsaLevel, JobCommitment, JobInputs, JobKind, MicroBatchRef,
-        NO_HASH, StageData, TokenIds, UpstreamData,
-    };
+    use crate::core::fraud_tests::{forward_job, inputs};
+    use neuroshard_audit::{FraudProof, NO_HASH};
     let worker = test_identity(1);
-    let c = JobCommitment {
-        network: [0; 32],
-        worker: worker.node_id(),
-        stage: 0,
-        round: 0,
-        step: 1,
-        micro_batch: MicroBatchRef {
-            origin: worker.node_id(),
-            step: 1,
-            index,
-        },
-        kind: JobKind::Forward,
-        class: DeterminismClass {
-            build: [1; 32],
-            isa: IsaLevel::X86V3,
-            cache_bytes: [1, 2, 3],
-            micro_batches: 2,
-        },
-        weights_hash: [2; 32],
-        input_hash: [3; 32],
-        upstream_hash: NO_HASH,
-        output_hash: [4; 32],
-        grads_hash: NO_HASH,
-    };
-    let inputs = JobInputs {
-        input: StageData::Tokens(TokenIds {
-            batch: 1,
-            seq: 2,
-            ids: vec![1, 2],
-        }),
-        upstream: UpstreamData::None,
-    };
+    let (c, inputs) = (forward_job([0; 32], &worker, index), inputs());
     let proof = FraudProof::provenance(&test_identity(2), c.sign(&worker), &c, inputs, timestamp);
     crate::wire::FraudReport {
         proof,
