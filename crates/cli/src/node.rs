@@ -63,6 +63,9 @@ pub struct SyncArgs {
     /// step), in MiB; the oldest goes first.
     #[arg(long, default_value_t = neuroshard_node::compute::DEFAULT_AUDIT_BUDGET >> 20)]
     pub evidence_mb: u64,
+    /// Ledger finality: time from one finalized epoch to the start of the next, in ms.
+    #[arg(long, default_value_t = settings::DEFAULT_EPOCH_MS)]
+    pub epoch_ms: u64,
 }
 
 impl SyncArgs {
@@ -244,6 +247,7 @@ impl NodeArgs {
             eval_windows: self.eval_windows,
             budgets: Default::default(),
             audit: self.sync.audit()?,
+            epoch_ms: self.sync.epoch_ms,
         })
     }
 }

@@ -161,6 +161,7 @@ impl SwarmArgs {
             eval_windows: neuroshard_node::settings::DEFAULT_EVAL_WINDOWS,
             budgets: Default::default(),
             audit: self.sync.audit()?,
+            epoch_ms: self.sync.epoch_ms,
         };
         let kill = self
             .kill

@@ -71,6 +71,11 @@ pub enum FinalityEvent {
     Judge {
         value: EpochValue,
     },
+    /// This node proposes `value` (its own): whoever judges it needs the contents it names,
+    /// so the caller sends them beside the proposal.
+    Proposing {
+        value: EpochValue,
+    },
     Equivocation(Box<Equivocation>),
     /// A message that does not decode or is too large (its sender can be penalised).
     Refused {
@@ -279,6 +284,7 @@ impl Finality {
         let view = self.epochs.entry(value.epoch).or_default();
         view.value = Some(value);
         if let Some(round) = view.want.take() {
+            self.events.push_back(FinalityEvent::Proposing { value });
             self.queue
                 .push_back(Input::Propose(LocallyProposedValue::new(
                     Epoch(value.epoch),
@@ -555,11 +561,13 @@ impl Io<'_> {
             Effect::GetValue(epoch, round, _, r) => {
                 let view = self.epochs.entry(epoch.0).or_default();
                 match view.value {
-                    Some(value) => self
-                        .queue
-                        .push_back(Input::Propose(LocallyProposedValue::new(
-                            epoch, round, value,
-                        ))),
+                    Some(value) => {
+                        self.events.push_back(FinalityEvent::Proposing { value });
+                        self.queue
+                            .push_back(Input::Propose(LocallyProposedValue::new(
+                                epoch, round, value,
+                            )))
+                    }
                     None => view.want = Some(round),
                 }
                 r.resume_with(())

@@ -40,6 +40,15 @@ impl ConsensusWire {
             Self::Round(c) => c.height.0,
         }
     }
+
+    /// Who signed it: a vote's validator, a proposal's proposer (certificates: none).
+    pub fn signer(&self) -> Option<NodeId> {
+        match self {
+            Self::Vote(v) => Some(v.message.validator.0),
+            Self::Proposal(p) => Some(p.message.proposer.0),
+            Self::Polka(_) | Self::Round(_) => None,
+        }
+    }
 }
 
 fn put_sig(w: &mut Writer, s: &Sig) {

@@ -30,12 +30,13 @@ impl EpochItem {
         match self {
             Self::Op(o) => (0, o.hash()),
             Self::Proof(p) => (1, p.hash()),
-            Self::Slash(s) => (2, s.evidence_hash),
-            Self::Verdict(v) => (3, v.job),
+            Self::Slash(s) => (2, slash_id(s)),
+            Self::Verdict(v) => (3, verdict_id(v)),
         }
     }
 
-    /// The id the epoch's contents name it by (its kind's hash).
+    /// The id the epoch's contents name it by: a proof's or op's signed payload hash; for a
+    /// slash or a verdict, a hash of every field the ledger reads.
     pub fn id(&self) -> Hash32 {
         self.key().1
     }
@@ -49,6 +50,31 @@ impl EpochItem {
             Self::Verdict(v) => v.timestamp_ms,
         }
     }
+}
+
+/// A slash's id covers every field the ledger reads: the contents hash must name one
+/// outcome (the same evidence with another reporter pays someone else).
+fn slash_id(s: &VerifiedSlash) -> Hash32 {
+    let mut h = blake3::Hasher::new();
+    h.update(b"neuroshard/ledger/epoch-slash/v1");
+    h.update(&s.evidence_hash);
+    h.update(&s.offender.0);
+    h.update(&s.nonce.to_le_bytes());
+    h.update(&s.reporter.0);
+    h.update(&s.timestamp_ms.to_le_bytes());
+    *h.finalize().as_bytes()
+}
+
+/// A verdict's id covers its parties, not only its job (see [`slash_id`]).
+fn verdict_id(v: &VerifiedVerdict) -> Hash32 {
+    let mut h = blake3::Hasher::new();
+    h.update(b"neuroshard/ledger/epoch-verdict/v1");
+    h.update(&v.job);
+    h.update(&v.offender.0);
+    h.update(&v.beneficiary.0);
+    h.update(&v.evidence_hash);
+    h.update(&v.timestamp_ms.to_le_bytes());
+    *h.finalize().as_bytes()
 }
 
 /// What applying an epoch did.
@@ -66,18 +92,49 @@ pub struct EpochApplied {
 
 /// Applies `items` (any order; a repeated item counts once) onto `state` in the canonical
 /// order. `state` is the last finalized state, or a copy of it when computing a proposal.
-pub fn apply_epoch(state: &mut LedgerState, mut items: Vec<EpochItem>) -> EpochApplied {
-    items.sort_by_key(EpochItem::key);
-    items.dedup_by_key(|i| i.key());
+pub fn apply_epoch(state: &mut LedgerState, items: Vec<EpochItem>) -> EpochApplied {
+    apply_epoch_admitted(state, items, |_, _| Ok(()))
+}
+
+/// The contents hash of `items` (any order; a repeated item counts once): what
+/// [`apply_epoch`] reports, without applying anything.
+pub fn epoch_contents(items: &[EpochItem]) -> Hash32 {
+    let mut keys: Vec<(u8, Hash32)> = items.iter().map(EpochItem::key).collect();
+    keys.sort();
+    keys.dedup();
+    contents_of(&keys)
+}
+
+fn contents_of(keys: &[(u8, Hash32)]) -> Hash32 {
     let mut h = blake3::Hasher::new();
     h.update(b"neuroshard/ledger/epoch-contents/v1");
-    h.update(&(items.len() as u64).to_le_bytes());
+    h.update(&(keys.len() as u64).to_le_bytes());
+    for (kind, id) in keys {
+        h.update(&[*kind]);
+        h.update(id);
+    }
+    *h.finalize().as_bytes()
+}
+
+/// [`apply_epoch`] with the caller's admission rule run before each item, on the state as
+/// the items before it left it: rules the ledger does not hold (which stage a proof may
+/// claim, whose receipts vouch for it) refuse an item the same way on every node.
+pub fn apply_epoch_admitted(
+    state: &mut LedgerState,
+    mut items: Vec<EpochItem>,
+    mut admit: impl FnMut(&LedgerState, &EpochItem) -> Result<(), String>,
+) -> EpochApplied {
+    items.sort_by_key(EpochItem::key);
+    items.dedup_by_key(|i| i.key());
+    let keys: Vec<(u8, Hash32)> = items.iter().map(EpochItem::key).collect();
     let mut applied = 0;
     let mut refused = Vec::new();
     for item in items {
-        let (kind, id) = item.key();
-        h.update(&[kind]);
-        h.update(&id);
+        let (_, id) = item.key();
+        if let Err(reason) = admit(state, &item) {
+            refused.push((id, LedgerError::NotAdmitted(reason)));
+            continue;
+        }
         let result = match item {
             EpochItem::Op(o) => state.apply_op(o),
             EpochItem::Proof(p) => state.apply_proof(&p),
@@ -93,7 +150,7 @@ pub fn apply_epoch(state: &mut LedgerState, mut items: Vec<EpochItem>) -> EpochA
         }
     }
     EpochApplied {
-        contents: *h.finalize().as_bytes(),
+        contents: contents_of(&keys),
         state: state.state_hash(),
         applied,
         refused,

@@ -20,7 +20,7 @@ pub mod store;
 pub mod verdict;
 
 pub use amount::{UNITS_PER_NEURO, format_neuro, parse_neuro};
-pub use epoch::{EpochApplied, EpochItem, apply_epoch};
+pub use epoch::{EpochApplied, EpochItem, apply_epoch, apply_epoch_admitted, epoch_contents};
 pub use inference::{
     INFERENCE_BURN_BPS, Payee, ServeReceipt, Settlement, decode_op, verify_settlement,
 };

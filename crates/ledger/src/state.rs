@@ -102,6 +102,8 @@ pub enum LedgerError {
     RoundPaid { node: NodeId, round: u64 },
     #[error("registering needs a stake of {needed}, the account has {available}")]
     StakeTooLow { needed: u64, available: u64 },
+    #[error("not admitted: {0}")]
+    NotAdmitted(String),
 }
 
 /// The whole ledger in memory.
@@ -200,6 +202,11 @@ impl LedgerState {
 
     pub fn rules(&self) -> &Rules {
         &self.rules
+    }
+
+    /// Whether a slash of `offender` at `nonce` was applied (one per offender and nonce).
+    pub fn has_slash(&self, offender: &NodeId, nonce: u64) -> bool {
+        self.slashes.contains_key(&(*offender, nonce))
     }
 
     /// Whether an audit verdict about `job` was applied (one verdict per job).

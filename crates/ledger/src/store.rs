@@ -22,6 +22,7 @@ use crate::state::{
 };
 use crate::verdict::VerifiedVerdict;
 
+mod finality;
 mod load;
 mod verdicts;
 use load::{keyed_blobs, load};
@@ -65,6 +66,9 @@ CREATE TABLE IF NOT EXISTS verdict_weights (
     seq INTEGER PRIMARY KEY, id BLOB NOT NULL UNIQUE, wire BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS fraud_reports (
     seq INTEGER PRIMARY KEY, id BLOB NOT NULL UNIQUE, wire BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS finality_chain (epoch INTEGER PRIMARY KEY, link BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS finality_wal (
+    seq INTEGER PRIMARY KEY, epoch INTEGER NOT NULL, entry BLOB NOT NULL);
 INSERT OR IGNORE INTO meta (key, value) VALUES ('schema', 2), ('minted', 0), ('burned', 0);
 ";
 

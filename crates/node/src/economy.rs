@@ -204,6 +204,30 @@ pub struct LedgerWrite {
     pub report: Option<(Hash32, Arc<Vec<u8>>)>,
     /// The stage weights (by BLAKE3) a replay verdict's settlement needs, kept to serve.
     pub weights: Option<(Hash32, Arc<Vec<u8>>)>,
+    /// A finalized epoch or a consensus log entry to keep.
+    pub finality: Option<FinalityWrite>,
+}
+
+/// What ledger finality keeps in the database.
+#[derive(Debug, Clone)]
+pub enum FinalityWrite {
+    /// A finalized epoch (a `finality::ChainLink`'s bytes): its log entries go.
+    Epoch { epoch: u64, link: Arc<Vec<u8>> },
+    /// A consensus write-ahead log entry of the epoch in progress.
+    Wal { epoch: u64, entry: Vec<u8> },
+}
+
+impl LedgerWrite {
+    /// A write that only keeps finality's record.
+    pub fn finality(write: FinalityWrite) -> Self {
+        Self {
+            changes: Changes::default(),
+            proof_wire: None,
+            report: None,
+            weights: None,
+            finality: Some(write),
+        }
+    }
 }
 
 /// What a node's ledger held when it started: the state and the wire bytes of its proofs and
@@ -220,6 +244,18 @@ pub struct LedgerSnapshot {
     pub reports: Vec<Vec<u8>>,
     /// The weights the last replay verdicts need (by BLAKE3), to serve, oldest first.
     pub verdict_weights: Vec<(Hash32, Arc<Vec<u8>>)>,
+    /// Where ledger finality starts from: the genesis state, the finalized epochs kept and
+    /// the consensus log of the epoch in progress.
+    pub finality: FinalityStart,
+}
+
+/// Where a node's ledger finality resumes from.
+#[derive(Debug, Clone, Default)]
+pub struct FinalityStart {
+    pub genesis: LedgerState,
+    /// Finalized epochs (`finality::ChainLink` bytes), in order.
+    pub epochs: Vec<Vec<u8>>,
+    pub wal: Vec<(u64, Vec<u8>)>,
 }
 
 impl LedgerSnapshot {
@@ -227,13 +263,21 @@ impl LedgerSnapshot {
     pub fn genesis(genesis: &LedgerGenesis) -> Result<Self, EconomyError> {
         let (state, _) = LedgerState::from_genesis(genesis)?;
         Ok(Self {
+            finality: FinalityStart {
+                genesis: state.clone(),
+                ..FinalityStart::default()
+            },
             state,
             ..Self::default()
         })
     }
 
     /// Reads a SQLite ledger.
-    pub fn load(ledger: &Ledger, me: &NodeId) -> Result<Self, EconomyError> {
+    pub fn load(
+        ledger: &Ledger,
+        me: &NodeId,
+        genesis: &LedgerGenesis,
+    ) -> Result<Self, EconomyError> {
         let mut wires = BTreeMap::new();
         for hash in ledger.proof_hashes()? {
             if let Some(wire) = ledger.proof_wire(&hash)? {
@@ -255,6 +299,15 @@ impl LedgerSnapshot {
                 .into_iter()
                 .map(|(h, w)| (h, Arc::new(w)))
                 .collect(),
+            finality: FinalityStart {
+                genesis: LedgerState::from_genesis(genesis)?.0,
+                epochs: ledger
+                    .finalized_epochs()?
+                    .into_iter()
+                    .map(|(_, l)| l)
+                    .collect(),
+                wal: ledger.finality_wal()?,
+            },
         })
     }
 }
@@ -273,7 +326,7 @@ impl LedgerStore {
         genesis: &LedgerGenesis,
     ) -> Result<(Self, LedgerSnapshot), EconomyError> {
         let ledger = Ledger::open_genesis(path, genesis)?;
-        let snapshot = LedgerSnapshot::load(&ledger, me)?;
+        let snapshot = LedgerSnapshot::load(&ledger, me, genesis)?;
         Ok((
             Self {
                 log: ledger.into_change_log(),
@@ -303,6 +356,12 @@ impl LedgerStore {
             self.log
                 .keep_verdict_weights(hash, wire, MAX_VERDICT_WEIGHT_BYTES)?;
         }
+        for f in writes.iter().filter_map(|w| w.finality.as_ref()) {
+            match f {
+                FinalityWrite::Epoch { epoch, link } => self.log.keep_finalized(*epoch, link)?,
+                FinalityWrite::Wal { epoch, entry } => self.log.keep_wal(*epoch, entry)?,
+            }
+        }
         Ok(())
     }
 }
@@ -331,6 +390,12 @@ pub struct Economy {
     /// The weights the last replay verdicts need, as stored (oldest first, at most
     /// [`KEPT_VERDICT_WEIGHTS`]): what a restarted node serves again.
     verdict_weights: VecDeque<(Hash32, Arc<Vec<u8>>)>,
+    /// What the live ledger applied, on its way to an epoch.
+    epoch_feed: epochs::EpochFeed,
+    /// Where finality resumes from, until the core takes it.
+    finality_start: Option<FinalityStart>,
+    /// What the store holds of finality (the simulator's disk: `snapshot`).
+    finality_kept: FinalityStart,
 }
 
 impl Economy {
@@ -373,6 +438,9 @@ impl Economy {
             op_ids,
             sync: antientropy::SyncState::default(),
             verdict_weights: snapshot.verdict_weights.into_iter().collect(),
+            epoch_feed: Default::default(),
+            finality_kept: snapshot.finality.clone(),
+            finality_start: Some(snapshot.finality),
         };
         for wire in snapshot.reports {
             economy.sync.reports.keep(Arc::new(wire));
@@ -425,7 +493,12 @@ impl Economy {
     /// gradient receipts of registered co-replicas count; each signer once (the verifier
     /// refused duplicates).
     fn standing(&self, p: &Proof, stage: u16) -> Standing {
-        if !self.ledger.was_registered(&p.node_id, stage) {
+        self.standing_in(&self.ledger, p, stage)
+    }
+
+    /// [`Self::standing`] against `ledger` (the live one, or an epoch's state being applied).
+    fn standing_in(&self, ledger: &LedgerState, p: &Proof, stage: u16) -> Standing {
+        if !ledger.was_registered(&p.node_id, stage) {
             return Standing::Wait(vec![p.node_id]);
         }
         let mut vouching = 0usize;
@@ -436,7 +509,7 @@ impl Economy {
             .filter(|r| r.kind == ReceiptKind::Gradients)
         {
             let signer = r.signer.node_id();
-            if self.ledger.was_registered(&signer, stage) {
+            if ledger.was_registered(&signer, stage) {
                 vouching += 1;
             } else {
                 unknown.push(signer);
@@ -534,6 +607,10 @@ impl Economy {
             let hash = verified.hash();
             let wire = intern::intern(hash, wire);
             self.wires.insert(hash, wire.clone());
+            self.epoch_feed.push(
+                neuroshard_ledger::EpochItem::Proof(verified.clone()),
+                crate::finality::ItemWire::Proof(wire.to_vec()),
+            );
             self.sync.dirty = true;
             if let Outcome::Applied(changes) = &outcome {
                 self.writes.push_back(LedgerWrite {
@@ -541,6 +618,7 @@ impl Economy {
                     proof_wire: Some((hash, wire)),
                     report: None,
                     weights: None,
+                    finality: None,
                 });
             }
         }
@@ -612,6 +690,7 @@ impl Economy {
                 .collect(),
             reports: self.sync.reports.wires().cloned().collect(),
             verdict_weights: self.verdict_weights.iter().cloned().collect(),
+            finality: self.finality_kept.clone(),
         }
     }
 
@@ -636,6 +715,7 @@ impl Economy {
             proof_wire: None,
             report: None,
             weights: Some((hash, weights)),
+            finality: None,
         });
         Some(evicted)
     }
@@ -659,6 +739,7 @@ impl Economy {
 mod antientropy;
 #[cfg(test)]
 mod antientropy_tests;
+pub mod epochs;
 mod intern;
 mod ops;
 mod produce;

@@ -196,6 +196,21 @@ pub enum NodeEvent {
         state_hash: String,
         time_ms: u64,
     },
+    /// An epoch of the ledger is final here: decided by the committee, or fetched with its
+    /// certificate and checked.
+    Finalized {
+        epoch: u64,
+        /// The finalized state's hash (every node reaches the same).
+        state_hash: String,
+        /// Items the epoch holds.
+        items: usize,
+        /// Members of the committee of the next epoch.
+        committee: usize,
+        /// From this node's start of the epoch to its finalization (None when fetched).
+        #[serde(default)]
+        latency_ms: Option<f64>,
+        time_ms: u64,
+    },
     /// Anti-entropy brought proofs this ledger lacked.
     LedgerSync {
         peer: String,
@@ -268,6 +283,7 @@ impl NodeEvent {
             NodeEvent::Proof { .. } => "proof",
             NodeEvent::Ledger { .. } => "ledger",
             NodeEvent::LedgerSync { .. } => "ledger_sync",
+            NodeEvent::Finalized { .. } => "finalized",
             NodeEvent::Parked { .. } => "parked",
             NodeEvent::Audit { .. } => "audit",
             NodeEvent::Evidence { .. } => "evidence",

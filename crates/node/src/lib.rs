@@ -10,6 +10,7 @@ pub mod compute;
 pub mod core;
 pub mod economy;
 pub mod events;
+pub mod finality;
 pub mod genesis_source;
 pub mod network;
 pub mod peers;

@@ -23,12 +23,16 @@ pub enum Topic {
     /// Every node needs every registration to judge proofs, and ops are rare (a few per node
     /// lifetime), so they cost little to send to all.
     Ops,
+    /// Ledger finality: consensus messages, epoch bodies and equivocation evidence
+    /// (network-wide: every node follows the finalized ledger).
+    Finality,
 }
 
 const HEARTBEAT_PREFIX: &str = "neuroshard/heartbeat/3/";
 const SYNC_PREFIX: &str = "neuroshard/sync/2/";
 const PROOF_PREFIX: &str = "neuroshard/proof/2/";
 const OPS_TOPIC: &str = "neuroshard/ops/2";
+const FINALITY_TOPIC: &str = "neuroshard/finality/1";
 
 impl Topic {
     /// The name the transport subscribes to.
@@ -38,6 +42,7 @@ impl Topic {
             Topic::Sync(s) => format!("{SYNC_PREFIX}{s}"),
             Topic::Proof(s) => format!("{PROOF_PREFIX}{s}"),
             Topic::Ops => OPS_TOPIC.into(),
+            Topic::Finality => FINALITY_TOPIC.into(),
         }
     }
 
@@ -51,6 +56,8 @@ impl Topic {
             Topic::Proof(s.parse().ok()?)
         } else if name == OPS_TOPIC {
             Topic::Ops
+        } else if name == FINALITY_TOPIC {
+            Topic::Finality
         } else {
             return None;
         };
@@ -64,6 +71,7 @@ impl Topic {
             Topic::Sync(_) => "sync",
             Topic::Proof(_) => "proof",
             Topic::Ops => "ops",
+            Topic::Finality => "finality",
         }
     }
 
@@ -71,7 +79,7 @@ impl Topic {
     pub fn stage(&self) -> Option<usize> {
         match self {
             Topic::Heartbeat(s) | Topic::Sync(s) | Topic::Proof(s) => Some(usize::from(*s)),
-            Topic::Ops => None,
+            Topic::Ops | Topic::Finality => None,
         }
     }
 
@@ -88,6 +96,7 @@ impl Topic {
             topics.push(Topic::Sync(s));
         }
         topics.push(Topic::Ops);
+        topics.push(Topic::Finality);
         topics
     }
 
@@ -338,6 +347,14 @@ pub fn validate_gossip(topic: &str, author: &NodeId, data: &[u8]) -> Validation 
                     Validation::Accept
                 }
                 _ => Validation::Reject,
+            };
+        }
+        // Consensus signatures are checked against the committee by the finality machine,
+        // which reports (and the core penalises) a sender of bad ones; here only the form.
+        Some(Topic::Finality) => {
+            return match crate::finality::FinalityGossip::from_canonical_bytes(data) {
+                Ok(_) => Validation::Accept,
+                Err(_) => Validation::Reject,
             };
         }
         // Signed by the account it debits, published by that account (relays come by

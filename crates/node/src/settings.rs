@@ -110,6 +110,16 @@ pub struct NodeSettings {
     /// Verification by recomputation.
     #[serde(default)]
     pub audit: AuditSettings,
+    /// Ledger finality: time from one finalized epoch to the next epoch's start, in ms.
+    #[serde(default = "default_epoch_ms")]
+    pub epoch_ms: u64,
+}
+
+/// Epoch length when none is set: a proof is final within about this long.
+pub const DEFAULT_EPOCH_MS: u64 = 10_000;
+
+fn default_epoch_ms() -> u64 {
+    DEFAULT_EPOCH_MS
 }
 
 /// How a replica audits its co-replicas and what it keeps for its own auditors.
@@ -377,6 +387,7 @@ pub(crate) mod tests {
             eval_windows: 0,
             budgets: Budgets::default(),
             audit: AuditSettings::default(),
+            epoch_ms: DEFAULT_EPOCH_MS,
         }
     }
 

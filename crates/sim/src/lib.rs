@@ -129,6 +129,7 @@ pub fn settings(model: ModelConfig, stages: usize, wait_replicas: usize) -> Node
         eval_windows: 0,
         budgets: Default::default(),
         audit: Default::default(),
+        epoch_ms: neuroshard_node::settings::DEFAULT_EPOCH_MS,
     }
 }
 

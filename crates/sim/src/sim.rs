@@ -137,6 +137,8 @@ pub struct Sim {
     unstaked: BTreeSet<usize>,
     /// Keys staked in the genesis for nodes added after it (joiners).
     spare_keys: VecDeque<Identity>,
+    /// How many spare keys the genesis stakes (for joiners).
+    spares: usize,
     nodes: Vec<SimNode>,
     index: HashMap<NodeId, usize>,
     factory: Box<dyn NodeFactory>,
@@ -177,6 +179,7 @@ impl Sim {
             genesis: None,
             unstaked: BTreeSet::new(),
             spare_keys: VecDeque::new(),
+            spares: SPARE_STAKED,
             nodes: Vec::new(),
             index: HashMap::new(),
             factory,
@@ -264,6 +267,7 @@ impl Sim {
                 &self.unstaked,
                 &mut rng,
                 &mut self.spare_keys,
+                self.spares,
             )
         })
     }

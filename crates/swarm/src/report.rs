@@ -39,6 +39,7 @@ fn time_of(ev: &NodeEvent) -> u64 {
         | Proof { time_ms, .. }
         | Ledger { time_ms, .. }
         | LedgerSync { time_ms, .. }
+        | Finalized { time_ms, .. }
         | Parked { time_ms, .. }
         | Audit { time_ms, .. }
         | Evidence { time_ms, .. }
@@ -105,6 +106,10 @@ pub struct Report {
     ledgers: BTreeMap<usize, (LedgerSummary, u64)>,
     /// Per node: (stage, first step's (wall ms, engine busy ms), latest step's).
     busy: BTreeMap<usize, (usize, BusyAt, BusyAt)>,
+    /// Per node: the finalized state hash of each epoch it finalized.
+    finalized: BTreeMap<usize, BTreeMap<u64, String>>,
+    /// Finality latencies (ms) every node measured for the epochs it took part in.
+    finality_ms: Vec<f64>,
 }
 
 impl Report {
@@ -181,6 +186,20 @@ impl Report {
             }
             NodeEvent::Finished { .. } => {
                 self.finished.insert(i);
+            }
+            NodeEvent::Finalized {
+                epoch,
+                state_hash,
+                latency_ms,
+                ..
+            } => {
+                let node = self.finalized.entry(i).or_default();
+                node.insert(*epoch, state_hash.clone());
+                // A node keeps the last few hundred epochs: enough to compare.
+                while node.len() > 512 {
+                    node.pop_first();
+                }
+                self.finality_ms.extend(latency_ms);
             }
             NodeEvent::Failover { ms, reason, .. } => {
                 self.failovers.push((t, *ms, reason.clone()));
@@ -370,6 +389,35 @@ impl Report {
             })
             .collect();
         json!({ "all_equal": hashes.len() == 1, "per_node": per_node })
+    }
+
+    /// Ledger finality: each node's finalized height and state, whether every node that
+    /// reached an epoch holds one state there, and the latency of finalization.
+    pub(crate) fn finality_figures(&self) -> Value {
+        let mut by_epoch: BTreeMap<u64, HashSet<&str>> = BTreeMap::new();
+        for epochs in self.finalized.values() {
+            for (e, h) in epochs {
+                by_epoch.entry(*e).or_default().insert(h.as_str());
+            }
+        }
+        let per_node: BTreeMap<String, Value> = self
+            .finalized
+            .iter()
+            .filter_map(|(i, epochs)| {
+                let (e, h) = epochs.last_key_value()?;
+                Some((i.to_string(), json!({ "epoch": e, "state_hash": h })))
+            })
+            .collect();
+        let mut ms = self.finality_ms.clone();
+        ms.sort_by(f64::total_cmp);
+        let pick =
+            |q: f64| (!ms.is_empty()).then(|| ms[((ms.len() - 1) as f64 * q).round() as usize]);
+        json!({
+            "per_node": per_node,
+            "epochs": by_epoch.len(),
+            "agree": by_epoch.values().all(|h| h.len() == 1),
+            "latency_ms": { "median": pick(0.5), "p95": pick(0.95), "n": ms.len() },
+        })
     }
 
     fn join_figures(&self) -> Value {
@@ -563,6 +611,7 @@ impl Report {
             "failover": self.failover_figures(),
             "sync": self.sync_figures(),
             "ledger": self.ledger_figures(),
+            "finality": self.finality_figures(),
             "join": self.join_figures(),
             "soak": self.soak.to_json(self.initial_val, self.final_val),
             "timed_out": self.timed_out,
@@ -633,6 +682,17 @@ impl Report {
                 neuroshard_ledger::format_neuro(l.stake),
                 l.proofs,
             ));
+        }
+        for (i, epochs) in &self.finalized {
+            if let Some((e, h)) = epochs.last_key_value() {
+                out.push(format!(
+                    "node {i}: finalized epoch {e}, state {}",
+                    &h[..h.len().min(16)]
+                ));
+            }
+        }
+        if !self.finalized.is_empty() {
+            out.push(format!("finality: {}", self.finality_figures()));
         }
         for c in self.soak.checks(self.initial_val, self.final_val) {
             let verdict = if c.ok { "ok" } else { "FAILED" };

@@ -280,6 +280,7 @@ impl Net {
                         self.nodes[i].finality.judge(value, ok, now);
                         judged = true;
                     }
+                    FinalityEvent::Proposing { .. } => {}
                     FinalityEvent::Equivocation(q) => self.nodes[i].equivocations.push(*q),
                     FinalityEvent::Refused { reason, .. } => self.nodes[i].errors.push(reason),
                     FinalityEvent::Error(e) => self.nodes[i].errors.push(e),

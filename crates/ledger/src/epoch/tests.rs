@@ -98,3 +98,31 @@ fn an_empty_epoch_changes_nothing() {
     assert_eq!(e.state, base.state_hash());
     assert!(e.refused.is_empty());
 }
+
+#[test]
+fn the_admission_rule_refuses_an_item_alike_and_the_contents_still_name_it() {
+    let (base, items) = world();
+    let mut all = base.clone();
+    let reference = apply_epoch(&mut all, items.clone());
+    assert_eq!(epoch_contents(&items), reference.contents);
+    // Admitting no proof of node 3: its proof is listed as refused, the rest apply as before.
+    let c = test_identity(3).node_id();
+    let mut admitted = base.clone();
+    let out = apply_epoch_admitted(&mut admitted, items.clone(), |_, item| match item {
+        EpochItem::Proof(p) if p.proof().node_id == c => Err("not admitted here".into()),
+        _ => Ok(()),
+    });
+    assert_eq!(out.contents, reference.contents);
+    assert!(
+        out.refused
+            .iter()
+            .any(|(_, e)| matches!(e, LedgerError::NotAdmitted(_)))
+    );
+    assert_ne!(out.state, reference.state);
+    let without: Vec<EpochItem> = items
+        .into_iter()
+        .filter(|i| !matches!(i, EpochItem::Proof(p) if p.proof().node_id == c))
+        .collect();
+    let mut plain = base;
+    assert_eq!(apply_epoch(&mut plain, without).state, out.state);
+}

@@ -17,6 +17,7 @@ mod config;
 mod evaluate;
 #[cfg(test)]
 mod evaluate_tests;
+mod finality;
 mod fraud;
 #[cfg(test)]
 pub(crate) mod fraud_tests;
@@ -114,6 +115,10 @@ enum Pending {
         peer: NodeId,
         job: neuroshard_audit::JobKey,
     },
+    /// Finalized epochs or an epoch body, asked of `peer`.
+    Finality {
+        peer: NodeId,
+    },
     /// The signed offers of `round` from `nodes` that `peer`'s outcome names.
     SyncOffers {
         peer: NodeId,
@@ -164,6 +169,8 @@ pub struct NodeCore {
     job_log: JobLog,
     audit: audit::AuditState,
     fraud: fraud::FraudState,
+    /// Ledger finality (set once the core is built).
+    finality: Option<crate::finality::LedgerFinality>,
 }
 
 impl NodeCore {
@@ -248,8 +255,10 @@ impl NodeCore {
             job_log: JobLog::new(cfg.class),
             audit: audit::AuditState::default(),
             fraud: fraud::FraudState::default(),
+            finality: None,
         };
         core.serve_stored_verdict_weights();
+        core.start_finality(start);
         core
     }
 
@@ -327,6 +336,7 @@ impl NodeCore {
                 Some(Topic::Heartbeat(stage)) => self.on_heartbeat(from, stage, &data, now),
                 Some(Topic::Proof(_)) => self.on_proof_gossip(from, &data, now),
                 Some(Topic::Ops) => self.on_ops_topic(from, &data, now),
+                Some(Topic::Finality) => self.on_finality_gossip(from, &data, now),
                 None => {}
             },
             Inbound::Request { token, data } => self.on_request(from, token, &data, now),
@@ -354,6 +364,7 @@ impl NodeCore {
         // and the audits of a finished round.
         self.poll_evaluation(now);
         self.poll_audits(now);
+        self.finality_step(now, false);
     }
 
     /// An engine job finished.
@@ -404,6 +415,7 @@ impl NodeCore {
         self.poll_audits(now);
         // A step or an applied round moves what the evaluation is keyed by.
         self.poll_evaluation(now);
+        self.finality_step(now, false);
     }
 
     /// Timers: heartbeats, re-publication, anti-entropy, checkpoints, proofs, pipeline and
@@ -439,6 +451,7 @@ impl NodeCore {
         self.poll_rounds(now);
         self.maybe_start(now);
         self.poll_evaluation(now);
+        self.finality_step(now, true);
     }
 
     /// A clean shutdown: the deathrattle, then a final checkpoint job, whose token this
@@ -480,6 +493,7 @@ impl NodeCore {
             self.rounds.syncer.next_deadline().map(after),
             self.serve.next_deadline(),
             self.eval_retry_at(),
+            self.finality_timeout(),
         ]
         .into_iter()
         .flatten()
@@ -676,6 +690,7 @@ impl NodeCore {
             Some(Pending::AuditEvidence { peer, job }) => {
                 self.on_audit_evidence(peer, job, result, now)
             }
+            Some(Pending::Finality { peer }) => self.on_finality_answer(peer, result, now),
             Some(Pending::SyncOffers { peer, round, nodes }) => {
                 self.on_sync_offers_answer(peer, round, &nodes, result, now)
             }

@@ -22,6 +22,10 @@ impl NodeCore {
             });
             return;
         }
+        if let Ok(req) = crate::finality::FinalityRequest::from_canonical_bytes(data) {
+            self.on_finality_request(token, &req);
+            return;
+        }
         if let Ok(pull) = crate::sync::SyncPull::from_canonical_bytes(data) {
             self.answer_sync_pull(token, &pull);
             return;

@@ -85,6 +85,7 @@ fn settings() -> NodeSettings {
         eval_windows: 0,
         budgets: Default::default(),
         audit: Default::default(),
+        epoch_ms: crate::settings::DEFAULT_EPOCH_MS,
     }
 }
 
@@ -369,7 +370,8 @@ fn heartbeats_count_only_on_their_own_stages_topic_and_near_stages() {
             Topic::Proof(0),
             Topic::Proof(1),
             Topic::Sync(0),
-            Topic::Ops
+            Topic::Ops,
+            Topic::Finality
         ]
     );
 }

@@ -300,6 +300,7 @@ impl Economy {
                 proof_wire: None,
                 report: Some((id, wire)),
                 weights: None,
+                finality: None,
             });
         }
     }

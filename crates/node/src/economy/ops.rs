@@ -46,11 +46,17 @@ impl Economy {
     ) -> Result<bool, EconomyError> {
         match self.ledger.apply_verdict(verdict)? {
             Outcome::Applied(changes) => {
+                self.epoch_feed.settled(*verdict);
+                self.epoch_feed.push(
+                    neuroshard_ledger::EpochItem::Verdict(*verdict),
+                    crate::finality::ItemWire::Verdict(*verdict),
+                );
                 self.writes.push_back(LedgerWrite {
                     changes,
                     proof_wire: None,
                     report: None,
                     weights: None,
+                    finality: None,
                 });
                 Ok(true)
             }
@@ -72,6 +78,7 @@ impl Economy {
                     proof_wire: None,
                     report: None,
                     weights: None,
+                    finality: None,
                 });
                 let mut accounts = BTreeSet::new();
                 for record in changes.records {
@@ -82,6 +89,12 @@ impl Economy {
                         ..
                     } = record
                     {
+                        if let Ok(op) = decode_op(&wire) {
+                            self.epoch_feed.push(
+                                neuroshard_ledger::EpochItem::Op(op),
+                                crate::finality::ItemWire::Op(wire.clone()),
+                            );
+                        }
                         self.op_ids
                             .insert(super::antientropy::op_id(&wire), (account, nonce));
                         self.op_wires.insert((account, nonce), wire);

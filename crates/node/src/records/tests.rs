@@ -173,19 +173,19 @@ fn topics_parse_only_their_canonical_names() {
 fn a_node_hears_its_stage_and_its_neighbours() {
     use Topic::Proof as P;
     use Topic::{Heartbeat as H, Sync as S};
-    let o = Topic::Ops;
-    assert_eq!(Topic::subscriptions(0, 1), vec![H(0), P(0), S(0), o]);
+    let (o, f) = (Topic::Ops, Topic::Finality);
+    assert_eq!(Topic::subscriptions(0, 1), vec![H(0), P(0), S(0), o, f]);
     assert_eq!(
         Topic::subscriptions(0, 4),
-        vec![H(0), H(1), P(0), P(1), S(0), o]
+        vec![H(0), H(1), P(0), P(1), S(0), o, f]
     );
     assert_eq!(
         Topic::subscriptions(2, 4),
-        vec![H(1), H(2), H(3), P(1), P(2), P(3), S(2), o]
+        vec![H(1), H(2), H(3), P(1), P(2), P(3), S(2), o, f]
     );
     assert_eq!(
         Topic::subscriptions(3, 4),
-        vec![H(2), H(3), P(2), P(3), S(3), o]
+        vec![H(2), H(3), P(2), P(3), S(3), o, f]
     );
     for stage in 0..4 {
         for t in [H(0), H(1), H(2), H(3), P(0), P(3), S(0), S(2)] {

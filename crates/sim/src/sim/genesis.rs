@@ -22,8 +22,9 @@ pub(super) fn freeze_genesis(
     unstaked: &BTreeSet<usize>,
     rng: &mut ChaCha8Rng,
     spare: &mut VecDeque<Identity>,
+    spares: usize,
 ) -> Network {
-    spare.extend((0..SPARE_STAKED).map(|_| Identity::generate_with(&mut *rng)));
+    spare.extend((0..spares).map(|_| Identity::generate_with(&mut *rng)));
     let stakes = nodes
         .iter()
         .enumerate()

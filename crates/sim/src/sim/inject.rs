@@ -13,6 +13,12 @@ impl Sim {
         self.unstaked.insert(i);
     }
 
+    /// Stakes `n` spare keys for joiners in the genesis instead of [`super::SPARE_STAKED`]
+    /// (call before the first start). Offline keys' stake counts against finality's quorum.
+    pub fn set_spare_keys(&mut self, n: usize) {
+        self.spares = n;
+    }
+
     /// Makes node `i` an adversary: everything it sends passes through `tamper`.
     pub fn set_tamper(&mut self, i: usize, tamper: Tamper) {
         self.nodes[i].tamper = Some(tamper);

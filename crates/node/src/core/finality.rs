@@ -1,0 +1,207 @@
+//! The core's side of ledger finality: it feeds what the live ledger applied to
+//! [`LedgerFinality`], judges epochs by the economy's admission rules, carries finality's
+//! gossip and requests, and persists and reports finalized epochs.
+
+use std::time::{Duration, Instant};
+
+use neuroshard_finality::DEFAULT_MAX_MEMBERS;
+use neuroshard_ledger::{EpochItem, LedgerState};
+use neuroshard_proof::{Canonical, NodeId};
+use rand::seq::IteratorRandom;
+
+use super::{NodeCore, Pending, Token, TransferError, Transmit, decode_answer};
+use crate::economy::FinalityWrite;
+use crate::events::NodeEvent;
+use crate::finality::{
+    ChainLink, FinalityAnswer, FinalityConfig, FinalityOut, FinalityRequest, LedgerFinality,
+};
+use crate::records::Topic;
+
+impl NodeCore {
+    /// Finality from where the ledger database left it (the genesis, for a new node).
+    pub(super) fn start_finality(&mut self, now: Instant) {
+        let start = self.economy.take_finality_start().unwrap_or_default();
+        let cfg = FinalityConfig {
+            network: self.network,
+            epoch: Duration::from_millis(self.settings.epoch_ms.max(1)),
+            max_members: DEFAULT_MAX_MEMBERS,
+            timeouts: Default::default(),
+        };
+        let mut finality = LedgerFinality::new(cfg, self.identity.clone(), start.genesis, now);
+        let links: Vec<ChainLink> = start
+            .epochs
+            .iter()
+            .filter_map(|b| ChainLink::from_canonical_bytes(b).ok())
+            .collect();
+        let now_ms = self.unix_ms(now);
+        let economy = &self.economy;
+        let admit = |s: &LedgerState, i: &EpochItem| economy.admit(s, i, now_ms);
+        if let Err(e) = finality.restore(&links, &start.wal, &admit, now) {
+            self.warn(format!("finalized epochs in the database: {e}"), now);
+        }
+        // What the live ledger holds and no finalized epoch does waits again.
+        let mut verifier = neuroshard_proof::ProofVerifier::new();
+        let state = finality.finalized_state().clone();
+        for wire in self.economy.held_items() {
+            // A proof a finalized epoch holds is not checked again (its hash needs no
+            // signature check; a restarted node holds many).
+            if let crate::finality::ItemWire::Proof(w) = &wire
+                && neuroshard_proof::SignedProof::from_bytes(w)
+                    .is_ok_and(|p| state.has_proof(&p.payload_hash()))
+            {
+                continue;
+            }
+            if let Ok(item) = wire.verify(&mut verifier, &|n| state.key(n)) {
+                finality.add_item(item, wire);
+            }
+        }
+        self.finality = Some(finality);
+        self.drain_finality(now);
+    }
+
+    /// Hands finality what the live ledger applied, judges what waits, carries out the rest.
+    pub(super) fn finality_step(&mut self, now: Instant, timeout: bool) {
+        let Some(finality) = self.finality.as_mut() else {
+            return;
+        };
+        while let Some((item, wire)) = self.economy.poll_epoch_item() {
+            finality.add_item(item, wire);
+        }
+        let now_ms = self.clock.unix_ms(now);
+        let economy = &self.economy;
+        let admit = |s: &LedgerState, i: &EpochItem| economy.admit(s, i, now_ms);
+        if timeout {
+            finality.handle_timeout(&admit, now);
+        } else {
+            finality.judge_waiting(&admit, now);
+        }
+        self.drain_finality(now);
+    }
+
+    pub(super) fn finality_timeout(&self) -> Option<Instant> {
+        self.finality
+            .as_ref()
+            .and_then(LedgerFinality::poll_timeout)
+    }
+
+    pub(super) fn on_finality_gossip(&mut self, from: NodeId, data: &[u8], now: Instant) {
+        if let Some(f) = self.finality.as_mut() {
+            f.handle_gossip(from, data, now);
+        }
+        self.finality_step(now, false);
+    }
+
+    pub(super) fn on_finality_request(&mut self, token: Token, req: &FinalityRequest) {
+        let network = match req {
+            FinalityRequest::Body { network, .. } | FinalityRequest::Chain { network, .. } => {
+                network
+            }
+        };
+        let answer = match self.finality.as_ref() {
+            Some(f) if *network == self.network => f.answer(req, self.settings.max_frame / 2),
+            _ => FinalityAnswer::Chain(Vec::new()),
+        };
+        self.transmits.push_back(Transmit::Respond {
+            token,
+            data: answer.to_canonical_bytes(),
+        });
+    }
+
+    pub(super) fn on_finality_answer(
+        &mut self,
+        peer: NodeId,
+        result: Result<Vec<u8>, TransferError>,
+        now: Instant,
+    ) {
+        let Some(f) = self.finality.as_mut() else {
+            return;
+        };
+        match decode_answer::<FinalityAnswer>(result) {
+            Ok(FinalityAnswer::Body(Some(body))) => f.on_body(peer, body, now),
+            Ok(FinalityAnswer::Chain(links)) => f.on_chain(peer, links, now),
+            Ok(FinalityAnswer::Body(None)) | Err(_) => {}
+        }
+        self.finality_step(now, false);
+    }
+
+    /// Carries out what finality asks for.
+    fn drain_finality(&mut self, now: Instant) {
+        while let Some(out) = self.finality.as_mut().and_then(LedgerFinality::poll_out) {
+            match out {
+                FinalityOut::Publish(data) => self.transmits.push_back(Transmit::Publish {
+                    topic: Topic::Finality,
+                    data,
+                }),
+                FinalityOut::Ask { to, request } => {
+                    let Some(peer) = to.or_else(|| self.any_peer()) else {
+                        continue;
+                    };
+                    let token = self.token();
+                    self.requests.insert(token, Pending::Finality { peer });
+                    self.transmits.push_back(Transmit::Request {
+                        to: peer,
+                        token,
+                        data: request.to_canonical_bytes(),
+                    });
+                }
+                FinalityOut::Finalized {
+                    link,
+                    applied,
+                    latency,
+                } => {
+                    let value = link.certified.value;
+                    self.economy.keep_finality(FinalityWrite::Epoch {
+                        epoch: value.epoch,
+                        link: std::sync::Arc::new(link.to_canonical_bytes()),
+                    });
+                    let time_ms = self.unix_ms(now);
+                    self.events.push_back(NodeEvent::Finalized {
+                        epoch: value.epoch,
+                        state_hash: hex::encode(value.state),
+                        items: applied,
+                        committee: link.certified.next_committee.validators().len(),
+                        latency_ms: latency.map(|d| d.as_secs_f64() * 1e3),
+                        time_ms,
+                    });
+                }
+                FinalityOut::Wal { epoch, entry } => self
+                    .economy
+                    .keep_finality(FinalityWrite::Wal { epoch, entry }),
+                FinalityOut::Equivocation(e) => {
+                    let message = format!(
+                        "validator {} signed two conflicting consensus messages in epoch {}",
+                        e.validator, e.epoch
+                    );
+                    self.warn(message, now);
+                    if let Some(f) = self.finality.as_mut() {
+                        f.report_equivocation(&e);
+                    }
+                }
+                FinalityOut::Penalize { peer, reason } => self.penalize(peer, reason),
+                FinalityOut::Warning(message) => self.warn(message, now),
+            }
+        }
+    }
+
+    /// A connected peer, chosen with the core's seeded randomness.
+    fn any_peer(&mut self) -> Option<NodeId> {
+        let me = self.me;
+        self.pipeline
+            .peers
+            .live_peers()
+            .filter(|n| *n != me)
+            .choose(&mut self.rng)
+    }
+
+    /// The finalized epoch, its state hash, and the items waiting for an epoch.
+    pub fn finality_head(&self) -> Option<(u64, neuroshard_proof::Hash32, usize)> {
+        self.finality
+            .as_ref()
+            .map(|f| (f.head().epoch, f.head().state, f.pending_len()))
+    }
+
+    /// The finalized ledger state.
+    pub fn finalized_state(&self) -> Option<&LedgerState> {
+        self.finality.as_ref().map(LedgerFinality::finalized_state)
+    }
+}
