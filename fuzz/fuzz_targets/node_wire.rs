@@ -1,14 +1,16 @@
 //! Pipeline requests (with their job commitments) and their acks and answers between stage
 //! replicas, and inference steps and replies: a decoded message re-encodes to
 //! its input, every tensor it carries has the bytes its shape and scheme need, and unpacking
-//! one (as a stage does, against the shape it accepts) gives an error or finite values.
+//! one (as a stage does, against the shape it accepts) gives an error or finite values; ledger
+//! finality's gossip, requests and answers (bodies checked item by item).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use neuroshard_node::act_codec::{Expect, Packed};
+use neuroshard_node::finality::{FinalityAnswer, FinalityGossip, FinalityRequest};
 use neuroshard_node::serve::{InferMsg, InferReply};
 use neuroshard_node::wire::{Ack, Msg, Payload, PipeAnswer, PipeRequest};
-use neuroshard_proof::Canonical;
+use neuroshard_proof::{Canonical, ProofVerifier};
 
 fn check(p: &Packed) {
     let (b, s, d) = p.shape();
@@ -57,6 +59,22 @@ fuzz_target!(|data: &[u8]| {
         let enc = r.to_canonical_bytes();
         let again = InferReply::from_canonical_bytes(&enc).map(|x| x.to_canonical_bytes());
         assert_eq!(again, Ok(enc));
+    }
+    // Ledger finality's gossip, requests and answers: exact, and every body's items checked
+    // (an error, never a panic) as a node checks a peer's.
+    if let Ok(g) = FinalityGossip::from_canonical_bytes(data) {
+        assert_eq!(g.to_canonical_bytes(), data);
+        if let FinalityGossip::Body(b) = &g {
+            let _ = b.verify(&mut ProofVerifier::new(), &|_| None);
+        }
+    }
+    if let Ok(r) = FinalityRequest::from_canonical_bytes(data) {
+        assert_eq!(r.to_canonical_bytes(), data);
+    }
+    if let Ok(FinalityAnswer::Chain(links)) = FinalityAnswer::from_canonical_bytes(data) {
+        for l in &links {
+            let _ = l.body.verify(&mut ProofVerifier::new(), &|_| None);
+        }
     }
     if let Ok(ack) = Ack::from_canonical_bytes(data) {
         // A reason read lossily re-encodes to other bytes; the decoded value is stable.

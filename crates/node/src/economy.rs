@@ -208,28 +208,6 @@ pub struct LedgerWrite {
     pub finality: Option<FinalityWrite>,
 }
 
-/// What ledger finality keeps in the database.
-#[derive(Debug, Clone)]
-pub enum FinalityWrite {
-    /// A finalized epoch (a `finality::ChainLink`'s bytes): its log entries go.
-    Epoch { epoch: u64, link: Arc<Vec<u8>> },
-    /// A consensus write-ahead log entry of the epoch in progress.
-    Wal { epoch: u64, entry: Vec<u8> },
-}
-
-impl LedgerWrite {
-    /// A write that only keeps finality's record.
-    pub fn finality(write: FinalityWrite) -> Self {
-        Self {
-            changes: Changes::default(),
-            proof_wire: None,
-            report: None,
-            weights: None,
-            finality: Some(write),
-        }
-    }
-}
-
 /// What a node's ledger held when it started: the state and the wire bytes of its proofs and
 /// ops.
 #[derive(Debug, Clone, Default)]
@@ -247,15 +225,6 @@ pub struct LedgerSnapshot {
     /// Where ledger finality starts from: the genesis state, the finalized epochs kept and
     /// the consensus log of the epoch in progress.
     pub finality: FinalityStart,
-}
-
-/// Where a node's ledger finality resumes from.
-#[derive(Debug, Clone, Default)]
-pub struct FinalityStart {
-    pub genesis: LedgerState,
-    /// Finalized epochs (`finality::ChainLink` bytes), in order.
-    pub epochs: Vec<Vec<u8>>,
-    pub wal: Vec<(u64, Vec<u8>)>,
 }
 
 impl LedgerSnapshot {
@@ -740,6 +709,7 @@ mod antientropy;
 #[cfg(test)]
 mod antientropy_tests;
 pub mod epochs;
+pub use epochs::{FinalityStart, FinalityWrite};
 mod intern;
 mod ops;
 mod produce;

@@ -19,6 +19,7 @@
 //!   value's contents and state. Nothing is taken from the peer that serves them.
 
 mod body;
+mod chain;
 mod evidence;
 #[cfg(test)]
 mod tests;
@@ -29,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use neuroshard_finality::{
     CertifiedEpoch, ChainHead, Committee, ConsensusWire, EpochValue, Equivocation, Finality,
-    FinalityEvent, Finalized, Timeouts, committee_from_stakes, verify_chain,
+    FinalityEvent, Finalized, Timeouts, committee_from_stakes,
 };
 use neuroshard_ledger::{EpochItem, LedgerState, apply_epoch, apply_epoch_admitted};
 use neuroshard_proof::{Canonical, Hash32, Identity, NodeId, ProofVerifier};
@@ -38,6 +39,7 @@ pub use body::{
     BodyError, ChainLink, EpochBody, FinalityAnswer, FinalityGossip, FinalityRequest, ItemWire,
     KeyOf, MAX_BODY_BYTES, MAX_BODY_ITEMS, MAX_CHAIN_LINKS,
 };
+pub use chain::ChainRefused;
 pub use evidence::{EQUIVOCATION_NONCE, equivocation_slash};
 
 use crate::economy::epochs::Admit;
@@ -94,18 +96,6 @@ pub enum FinalityOut {
         reason: String,
     },
     Warning(String),
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum ChainRefused {
-    #[error("certificates: {0}")]
-    Chain(#[from] neuroshard_finality::ChainError),
-    #[error("epoch {epoch}: body: {source}")]
-    Body { epoch: u64, source: BodyError },
-    #[error("epoch {epoch}: the body is not the one the value names")]
-    Contents { epoch: u64 },
-    #[error("epoch {epoch}: applying the body gives another state")]
-    State { epoch: u64 },
 }
 
 /// An item waiting for an epoch.
@@ -225,6 +215,11 @@ impl LedgerFinality {
     /// The last finalized epoch, its state, and the committee of the next.
     pub fn head(&self) -> &ChainHead {
         &self.head
+    }
+
+    /// The network whose epochs these are.
+    pub fn network(&self) -> Hash32 {
+        self.cfg.network
     }
 
     pub fn finalized_state(&self) -> &LedgerState {
@@ -704,93 +699,6 @@ impl LedgerFinality {
         }
         self.links.push_back(link.clone());
         Ok((link, out.applied))
-    }
-
-    /// Certified epochs a peer served: checked from our head on (certificates against the
-    /// committees the values name, bodies against the values), then applied.
-    pub fn on_chain(&mut self, from: NodeId, links: Vec<ChainLink>, now: Instant) {
-        let before = self.head.epoch;
-        match self.apply_links(&links) {
-            Ok(()) => {}
-            Err(e) => self.out.push_back(FinalityOut::Penalize {
-                peer: from,
-                reason: format!("finalized chain: {e}"),
-            }),
-        }
-        if self.head.epoch > before {
-            for link in self
-                .links
-                .iter()
-                .filter(|l| l.certified.value.epoch > before)
-            {
-                self.out.push_back(FinalityOut::Finalized {
-                    link: link.clone(),
-                    applied: link.body.items.len(),
-                    latency: None,
-                });
-            }
-            self.decided = None;
-            // Back in step: the next epoch starts at once, more may follow from the peer.
-            self.next_start = Some(now);
-            if links.len() >= MAX_CHAIN_LINKS {
-                self.last_ask = None;
-                self.ask_chain(Some(from), now);
-            }
-        }
-    }
-
-    fn apply_links(&mut self, links: &[ChainLink]) -> Result<(), ChainRefused> {
-        let links: Vec<&ChainLink> = links
-            .iter()
-            .filter(|l| l.certified.value.epoch > self.head.epoch)
-            .collect();
-        let certs: Vec<CertifiedEpoch> = links.iter().map(|l| l.certified.clone()).collect();
-        verify_chain(&self.head, &certs)?;
-        for link in links {
-            let epoch = link.certified.value.epoch;
-            let finalized = &self.finalized;
-            let items = link
-                .body
-                .verify(&mut self.verifier, &|n| finalized.key(n))
-                .map_err(|source| ChainRefused::Body { epoch, source })?;
-            self.advance((*link).clone(), items)?;
-        }
-        Ok(())
-    }
-
-    /// What a peer asked for, as far as this node holds it (within `max_bytes`).
-    pub fn answer(&self, request: &FinalityRequest, max_bytes: usize) -> FinalityAnswer {
-        match request {
-            FinalityRequest::Body { contents, .. } => {
-                FinalityAnswer::Body(self.bodies.get(contents).map(|k| k.body.clone()).or_else(
-                    || {
-                        self.links
-                            .iter()
-                            .rev()
-                            .find(|l| l.certified.value.contents == *contents)
-                            .map(|l| l.body.clone())
-                    },
-                ))
-            }
-            FinalityRequest::Chain { from, max, .. } => {
-                let max = (*max as usize).min(MAX_CHAIN_LINKS);
-                let mut out = Vec::new();
-                let mut bytes = 0usize;
-                for l in self
-                    .links
-                    .iter()
-                    .filter(|l| l.certified.value.epoch >= *from)
-                {
-                    let size = l.to_canonical_bytes().len();
-                    if out.len() >= max || bytes.saturating_add(size) > max_bytes {
-                        break;
-                    }
-                    bytes += size;
-                    out.push((**l).clone());
-                }
-                FinalityAnswer::Chain(out)
-            }
-        }
     }
 
     fn warn(&mut self, message: String) {

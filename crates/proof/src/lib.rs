@@ -23,6 +23,7 @@ pub use codec::{Canonical, CodecError, Reader, Writer};
 pub use envelope::{EnvelopeError, Signed};
 pub use identity::{Identity, IdentityError, KEY_FILE};
 pub use keys::{NodeId, PreparedKey, PublicKey, Signature, SignatureError, verify_with_key};
+pub use memo::forget_all as forget_verified_signatures;
 pub use plausibility::{HardwareLimits, PlausibilityError};
 pub use proof::{
     HardwareClass, Hash32, LayerRange, PROOF_VERSION, Proof, ProofKind, Receipt, ReceiptKind,

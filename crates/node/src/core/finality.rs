@@ -200,6 +200,11 @@ impl NodeCore {
             .map(|f| (f.head().epoch, f.head().state, f.pending_len()))
     }
 
+    /// Ledger finality (what it holds and serves).
+    pub fn finality(&self) -> Option<&LedgerFinality> {
+        self.finality.as_ref()
+    }
+
     /// The finalized ledger state.
     pub fn finalized_state(&self) -> Option<&LedgerState> {
         self.finality.as_ref().map(LedgerFinality::finalized_state)

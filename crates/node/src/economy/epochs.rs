@@ -4,6 +4,7 @@
 //! judge gossip, against the state the epoch is applied to.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
 
 use neuroshard_ledger::{EpochItem, LedgerState, VerifiedVerdict};
 use neuroshard_proof::Hash32;
@@ -39,6 +40,37 @@ impl EpochFeed {
             }
         }
     }
+}
+
+/// What ledger finality keeps in the database.
+#[derive(Debug, Clone)]
+pub enum FinalityWrite {
+    /// A finalized epoch (a `finality::ChainLink`'s bytes): its log entries go.
+    Epoch { epoch: u64, link: Arc<Vec<u8>> },
+    /// A consensus write-ahead log entry of the epoch in progress.
+    Wal { epoch: u64, entry: Vec<u8> },
+}
+
+impl super::LedgerWrite {
+    /// A write that only keeps finality's record.
+    pub fn finality(write: FinalityWrite) -> Self {
+        Self {
+            changes: neuroshard_ledger::Changes::default(),
+            proof_wire: None,
+            report: None,
+            weights: None,
+            finality: Some(write),
+        }
+    }
+}
+
+/// Where a node's ledger finality resumes from.
+#[derive(Debug, Clone, Default)]
+pub struct FinalityStart {
+    pub genesis: LedgerState,
+    /// Finalized epochs (`finality::ChainLink` bytes), in order.
+    pub epochs: Vec<Vec<u8>>,
+    pub wal: Vec<(u64, Vec<u8>)>,
 }
 
 /// Whether an item may enter an epoch, as this node judges it.
