@@ -12,6 +12,11 @@ use neuroshard_sim::{
 /// 2 stages × 2 replicas on the stand-in, epochs every `epoch_ms`, drivers stopping after
 /// `steps` (so the last proofs settle).
 fn network(seed: u64, epoch_ms: u64, steps: u64) -> Sim {
+    network_of(4, seed, epoch_ms, steps)
+}
+
+/// `n` nodes alternating over 2 stages (each waits for 2 replicas of its stage).
+fn network_of(n: usize, seed: u64, epoch_ms: u64, steps: u64) -> Sim {
     let mut s = settings(tiny_model(), 2, 2);
     s.steps = steps;
     s.epoch_ms = epoch_ms;
@@ -26,7 +31,7 @@ fn network(seed: u64, epoch_ms: u64, steps: u64) -> Sim {
     // No spare keys for joiners: an offline key's stake counts against the quorum (a late
     // joiner follows finality unstaked, as an observer).
     sim.set_spare_keys(0);
-    for i in 0..4 {
+    for i in 0..n {
         sim.add_node(i % 2, Duration::from_millis(10 * i as u64));
     }
     sim
@@ -83,6 +88,34 @@ fn four_nodes_finalize_one_history_and_a_crashed_member_does_not_stop_it() {
         assert!(fin.proof_count() > 0, "node {i}: no proof is final");
         assert_eq!(pending, 0, "node {i}: items still wait");
         assert_eq!(fin.proof_count(), core.economy().proof_count(), "node {i}");
+    }
+}
+
+/// Seven validators split 3 | 4 by a partition: neither side holds two thirds, so neither
+/// finalizes anything of its own; healed, they go on as one history.
+#[test]
+fn a_partition_of_seven_halts_both_sides_and_heals_into_one_history() {
+    let mut sim = network_of(7, 15, 2_000, 100);
+    sim.run_until(Duration::from_secs(20));
+    let before: Vec<u64> = (0..7)
+        .map(|i| sim.core(i).unwrap().finality_head().unwrap().0)
+        .collect();
+    sim.partitions.isolate(&[0, 1, 2], 1);
+    sim.run_until(Duration::from_secs(45));
+    let cut: Vec<u64> = (0..7)
+        .map(|i| sim.core(i).unwrap().finality_head().unwrap().0)
+        .collect();
+    // At most the epoch in flight when the cut came finalizes on either side.
+    let top = before.iter().max().copied().unwrap_or(0);
+    assert!(cut.iter().all(|e| *e <= top + 1), "{before:?} → {cut:?}");
+    sim.partitions.heal();
+    sim.run_until(Duration::from_secs(90));
+    assert_agree(&sim, &(0..7).collect::<Vec<_>>());
+    let after: Vec<u64> = (0..7)
+        .map(|i| sim.core(i).unwrap().finality_head().unwrap().0)
+        .collect();
+    for (i, e) in after.iter().enumerate() {
+        assert!(*e >= top + 10, "node {i} at epoch {e} after the heal ({cut:?})");
     }
 }
 
