@@ -252,6 +252,18 @@ impl Driver {
 
     /// Carries out everything the core asked for.
     fn flush(&mut self, core: &mut NodeCore) {
+        // Everything due goes to disk in one transaction, off this loop: an anti-entropy answer
+        // of a thousand proofs costs one fsync on the ledger thread, not a thousand here. A
+        // consensus log entry is on disk before the messages of the same turn leave.
+        let writes: Vec<_> = std::iter::from_fn(|| core.poll_ledger_write()).collect();
+        let logged = writes
+            .iter()
+            .any(|w| matches!(w.finality, Some(crate::economy::FinalityWrite::Wal { .. })));
+        if logged {
+            self.ledger.write_durably(writes);
+        } else if !writes.is_empty() {
+            self.ledger.write(writes);
+        }
         while let Some(t) = core.poll_transmit() {
             self.transmit(t);
         }
@@ -261,12 +273,6 @@ impl Driver {
             } else {
                 self.engine_pending += 1;
             }
-        }
-        // Everything due goes to disk in one transaction, off this loop: an anti-entropy answer
-        // of a thousand proofs costs one fsync on the ledger thread, not a thousand here.
-        let writes: Vec<_> = std::iter::from_fn(|| core.poll_ledger_write()).collect();
-        if !writes.is_empty() {
-            self.ledger.write(writes);
         }
         while let Some(ev) = core.poll_serve() {
             let id = ev.stream();

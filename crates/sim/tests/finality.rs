@@ -115,7 +115,10 @@ fn a_partition_of_seven_halts_both_sides_and_heals_into_one_history() {
         .map(|i| sim.core(i).unwrap().finality_head().unwrap().0)
         .collect();
     for (i, e) in after.iter().enumerate() {
-        assert!(*e >= top + 10, "node {i} at epoch {e} after the heal ({cut:?})");
+        assert!(
+            *e >= top + 10,
+            "node {i} at epoch {e} after the heal ({cut:?})"
+        );
     }
 }
 

@@ -18,8 +18,11 @@ use super::{emit, now_ms};
 /// that grows while a slow disk falls behind.
 const QUEUED_BATCHES: usize = 64;
 
+/// One turn's writes, and where to say they are on disk (for writes a send must wait for).
+type Batch = (Vec<LedgerWrite>, Option<SyncSender<()>>);
+
 pub(super) struct LedgerWriter {
-    tx: Option<SyncSender<Vec<LedgerWrite>>>,
+    tx: Option<SyncSender<Batch>>,
     thread: Option<JoinHandle<()>>,
     stage: usize,
 }
@@ -39,13 +42,34 @@ impl LedgerWriter {
 
     /// Queues one turn's writes (waits only while [`QUEUED_BATCHES`] are queued).
     pub fn write(&self, writes: Vec<LedgerWrite>) {
-        let sent = self.tx.as_ref().is_some_and(|tx| tx.send(writes).is_ok());
+        self.send(writes, None);
+    }
+
+    /// Writes one turn's writes and waits until they are on disk: a consensus log entry must
+    /// be durable before the message it records leaves, or a crash could let the restarted
+    /// node sign a conflicting one.
+    pub fn write_durably(&self, writes: Vec<LedgerWrite>) {
+        let (ack, done) = sync_channel(1);
+        if self.send(writes, Some(ack)) && done.recv().is_err() {
+            warn(
+                self.stage,
+                "the ledger writer stopped before a log entry was stored".into(),
+            );
+        }
+    }
+
+    fn send(&self, writes: Vec<LedgerWrite>, ack: Option<SyncSender<()>>) -> bool {
+        let sent = self
+            .tx
+            .as_ref()
+            .is_some_and(|tx| tx.send((writes, ack)).is_ok());
         if !sent {
             warn(
                 self.stage,
                 "the ledger writer stopped: a write was not stored".into(),
             );
         }
+        sent
     }
 
     /// Writes what is queued and stops the thread.
@@ -75,16 +99,27 @@ fn warn(stage: usize, message: String) {
 
 /// Writes batches in order; what queued up while one was written goes in the next
 /// transaction together (one fsync for up to [`QUEUED_BATCHES`] of them).
-fn run(mut store: LedgerStore, rx: Receiver<Vec<LedgerWrite>>, stage: usize) {
-    while let Ok(mut writes) = rx.recv() {
+fn run(mut store: LedgerStore, rx: Receiver<Batch>, stage: usize) {
+    while let Ok((mut writes, ack)) = rx.recv() {
+        let mut acks: Vec<SyncSender<()>> = ack.into_iter().collect();
         for _ in 1..QUEUED_BATCHES {
             match rx.try_recv() {
-                Ok(more) => writes.extend(more),
+                Ok((more, ack)) => {
+                    writes.extend(more);
+                    acks.extend(ack);
+                }
                 Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
             }
         }
-        if let Err(e) = store.write_batch(&writes) {
-            warn(stage, format!("ledger storage: {e}"));
+        match store.write_batch(&writes) {
+            // Told only once stored: a failed write leaves the waiting sender unanswered
+            // (its channel closes), which it reports.
+            Ok(()) => {
+                for a in acks {
+                    let _ = a.send(());
+                }
+            }
+            Err(e) => warn(stage, format!("ledger storage: {e}")),
         }
     }
 }
@@ -115,6 +150,26 @@ mod tests {
         let (_, snapshot) = LedgerStore::open(&path, &me, &genesis())?;
         assert_eq!(snapshot.state.state_hash(), a.state_hash());
         assert_eq!(snapshot.state.proof_count(), 1);
+        Ok(())
+    }
+
+    /// A consensus log entry written durably is in the database when the call returns, before
+    /// the writer finishes: what the event loop relies on before it sends.
+    #[test]
+    fn a_durable_write_is_on_disk_when_it_returns() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("ledger.db");
+        let me = test_identity(82).node_id();
+        let (store, _) = LedgerStore::open(&path, &me, &genesis())?;
+        let writer = LedgerWriter::spawn(store, 0)?;
+        let entry = crate::economy::FinalityWrite::Wal {
+            epoch: 3,
+            entry: b"vote".to_vec(),
+        };
+        writer.write_durably(vec![LedgerWrite::finality(entry)]);
+        let ledger = neuroshard_ledger::Ledger::open(&path)?;
+        assert_eq!(ledger.finality_wal()?, vec![(3, b"vote".to_vec())]);
+        drop(writer);
         Ok(())
     }
 }
