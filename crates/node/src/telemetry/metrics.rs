@@ -53,6 +53,8 @@ pub struct NodeMetrics {
     ledger_proofs: Gauge,
     ledger_balance: Gauge,
     ledger_state: Family<Labels, Gauge>,
+    finalized_epoch: Gauge,
+    finality_seconds: Histogram,
     proofs_made: Counter,
     proofs_applied: Counter,
     rewards: Counter,
@@ -107,6 +109,9 @@ impl NodeMetrics {
             ledger_proofs: Gauge::default(),
             ledger_balance: Gauge::default(),
             ledger_state: Family::default(),
+            finalized_epoch: Gauge::default(),
+            // 10 ms to about 5 minutes.
+            finality_seconds: Histogram::new(exponential_buckets(0.01, 2.0, 15)),
             proofs_made: Counter::default(),
             proofs_applied: Counter::default(),
             rewards: Counter::default(),
@@ -191,6 +196,17 @@ impl NodeMetrics {
             "neuroshard_stage_replicas",
             "Live replicas this node hears per stage (itself excluded)",
             self.replicas.clone(),
+        );
+        r.register(
+            "neuroshard_finalized_epoch",
+            "Last ledger epoch finalized here",
+            self.finalized_epoch.clone(),
+        );
+        r.register_with_unit(
+            "neuroshard_finality_latency",
+            "From this node's start of an epoch to its finalization",
+            Unit::Seconds,
+            self.finality_seconds.clone(),
         );
         r.register(
             "neuroshard_sync_round",
@@ -450,6 +466,14 @@ impl NodeMetrics {
             }
             NodeEvent::Dropped { .. } => {
                 self.dropped.inc();
+            }
+            NodeEvent::Finalized {
+                epoch, latency_ms, ..
+            } => {
+                gauge_u64(&self.finalized_epoch, *epoch);
+                if let Some(ms) = latency_ms.filter(|ms| ms.is_finite()) {
+                    self.finality_seconds.observe(ms / 1e3);
+                }
             }
             NodeEvent::Failover { .. } => {
                 self.failovers.inc();

@@ -221,6 +221,14 @@ fn metrics_follow_the_events() {
     m.on_event(&sync(0));
     m.on_event(&ledger("parked proofs", None));
     m.on_event(&ledger("other", Some("training")));
+    m.on_event(&NodeEvent::Finalized {
+        epoch: 7,
+        state_hash: "ee".into(),
+        items: 3,
+        committee: 4,
+        latency_ms: Some(120.0),
+        time_ms: 10,
+    });
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, m.registry()).unwrap();
     assert!(text.contains("neuroshard_steps_total 2"), "{text}");
@@ -244,6 +252,11 @@ fn metrics_follow_the_events() {
         "{text}"
     );
     assert_eq!(text.matches("neuroshard_ledger_state{").count(), 1);
+    assert!(text.contains("neuroshard_finalized_epoch 7"), "{text}");
+    assert!(
+        text.contains("neuroshard_finality_latency_seconds_count 1"),
+        "{text}"
+    );
 }
 
 #[test]
