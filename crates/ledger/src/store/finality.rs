@@ -10,20 +10,16 @@ use super::{ChangeLog, Ledger, StoreError, from_sql, to_sql};
 impl Ledger {
     /// The finalized epochs kept, in order, as `(epoch, bytes)`.
     pub fn finalized_epochs(&self) -> Result<Vec<(u64, Vec<u8>)>, StoreError> {
-        let mut stmt = self
-            .conn
-            .prepare_cached("SELECT epoch, link FROM finality_chain ORDER BY epoch")?;
-        let rows = stmt.query_map([], |row| {
-            Ok((from_sql(row.get(0)?), row.get::<_, Vec<u8>>(1)?))
-        })?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        self.epoch_blobs("SELECT epoch, link FROM finality_chain ORDER BY epoch")
     }
 
     /// The write-ahead log, in the order it was written, as `(epoch, entry)`.
     pub fn finality_wal(&self) -> Result<Vec<(u64, Vec<u8>)>, StoreError> {
-        let mut stmt = self
-            .conn
-            .prepare_cached("SELECT epoch, entry FROM finality_wal ORDER BY seq")?;
+        self.epoch_blobs("SELECT epoch, entry FROM finality_wal ORDER BY seq")
+    }
+
+    fn epoch_blobs(&self, sql: &str) -> Result<Vec<(u64, Vec<u8>)>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(sql)?;
         let rows = stmt.query_map([], |row| {
             Ok((from_sql(row.get(0)?), row.get::<_, Vec<u8>>(1)?))
         })?;
