@@ -41,6 +41,18 @@ impl ConsensusWire {
         }
     }
 
+    /// Whether a member of `committee` signed it (a vote or a proposal; certificates: no).
+    pub fn signed_by_member(&self, committee: &Committee) -> bool {
+        let key = |a: &Address| committee.get(&a.0).map(|v| v.public_key);
+        match self {
+            Self::Vote(v) => key(&v.message.validator)
+                .is_some_and(|k| verify_signed(&v.message, &v.signature, &k)),
+            Self::Proposal(p) => key(&p.message.proposer)
+                .is_some_and(|k| verify_signed(&p.message, &p.signature, &k)),
+            Self::Polka(_) | Self::Round(_) => false,
+        }
+    }
+
     /// Who signed it: a vote's validator, a proposal's proposer (certificates: none).
     pub fn signer(&self) -> Option<NodeId> {
         match self {

@@ -363,8 +363,6 @@ pub struct Economy {
     epoch_feed: epochs::EpochFeed,
     /// Where finality resumes from, until the core takes it.
     finality_start: Option<FinalityStart>,
-    /// What the store holds of finality (the simulator's disk: `snapshot`).
-    finality_kept: FinalityStart,
 }
 
 impl Economy {
@@ -408,7 +406,6 @@ impl Economy {
             sync: antientropy::SyncState::default(),
             verdict_weights: snapshot.verdict_weights.into_iter().collect(),
             epoch_feed: Default::default(),
-            finality_kept: snapshot.finality.clone(),
             finality_start: Some(snapshot.finality),
         };
         for wire in snapshot.reports {
@@ -659,7 +656,8 @@ impl Economy {
                 .collect(),
             reports: self.sync.reports.wires().cloned().collect(),
             verdict_weights: self.verdict_weights.iter().cloned().collect(),
-            finality: self.finality_kept.clone(),
+            // Finality's part is the core's to add (`NodeCore::ledger_snapshot`).
+            finality: FinalityStart::default(),
         }
     }
 

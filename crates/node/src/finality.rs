@@ -119,8 +119,11 @@ pub struct LedgerFinality {
     me: NodeId,
     machine: Finality,
     verifier: ProofVerifier,
-    /// The state after the last finalized epoch.
+    /// The genesis state, and the state after the last finalized epoch.
+    genesis: LedgerState,
     finalized: LedgerState,
+    /// The write-ahead log of the epoch in progress, as stored.
+    wal: Vec<(u64, Vec<u8>)>,
     head: ChainHead,
     /// When the next epoch starts (None while one runs).
     next_start: Option<Instant>,
@@ -133,7 +136,10 @@ pub struct LedgerFinality {
     decided: Option<Finalized>,
     links: VecDeque<Arc<ChainLink>>,
     out: VecDeque<FinalityOut>,
-    last_ask: Option<Instant>,
+    /// When a body, and the finalized epochs, were last asked for (each rate-limited on its
+    /// own, so asks of one kind never hold up the other).
+    last_body_ask: Option<Instant>,
+    last_chain_ask: Option<Instant>,
     /// Consensus messages of the next epoch that came before this node started any epoch
     /// (the machine has no committee to check them with yet), replayed at its start.
     early: VecDeque<(NodeId, Vec<u8>)>,
@@ -161,7 +167,9 @@ impl LedgerFinality {
             me: identity.node_id(),
             machine: Finality::new(identity, cfg.timeouts),
             verifier: ProofVerifier::new(),
+            genesis: genesis.clone(),
             finalized: genesis,
+            wal: Vec::new(),
             head,
             next_start: Some(now + cfg.epoch),
             started_at: None,
@@ -172,7 +180,8 @@ impl LedgerFinality {
             decided: None,
             links: VecDeque::new(),
             out: VecDeque::new(),
-            last_ask: None,
+            last_body_ask: None,
+            last_chain_ask: None,
             early: VecDeque::new(),
             cfg,
         }
@@ -210,6 +219,16 @@ impl LedgerFinality {
             self.drain(now);
         }
         Ok(())
+    }
+
+    /// What the database holds of finality, as a restart reads it (for the simulator's disk:
+    /// the epochs this node keeps in memory, at most [`KEPT_LINKS`]).
+    pub fn record(&self) -> crate::economy::FinalityStart {
+        crate::economy::FinalityStart {
+            genesis: self.genesis.clone(),
+            epochs: self.links.iter().map(|l| l.to_canonical_bytes()).collect(),
+            wal: self.wal.clone(),
+        }
     }
 
     /// The last finalized epoch, its state, and the committee of the next.
@@ -295,7 +314,7 @@ impl LedgerFinality {
             return None;
         }
         let stalled = since + (self.cfg.epoch * 4).max(Duration::from_secs(60));
-        Some(match self.last_ask {
+        Some(match self.last_chain_ask {
             Some(t) => stalled.max(t + ASK_EVERY),
             None => stalled,
         })
@@ -355,11 +374,7 @@ impl LedgerFinality {
         loop {
             let mut state = self.finalized.clone();
             let items: Vec<EpochItem> = chosen.iter().map(|(i, _)| i.clone()).collect();
-            let out = apply_epoch_admitted(&mut state, items, |s, i| match admit(s, i) {
-                Admit::Yes => Ok(()),
-                Admit::No(reason) => Err(reason),
-                Admit::NotYet => Err("not settled here".into()),
-            });
+            let out = apply_epoch_admitted(&mut state, items, as_rule(admit));
             if out.refused.is_empty() {
                 let value = EpochValue {
                     epoch,
@@ -394,9 +409,11 @@ impl LedgerFinality {
                 if let Ok(msg) = ConsensusWire::from_canonical_bytes(&bytes)
                     && msg.epoch() > self.head.epoch.saturating_add(1)
                     && self.machine.epoch().is_none_or(|e| msg.epoch() > e)
+                    && msg.signed_by_member(&self.head.committee)
                 {
-                    // Votes of an epoch after the one we run: the committee decided one
-                    // we missed.
+                    // A member's vote of an epoch after the one we run: the committee decided
+                    // one we missed. (Anyone can claim a later epoch; only a signature of a
+                    // member we know makes us ask, so no stranger steers our asks to itself.)
                     self.ask_chain(Some(from), now);
                 }
                 if self.machine.epoch().is_none() {
@@ -546,11 +563,7 @@ impl LedgerFinality {
         admit: &dyn Fn(&LedgerState, &EpochItem) -> Admit,
     ) -> bool {
         let mut state = self.finalized.clone();
-        let out = apply_epoch_admitted(&mut state, items.to_vec(), |s, i| match admit(s, i) {
-            Admit::Yes => Ok(()),
-            Admit::No(reason) => Err(reason),
-            Admit::NotYet => Err("not settled here".into()),
-        });
+        let out = apply_epoch_admitted(&mut state, items.to_vec(), as_rule(admit));
         out.refused.is_empty()
             && out.contents == value.contents
             && out.state == value.state
@@ -558,10 +571,10 @@ impl LedgerFinality {
     }
 
     fn ask_body(&mut self, contents: Hash32, now: Instant) {
-        if self.last_ask.is_some_and(|t| now < t + ASK_EVERY) {
+        if self.last_body_ask.is_some_and(|t| now < t + ASK_EVERY) {
             return;
         }
-        self.last_ask = Some(now);
+        self.last_body_ask = Some(now);
         self.out.push_back(FinalityOut::Ask {
             to: None,
             request: FinalityRequest::Body {
@@ -572,10 +585,10 @@ impl LedgerFinality {
     }
 
     fn ask_chain(&mut self, to: Option<NodeId>, now: Instant) {
-        if self.last_ask.is_some_and(|t| now < t + ASK_EVERY) {
+        if self.last_chain_ask.is_some_and(|t| now < t + ASK_EVERY) {
             return;
         }
-        self.last_ask = Some(now);
+        self.last_chain_ask = Some(now);
         self.out.push_back(FinalityOut::Ask {
             to,
             request: FinalityRequest::Chain {
@@ -615,6 +628,7 @@ impl LedgerFinality {
             }
         }
         while let Some(entry) = self.machine.poll_wal() {
+            self.wal.push((entry.epoch, entry.bytes.clone()));
             self.out.push_back(FinalityOut::Wal {
                 epoch: entry.epoch,
                 entry: entry.bytes,
@@ -690,6 +704,7 @@ impl LedgerFinality {
         let finalized = &self.finalized;
         self.pending.retain(|_, w| !is_final_in(finalized, &w.item));
         let head = self.head.epoch;
+        self.wal.retain(|(e, _)| *e > head);
         self.bodies.retain(|_, k| k.body.epoch > head);
         self.judging.retain(|v| v.epoch > head);
         self.full_warned = false;
@@ -712,6 +727,17 @@ fn is_final_in(state: &LedgerState, item: &EpochItem) -> bool {
         EpochItem::Op(o) => state.account(&o.op().account).next_nonce > o.op().nonce,
         EpochItem::Verdict(v) => state.has_verdict(&v.job),
         EpochItem::Slash(s) => state.has_slash(&s.offender, s.nonce),
+    }
+}
+
+/// `admit` as the ledger's admission rule (an item this node cannot judge yet is refused).
+fn as_rule(
+    admit: &dyn Fn(&LedgerState, &EpochItem) -> Admit,
+) -> impl FnMut(&LedgerState, &EpochItem) -> Result<(), String> + '_ {
+    move |s, i| match admit(s, i) {
+        Admit::Yes => Ok(()),
+        Admit::No(reason) => Err(reason),
+        Admit::NotYet => Err("not settled here".into()),
     }
 }
 

@@ -388,7 +388,7 @@ impl Sim {
             return;
         };
         // What the node's SQLite would hold: every write it made (they are persisted at once).
-        n.disk = core.economy().snapshot();
+        n.disk = core.ledger_snapshot();
         for subs in self.subscribers.values_mut() {
             subs.remove(&i);
         }

@@ -85,10 +85,10 @@ impl NodeCore {
     }
 
     pub(super) fn on_finality_gossip(&mut self, from: NodeId, data: &[u8], now: Instant) {
+        // `handle_message` runs `finality_step` after every message.
         if let Some(f) = self.finality.as_mut() {
             f.handle_gossip(from, data, now);
         }
-        self.finality_step(now, false);
     }
 
     pub(super) fn on_finality_request(&mut self, token: Token, req: &FinalityRequest) {
@@ -121,7 +121,6 @@ impl NodeCore {
             Ok(FinalityAnswer::Chain(links)) => f.on_chain(peer, links, now),
             Ok(FinalityAnswer::Body(None)) | Err(_) => {}
         }
-        self.finality_step(now, false);
     }
 
     /// Carries out what finality asks for.
@@ -198,6 +197,15 @@ impl NodeCore {
         self.finality
             .as_ref()
             .map(|f| (f.head().epoch, f.head().state, f.pending_len()))
+    }
+
+    /// What the node's ledger database holds: the economy's part and finality's.
+    pub fn ledger_snapshot(&self) -> crate::economy::LedgerSnapshot {
+        let mut snapshot = self.economy.snapshot();
+        if let Some(f) = &self.finality {
+            snapshot.finality = f.record();
+        }
+        snapshot
     }
 
     /// Ledger finality (what it holds and serves).

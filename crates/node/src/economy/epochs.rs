@@ -90,15 +90,6 @@ impl Economy {
 
     /// Queues a finality record for the store.
     pub fn keep_finality(&mut self, write: super::FinalityWrite) {
-        match &write {
-            super::FinalityWrite::Epoch { epoch, link } => {
-                self.finality_kept.epochs.push(link.to_vec());
-                self.finality_kept.wal.retain(|(e, _)| e > epoch);
-            }
-            super::FinalityWrite::Wal { epoch, entry } => {
-                self.finality_kept.wal.push((*epoch, entry.clone()));
-            }
-        }
         self.writes.push_back(super::LedgerWrite::finality(write));
     }
 
@@ -138,9 +129,7 @@ impl Economy {
                     Standing::Refuse(reason) => Admit::No(reason),
                 }
             }
-            EpochItem::Op(o) if o.op().network != self.cfg.network => {
-                Admit::No("an op of another network".into())
-            }
+            // The ledger refuses an op of another network itself.
             EpochItem::Op(_) | EpochItem::Slash(_) => Admit::Yes,
             EpochItem::Verdict(v) => match self.epoch_feed.settled.get(&v.job) {
                 Some(mine) if mine == v => Admit::Yes,

@@ -52,7 +52,7 @@ impl LedgerFinality {
             // Back in step: the next epoch starts at once, more may follow from the peer.
             self.next_start = Some(now);
             if links.len() >= MAX_CHAIN_LINKS {
-                self.last_ask = None;
+                self.last_chain_ask = None;
                 self.ask_chain(Some(from), now);
             }
         }

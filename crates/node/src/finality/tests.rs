@@ -340,3 +340,48 @@ fn far_epochs_bodies_and_undecodable_gossip_are_dropped() {
         "a member's body of the next epoch is not held"
     );
 }
+
+#[test]
+fn only_a_members_signed_vote_of_a_later_epoch_makes_a_node_ask_for_the_history() {
+    let mut net = Net::new(4);
+    net.run_for(Duration::from_secs(8));
+    assert!(net.nodes[0].head().epoch >= 3);
+    let late = net
+        .sent
+        .iter()
+        .find(|b| {
+            ConsensusWire::from_canonical_bytes(b)
+                .is_ok_and(|m| matches!(m, ConsensusWire::Vote(_)) && m.epoch() >= 3)
+        })
+        .expect("a vote of epoch 3 or later")
+        .clone();
+    // The same vote with its signature broken: anyone can claim a later epoch.
+    let mut forged = late.clone();
+    let last = forged.len() - 1;
+    forged[last] ^= 0x01;
+    assert!(ConsensusWire::from_canonical_bytes(&forged).is_ok());
+    let stranger = test_identity(66).node_id();
+    let mut fresh = LedgerFinality::new(config(), test_identity(50), genesis(&net.ids), net.now);
+    let asks = |f: &mut LedgerFinality| {
+        let mut to = Vec::new();
+        while let Some(out) = f.poll_out() {
+            if let FinalityOut::Ask {
+                to: Some(peer),
+                request: FinalityRequest::Chain { .. },
+            } = out
+            {
+                to.push(peer);
+            }
+        }
+        to
+    };
+    let msg = |b: &[u8]| FinalityGossip::Consensus(b.to_vec()).to_canonical_bytes();
+    fresh.handle_gossip(stranger, &msg(&forged), net.now);
+    assert!(
+        asks(&mut fresh).is_empty(),
+        "a forged claim made the node ask"
+    );
+    // A member's genuine vote, relayed by anyone: the node asks the relay.
+    fresh.handle_gossip(stranger, &msg(&late), net.now);
+    assert_eq!(asks(&mut fresh), vec![stranger]);
+}
