@@ -29,7 +29,7 @@ fn main() -> Result<(), std::num::ParseIntError> {
             loop {
                 round += 1;
                 let id = run * 1_000_000 + round;
-                let seed = ChallengeSeed::from_finalized_round([0; 32], 1, id, [7; 32]);
+                let seed = ChallengeSeed::from_beacon([0; 32], 1, id, [7; 32]);
                 if (0..k).any(|i| is_challenged(&seed, &key(id, i), rate)) {
                     break;
                 }

@@ -69,7 +69,16 @@ pub struct JobCommitment {
     pub output_hash: Hash32,
     /// Backward: hash of the parameter gradients and loss; forward: [`crate::NO_HASH`].
     pub grads_hash: Hash32,
+    /// The last finalized ledger epoch the worker knew when it signed. The job's challenges
+    /// are drawn from epoch `epoch + BEACON_LAG` (see [`JobCommitment::beacon_epoch`]), which
+    /// no one knew then; its receiver refuses an epoch more than two before its own.
+    pub epoch: u64,
 }
+
+/// Epochs between a commitment's and the one whose hash seeds its challenges. Its receiver
+/// accepts a commitment of its own finalized epoch or up to two before (a worker may lag), so a
+/// worker would have to be two epochs ahead of the receiver to know its seed when signing.
+pub const BEACON_LAG: u64 = 4;
 
 pub type SignedJob = Signed<JobCommitment>;
 
@@ -90,6 +99,11 @@ impl JobCommitment {
 
     pub fn sign(&self, identity: &Identity) -> SignedJob {
         Signed::sign(identity, self)
+    }
+
+    /// The finalized epoch whose hash seeds this job's challenges (None: past the end of time).
+    pub fn beacon_epoch(&self) -> Option<u64> {
+        self.epoch.checked_add(BEACON_LAG)
     }
 }
 
@@ -116,6 +130,7 @@ impl Canonical for JobCommitment {
         ] {
             w.fixed(h);
         }
+        w.u64(self.epoch);
     }
 
     fn decode_body(r: &mut Reader<'_>) -> Result<Self, CodecError> {
@@ -137,6 +152,7 @@ impl Canonical for JobCommitment {
             upstream_hash: r.array()?,
             output_hash: r.array()?,
             grads_hash: r.array()?,
+            epoch: r.u64()?,
         })
     }
 }
@@ -367,6 +383,7 @@ pub(crate) mod tests {
             upstream_hash: [3; 32],
             output_hash: [4; 32],
             grads_hash: [6; 32],
+            epoch: 7,
         }
     }
 
@@ -463,11 +480,11 @@ pub(crate) mod tests {
                 any::<u64>(),
             ),
             (arb_hash(), any::<u64>(), any::<u32>(), any::<bool>()),
-            (any::<u16>(), any::<[u64; 3]>(), 0u8..5),
+            (any::<u16>(), any::<[u64; 3]>(), 0u8..5, any::<u64>()),
             prop::array::uniform5(arb_hash()),
         )
             .prop_map(
-                |((net, w, stage, round, step), (o, s, i, bwd), (mb, cache, isa), h)| {
+                |((net, w, stage, round, step), (o, s, i, bwd), (mb, cache, isa, epoch), h)| {
                     let mut class = class(1);
                     class.micro_batches = mb;
                     class.cache_bytes = cache;
@@ -498,6 +515,7 @@ pub(crate) mod tests {
                         upstream_hash: h[2],
                         output_hash: h[3],
                         grads_hash: h[4],
+                        epoch,
                     }
                 },
             )

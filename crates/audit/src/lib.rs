@@ -20,8 +20,9 @@ mod tensor;
 
 pub use class::{DeterminismClass, IsaLevel, Tolerance};
 pub use commit::{
-    CommitError, Countersign, JobCommitment, JobKey, JobKind, MAX_ROUND_BATCHES, MAX_ROUND_JOBS,
-    MicroBatchRef, RoundCommitment, SignedJob, countersign, verify_countersigned, verify_job,
+    BEACON_LAG, CommitError, Countersign, JobCommitment, JobKey, JobKind, MAX_ROUND_BATCHES,
+    MAX_ROUND_JOBS, MicroBatchRef, RoundCommitment, SignedJob, countersign, verify_countersigned,
+    verify_job,
 };
 pub use fraud::{
     Accusation, AuditContext, Charge, CrossClass, EvidenceError, FraudProof, Replayed, Replayer,

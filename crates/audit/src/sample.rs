@@ -1,9 +1,10 @@
 //! The challenge sampler: which jobs of a finished round are replayed, and by whom.
 //!
-//! Every input is public and fixed before the seed exists: the seed is the hash of the
-//! finalized round, which no single node chooses, and the commitments it picks among were
-//! signed before it. So every node computes the same picks, a worker cannot know in advance
-//! which of its jobs will be checked, and nobody chooses its own auditor or target.
+//! Every input is public and fixed before the seed exists: the seed is the hash of a
+//! finalized ledger epoch (the beacon) that came after the commitment it picks among was
+//! signed, which no single node chooses and every node holds. So every node computes the same
+//! picks, a worker cannot know in advance which of its jobs will be checked, and nobody
+//! chooses its own auditor or target.
 
 use std::collections::BTreeSet;
 
@@ -41,25 +42,20 @@ impl AuditRate {
     }
 }
 
-/// The seed of one stage's audits for one round.
+/// The seed of one stage's audits of one round's jobs that name one beacon epoch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ChallengeSeed(pub Hash32);
 
 impl ChallengeSeed {
-    /// From the hash of the finalized round (its θ₀ hash once final), bound to the network,
-    /// stage and round so one hash never seeds two stages' picks alike.
-    pub fn from_finalized_round(
-        network: Hash32,
-        stage: u16,
-        round: u64,
-        final_hash: Hash32,
-    ) -> Self {
+    /// From the beacon (the hash of the finalized epoch the jobs' commitments name), bound to
+    /// the network, stage and round so one beacon never seeds two stages' picks alike.
+    pub fn from_beacon(network: Hash32, stage: u16, round: u64, beacon: Hash32) -> Self {
         let mut h = blake3::Hasher::new();
         h.update(b"neuroshard/audit/seed");
         h.update(&network);
         h.update(&stage.to_le_bytes());
         h.update(&round.to_le_bytes());
-        h.update(&final_hash);
+        h.update(&beacon);
         Self(*h.finalize().as_bytes())
     }
 
@@ -147,7 +143,7 @@ mod tests {
     }
 
     fn seed(i: u64) -> ChallengeSeed {
-        ChallengeSeed::from_finalized_round([0; 32], 1, i, [7; 32])
+        ChallengeSeed::from_beacon([0; 32], 1, i, [7; 32])
     }
 
     #[test]

@@ -100,14 +100,22 @@ fn hex_prefix(h: &Hash32) -> String {
     h[..8].iter().map(|b| format!("{b:02x}")).collect()
 }
 
+impl EpochValue {
+    /// The value's id, the hash validators vote on: once certified, a beacon no one chose
+    /// alone and every node holds.
+    pub fn id_hash(&self) -> Hash32 {
+        let mut w = Writer::new();
+        w.bytes(b"neuroshard/finality/value");
+        self.encode(&mut w);
+        *blake3::hash(&w.into_bytes()).as_bytes()
+    }
+}
+
 impl malachite_types::Value for EpochValue {
     type Id = ValueId;
 
     fn id(&self) -> ValueId {
-        let mut w = Writer::new();
-        w.bytes(b"neuroshard/finality/value");
-        self.encode(&mut w);
-        ValueId(*blake3::hash(&w.into_bytes()).as_bytes())
+        ValueId(self.id_hash())
     }
 }
 

@@ -100,6 +100,7 @@ mod tests {
             upstream_hash: NO_HASH,
             output_hash: [3; 32],
             grads_hash: NO_HASH,
+            epoch: 0,
         };
         let claimed = Replayed {
             output_hash: [4; 32],

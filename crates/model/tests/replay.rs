@@ -165,6 +165,7 @@ fn commit(
         upstream_hash: inputs.upstream.hash(),
         output_hash: out.output_hash,
         grads_hash: out.grads_hash,
+        epoch: 0,
     }
 }
 

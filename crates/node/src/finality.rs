@@ -236,6 +236,16 @@ impl LedgerFinality {
         &self.head
     }
 
+    /// The beacon of finalized epoch `epoch`: the id of the value its committee certified
+    /// (which names its contents, state and next committee). None until the epoch is final
+    /// here, or once it is older than the epochs kept in memory.
+    pub fn beacon(&self, epoch: u64) -> Option<Hash32> {
+        let first = self.links.front()?.certified.value.epoch;
+        let at = usize::try_from(epoch.checked_sub(first)?).ok()?;
+        let link = self.links.get(at)?;
+        (link.certified.value.epoch == epoch).then(|| link.certified.value.id_hash())
+    }
+
     /// The network whose epochs these are.
     pub fn network(&self) -> Hash32 {
         self.cfg.network

@@ -23,6 +23,8 @@ fn run(seed: u64, cheat: Option<(usize, Cheat)>) -> Sim {
     s.sync.every = 4;
     // A quarter of the jobs, so that a short run audits enough of them.
     s.audit.per_million = 250_000;
+    // Challenges are drawn from finalized epochs: a beacon comes 4 epochs after a commitment.
+    s.epoch_ms = 2_000;
     let factory = Factory::new(s.clone(), EngineKind::Real);
     let cheats = factory.cheats.clone();
     let mut sim = Sim::new(
@@ -32,6 +34,8 @@ fn run(seed: u64, cheat: Option<(usize, Cheat)>) -> Sim {
         EngineCosts::default(),
         Box::new(factory),
     );
+    // One staked key for a joiner: offline stake counts against finality's quorum.
+    sim.set_spare_keys(1);
     for i in 0..NODES {
         sim.add_node(i % 3, Duration::from_millis(10 * i as u64));
     }

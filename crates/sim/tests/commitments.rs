@@ -28,12 +28,18 @@ enum Attack {
     Replays,
     /// Stage-1 replica 3 accepts tensors but strips its countersignature.
     WithholdsCountersign,
+    /// Names the genesis epoch in every commitment, whose beacon it knows once epochs run.
+    StaleEpoch,
 }
 
 fn run(attack: Attack) -> Sim {
     let mut s = settings(tiny_model(), 2, 2);
     s.steps = 40;
+    // Epochs finalize every second (no offline stake), so commitments name moving epochs.
+    s.epoch_ms = 1_000;
     let mut sim = network(8, s.clone(), 2, EngineKind::StandIn);
+    sim.set_spare_keys(0);
+    let liar_key = sim.identity(LIAR).clone();
     let dim = s.model.d_model;
     let mut first: Option<SignedJob> = None;
     let sybil = test_identity(99);
@@ -71,6 +77,14 @@ fn run(attack: Attack) -> Sim {
             Attack::Replays => {
                 let job = first.get_or_insert(job).clone();
                 PipeRequest { msg, job }
+            }
+            Attack::StaleEpoch => {
+                let mut c = job.verify().unwrap();
+                c.epoch = 0;
+                PipeRequest {
+                    msg,
+                    job: c.sign(&liar_key),
+                }
             }
             Attack::None | Attack::WithholdsCountersign => PipeRequest { msg, job },
         }
@@ -212,6 +226,24 @@ fn a_replayed_commitment_is_refused_for_every_other_job() {
     assert!(refused(&sim) > 0);
     assert_eq!(steps(&sim, LIAR), 0);
     assert!(steps(&sim, 0) >= 20, "{}", steps(&sim, 0));
+}
+
+#[test]
+fn a_commitment_naming_an_epoch_long_final_is_not_taken() {
+    // Its beacon (epoch 0 + lag) is final a few seconds in: the worker would know which of
+    // its jobs are challenged when it signs. Receivers take no such job once they are at
+    // epoch 3; the driver's first steps, before that, go through.
+    let sim = run(Attack::StaleEpoch);
+    let stale = [1, 3]
+        .iter()
+        .flat_map(|&i| sim.events(i))
+        .filter(|e| matches!(e, NodeEvent::Dropped { reason, .. } if reason.contains("epoch")))
+        .count();
+    assert!(stale > 0);
+    assert!(steps(&sim, LIAR) < 10, "{} steps", steps(&sim, LIAR));
+    assert!(steps(&sim, 0) >= 20, "{}", steps(&sim, 0));
+    let head = sim.core(1).unwrap().finality_head().unwrap().0;
+    assert!(head >= 20, "epochs stalled at {head}");
 }
 
 #[test]

@@ -99,7 +99,7 @@ impl World {
             network: [5; 32],
             stage: 1,
             round: 3,
-            seed: ChallengeSeed::from_finalized_round([5; 32], 1, 3, [0xab; 32]),
+            seed: ChallengeSeed::from_beacon([5; 32], 1, 3, [0xab; 32]),
             validators: &self.validators,
             rate: AuditRate {
                 per_million: 1_000_000,
@@ -165,6 +165,7 @@ fn template(worker: &Identity, kind: JobKind) -> JobCommitment {
         upstream_hash: NO_HASH,
         output_hash: NO_HASH,
         grads_hash: NO_HASH,
+        epoch: 0,
     }
 }
 
@@ -555,7 +556,7 @@ proptest! {
 fn first_stage(w: &World) -> (AuditContext<'_>, JobCommitment, JobInputs) {
     let mut ctx = w.ctx();
     ctx.stage = 0;
-    ctx.seed = ChallengeSeed::from_finalized_round(ctx.network, 0, ctx.round, [0xab; 32]);
+    ctx.seed = ChallengeSeed::from_beacon(ctx.network, 0, ctx.round, [0xab; 32]);
     let inp = genesis_inputs(&[(1, 5), (2, 7)], 3, false);
     let c = JobCommitment {
         stage: 0,

@@ -1,22 +1,24 @@
 //! Audits of co-replicas' jobs (verification by recomputation, issue 15).
 //!
-//! When the stage ends round r, its agreed θ₀ seeds the challenges of round r
-//! (`ChallengeSeed::from_finalized_round`): no worker picks its auditor or which of its jobs
-//! are replayed. One round later, when every replica has long finished r, each replica asks
-//! its live registered co-replicas for their signed commitments of r, and for each job the
-//! seed assigns to it fetches the job's inputs and weights from the worker, replays it on its
-//! engine and compares the bits. A mismatch is a fraud proof; a worker that does not serve
-//! the evidence of a challenged job is reported as refusing.
+//! A job's challenges are drawn from the finalized ledger epoch its commitment names plus
+//! `BEACON_LAG` (`core/beacon.rs`): no worker picks its auditor or which of its jobs are
+//! replayed, and every node can check the draw. When the stage enters round r + 2, each
+//! replica asks its live registered co-replicas for their signed commitments of r, and for
+//! each job the seed assigns to it (as soon as the job's beacon epoch is final) fetches the
+//! job's inputs and weights from the worker, replays it on its engine and compares the bits.
+//! A mismatch is a fraud proof; a worker that does not serve the evidence of a challenged job
+//! is reported as refusing.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;
 
 use neuroshard_audit::{
-    AuditRate, ChallengeSeed, EvidenceLimits, JobCommitment, JobInputs, JobKey, JobKind, SignedJob,
-    auditor_for, check_provenance, is_challenged, verify_job,
+    AuditRate, EvidenceLimits, JobCommitment, JobInputs, JobKey, JobKind, SignedJob, auditor_for,
+    check_provenance, is_challenged, verify_job,
 };
 use neuroshard_proof::{Canonical, Hash32, NodeId};
 
+use super::beacon::MAX_EPOCHS_AHEAD;
 use super::fraud::GenesisOf;
 use super::{EngineJob, NodeCore, Pending, SharedBlob, Token, TransferError, Transmit, blob_hash};
 use crate::events::NodeEvent;
@@ -25,10 +27,12 @@ use crate::wire::{AuditAnswer, AuditRequest, MAX_LISTED_JOBS};
 /// Challenges one replica takes on per co-replica and round at most (a worker cannot make
 /// its auditors replay without end by listing jobs).
 pub const MAX_AUDITS_PER_WORKER: usize = 64;
-/// Rounds before the current one whose seeds, evidence and offered weights a replica keeps:
+/// Rounds before the current one whose evidence and offered weights a replica keeps at least:
 /// round r is audited as the stage enters round r + 2, so its evidence is needed until the
-/// stage enters r + 3.
-const KEEP_ROUNDS: u64 = 2;
+/// stage enters r + 3 (and longer while its jobs' beacon epochs are not final).
+pub(super) const KEEP_ROUNDS: u64 = 2;
+/// Commitments an auditor holds while their beacon epochs are not final, at most.
+pub(super) const MAX_AWAITING_BEACON: usize = 8192;
 
 /// What an audit of ours waits for.
 #[derive(Debug, Clone)]
@@ -41,26 +45,43 @@ pub(super) struct Open {
     pub(super) weights: Option<SharedBlob>,
 }
 
-/// Audit state of one replica: the seeds of the stage's finished rounds, the audits in
-/// progress, and the weights it serves to its own auditors.
+/// A co-replica's commitment whose beacon epoch is not final here yet.
+#[derive(Debug, Clone)]
+pub(super) struct AwaitingBeacon {
+    pub(super) worker: NodeId,
+    pub(super) round: u64,
+    pub(super) job: SignedJob,
+    pub(super) commitment: JobCommitment,
+}
+
+/// Audit state of one replica: the audits in progress and those waiting for their beacon,
+/// and the weights it serves to its own auditors.
 #[derive(Debug, Default)]
 pub(super) struct AuditState {
-    /// Round → the seed of its challenges, and the stage's final hash it was drawn from.
-    pub(super) seeds: BTreeMap<u64, (ChallengeSeed, Hash32)>,
     /// The round the stage was at when last looked.
     seen_round: Option<u64>,
     pub(super) open: BTreeMap<JobKey, Open>,
+    pub(super) awaiting: BTreeMap<JobKey, AwaitingBeacon>,
+    /// Challenges taken per (worker, round), against `MAX_AUDITS_PER_WORKER`.
+    pub(super) taken: BTreeMap<(NodeId, u64), usize>,
+    /// Evidence requests of our auditors that came before the job's beacon was final here.
+    pub(super) deferred: Vec<(NodeId, Token, AuditRequest)>,
+    /// The first round whose evidence is still kept.
+    pub(super) kept_from: u64,
+    /// Beacons set by unit tests (no epochs finalize there).
+    #[cfg(test)]
+    pub(super) test_beacons: BTreeMap<u64, Hash32>,
     /// Engine jobs of ours: evidence to serve (for the request token) or a replay.
-    engine: HashMap<Token, EngineFor>,
+    pub(super) engine: HashMap<Token, EngineFor>,
     blobs: HashMap<Token, JobKey>,
     /// Weights served to auditors, by round.
-    offered: BTreeMap<u64, Vec<Hash32>>,
+    pub(super) offered: BTreeMap<u64, Vec<Hash32>>,
     /// The optimizer step each round began at (what its evidence is filed under).
-    round_start: BTreeMap<u64, u64>,
+    pub(super) round_start: BTreeMap<u64, u64>,
 }
 
 #[derive(Debug, Clone, Copy)]
-enum EngineFor {
+pub(super) enum EngineFor {
     Evidence { request: Token, round: u64 },
     Replay(JobKey),
     Forget,
@@ -92,8 +113,8 @@ impl NodeCore {
         self.economy.ledger().ever_registered(stage).collect()
     }
 
-    /// Called whenever the stage may have moved to a new round: seeds the finished round's
-    /// challenges and starts the audits of the round before it.
+    /// Called whenever the stage may have moved to a new round: starts the audits of the
+    /// round before the one that just ended, and drops evidence no audit needs any more.
     pub(super) fn poll_audits(&mut self, now: Instant) {
         let round = self.rounds.syncer.round();
         if self.audit.seen_round == Some(round) {
@@ -104,44 +125,11 @@ impl NodeCore {
         let Some(seen) = self.audit.seen_round.replace(round) else {
             return;
         };
-        if round != seen.saturating_add(1) {
-            // Adopted or caught up across rounds: this replica did not see them end.
+        self.forget_audited();
+        if round <= seen || self.audit_rate().per_million == 0 {
             return;
         }
-        let stage = u16::try_from(self.stage).unwrap_or(u16::MAX);
-        let final_hash = self.theta();
-        let seed = ChallengeSeed::from_finalized_round(self.network, stage, seen, final_hash);
-        self.audit.seeds.insert(seen, (seed, final_hash));
-        let keep_from = round.saturating_sub(KEEP_ROUNDS);
-        self.audit.seeds.retain(|r, _| *r >= keep_from);
-        let stale: Vec<u64> = self
-            .audit
-            .offered
-            .range(..keep_from)
-            .map(|(r, _)| *r)
-            .collect();
-        for r in stale {
-            for hash in self.audit.offered.remove(&r).unwrap_or_default() {
-                // A verdict's weights stay served after the round's audits are over.
-                if !self.economy.keeps_verdict_weights(&hash) {
-                    self.transmits.push_back(Transmit::WithdrawBlob { hash });
-                }
-            }
-        }
-        // What only the rounds no longer audited need goes (a job may run at the weights of
-        // the step before its round: a weight lag of 1).
-        if let Some(&first) = self.audit.round_start.get(&keep_from) {
-            self.audit.round_start.retain(|r, _| *r >= keep_from);
-            let before = first.saturating_sub(1);
-            let t = self.engine(EngineJob::ForgetEvidence { before });
-            self.audit.engine.insert(t, EngineFor::Forget);
-        }
-        if self.audit_rate().per_million == 0 {
-            return;
-        }
-        if let Some(audited) = seen.checked_sub(1)
-            && self.audit.seeds.contains_key(&audited)
-        {
+        if let Some(audited) = round.checked_sub(KEEP_ROUNDS) {
             self.request_lists(audited, now);
         }
     }
@@ -190,12 +178,7 @@ impl NodeCore {
                 return;
             }
         };
-        let Some((seed, _)) = self.audit.seeds.get(&round).copied() else {
-            return;
-        };
-        let (rate, validators) = (self.audit_rate(), self.validators());
         let stage = u16::try_from(self.stage).unwrap_or(u16::MAX);
-        let mut taken = 0;
         for job in jobs {
             let c = match verify_job(&job) {
                 Ok(c) if c.worker == peer && c.network == self.network => c,
@@ -205,40 +188,86 @@ impl NodeCore {
                 return self.penalize(peer, "an audit list with another round's commitment");
             }
             let key = c.key();
-            if !is_challenged(&seed, &key, rate)
-                || auditor_for(&seed, &key, peer, &validators) != Some(self.me)
-                || self.audit.open.contains_key(&key)
-            {
+            if self.audit.open.contains_key(&key) || self.audit.awaiting.contains_key(&key) {
                 continue;
             }
-            if taken >= MAX_AUDITS_PER_WORKER {
-                break;
-            }
-            taken += 1;
-            let token = self.token();
-            self.requests
-                .insert(token, Pending::AuditEvidence { peer, job: key });
-            let req = AuditRequest::Evidence {
-                network: self.network,
+            let waiting = AwaitingBeacon {
+                worker: peer,
                 round,
-                job: key,
+                job,
+                commitment: c,
             };
-            self.transmits.push_back(Transmit::Request {
-                to: peer,
-                token,
-                data: req.to_canonical_bytes(),
-            });
-            self.audit.open.insert(
-                key,
-                Open {
-                    round,
-                    job,
-                    commitment: c,
-                    inputs: None,
-                    weights: None,
-                },
-            );
+            self.consider_challenge(waiting, now);
         }
+    }
+
+    /// Opens the audit of a co-replica's job if its beacon challenges it and names us; holds
+    /// it while the beacon epoch is not final here.
+    pub(super) fn consider_challenge(&mut self, w: AwaitingBeacon, now: Instant) {
+        let c = w.commitment;
+        let key = c.key();
+        let Some((seed, _)) = self.job_seed(&c) else {
+            if self.beacon_lost(&c) {
+                return;
+            }
+            // A commitment naming an epoch far beyond ours was not signed when it claims:
+            // its beacon would come after the evidence is gone.
+            let ahead = c.epoch.saturating_sub(self.finalized_epoch());
+            if ahead > MAX_EPOCHS_AHEAD {
+                let (round, job) = (w.round, w.job.clone());
+                self.audit.open.insert(
+                    key,
+                    Open {
+                        round,
+                        job,
+                        commitment: c,
+                        inputs: None,
+                        weights: None,
+                    },
+                );
+                let why = format!("refused: names epoch {}, {ahead} past ours", c.epoch);
+                return self.end_audit(key, why, now);
+            }
+            if self.audit.awaiting.len() < MAX_AWAITING_BEACON {
+                self.audit.awaiting.insert(key, w);
+            }
+            return;
+        };
+        let (rate, validators) = (self.audit_rate(), self.validators());
+        if !is_challenged(&seed, &key, rate)
+            || auditor_for(&seed, &key, w.worker, &validators) != Some(self.me)
+        {
+            return;
+        }
+        let taken = self.audit.taken.entry((w.worker, w.round)).or_insert(0);
+        if *taken >= MAX_AUDITS_PER_WORKER {
+            return;
+        }
+        *taken += 1;
+        let (peer, round) = (w.worker, w.round);
+        let token = self.token();
+        self.requests
+            .insert(token, Pending::AuditEvidence { peer, job: key });
+        let req = AuditRequest::Evidence {
+            network: self.network,
+            round,
+            job: key,
+        };
+        self.transmits.push_back(Transmit::Request {
+            to: peer,
+            token,
+            data: req.to_canonical_bytes(),
+        });
+        self.audit.open.insert(
+            key,
+            Open {
+                round,
+                job: w.job,
+                commitment: c,
+                inputs: None,
+                weights: None,
+            },
+        );
     }
 
     /// The worker's evidence for a job we audit: inputs that hash to the committed ones and
@@ -452,6 +481,7 @@ impl NodeCore {
     /// A co-replica audits us: it gets our commitments of a round, and the evidence of a job
     /// the round's seed challenges (from a registered replica of this stage only).
     pub(super) fn on_audit_request(&mut self, from: NodeId, token: Token, req: AuditRequest) {
+        let for_deferral = req.clone();
         let stage = u16::try_from(self.stage).unwrap_or(u16::MAX);
         let refuse = |why: &str| AuditAnswer::Refused(why.into()).to_canonical_bytes();
         if !self.economy.ledger().is_registered(&from, stage) {
@@ -484,17 +514,23 @@ impl NodeCore {
                 round,
                 job,
             } => {
-                let seed = self.audit.seeds.get(&round).map(|(s, _)| *s);
                 let logged = self
                     .job_log
                     .round(round)
                     .into_iter()
                     .find(|l| l.commitment.key() == job)
                     .map(|l| l.commitment);
+                let seed = logged.as_ref().and_then(|c| self.job_seed(c)).map(|s| s.0);
+                if let (true, Some(c), None) = (network == self.network, logged, seed)
+                    && !self.beacon_lost(&c)
+                {
+                    // Our auditor holds an epoch we do not yet: answered once we do.
+                    return self.defer_evidence_request(from, token, for_deferral);
+                }
                 let why = match (network == self.network, seed, logged) {
                     (false, ..) => Some("another network"),
-                    (_, None, _) => Some("that round is not final here"),
                     (_, _, None) => Some("no such job"),
+                    (_, None, _) => Some("that job's beacon epoch is gone here"),
                     (_, Some(seed), Some(_)) if !is_challenged(&seed, &job, self.audit_rate()) => {
                         Some("that job is not challenged")
                     }

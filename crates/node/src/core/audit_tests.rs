@@ -1,9 +1,9 @@
 //! What a worker serves to auditors: its evidence only for a challenged job, only to the
-//! auditor the round's seed names, only to a registered replica of its stage.
+//! auditor the job's beacon names, only to a registered replica of its stage.
 
 use std::time::Instant;
 
-use neuroshard_audit::{AuditRate, ChallengeSeed, JobKey, auditor_for};
+use neuroshard_audit::{AuditRate, BEACON_LAG, ChallengeSeed, JobKey, auditor_for};
 use neuroshard_proof::fixtures::test_identity;
 use neuroshard_proof::{Canonical, NodeId};
 
@@ -13,8 +13,8 @@ use crate::pipeline::JobDone;
 use crate::wire::{AuditAnswer, AuditRequest, MicroBatchId};
 
 /// A stage-0 core holding one commitment of round 0 (a driver's backward pass, committed at
-/// once), the round's seed, and the audit rate `per_million`.
-fn worker(per_million: u32) -> (NodeCore, JobKey, ChallengeSeed) {
+/// once, naming epoch 0), and the audit rate `per_million`; the seed its beacon will give.
+fn unbeaconed_worker(per_million: u32) -> (NodeCore, JobKey, ChallengeSeed) {
     let now = Instant::now();
     let mut c = core_at(&test_identity(0), now, 0, 2);
     c.settings.audit.per_million = per_million;
@@ -35,11 +35,20 @@ fn worker(per_million: u32) -> (NodeCore, JobKey, ChallengeSeed) {
         grads: [4; 32],
     };
     c.handle_engine_done(1, EngineOutput::Job(done, Some(hashes)), now);
-    let key = c.job_log().iter().next().unwrap().commitment.key();
-    let seed = ChallengeSeed::from_finalized_round(NETWORK, 0, 0, [5; 32]);
-    c.audit.seeds.insert(0, (seed, [5; 32]));
+    let logged = c.job_log().iter().next().unwrap().commitment;
+    assert_eq!(logged.epoch, 0);
+    let seed = ChallengeSeed::from_beacon(NETWORK, 0, 0, BEACON);
     drain(&mut c);
     while c.poll_engine_job().is_some() {}
+    (c, logged.key(), seed)
+}
+
+const BEACON: [u8; 32] = [5; 32];
+
+/// The same, with the job's beacon epoch final.
+fn worker(per_million: u32) -> (NodeCore, JobKey, ChallengeSeed) {
+    let (mut c, key, seed) = unbeaconed_worker(per_million);
+    c.audit.test_beacons.insert(BEACON_LAG, BEACON);
     (c, key, seed)
 }
 
@@ -88,4 +97,23 @@ fn evidence_goes_only_to_the_assigned_auditor_of_a_challenged_job() {
         AuditRate { per_million: 1 }
     ));
     assert_eq!(ask(&mut c, assigned, key), (true, false));
+}
+
+#[test]
+fn evidence_asked_before_the_beacon_is_final_here_is_served_once_it_is() {
+    let (mut c, key, seed) = unbeaconed_worker(1_000_000);
+    let me = test_identity(0).node_id();
+    let validators: Vec<NodeId> = (0..32).map(|i| test_identity(i).node_id()).collect();
+    let assigned = auditor_for(&seed, &key, me, &validators).unwrap();
+    // The auditor holds the epoch, this worker not yet: no refusal (an honest worker that
+    // lags would be reported as refusing), no answer either.
+    assert_eq!(ask(&mut c, assigned, key), (false, false));
+    c.audit.test_beacons.insert(BEACON_LAG, BEACON);
+    c.on_new_beacon(Instant::now());
+    let started = std::iter::from_fn(|| c.poll_engine_job())
+        .any(|(_, j)| matches!(j, EngineJob::Evidence { .. }));
+    assert!(
+        started,
+        "the deferred request is served once the epoch is final"
+    );
 }

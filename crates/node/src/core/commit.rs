@@ -16,6 +16,7 @@ use neuroshard_audit::{
 };
 use neuroshard_proof::{NodeId, Signed};
 
+use super::beacon::MAX_EPOCHS_BEHIND;
 use super::{JobHashes, NodeCore};
 use crate::pipeline::{JobDone, Refusal};
 use crate::wire::{MicroBatchId, Msg, PipeRequest};
@@ -120,6 +121,15 @@ pub enum CommitRefusal {
     Payload(#[from] Refusal),
     #[error("the message carries no tensor a job produced")]
     NoOutput,
+    #[error("the commitment names epoch {got}, more than two before ours ({head})")]
+    StaleEpoch { got: u64, head: u64 },
+}
+
+impl CommitRefusal {
+    /// Whether the sender is to blame: a stale epoch may be an honest sender's lag.
+    pub fn blames_sender(&self) -> bool {
+        !matches!(self, Self::StaleEpoch { .. })
+    }
 }
 
 pub(super) fn job_kind(msg: &Msg) -> JobKind {
@@ -186,6 +196,7 @@ impl NodeCore {
             upstream_hash: h.upstream,
             output_hash,
             grads_hash: h.grads,
+            epoch: self.finalized_epoch(),
         };
         Logged {
             job: commitment.sign(&self.identity),
@@ -198,8 +209,25 @@ impl NodeCore {
     /// the same one when it is sent again (a retry, another replica, a repeated answer).
     pub(super) fn commitment_for(&mut self, msg: &Msg) -> Result<SignedJob, CommitRefusal> {
         let id = (msg.mb(), job_kind(msg));
+        let head = self.finalized_epoch();
         if let Some(l) = self.job_log.signed.get(&id) {
-            return Ok(l.job.clone());
+            if l.commitment.epoch.saturating_add(MAX_EPOCHS_BEHIND) >= head {
+                return Ok(l.job.clone());
+            }
+            // Sent again after its epoch went stale: the same job, committed at ours (its
+            // receiver would refuse the old one).
+            let commitment = JobCommitment {
+                epoch: head,
+                ..l.commitment
+            };
+            let logged = Logged {
+                job: commitment.sign(&self.identity),
+                commitment,
+                countersign: None,
+            };
+            let job = logged.job.clone();
+            self.job_log.signed.insert(id, logged);
+            return Ok(job);
         }
         let output = self
             .pipeline
@@ -233,6 +261,11 @@ impl NodeCore {
         }
         if c.network != self.network {
             return Err(CommitRefusal::OtherNetwork);
+        }
+        // An epoch long final would let the worker know its challenges before it signed.
+        let head = self.finalized_epoch();
+        if c.epoch.saturating_add(MAX_EPOCHS_BEHIND) < head {
+            return Err(CommitRefusal::StaleEpoch { got: c.epoch, head });
         }
         let sender = match req.msg {
             Msg::Forward { .. } => self.stage.checked_sub(1),

@@ -125,6 +125,7 @@ impl NodeCore {
 
     /// Carries out what finality asks for.
     fn drain_finality(&mut self, now: Instant) {
+        let mut finalized = false;
         while let Some(out) = self.finality.as_mut().and_then(LedgerFinality::poll_out) {
             match out {
                 FinalityOut::Publish(data) => self.transmits.push_back(Transmit::Publish {
@@ -148,6 +149,7 @@ impl NodeCore {
                     applied,
                     latency,
                 } => {
+                    finalized = true;
                     let value = link.certified.value;
                     self.economy.keep_finality(FinalityWrite::Epoch {
                         epoch: value.epoch,
@@ -179,6 +181,9 @@ impl NodeCore {
                 FinalityOut::Penalize { peer, reason } => self.penalize(peer, reason),
                 FinalityOut::Warning(message) => self.warn(message, now),
             }
+        }
+        if finalized {
+            self.on_new_beacon(now);
         }
     }
 

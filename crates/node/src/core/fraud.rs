@@ -13,8 +13,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use neuroshard_audit::{
-    ChallengeSeed, Charge, FraudProof, GenesisText, JobInputs, JobKey, Replayed, Verdict,
-    check_before_replay, check_provenance_charge, verify_job,
+    Charge, FraudProof, GenesisText, JobInputs, JobKey, Replayed, Verdict, check_before_replay,
+    check_provenance_charge, verify_job,
 };
 use neuroshard_ledger::VerifiedVerdict;
 use neuroshard_model::StageSpec;
@@ -31,6 +31,8 @@ use crate::wire::FraudReport;
 
 /// Fraud proofs a node remembers having settled (or settling), to settle each job once.
 const MAX_SEEN: usize = 4096;
+/// Reports held until the beacon epoch their job names is final here, at most.
+const MAX_HELD: usize = 64;
 
 #[derive(Debug, Default)]
 pub(super) struct FraudState {
@@ -39,6 +41,8 @@ pub(super) struct FraudState {
     /// Weights fetches, and settlements on the engine (with the weights), by token.
     blobs: HashMap<Token, Case>,
     engine: HashMap<Token, (Case, Option<SharedBlob>)>,
+    /// Reports whose job's beacon epoch is not final here yet: (from, report, relayed id).
+    held: VecDeque<(NodeId, FraudReport, Option<Hash32>)>,
 }
 
 /// A fraud report being settled, and who it came from.
@@ -86,7 +90,7 @@ impl NodeCore {
     /// weights it ran at, and settle it here as every node does.
     pub(super) fn file_fraud_proof(&mut self, key: JobKey, replayed: &Replayed, now: Instant) {
         let at = self.unix_ms(now);
-        let Some((open, inputs, final_hash)) = self.open_case(&key) else {
+        let Some((open, inputs, beacon)) = self.open_case(&key) else {
             return;
         };
         let Some(weights) = open.weights else {
@@ -103,7 +107,7 @@ impl NodeCore {
         );
         let weights_blob = blob_hash(&weights);
         self.offer_audit_blob(open.round, weights_blob, Arc::clone(&weights));
-        self.publish_report(proof, final_hash, Some(weights), now);
+        self.publish_report(proof, beacon, Some(weights), now);
     }
 
     /// Our audit found a first-stage job's tokens are not the genesis text they name: report
@@ -111,32 +115,32 @@ impl NodeCore {
     /// here as every node does.
     pub(super) fn file_provenance_proof(&mut self, key: JobKey, now: Instant) {
         let at = self.unix_ms(now);
-        let Some((open, inputs, final_hash)) = self.open_case(&key) else {
+        let Some((open, inputs, beacon)) = self.open_case(&key) else {
             return;
         };
         let proof = FraudProof::provenance(&self.identity, open.job, &open.commitment, inputs, at);
-        self.publish_report(proof, final_hash, None, now);
+        self.publish_report(proof, beacon, None, now);
     }
 
-    /// An audit of ours with its inputs, and the final hash of its round.
+    /// An audit of ours with its inputs, and the beacon its challenge was drawn from.
     fn open_case(&self, key: &JobKey) -> Option<(super::audit::Open, JobInputs, Hash32)> {
         let open = self.audit.open.get(key).cloned()?;
         let inputs = open.inputs.clone()?;
-        let &(_, final_hash) = self.audit.seeds.get(&open.round)?;
-        Some((open, inputs, final_hash))
+        let (_, beacon) = self.job_seed(&open.commitment)?;
+        Some((open, inputs, beacon))
     }
 
     /// Gossips our report to every node and settles it here as they do.
     fn publish_report(
         &mut self,
         proof: FraudProof,
-        final_hash: Hash32,
+        beacon: Hash32,
         weights: Option<SharedBlob>,
         now: Instant,
     ) {
         let report = FraudReport {
             proof,
-            final_hash,
+            beacon,
             weights_blob: weights
                 .as_ref()
                 .map_or(neuroshard_audit::NO_HASH, |w| blob_hash(w)),
@@ -223,8 +227,8 @@ impl NodeCore {
 
     /// What costs nothing to check before fetching weights and replaying: the report is its
     /// author's accusation (or relayed by a ledger), about a job of this network no verdict
-    /// settled yet, and (on the job's own stage, which knows the round's final hash) drawn
-    /// from the right seed.
+    /// settled yet, drawn from the beacon this node's own finalized epochs give (held until
+    /// that epoch is final here).
     fn precheck_report(
         &mut self,
         from: NodeId,
@@ -243,11 +247,13 @@ impl NodeCore {
             if c.network != self.network || self.stage_spec(c.stage).is_none() {
                 return Some("a fraud report for another network");
             }
-            if usize::from(c.stage) == self.stage
-                && let Some(&(_, ours)) = self.audit.seeds.get(&c.round)
-                && ours != report.final_hash
+            if self.beacon_lost(c) {
+                return Some("a fraud report whose beacon epoch is no longer held here");
+            }
+            if let Some((_, ours)) = self.job_seed(c)
+                && ours != report.beacon
             {
-                return Some("a fraud report drawn from another round hash");
+                return Some("a fraud report drawn from another beacon");
             }
             None
         })();
@@ -256,6 +262,10 @@ impl NodeCore {
             return None;
         }
         let c = verified.ok()?;
+        if self.job_seed(&c).is_none() {
+            self.hold_report(from, report, relayed, now);
+            return None;
+        }
         let key = c.key();
         let settled = self.economy.ledger().has_verdict(&key.0);
         if (settled && relayed.is_none()) || self.fraud.seen.contains(&key) {
@@ -277,6 +287,30 @@ impl NodeCore {
         }
         self.fraud.first_time(key);
         Some(report)
+    }
+
+    /// A report whose job's beacon epoch is not final here: settled once it is. A full hold
+    /// drops the oldest (a relayed one is asked for again later).
+    fn hold_report(
+        &mut self,
+        from: NodeId,
+        report: FraudReport,
+        relayed: Option<Hash32>,
+        now: Instant,
+    ) {
+        if self.fraud.held.len() >= MAX_HELD
+            && let Some((_, _, Some(id))) = self.fraud.held.pop_front()
+        {
+            self.economy.refuse_item(id, self.unix_ms(now));
+        }
+        self.fraud.held.push_back((from, report, relayed));
+    }
+
+    /// An epoch was finalized: held reports whose beacon it brings are taken up again.
+    pub(super) fn retry_held_reports(&mut self, now: Instant) {
+        for (from, report, relayed) in std::mem::take(&mut self.fraud.held) {
+            self.take_report(from, report, relayed, now);
+        }
     }
 
     /// A report that cannot convict. Its author is penalised for it; a ledger relaying it is
@@ -344,21 +378,17 @@ impl NodeCore {
         }
     }
 
-    /// What this node checks `report` against: its own ledger's validators and the
-    /// network's rules, and the round hash the report claims (see the README's weaknesses).
+    /// What this node checks `report` against: its own ledger's validators, the network's
+    /// rules, and the seed its own finalized epochs give.
     fn settle_context(&self, report: &FraudReport) -> Option<Settle> {
         let c = verify_job(&report.proof.job).ok()?;
         let spec = self.stage_spec(c.stage)?;
+        let (seed, _) = self.job_seed(&c)?;
         Some(Settle {
             spec,
             proof: report.proof.clone(),
             network: self.network,
-            seed: ChallengeSeed::from_finalized_round(
-                self.network,
-                c.stage,
-                c.round,
-                report.final_hash,
-            ),
+            seed,
             validators: self.economy.ledger().ever_registered(c.stage).collect(),
             rate: self.audit_rate(),
             limits: self.evidence_limits(),

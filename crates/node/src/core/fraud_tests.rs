@@ -54,12 +54,13 @@ pub(crate) fn forward_job(network: Hash32, worker: &Identity, index: u32) -> Job
         upstream_hash: inputs().upstream.hash(),
         output_hash: [3; 32],
         grads_hash: NO_HASH,
+        epoch: 0,
     }
 }
 
 /// A forward job of stage 0, round 0, by `worker` that the default rate challenges.
 fn challenged_job(worker: &Identity) -> JobCommitment {
-    let seed = ChallengeSeed::from_finalized_round(NETWORK, 0, 0, FINAL);
+    let seed = ChallengeSeed::from_beacon(NETWORK, 0, 0, FINAL);
     (0..10_000)
         .map(|index| forward_job(NETWORK, worker, index))
         .find(|c| is_challenged(&seed, &c.key(), AuditRate::default()))
@@ -83,16 +84,25 @@ fn report(accuser: &Identity, job: &JobCommitment, inputs: JobInputs) -> Vec<u8>
     );
     FraudReport {
         proof,
-        final_hash: FINAL,
+        beacon: FINAL,
         weights_blob: [6; 32],
     }
     .to_canonical_bytes()
 }
 
+/// A stage-1 core whose finalized epochs include the test jobs' beacon (epoch 0 + lag).
+fn judge(now: Instant) -> NodeCore {
+    let mut c = core_at(&test_identity(0), now, 1, 2);
+    c.audit
+        .test_beacons
+        .insert(neuroshard_audit::BEACON_LAG, FINAL);
+    c
+}
+
 /// (fetched weights, dropped the report) after `from` gossips `data`.
 fn receive(from: NodeId, data: Vec<u8>) -> (bool, bool) {
     let now = Instant::now();
-    let mut c = core_at(&test_identity(0), now, 1, 2);
+    let mut c = judge(now);
     drain(&mut c);
     let topic = Topic::Ops.name();
     c.handle_message(from, Inbound::Gossip { topic, data }, now);
@@ -108,7 +118,7 @@ fn receive(from: NodeId, data: Vec<u8>) -> (bool, bool) {
 fn only_the_assigned_auditors_consistent_evidence_is_worth_fetching_weights_for() {
     let worker = test_identity(1);
     let job = challenged_job(&worker);
-    let seed = ChallengeSeed::from_finalized_round(NETWORK, 0, 0, FINAL);
+    let seed = ChallengeSeed::from_beacon(NETWORK, 0, 0, FINAL);
     // The test economy registers identities 0..32 for every stage.
     let validators: Vec<NodeId> = (0..32).map(|i| test_identity(i).node_id()).collect();
     let assigned = auditor_for(&seed, &job.key(), worker.node_id(), &validators).unwrap();
@@ -149,6 +159,47 @@ fn only_the_assigned_auditors_consistent_evidence_is_worth_fetching_weights_for(
     );
     // Garbage on the ops topic is still an op (refused as one), not a fraud report.
     assert_eq!(receive(assigned, vec![1, 2, 3]), (false, false));
+    // Drawn from a beacon other than the one this node's finalized epochs give (an accuser
+    // that picks its own seed makes any job "assigned" to it).
+    let mut forged = FraudReport::from_canonical_bytes(&report(&auditor, &job, inputs())).unwrap();
+    forged.beacon = [6; 32];
+    assert_eq!(
+        receive(assigned, forged.to_canonical_bytes()),
+        (false, true)
+    );
+}
+
+/// A report about a job whose beacon epoch is not final here yet waits for it, then is
+/// settled (before, a node of another stage took the round hash a report claimed on trust).
+#[test]
+fn a_report_waits_for_its_beacon_epoch_then_is_settled() {
+    let worker = test_identity(1);
+    let job = challenged_job(&worker);
+    let seed = ChallengeSeed::from_beacon(NETWORK, 0, 0, FINAL);
+    let validators: Vec<NodeId> = (0..32).map(|i| test_identity(i).node_id()).collect();
+    let assigned = auditor_for(&seed, &job.key(), worker.node_id(), &validators).unwrap();
+    let auditor = (0..32)
+        .map(test_identity)
+        .find(|i| i.node_id() == assigned)
+        .unwrap();
+    let now = Instant::now();
+    let mut c = core_at(&test_identity(0), now, 1, 2);
+    drain(&mut c);
+    let data = report(&auditor, &job, inputs());
+    let topic = Topic::Ops.name();
+    c.handle_message(assigned, Inbound::Gossip { topic, data }, now);
+    let fetched = |c: &mut NodeCore| {
+        drain(c)
+            .iter()
+            .any(|t| matches!(t, Transmit::FetchBlob { .. }))
+    };
+    assert!(!fetched(&mut c), "settled before its beacon was final");
+    assert!(!std::iter::from_fn(|| c.poll_event()).any(|e| matches!(e, NodeEvent::Dropped { .. })));
+    c.audit
+        .test_beacons
+        .insert(neuroshard_audit::BEACON_LAG, FINAL);
+    c.on_new_beacon(now);
+    assert!(fetched(&mut c), "not settled once its beacon was final");
 }
 
 /// The transport forwards a fraud report only from its accuser: without this, gossip
@@ -194,7 +245,7 @@ fn a_provenance_charge_is_settled_from_the_genesis_without_fetching_weights() {
         }),
         upstream: UpstreamData::None,
     };
-    let seed = ChallengeSeed::from_finalized_round(NETWORK, 0, 0, FINAL);
+    let seed = ChallengeSeed::from_beacon(NETWORK, 0, 0, FINAL);
     let mut job = challenged_job(&worker);
     job.input_hash = named.input.hash();
     let job = (0..10_000)
@@ -218,14 +269,14 @@ fn a_provenance_charge_is_settled_from_the_genesis_without_fetching_weights() {
     let charge = |accuser: &Identity| {
         FraudReport {
             proof: FraudProof::provenance(accuser, job.sign(&worker), &job, named.clone(), 0),
-            final_hash: FINAL,
+            beacon: FINAL,
             weights_blob: NO_HASH,
         }
         .to_canonical_bytes()
     };
 
     let now = Instant::now();
-    let mut c = core_at(&test_identity(0), now, 1, 2);
+    let mut c = judge(now);
     drain(&mut c);
     let before = c.economy().ledger().account(&worker.node_id()).stake;
     let topic = Topic::Ops.name();
@@ -254,7 +305,7 @@ fn a_provenance_charge_is_settled_from_the_genesis_without_fetching_weights() {
         .map(test_identity)
         .find(|i| i.node_id() != assigned)
         .unwrap();
-    let mut c = core_at(&test_identity(0), now, 1, 2);
+    let mut c = judge(now);
     drain(&mut c);
     c.handle_message(
         other.node_id(),
@@ -282,7 +333,7 @@ fn a_provenance_charge_is_settled_from_the_genesis_without_fetching_weights() {
 fn relayed_reports_fetch_from_the_relayer_and_a_failed_fetch_leaves_the_job_open() {
     let worker = test_identity(1);
     let job = challenged_job(&worker);
-    let seed = ChallengeSeed::from_finalized_round(NETWORK, 0, 0, FINAL);
+    let seed = ChallengeSeed::from_beacon(NETWORK, 0, 0, FINAL);
     let validators: Vec<NodeId> = (0..32).map(|i| test_identity(i).node_id()).collect();
     let assigned = auditor_for(&seed, &job.key(), worker.node_id(), &validators).unwrap();
     let auditor = (0..32)
@@ -297,7 +348,7 @@ fn relayed_reports_fetch_from_the_relayer_and_a_failed_fetch_leaves_the_job_open
     let wire = report(&auditor, &job, inputs());
 
     let now = Instant::now();
-    let mut c = core_at(&test_identity(0), now, 1, 2);
+    let mut c = judge(now);
     drain(&mut c);
     let fetch = |c: &mut NodeCore| {
         drain(c).into_iter().find_map(|t| match t {
@@ -328,7 +379,7 @@ fn relayed_reports_fetch_from_the_relayer_and_a_failed_fetch_leaves_the_job_open
         .map(test_identity)
         .find(|i| i.node_id() != assigned)
         .unwrap();
-    let mut c = core_at(&test_identity(0), now, 1, 2);
+    let mut c = judge(now);
     drain(&mut c);
     c.on_relayed_report(relayer, &report(&other, &job, inputs()), now);
     assert!(fetch(&mut c).is_none());

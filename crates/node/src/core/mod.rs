@@ -12,6 +12,7 @@
 mod audit;
 #[cfg(test)]
 mod audit_tests;
+mod beacon;
 mod commit;
 mod config;
 mod evaluate;

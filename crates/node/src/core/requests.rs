@@ -57,6 +57,12 @@ impl NodeCore {
                     self.check_commitment(from, &req),
                     self.check_targets(&req.msg),
                 ) {
+                    (Err(why), _) if !why.blames_sender() => {
+                        // Busy, not refused: the sender may lag one finalized epoch behind
+                        // the network and will commit again at a later one.
+                        self.dropped_request(from, what, format!("commitment: {why}"), now);
+                        Ack::Busy
+                    }
                     (Err(why), _) => {
                         self.refuse_request(from, what, format!("commitment: {why}"), now)
                     }

@@ -348,7 +348,7 @@ fn a_report(index: u32, timestamp: u64) -> Vec<u8> {
     let proof = FraudProof::provenance(&test_identity(2), c.sign(&worker), &c, inputs, timestamp);
     crate::wire::FraudReport {
         proof,
-        final_hash: [5; 32],
+        beacon: [5; 32],
         weights_blob: NO_HASH,
     }
     .to_canonical_bytes()

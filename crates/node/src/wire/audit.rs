@@ -18,7 +18,8 @@ const MAX_PROOF_BYTES: usize = 1 << 24;
 #[derive(Debug, Clone, PartialEq)]
 pub struct FraudReport {
     pub proof: FraudProof,
-    pub final_hash: Hash32,
+    /// The hash of the finalized epoch the job's challenges were drawn from.
+    pub beacon: Hash32,
     pub weights_blob: Hash32,
 }
 
@@ -27,7 +28,7 @@ impl Canonical for FraudReport {
 
     fn encode_body(&self, w: &mut Writer) {
         w.bytes(&self.proof.to_canonical_bytes());
-        w.fixed(&self.final_hash);
+        w.fixed(&self.beacon);
         w.fixed(&self.weights_blob);
     }
 
@@ -35,7 +36,7 @@ impl Canonical for FraudReport {
         let proof = FraudProof::from_canonical_bytes(r.bytes(MAX_PROOF_BYTES)?)?;
         Ok(Self {
             proof,
-            final_hash: r.array()?,
+            beacon: r.array()?,
             weights_blob: r.array()?,
         })
     }

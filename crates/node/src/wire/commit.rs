@@ -115,6 +115,7 @@ mod tests {
             upstream_hash: [0; 32],
             output_hash: [10; 32],
             grads_hash: [0; 32],
+            epoch: 0,
         }
         .sign(&me)
     }
