@@ -248,7 +248,7 @@ fn a_lazy_worker_is_slashed_on_every_ledger() {
         "--stages",
         "2",
         "--steps",
-        "60",
+        "1000",
         "--data",
         s(&data),
         "--out",
@@ -256,7 +256,7 @@ fn a_lazy_worker_is_slashed_on_every_ledger() {
         "--summary-json",
         s(&sum),
         "--timeout-s",
-        "90",
+        "120",
         "--gen-tokens",
         "0",
         "--sync-every",
@@ -264,6 +264,12 @@ fn a_lazy_worker_is_slashed_on_every_ledger() {
         // Half the jobs, so that a short run surely audits the lazy one's.
         "--audit-rate",
         "0.5",
+        // Challenges come from the epoch 4 after a job's, and the first epoch waits for three
+        // of the four nodes to run (about 11 s in, the processes starting 2.5 s apart): short
+        // epochs and enough steps (about 45 s for the honest driver) audit the lazy driver
+        // before it could finish.
+        "--epoch-ms",
+        "1000",
         "--lazy",
         "2",
     ];
@@ -271,7 +277,10 @@ fn a_lazy_worker_is_slashed_on_every_ledger() {
     let stdout = ok(&args);
     let sum = summary(&sum);
     // The honest driver ran all its steps.
-    assert!(sum["driver_steps"].as_u64().unwrap_or(0) >= 60, "{stdout}");
+    assert!(
+        sum["driver_steps"].as_u64().unwrap_or(0) >= 1000,
+        "{stdout}"
+    );
     let audits = &sum["sync"]["audits"];
     assert!(audits["guilty"].as_u64().unwrap_or(0) >= 1, "{audits:#}");
     let ledger = &sum["ledger"];

@@ -5,9 +5,11 @@
 //!   cargo run --release -p neuroshard-sim --example audit_detection [SEEDS] [STEPS] [RATE]
 //!
 //! Per cheat: the share of rounds in which an audit found it out (the false accuser: in which
-//! it accused), the round of the first such audit (mean over seeds; the slash follows two
-//! rounds later, when that round is audited), and on how many seeds every ledger slashed it;
-//! for honest runs, the verdicts applied anywhere (must be 0).
+//! it accused), the round of the first such audit (mean over seeds; the audit runs once the
+//! stage is two rounds further and the job's beacon epoch, 4 after its own, is final), the
+//! virtual seconds from the start to the first verdict on the last ledger to apply one, and
+//! on how many seeds every ledger slashed it; for honest runs, the verdicts applied anywhere
+//! (must be 0). Epochs at the default 10 s; no offline stake.
 
 use std::time::Duration;
 
@@ -33,6 +35,8 @@ fn run(seed: u64, steps: u64, per_million: u32, cheat: Option<(usize, Cheat)>) -
         EngineCosts::default(),
         Box::new(factory),
     );
+    // Every staked key runs: offline stake would count against finality's quorum.
+    sim.set_spare_keys(0);
     for i in 0..6 {
         sim.add_node(i % 3, Duration::from_millis(10 * i as u64));
     }
@@ -41,6 +45,25 @@ fn run(seed: u64, steps: u64, per_million: u32, cheat: Option<(usize, Cheat)>) -
     }
     sim.run_until(Duration::from_secs(steps * 3 + 60));
     sim
+}
+
+/// Virtual seconds from the start to the first verdict on the last ledger to apply one
+/// (None: some ledger applied none).
+fn slashed_after_s(sim: &Sim) -> Option<f64> {
+    let start = neuroshard_sim::UNIX_START_MS;
+    let mut last = 0;
+    for i in 0..6 {
+        let first = sim.events(i).iter().find_map(|e| match e {
+            NodeEvent::Ledger {
+                kind: Some(k),
+                time_ms,
+                ..
+            } if k.starts_with("verdict") => Some(*time_ms),
+            _ => None,
+        })?;
+        last = last.max(first);
+    }
+    Some(last.saturating_sub(start) as f64 / 1e3)
 }
 
 fn verdicts(sim: &Sim, i: usize) -> usize {
@@ -100,6 +123,7 @@ fn main() {
     ] {
         let (mut rounds, mut caught_rounds, mut first_sum, mut first_n, mut slashed) =
             (0usize, 0usize, 0u64, 0u64, 0u64);
+        let mut after = Vec::new();
         for seed in 1..=seeds {
             let sim = run(seed, steps, per_million, Some((offender, cheat)));
             let worker = sim.node_id(worker).to_string();
@@ -130,6 +154,7 @@ fn main() {
             if (0..6).all(|i| verdicts(&sim, i) > 0) {
                 slashed += 1;
             }
+            after.extend(slashed_after_s(&sim));
         }
         let share = caught_rounds as f64 / rounds.max(1) as f64;
         let first = if first_n > 0 {
@@ -137,10 +162,16 @@ fn main() {
         } else {
             "never".into()
         };
+        let after = if after.is_empty() {
+            "never".into()
+        } else {
+            format!("{:.0} s", after.iter().sum::<f64>() / after.len() as f64)
+        };
         println!(
             "{name}: {caught_rounds} of {rounds} rounds with an audit that found it out \
-             ({share:.2} a round); first in round {first} (mean of {first_n} seeds, slashed two \
-             rounds later); slashed on every ledger in {slashed} of {seeds} seeds"
+             ({share:.2} a round); first in round {first} (mean of {first_n} seeds); every \
+             ledger's first verdict {after} into the run (mean); slashed on every ledger in \
+             {slashed} of {seeds} seeds"
         );
     }
 }

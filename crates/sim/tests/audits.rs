@@ -5,10 +5,13 @@
 
 use std::time::Duration;
 
+use neuroshard_node::core::Transmit;
 use neuroshard_node::events::NodeEvent;
+use neuroshard_node::wire::AuditAnswer;
+use neuroshard_proof::Canonical;
 use neuroshard_proof::NodeId;
 use neuroshard_sim::{
-    Cheat, EngineCosts, EngineKind, Factory, LinkModel, Sim, settings, tiny_model,
+    Cheat, EngineCosts, EngineKind, Factory, LinkModel, Sim, Tamper, settings, tiny_model,
 };
 
 /// 3 stages × 2 replicas (node i serves stage i % 3): node 1 and node 4 serve stage 1, so
@@ -18,6 +21,11 @@ const AUDITOR: usize = 4;
 const NODES: usize = 6;
 
 fn run(seed: u64, cheat: Option<(usize, Cheat)>) -> Sim {
+    run_with(seed, cheat, None)
+}
+
+/// The same, node `tamper.0` an adversary past its core too.
+fn run_with(seed: u64, cheat: Option<(usize, Cheat)>, tamper: Option<(usize, Tamper)>) -> Sim {
     let mut s = settings(tiny_model(), 3, 2);
     s.steps = 24;
     s.sync.every = 4;
@@ -41,6 +49,9 @@ fn run(seed: u64, cheat: Option<(usize, Cheat)>) -> Sim {
     }
     if let Some((i, cheat)) = cheat {
         cheats.lock().unwrap().insert(sim.node_id(i), cheat);
+    }
+    if let Some((i, tamper)) = tamper {
+        sim.set_tamper(i, tamper);
     }
     sim.run_until(Duration::from_secs(120));
     sim
@@ -132,6 +143,27 @@ fn slashed_everywhere(sim: &Sim, offender: usize, beneficiary: usize) {
 #[test]
 fn a_worker_that_sends_noise_is_caught_and_slashed_on_every_ledger() {
     let sim = run(1, Some((WORKER, Cheat::Noise)));
+    let (_, guilty, _) = audits(&sim, AUDITOR, sim.node_id(WORKER));
+    assert!(guilty >= 1, "no audit caught the noise");
+    slashed_everywhere(&sim, WORKER, AUDITOR);
+}
+
+/// The worker lists none of its jobs to its auditors (it can compute which are challenged
+/// before it answers). The stage-2 replicas that received its outputs hand each challenged
+/// commitment to the auditor its beacon names, so it is caught all the same.
+#[test]
+fn a_worker_that_lists_none_of_its_jobs_is_still_audited_and_slashed() {
+    let hide: Tamper = Box::new(|t| match t {
+        Transmit::Respond { token, data } => {
+            let data = match AuditAnswer::from_canonical_bytes(&data) {
+                Ok(AuditAnswer::List(_)) => AuditAnswer::List(Vec::new()).to_canonical_bytes(),
+                _ => data,
+            };
+            Some(Transmit::Respond { token, data })
+        }
+        other => Some(other),
+    });
+    let sim = run_with(1, Some((WORKER, Cheat::Noise)), Some((WORKER, hide)));
     let (_, guilty, _) = audits(&sim, AUDITOR, sim.node_id(WORKER));
     assert!(guilty >= 1, "no audit caught the noise");
     slashed_everywhere(&sim, WORKER, AUDITOR);

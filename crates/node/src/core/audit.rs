@@ -27,6 +27,8 @@ use crate::wire::{AuditAnswer, AuditRequest, MAX_LISTED_JOBS};
 /// Challenges one replica takes on per co-replica and round at most (a worker cannot make
 /// its auditors replay without end by listing jobs).
 pub const MAX_AUDITS_PER_WORKER: usize = 64;
+/// Audits of one worker whose evidence is asked for at once, at most.
+const MAX_ASKED_PER_WORKER: usize = 4;
 /// Rounds before the current one whose evidence and offered weights a replica keeps at least:
 /// round r is audited as the stage enters round r + 2, so its evidence is needed until the
 /// stage enters r + 3 (and longer while its jobs' beacon epochs are not final).
@@ -43,6 +45,8 @@ pub(super) struct Open {
     pub(super) inputs: Option<JobInputs>,
     /// The weights the worker served, kept to serve them on with a fraud proof.
     pub(super) weights: Option<SharedBlob>,
+    /// Whether its evidence was asked for (audits wait their turn per worker).
+    pub(super) asked: bool,
 }
 
 /// A co-replica's commitment whose beacon epoch is not final here yet.
@@ -62,12 +66,20 @@ pub(super) struct AuditState {
     seen_round: Option<u64>,
     pub(super) open: BTreeMap<JobKey, Open>,
     pub(super) awaiting: BTreeMap<JobKey, AwaitingBeacon>,
+    /// Jobs whose challenge was decided here (audited or not picked), the latest first out.
+    pub(super) done: std::collections::BTreeSet<JobKey>,
+    pub(super) done_order: std::collections::VecDeque<JobKey>,
+    /// Commitments of jobs whose output we received, kept until their beacon is final: a
+    /// challenged one goes to its auditor, whatever its worker lists.
+    pub(super) noticed: std::collections::VecDeque<(SignedJob, JobCommitment)>,
     /// Challenges taken per (worker, round), against `MAX_AUDITS_PER_WORKER`.
     pub(super) taken: BTreeMap<(NodeId, u64), usize>,
     /// Evidence requests of our auditors that came before the job's beacon was final here.
     pub(super) deferred: Vec<(NodeId, Token, AuditRequest)>,
     /// The first round whose evidence is still kept.
     pub(super) kept_from: u64,
+    /// When each recent epoch was finalized here.
+    pub(super) final_times: std::collections::VecDeque<(u64, Instant)>,
     /// Beacons set by unit tests (no epochs finalize there).
     #[cfg(test)]
     pub(super) test_beacons: BTreeMap<u64, Hash32>,
@@ -87,7 +99,21 @@ pub(super) enum EngineFor {
     Forget,
 }
 
+/// Decided challenges an auditor remembers (a job listed and noticed is audited once).
+const MAX_DONE: usize = 16_384;
+
 impl AuditState {
+    fn decided(&mut self, key: JobKey) {
+        if self.done.insert(key) {
+            self.done_order.push_back(key);
+            while self.done_order.len() > MAX_DONE {
+                if let Some(old) = self.done_order.pop_front() {
+                    self.done.remove(&old);
+                }
+            }
+        }
+    }
+
     /// Whether the blob `hash` is offered for a round's audits.
     pub(super) fn offers(&self, hash: &Hash32) -> bool {
         self.offered.values().any(|hs| hs.contains(hash))
@@ -96,6 +122,11 @@ impl AuditState {
     /// Whether the blob fetch `token` is ours.
     pub(super) fn fetching(&self, token: Token) -> bool {
         self.blobs.contains_key(&token)
+    }
+
+    /// Whether the job was audited, is being audited, or waits for its beacon here.
+    pub(super) fn known(&self, key: &JobKey) -> bool {
+        self.open.contains_key(key) || self.awaiting.contains_key(key) || self.done.contains(key)
     }
 }
 
@@ -125,7 +156,7 @@ impl NodeCore {
         let Some(seen) = self.audit.seen_round.replace(round) else {
             return;
         };
-        self.forget_audited();
+        self.forget_audited(now);
         if round <= seen || self.audit_rate().per_million == 0 {
             return;
         }
@@ -188,7 +219,7 @@ impl NodeCore {
                 return self.penalize(peer, "an audit list with another round's commitment");
             }
             let key = c.key();
-            if self.audit.open.contains_key(&key) || self.audit.awaiting.contains_key(&key) {
+            if self.audit.known(&key) {
                 continue;
             }
             let waiting = AwaitingBeacon {
@@ -223,6 +254,7 @@ impl NodeCore {
                         commitment: c,
                         inputs: None,
                         weights: None,
+                        asked: true,
                     },
                 );
                 let why = format!("refused: names epoch {}, {ahead} past ours", c.epoch);
@@ -234,6 +266,7 @@ impl NodeCore {
             return;
         };
         let (rate, validators) = (self.audit_rate(), self.validators());
+        self.audit.decided(key);
         if !is_challenged(&seed, &key, rate)
             || auditor_for(&seed, &key, w.worker, &validators) != Some(self.me)
         {
@@ -244,30 +277,61 @@ impl NodeCore {
             return;
         }
         *taken += 1;
-        let (peer, round) = (w.worker, w.round);
-        let token = self.token();
-        self.requests
-            .insert(token, Pending::AuditEvidence { peer, job: key });
-        let req = AuditRequest::Evidence {
-            network: self.network,
-            round,
-            job: key,
-        };
-        self.transmits.push_back(Transmit::Request {
-            to: peer,
-            token,
-            data: req.to_canonical_bytes(),
-        });
         self.audit.open.insert(
             key,
             Open {
-                round,
+                round: w.round,
                 job: w.job,
                 commitment: c,
                 inputs: None,
                 weights: None,
+                asked: false,
             },
         );
+        self.ask_evidence(w.worker);
+    }
+
+    /// Asks `worker` for the evidence of our audits of its jobs not asked yet, keeping at
+    /// most `MAX_ASKED_PER_WORKER` in progress: the audits of many jobs whose beacon came in
+    /// one epoch would otherwise open more streams at once than a connection carries.
+    fn ask_evidence(&mut self, worker: NodeId) {
+        let in_progress = self
+            .audit
+            .open
+            .values()
+            .filter(|o| o.asked && o.commitment.worker == worker)
+            .count();
+        let next: Vec<(JobKey, u64)> = self
+            .audit
+            .open
+            .iter()
+            .filter(|(_, o)| !o.asked && o.commitment.worker == worker)
+            .map(|(k, o)| (*k, o.round))
+            .take(MAX_ASKED_PER_WORKER.saturating_sub(in_progress))
+            .collect();
+        for (key, round) in next {
+            if let Some(o) = self.audit.open.get_mut(&key) {
+                o.asked = true;
+            }
+            let token = self.token();
+            self.requests.insert(
+                token,
+                Pending::AuditEvidence {
+                    peer: worker,
+                    job: key,
+                },
+            );
+            let req = AuditRequest::Evidence {
+                network: self.network,
+                round,
+                job: key,
+            };
+            self.transmits.push_back(Transmit::Request {
+                to: worker,
+                token,
+                data: req.to_canonical_bytes(),
+            });
+        }
     }
 
     /// The worker's evidence for a job we audit: inputs that hash to the committed ones and
@@ -386,6 +450,7 @@ impl NodeCore {
         let Some(open) = self.audit.open.remove(&key) else {
             return;
         };
+        self.ask_evidence(open.commitment.worker);
         let time_ms = self.unix_ms(now);
         let kind = match open.commitment.kind {
             JobKind::Forward => "forward",
@@ -480,7 +545,16 @@ impl NodeCore {
 
     /// A co-replica audits us: it gets our commitments of a round, and the evidence of a job
     /// the round's seed challenges (from a registered replica of this stage only).
-    pub(super) fn on_audit_request(&mut self, from: NodeId, token: Token, req: AuditRequest) {
+    pub(super) fn on_audit_request(
+        &mut self,
+        from: NodeId,
+        token: Token,
+        req: AuditRequest,
+        now: Instant,
+    ) {
+        if let AuditRequest::Notice(job) = req {
+            return self.on_audit_notice(from, token, job, now);
+        }
         let for_deferral = req.clone();
         let stage = u16::try_from(self.stage).unwrap_or(u16::MAX);
         let refuse = |why: &str| AuditAnswer::Refused(why.into()).to_canonical_bytes();
@@ -509,6 +583,7 @@ impl NodeCore {
                 };
                 self.transmits.push_back(Transmit::Respond { token, data });
             }
+            AuditRequest::Notice(_) => {}
             AuditRequest::Evidence {
                 network,
                 round,

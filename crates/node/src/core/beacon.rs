@@ -7,24 +7,39 @@
 //! not check the seed a fraud report claimed. What waits for a beacon (audits, evidence
 //! requests, fraud reports) goes on when an epoch is finalized; evidence is kept until every
 //! job of a round has had its beacon for an epoch.
+//!
+//! An auditor learns a worker's jobs from the worker's list, which the worker writes once it
+//! can compute the draw: a cheater would leave out its challenged jobs. So the receiver of a
+//! job's output, which holds the commitment the worker signed to send it, hands each
+//! challenged one to its auditor too (`AuditRequest::Notice`).
 
 use std::time::Instant;
 
-use neuroshard_audit::{ChallengeSeed, JobCommitment};
+use neuroshard_audit::{
+    ChallengeSeed, JobCommitment, SignedJob, auditor_for, is_challenged, verify_job,
+};
 use neuroshard_proof::{Hash32, NodeId};
 
-use super::audit::{EngineFor, KEEP_ROUNDS};
-use super::{EngineJob, NodeCore, Token, Transmit};
+use super::audit::{AwaitingBeacon, EngineFor, KEEP_ROUNDS};
+use super::{EngineJob, NodeCore, Pending, Token, Transmit};
 use crate::wire::{AuditAnswer, AuditRequest};
 use neuroshard_proof::Canonical;
 
 /// Evidence requests a worker holds for beacons it lacks, at most.
 const MAX_DEFERRED: usize = 256;
+/// Received jobs' commitments a receiver keeps for their beacon, at most (oldest dropped):
+/// a few rounds of a stage's traffic.
+const MAX_NOTICED: usize = 8192;
 /// Epochs past our finalized one that a commitment an auditor examines may name: it was
 /// signed at least two rounds before, when the network was no further than that.
 pub(super) const MAX_EPOCHS_AHEAD: u64 = 2;
 /// How many epochs before ours a commitment's receiver accepts (a worker may lag).
 pub(super) const MAX_EPOCHS_BEHIND: u64 = 2;
+/// How long after a job's beacon epoch is final here its evidence is kept at least: its
+/// auditor may finalize it later and audits of many jobs wait their turn.
+const EVIDENCE_GRACE: std::time::Duration = std::time::Duration::from_secs(20);
+/// Finalization times remembered (for `EVIDENCE_GRACE`).
+const MAX_FINAL_TIMES: usize = 4096;
 
 impl NodeCore {
     /// The last epoch finalized here (0 before the first).
@@ -62,6 +77,11 @@ impl NodeCore {
 
     /// An epoch was finalized: what waited for its beacon goes on.
     pub(super) fn on_new_beacon(&mut self, now: Instant) {
+        let head = self.finalized_epoch();
+        self.audit.final_times.push_back((head, now));
+        while self.audit.final_times.len() > MAX_FINAL_TIMES {
+            self.audit.final_times.pop_front();
+        }
         let ready: Vec<_> = self
             .audit
             .awaiting
@@ -77,10 +97,110 @@ impl NodeCore {
             }
         }
         for (from, token, req) in std::mem::take(&mut self.audit.deferred) {
-            self.on_audit_request(from, token, req);
+            self.on_audit_request(from, token, req, now);
         }
+        self.send_notices();
         self.retry_held_reports(now);
-        self.forget_audited();
+        self.forget_audited(now);
+    }
+
+    /// A job's output we accepted: its commitment waits for its beacon here.
+    pub(super) fn keep_for_notice(&mut self, job: SignedJob, c: JobCommitment) {
+        if self.audit_rate().per_million == 0 {
+            return;
+        }
+        if self.audit.noticed.len() >= MAX_NOTICED {
+            self.audit.noticed.pop_front();
+        }
+        self.audit.noticed.push_back((job, c));
+    }
+
+    /// Hands each received job whose beacon is now final, and which it challenges, to the
+    /// auditor it names.
+    fn send_notices(&mut self) {
+        let rate = self.audit_rate();
+        let mut kept = std::collections::VecDeque::new();
+        for (job, c) in std::mem::take(&mut self.audit.noticed) {
+            let Some((seed, _)) = self.job_seed(&c) else {
+                if !self.beacon_lost(&c) {
+                    kept.push_back((job, c));
+                }
+                continue;
+            };
+            let key = c.key();
+            if !is_challenged(&seed, &key, rate) {
+                continue;
+            }
+            let validators: Vec<NodeId> = self.economy.ledger().ever_registered(c.stage).collect();
+            let Some(auditor) = auditor_for(&seed, &key, c.worker, &validators) else {
+                continue;
+            };
+            if auditor == self.me {
+                continue;
+            }
+            let token = self.token();
+            self.requests.insert(token, Pending::AuditNotice);
+            self.transmits.push_back(Transmit::Request {
+                to: auditor,
+                token,
+                data: AuditRequest::Notice(job).to_canonical_bytes(),
+            });
+        }
+        self.audit.noticed = kept;
+    }
+
+    /// A neighbour stage's replica hands us a job of a co-replica's it received: audited as
+    /// if the worker had listed it (the seed decides whether it is ours to audit).
+    pub(super) fn on_audit_notice(
+        &mut self,
+        from: NodeId,
+        token: Token,
+        job: SignedJob,
+        now: Instant,
+    ) {
+        let stage = u16::try_from(self.stage).unwrap_or(u16::MAX);
+        let ledger = self.economy.ledger();
+        let neighbour = [stage.checked_sub(1), stage.checked_add(1)]
+            .into_iter()
+            .flatten()
+            .any(|s| ledger.is_registered(&from, s));
+        let answer = |why: Option<&str>| match why {
+            Some(why) => AuditAnswer::Refused(why.into()),
+            None => AuditAnswer::List(Vec::new()),
+        };
+        let c = match verify_job(&job) {
+            Ok(c) if neighbour => c,
+            Ok(_) => {
+                let data = answer(Some("not a registered replica of a neighbouring stage"));
+                let data = data.to_canonical_bytes();
+                self.transmits.push_back(Transmit::Respond { token, data });
+                return;
+            }
+            Err(_) => {
+                self.penalize(from, "an audit notice with a forged commitment");
+                return;
+            }
+        };
+        let ours = c.network == self.network
+            && c.stage == stage
+            && c.worker != self.me
+            && self
+                .economy
+                .ledger()
+                .ever_registered(stage)
+                .any(|v| v == c.worker);
+        let data = answer((!ours).then_some("not a job of this stage")).to_canonical_bytes();
+        self.transmits.push_back(Transmit::Respond { token, data });
+        let key = c.key();
+        if ours && !self.audit.known(&key) && self.audit_rate().per_million > 0 {
+            let waiting = AwaitingBeacon {
+                worker: c.worker,
+                round: c.round,
+                job,
+                commitment: c,
+            };
+            self.consider_challenge(waiting, now);
+        }
     }
 
     pub(super) fn defer_evidence_request(&mut self, from: NodeId, token: Token, req: AuditRequest) {
@@ -94,18 +214,26 @@ impl NodeCore {
     }
 
     /// Drops the evidence and served weights of rounds no audit needs any more: rounds at
-    /// least `KEEP_ROUNDS` behind the current one whose jobs' beacons are final for an epoch
-    /// (an auditor had that long to ask).
-    pub(super) fn forget_audited(&mut self) {
+    /// least `KEEP_ROUNDS` behind the current one whose jobs' beacons were final here an
+    /// epoch and `EVIDENCE_GRACE` ago (their auditors had that long to ask).
+    pub(super) fn forget_audited(&mut self, now: Instant) {
         let round = self.rounds.syncer.round();
-        let head = self.finalized_epoch();
+        // The latest epoch final here for an epoch and the grace period.
+        let head = self
+            .audit
+            .final_times
+            .iter()
+            .rev()
+            .find(|(_, at)| now.saturating_duration_since(*at) >= EVIDENCE_GRACE)
+            .map_or(0, |(e, _)| *e)
+            .min(self.finalized_epoch().saturating_sub(1));
         let kept_from = self.audit.kept_from;
         // The first round kept whose jobs' beacons an auditor may still be waiting for.
         let waiting = self
             .job_log
             .iter()
             .filter(|l| l.commitment.round >= kept_from)
-            .filter(|l| l.commitment.beacon_epoch().is_some_and(|b| b >= head))
+            .filter(|l| l.commitment.beacon_epoch().is_some_and(|b| b > head))
             .map(|l| l.commitment.round)
             .min();
         let last = round.saturating_sub(KEEP_ROUNDS);

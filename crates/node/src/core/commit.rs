@@ -246,12 +246,12 @@ impl NodeCore {
 
     /// A request's commitment, checked against the message and the sender: signed by the
     /// sender, for our network, the sender's stage, this micro-batch and kind, and naming as
-    /// output exactly the tensor that arrived. Returns our countersignature.
+    /// output exactly the tensor that arrived. Returns our countersignature and the commitment.
     pub(super) fn check_commitment(
         &self,
         from: NodeId,
         req: &PipeRequest,
-    ) -> Result<Signed<Countersign>, CommitRefusal> {
+    ) -> Result<(Signed<Countersign>, JobCommitment), CommitRefusal> {
         let c = verify_job(&req.job)?;
         if c.worker != from {
             return Err(CommitRefusal::NotTheSender {
@@ -284,7 +284,7 @@ impl NodeCore {
             .pipeline
             .payload_hash(&req.msg)?
             .ok_or(CommitRefusal::NoOutput)?;
-        Ok(countersign(&self.identity, &req.job, received)?)
+        Ok((countersign(&self.identity, &req.job, received)?, c))
     }
 
     /// The receiver's answer to our request: its countersignature must acknowledge exactly

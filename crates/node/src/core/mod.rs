@@ -116,6 +116,8 @@ enum Pending {
         peer: NodeId,
         job: neuroshard_audit::JobKey,
     },
+    /// A challenged job's commitment we received, sent to its auditor (the answer is an ack).
+    AuditNotice,
     /// Finalized epochs or an epoch body, asked of `peer`.
     Finality {
         peer: NodeId,
@@ -691,6 +693,7 @@ impl NodeCore {
             Some(Pending::AuditEvidence { peer, job }) => {
                 self.on_audit_evidence(peer, job, result, now)
             }
+            Some(Pending::AuditNotice) => {}
             Some(Pending::Finality { peer }) => self.on_finality_answer(peer, result, now),
             Some(Pending::SyncOffers { peer, round, nodes }) => {
                 self.on_sync_offers_answer(peer, round, &nodes, result, now)

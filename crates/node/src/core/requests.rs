@@ -31,7 +31,7 @@ impl NodeCore {
             return;
         }
         if let Ok(req) = crate::wire::AuditRequest::from_canonical_bytes(data) {
-            self.on_audit_request(from, token, req);
+            self.on_audit_request(from, token, req, now);
             return;
         }
         if let Ok(msg) = crate::serve::InferMsg::from_canonical_bytes(data) {
@@ -69,11 +69,12 @@ impl NodeCore {
                     (_, Err(why)) => {
                         self.refuse_request(from, what, format!("targets: {why}"), now)
                     }
-                    (Ok(cs), Ok(())) => {
+                    (Ok((cs, c)), Ok(())) => {
                         let (ack, actions) = self.pipeline.on_message(from, req.msg, now);
                         self.run_actions(actions, now);
                         if ack == Ack::Accepted {
                             countersign = Some(cs);
+                            self.keep_for_notice(req.job, c);
                         }
                         ack
                     }

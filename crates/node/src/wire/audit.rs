@@ -57,6 +57,9 @@ pub enum AuditRequest {
         round: u64,
         job: JobKey,
     },
+    /// From the receiver of a job's output to the auditor its beacon names: the worker's
+    /// commitment, so the audit does not depend on the worker listing it.
+    Notice(SignedJob),
 }
 
 /// A worker's answers.
@@ -97,6 +100,10 @@ impl Canonical for AuditRequest {
                 w.u64(*round);
                 w.fixed(&job.0);
             }
+            AuditRequest::Notice(job) => {
+                w.u8(2);
+                w.bytes(&job.to_bytes());
+            }
         }
     }
 
@@ -112,6 +119,14 @@ impl Canonical for AuditRequest {
                 round: r.u64()?,
                 job: JobKey(r.array()?),
             }),
+            2 => Ok(AuditRequest::Notice(
+                Signed::from_bytes(r.bytes(MAX_ENVELOPE)?).map_err(|e: EnvelopeError| {
+                    CodecError::Invalid {
+                        field: "job commitment",
+                        reason: e.to_string(),
+                    }
+                })?,
+            )),
             k => Err(CodecError::Invalid {
                 field: "audit request",
                 reason: format!("{k}"),
@@ -199,6 +214,14 @@ mod tests {
                 round: 3,
                 job: JobKey([4; 32]),
             },
+            AuditRequest::Notice(
+                crate::core::fraud_tests::forward_job(
+                    [1; 32],
+                    &neuroshard_proof::fixtures::test_identity(2),
+                    3,
+                )
+                .sign(&neuroshard_proof::fixtures::test_identity(2)),
+            ),
         ];
         for q in reqs {
             let b = q.to_canonical_bytes();
