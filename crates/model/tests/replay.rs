@@ -118,7 +118,7 @@ impl World {
             network: [5; 32],
             stage,
             round: 2,
-            seed: ChallengeSeed::from_finalized_round([5; 32], stage, 2, [0x42; 32]),
+            seed: ChallengeSeed::from_beacon([5; 32], stage, 2, [0x42; 32]),
             validators: &self.validators,
             // Every job audited, so each case below is picked.
             rate: AuditRate {

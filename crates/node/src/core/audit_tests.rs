@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use neuroshard_audit::{AuditRate, BEACON_LAG, ChallengeSeed, JobKey, auditor_for};
 use neuroshard_proof::fixtures::test_identity;
-use neuroshard_proof::{Canonical, NodeId};
+use neuroshard_proof::{Canonical, Identity, NodeId};
 
 use super::tests::{NETWORK, core_at, drain};
 use super::*;
@@ -116,4 +116,57 @@ fn evidence_asked_before_the_beacon_is_final_here_is_served_once_it_is() {
         started,
         "the deferred request is served once the epoch is final"
     );
+}
+
+/// An auditor (stage 0 of 2) handed a co-replica's commitment by a replica of the next stage
+/// audits it as if it were listed; a key registered for no neighbouring stage is refused
+/// and a forged commitment costs its sender.
+#[test]
+fn a_neighbours_notice_opens_the_audit_and_a_strangers_does_not() {
+    let now = Instant::now();
+    let me = test_identity(0);
+    let worker = test_identity(1);
+    let mut c = core_at(&me, now, 0, 2);
+    c.settings.audit.per_million = 1_000_000;
+    c.audit.test_beacons.insert(BEACON_LAG, BEACON);
+    drain(&mut c);
+    let validators: Vec<NodeId> = (0..32).map(|i| test_identity(i).node_id()).collect();
+    let seed = ChallengeSeed::from_beacon(NETWORK, 0, 0, BEACON);
+    // A job of the worker's that the beacon assigns to us.
+    let job = (0..10_000)
+        .map(|i| {
+            let mut j = super::fraud_tests::forward_job(NETWORK, &worker, i);
+            j.stage = 0;
+            j.round = 0;
+            j
+        })
+        .find(|j| auditor_for(&seed, &j.key(), worker.node_id(), &validators) == Some(me.node_id()))
+        .unwrap();
+    let notice = |from: &Identity, c: &mut NodeCore, job: neuroshard_audit::SignedJob| {
+        let data = AuditRequest::Notice(job).to_canonical_bytes();
+        c.handle_message(from.node_id(), Inbound::Request { token: 5, data }, now);
+        let out = drain(c);
+        let answer = out.iter().find_map(|t| match t {
+            Transmit::Respond { data, .. } => AuditAnswer::from_canonical_bytes(data).ok(),
+            _ => None,
+        });
+        let asked = out.iter().any(|t| {
+            matches!(t, Transmit::Request { to, data, .. }
+                if *to == worker.node_id()
+                && matches!(AuditRequest::from_canonical_bytes(data), Ok(AuditRequest::Evidence { .. })))
+        });
+        (answer, asked)
+    };
+    // Not registered for stage 1 (the test economy registers identities 0..32).
+    let (answer, asked) = notice(&test_identity(40), &mut c, job.sign(&worker));
+    assert!(matches!(answer, Some(AuditAnswer::Refused(_))) && !asked);
+    // Signed by someone other than the worker it names: penalised, nothing asked.
+    let (answer, asked) = notice(&test_identity(2), &mut c, job.sign(&test_identity(3)));
+    assert!(answer.is_none() && !asked);
+    // A registered replica of stage 1 with the worker's own commitment: the audit starts.
+    let (answer, asked) = notice(&test_identity(2), &mut c, job.sign(&worker));
+    assert!(matches!(answer, Some(AuditAnswer::List(_))) && asked);
+    // The same job again (listed, or noticed twice): audited once.
+    let (_, asked) = notice(&test_identity(4), &mut c, job.sign(&worker));
+    assert!(!asked);
 }
