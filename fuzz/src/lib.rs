@@ -212,6 +212,7 @@ pub fn sample_audit() -> Vec<Vec<u8>> {
         upstream_hash: inputs.upstream.hash(),
         output_hash: hidden(2.0).hash(),
         grads_hash: [3; 32],
+        epoch: 0,
     };
     let validators = [ALICE.node_id(), NEIGHBOUR.node_id(), BOB.node_id()];
     let assigned = auditor_for(&ChallengeSeed([0; 32]), &job.key(), job.worker, &validators);
