@@ -67,7 +67,11 @@ fn main() -> Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+                // Malachite logs every vote and round certificate at info: thousands of lines
+                // a minute from a validator (and from `bench sim`'s whole network).
+                .unwrap_or_else(|_| {
+                    tracing_subscriber::EnvFilter::new("info,arc_malachitebft=warn")
+                }),
         )
         .with_writer(std::io::stderr)
         .init();
