@@ -24,7 +24,7 @@ mod evidence;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -143,17 +143,7 @@ pub struct LedgerFinality {
     /// Consensus messages of the next epoch that came before this node started any epoch
     /// (the machine has no committee to check them with yet), replayed at its start.
     early: VecDeque<(NodeId, Vec<u8>)>,
-    /// Committee members the node hears from (set by its core while the first epoch waits).
-    live: BTreeSet<NodeId>,
-    /// Until when the first epoch waits for more than two thirds of the committee to run.
-    first_gate: Option<Instant>,
 }
-
-/// How long a network's first epoch waits, at most, for more than two thirds of the
-/// committee's power to run (past it, a node starts alone, as before).
-const FIRST_EPOCH_WAIT: Duration = Duration::from_secs(120);
-/// How often a waiting first epoch looks again.
-const FIRST_EPOCH_POLL: Duration = Duration::from_millis(250);
 
 /// The committee `state`'s stakes seat.
 pub fn committee_of(state: &LedgerState, max_members: usize) -> Committee {
@@ -193,34 +183,8 @@ impl LedgerFinality {
             last_body_ask: None,
             last_chain_ask: None,
             early: VecDeque::new(),
-            live: BTreeSet::new(),
-            first_gate: Some(now + cfg.epoch + FIRST_EPOCH_WAIT),
             cfg,
         }
-    }
-
-    /// Whether the network's first epoch waits for its committee (the core then reports who
-    /// runs with [`LedgerFinality::set_live`]).
-    pub fn waits_for_committee(&self) -> bool {
-        self.first_gate.is_some()
-    }
-
-    /// The nodes this node hears from. Before the first epoch a validator that starts while
-    /// most of the committee does not run yet would time its rounds out alone, each round
-    /// longer than the last, and lag the others once they come: it waits for them instead.
-    pub fn set_live(&mut self, live: impl IntoIterator<Item = NodeId>) {
-        self.live = live.into_iter().collect();
-    }
-
-    /// Whether more than two thirds of the head committee's power runs (this node included).
-    fn quorum_live(&self) -> bool {
-        let committee = &self.head.committee;
-        let live: u64 = committee
-            .validators()
-            .iter()
-            .filter(|v| v.address.0 == self.me || self.live.contains(&v.address.0))
-            .fold(0u64, |t, v| t.saturating_add(v.power));
-        u128::from(live) * 3 > u128::from(committee.total_power()) * 2
     }
 
     /// Replays finalized epochs the database kept (checked like a peer's), then, if the log
@@ -234,10 +198,6 @@ impl LedgerFinality {
         now: Instant,
     ) -> Result<(), ChainRefused> {
         self.apply_links(links)?;
-        if self.head.epoch > 0 {
-            // The network ran before: its committee does not wait for a start together.
-            self.first_gate = None;
-        }
         let next = self.head.epoch.saturating_add(1);
         let log: Vec<Vec<u8>> = wal
             .iter()
@@ -251,7 +211,6 @@ impl LedgerFinality {
             {
                 Ok(()) => {
                     self.next_start = None;
-                    self.first_gate = None;
                     self.started_at = Some((next, now));
                     self.prepare_value(admit, now);
                 }
@@ -373,14 +332,6 @@ impl LedgerFinality {
 
     fn start_epoch(&mut self, admit: &dyn Fn(&LedgerState, &EpochItem) -> Admit, now: Instant) {
         let epoch = self.head.epoch.saturating_add(1);
-        if let Some(gate) = self.first_gate {
-            if epoch == 1 && !self.quorum_live() && now < gate {
-                self.next_start = Some(now + FIRST_EPOCH_POLL.min(self.cfg.epoch));
-                return;
-            }
-            self.first_gate = None;
-            self.live.clear();
-        }
         if self.machine.epoch().is_some_and(|e| e >= epoch) {
             self.next_start = None;
             return;

@@ -61,16 +61,6 @@ impl NodeCore {
 
     /// Hands finality what the live ledger applied, judges what waits, carries out the rest.
     pub(super) fn finality_step(&mut self, now: Instant, timeout: bool) {
-        if self
-            .finality
-            .as_ref()
-            .is_some_and(LedgerFinality::waits_for_committee)
-        {
-            let live: Vec<NodeId> = self.pipeline.peers.live_peers().collect();
-            if let Some(f) = self.finality.as_mut() {
-                f.set_live(live);
-            }
-        }
         let Some(finality) = self.finality.as_mut() else {
             return;
         };

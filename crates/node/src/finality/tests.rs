@@ -67,14 +67,9 @@ impl Net {
         let ids: Vec<Identity> = (0..n as u64).map(|i| test_identity(i + 1)).collect();
         let now = Instant::now();
         let g = genesis(&ids);
-        // Every validator runs from the start (the first epoch waits for two thirds).
         let nodes = ids
             .iter()
-            .map(|id| {
-                let mut f = LedgerFinality::new(config(), id.clone(), g.clone(), now);
-                f.set_live(ids.iter().map(Identity::node_id));
-                f
-            })
+            .map(|id| LedgerFinality::new(config(), id.clone(), g.clone(), now))
             .collect();
         Self {
             refused: vec![BTreeSet::new(); n],
