@@ -208,6 +208,7 @@ pub fn sample_pipe() -> (Vec<PipeRequest>, Vec<PipeAnswer>) {
                 upstream_hash: NO_HASH,
                 output_hash: [4; 32],
                 grads_hash: NO_HASH,
+                epoch: 0,
             }
             .sign(&ALICE);
             PipeRequest { msg, job }

@@ -99,6 +99,18 @@ fn judge(now: Instant) -> NodeCore {
     c
 }
 
+/// The auditor the test beacon assigns `job` to (the test economy registers identities 0..32
+/// for every stage).
+fn assigned_auditor(job: &JobCommitment, worker: &Identity) -> Identity {
+    let seed = ChallengeSeed::from_beacon(NETWORK, 0, 0, FINAL);
+    let validators: Vec<NodeId> = (0..32).map(|i| test_identity(i).node_id()).collect();
+    let assigned = auditor_for(&seed, &job.key(), worker.node_id(), &validators).unwrap();
+    (0..32)
+        .map(test_identity)
+        .find(|i| i.node_id() == assigned)
+        .unwrap()
+}
+
 /// (fetched weights, dropped the report) after `from` gossips `data`.
 fn receive(from: NodeId, data: Vec<u8>) -> (bool, bool) {
     let now = Instant::now();
@@ -118,14 +130,8 @@ fn receive(from: NodeId, data: Vec<u8>) -> (bool, bool) {
 fn only_the_assigned_auditors_consistent_evidence_is_worth_fetching_weights_for() {
     let worker = test_identity(1);
     let job = challenged_job(&worker);
-    let seed = ChallengeSeed::from_beacon(NETWORK, 0, 0, FINAL);
-    // The test economy registers identities 0..32 for every stage.
-    let validators: Vec<NodeId> = (0..32).map(|i| test_identity(i).node_id()).collect();
-    let assigned = auditor_for(&seed, &job.key(), worker.node_id(), &validators).unwrap();
-    let auditor = (0..32)
-        .map(test_identity)
-        .find(|i| i.node_id() == assigned)
-        .unwrap();
+    let auditor = assigned_auditor(&job, &worker);
+    let assigned = auditor.node_id();
     let other = (2..32)
         .map(test_identity)
         .find(|i| i.node_id() != assigned)
@@ -175,13 +181,8 @@ fn only_the_assigned_auditors_consistent_evidence_is_worth_fetching_weights_for(
 fn a_report_waits_for_its_beacon_epoch_then_is_settled() {
     let worker = test_identity(1);
     let job = challenged_job(&worker);
-    let seed = ChallengeSeed::from_beacon(NETWORK, 0, 0, FINAL);
-    let validators: Vec<NodeId> = (0..32).map(|i| test_identity(i).node_id()).collect();
-    let assigned = auditor_for(&seed, &job.key(), worker.node_id(), &validators).unwrap();
-    let auditor = (0..32)
-        .map(test_identity)
-        .find(|i| i.node_id() == assigned)
-        .unwrap();
+    let auditor = assigned_auditor(&job, &worker);
+    let assigned = auditor.node_id();
     let now = Instant::now();
     let mut c = core_at(&test_identity(0), now, 1, 2);
     drain(&mut c);
@@ -333,13 +334,8 @@ fn a_provenance_charge_is_settled_from_the_genesis_without_fetching_weights() {
 fn relayed_reports_fetch_from_the_relayer_and_a_failed_fetch_leaves_the_job_open() {
     let worker = test_identity(1);
     let job = challenged_job(&worker);
-    let seed = ChallengeSeed::from_beacon(NETWORK, 0, 0, FINAL);
-    let validators: Vec<NodeId> = (0..32).map(|i| test_identity(i).node_id()).collect();
-    let assigned = auditor_for(&seed, &job.key(), worker.node_id(), &validators).unwrap();
-    let auditor = (0..32)
-        .map(test_identity)
-        .find(|i| i.node_id() == assigned)
-        .unwrap();
+    let auditor = assigned_auditor(&job, &worker);
+    let assigned = auditor.node_id();
     let relayer = (2..32)
         .map(test_identity)
         .find(|i| i.node_id() != assigned)
