@@ -91,6 +91,49 @@ fn four_nodes_finalize_one_history_and_a_crashed_member_does_not_stop_it() {
     }
 }
 
+/// Validators that start 2.5 s apart (as `swarm` starts its processes) with short epochs: the
+/// first to run waits, saying so on the finality topic, until more than two thirds of the
+/// committee does. Alone, it timed its rounds out, each longer than the last, and the first
+/// epoch came 5 to 8 s after the third validator started (6.7 s on average over 6 seeds); now
+/// 0.8 s, or one propose timeout (3 s) later where the first proposer is the one still missing.
+#[test]
+fn the_first_epoch_waits_for_the_committee_and_finalizes_soon_after_it_runs() {
+    let mut firsts = Vec::new();
+    for seed in 1..=6 {
+        let mut s = settings(tiny_model(), 2, 2);
+        s.steps = 0;
+        s.epoch_ms = 500;
+        let factory = Factory::new(s.clone(), EngineKind::StandIn);
+        let mut sim = Sim::new(
+            seed,
+            s,
+            LinkModel::lan(),
+            EngineCosts::default(),
+            Box::new(factory),
+        );
+        sim.set_spare_keys(0);
+        for i in 0..4 {
+            sim.add_node(i % 2, Duration::from_millis(2_500 * i as u64));
+        }
+        sim.run_until(Duration::from_secs(20));
+        // The third validator starts at 5 s: two thirds of the power run from then on.
+        for i in 0..3 {
+            let first = finalized(&sim, i).first().map(|f| f.3 - UNIX_START_MS);
+            assert!(
+                first.is_some_and(|t| t <= 11_000),
+                "seed {seed}: node {i} first finalized at {first:?} ms"
+            );
+            firsts.extend(first);
+        }
+        assert_agree(&sim, &[0, 1, 2, 3]);
+    }
+    let mean = firsts.iter().sum::<u64>() / firsts.len() as u64;
+    assert!(
+        mean <= 8_500,
+        "the first epoch came {mean} ms in on average"
+    );
+}
+
 /// Seven validators split 3 | 4 by a partition: neither side holds two thirds, so neither
 /// finalizes anything of its own; healed, they go on as one history.
 #[test]

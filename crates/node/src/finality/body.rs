@@ -210,6 +210,9 @@ pub enum FinalityGossip {
     Body(EpochBody),
     /// Double-sign evidence (two `ConsensusWire` messages), for every node's next body.
     Evidence { first: Vec<u8>, second: Vec<u8> },
+    /// A validator waiting to start the network's first epoch says it runs (the count tells
+    /// its repeats apart: gossip drops a message it has seen).
+    Present { count: u64 },
 }
 
 impl Canonical for FinalityGossip {
@@ -230,6 +233,10 @@ impl Canonical for FinalityGossip {
                 w.bytes(first);
                 w.bytes(second);
             }
+            Self::Present { count } => {
+                w.u8(3);
+                w.u64(*count);
+            }
         }
     }
 
@@ -245,6 +252,7 @@ impl Canonical for FinalityGossip {
                     .to_vec(),
             ),
             1 => Self::Body(EpochBody::decode(r)?),
+            3 => Self::Present { count: r.u64()? },
             other => {
                 return Err(CodecError::Invalid {
                     field: "finality gossip kind",

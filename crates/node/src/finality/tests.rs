@@ -67,9 +67,14 @@ impl Net {
         let ids: Vec<Identity> = (0..n as u64).map(|i| test_identity(i + 1)).collect();
         let now = Instant::now();
         let g = genesis(&ids);
+        // Every validator runs from the start (the first epoch waits for two thirds).
         let nodes = ids
             .iter()
-            .map(|id| LedgerFinality::new(config(), id.clone(), g.clone(), now))
+            .map(|id| {
+                let mut f = LedgerFinality::new(config(), id.clone(), g.clone(), now);
+                f.set_live(ids.iter().map(Identity::node_id));
+                f
+            })
             .collect();
         Self {
             refused: vec![BTreeSet::new(); n],
@@ -384,4 +389,43 @@ fn only_a_members_signed_vote_of_a_later_epoch_makes_a_node_ask_for_the_history(
     // A member's genuine vote, relayed by anyone: the node asks the relay.
     fresh.handle_gossip(stranger, &msg(&late), net.now);
     assert_eq!(asks(&mut fresh), vec![stranger]);
+}
+
+/// A network's first epoch waits until more than two thirds of the committee's power is heard
+/// on the finality topic: keys outside the committee do not count however many, members do,
+/// and the waiting node says it runs.
+#[test]
+fn the_first_epoch_waits_for_two_thirds_of_the_committee_and_strangers_do_not_count() {
+    let ids: Vec<Identity> = (0..4u64).map(|i| test_identity(i + 1)).collect();
+    let start = Instant::now();
+    let mut f = LedgerFinality::new(config(), ids[0].clone(), genesis(&ids), start);
+    let admit = |_: &LedgerState, _: &EpochItem| Admit::Yes;
+    let mut t = start + config().epoch;
+    let mut tick = |f: &mut LedgerFinality| {
+        f.handle_timeout(&admit, t);
+        t += Duration::from_millis(250);
+        std::iter::from_fn(|| f.poll_out())
+            .filter(|o| {
+                matches!(o, FinalityOut::Publish(b)
+                    if matches!(FinalityGossip::from_canonical_bytes(b), Ok(FinalityGossip::Present { .. })))
+            })
+            .count()
+    };
+    assert_eq!(tick(&mut f), 1, "the waiting validator says it runs");
+    assert!(f.started_at.is_none());
+    let present = FinalityGossip::Present { count: 1 }.to_canonical_bytes();
+    for stranger in 50..80 {
+        f.handle_gossip(test_identity(stranger).node_id(), &present, start);
+    }
+    tick(&mut f);
+    assert!(f.started_at.is_none(), "strangers counted");
+    f.handle_gossip(ids[1].node_id(), &present, start);
+    tick(&mut f);
+    assert!(
+        f.started_at.is_none(),
+        "half the committee started the epoch"
+    );
+    f.handle_gossip(ids[2].node_id(), &present, start);
+    tick(&mut f);
+    assert_eq!(f.started_at.map(|(e, _)| e), Some(1));
 }
