@@ -17,6 +17,11 @@ fn network(seed: u64, epoch_ms: u64, steps: u64) -> Sim {
 
 /// `n` nodes alternating over 2 stages (each waits for 2 replicas of its stage).
 fn network_of(n: usize, seed: u64, epoch_ms: u64, steps: u64) -> Sim {
+    network_spaced(n, seed, epoch_ms, steps, 10)
+}
+
+/// The same, node i starting `gap_ms` × i in.
+fn network_spaced(n: usize, seed: u64, epoch_ms: u64, steps: u64, gap_ms: u64) -> Sim {
     let mut s = settings(tiny_model(), 2, 2);
     s.steps = steps;
     s.epoch_ms = epoch_ms;
@@ -32,7 +37,7 @@ fn network_of(n: usize, seed: u64, epoch_ms: u64, steps: u64) -> Sim {
     // joiner follows finality unstaked, as an observer).
     sim.set_spare_keys(0);
     for i in 0..n {
-        sim.add_node(i % 2, Duration::from_millis(10 * i as u64));
+        sim.add_node(i % 2, Duration::from_millis(gap_ms * i as u64));
     }
     sim
 }
@@ -95,26 +100,12 @@ fn four_nodes_finalize_one_history_and_a_crashed_member_does_not_stop_it() {
 /// first to run waits, saying so on the finality topic, until more than two thirds of the
 /// committee does. Alone, it timed its rounds out, each longer than the last, and the first
 /// epoch came 5 to 8 s after the third validator started (6.7 s on average over 6 seeds); now
-/// 0.8 s, or one propose timeout (3 s) later where the first proposer is the one still missing.
+/// 0.8 s, or 4.8 s where the first proposer is the one still missing (a propose timeout).
 #[test]
 fn the_first_epoch_waits_for_the_committee_and_finalizes_soon_after_it_runs() {
     let mut firsts = Vec::new();
     for seed in 1..=6 {
-        let mut s = settings(tiny_model(), 2, 2);
-        s.steps = 0;
-        s.epoch_ms = 500;
-        let factory = Factory::new(s.clone(), EngineKind::StandIn);
-        let mut sim = Sim::new(
-            seed,
-            s,
-            LinkModel::lan(),
-            EngineCosts::default(),
-            Box::new(factory),
-        );
-        sim.set_spare_keys(0);
-        for i in 0..4 {
-            sim.add_node(i % 2, Duration::from_millis(2_500 * i as u64));
-        }
+        let mut sim = network_spaced(4, seed, 500, 0, 2_500);
         sim.run_until(Duration::from_secs(20));
         // The third validator starts at 5 s: two thirds of the power run from then on.
         for i in 0..3 {
