@@ -21,6 +21,7 @@
 mod body;
 mod chain;
 mod evidence;
+mod start;
 #[cfg(test)]
 mod tests;
 
@@ -151,14 +152,6 @@ pub struct LedgerFinality {
     present: (Option<Instant>, u64),
 }
 
-/// How long a network's first epoch waits, at most, for more than two thirds of the
-/// committee's power to run (past it, a node starts alone, as before).
-const FIRST_EPOCH_WAIT: Duration = Duration::from_secs(120);
-/// How often a waiting first epoch looks again.
-const FIRST_EPOCH_POLL: Duration = Duration::from_millis(250);
-/// How often a validator waiting for the first epoch says it runs.
-const PRESENT_EVERY: Duration = Duration::from_secs(1);
-
 /// The committee `state`'s stakes seat.
 pub fn committee_of(state: &LedgerState, max_members: usize) -> Committee {
     committee_from_stakes(&state.staked_keys(), max_members)
@@ -198,36 +191,10 @@ impl LedgerFinality {
             last_chain_ask: None,
             early: VecDeque::new(),
             live: BTreeSet::new(),
-            first_gate: Some(now + cfg.epoch + FIRST_EPOCH_WAIT),
+            first_gate: Some(now + cfg.epoch + start::FIRST_EPOCH_WAIT),
             present: (None, 0),
             cfg,
         }
-    }
-
-    /// Marks committee members as running (the unit tests' start, where no one gossips).
-    #[cfg(test)]
-    pub fn set_live(&mut self, live: impl IntoIterator<Item = NodeId>) {
-        self.live = live.into_iter().collect();
-    }
-
-    fn say_present(&mut self, now: Instant) {
-        self.present = (Some(now), self.present.1.wrapping_add(1));
-        let msg = FinalityGossip::Present {
-            count: self.present.1,
-        };
-        self.out
-            .push_back(FinalityOut::Publish(msg.to_canonical_bytes()));
-    }
-
-    /// Whether more than two thirds of the head committee's power runs (this node included).
-    fn quorum_live(&self) -> bool {
-        let committee = &self.head.committee;
-        let live: u64 = committee
-            .validators()
-            .iter()
-            .filter(|v| v.address.0 == self.me || self.live.contains(&v.address.0))
-            .fold(0u64, |t, v| t.saturating_add(v.power));
-        u128::from(live) * 3 > u128::from(committee.total_power()) * 2
     }
 
     /// Replays finalized epochs the database kept (checked like a peer's), then, if the log
@@ -380,26 +347,8 @@ impl LedgerFinality {
 
     fn start_epoch(&mut self, admit: &dyn Fn(&LedgerState, &EpochItem) -> Admit, now: Instant) {
         let epoch = self.head.epoch.saturating_add(1);
-        // A network's first epoch waits until more than two thirds of the committee runs: a
-        // validator that started it alone would time its rounds out, each longer than the
-        // last, and lag the others once they came. Members heard on this topic count (the
-        // peer table holds only neighbouring stages); waiting ones say so every second.
-        if let Some(gate) = self.first_gate {
-            let member = self.head.committee.get(&self.me).is_some();
-            if epoch == 1 && !self.quorum_live() && now < gate {
-                self.next_start = Some(now + FIRST_EPOCH_POLL.min(self.cfg.epoch));
-                if member && self.present.0.is_none_or(|t| now >= t + PRESENT_EVERY) {
-                    self.say_present(now);
-                }
-                return;
-            }
-            // Those still waiting hear that this one runs now (its first votes may come only
-            // after a propose timeout).
-            if member {
-                self.say_present(now);
-            }
-            self.first_gate = None;
-            self.live.clear();
+        if self.first_epoch_waits(epoch, now) {
+            return;
         }
         if self.machine.epoch().is_some_and(|e| e >= epoch) {
             self.next_start = None;
@@ -483,10 +432,7 @@ impl LedgerFinality {
 
     /// Bytes from the finality topic.
     pub fn handle_gossip(&mut self, from: NodeId, data: &[u8], now: Instant) {
-        // Anything a member publishes here (its transport signs it) says it runs.
-        if self.first_gate.is_some() && self.head.committee.get(&from).is_some() {
-            self.live.insert(from);
-        }
+        self.heard_from(from);
         match FinalityGossip::from_canonical_bytes(data) {
             Ok(FinalityGossip::Present { .. }) => {}
             Ok(FinalityGossip::Consensus(bytes)) => {
