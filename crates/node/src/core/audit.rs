@@ -39,7 +39,6 @@ pub(super) const MAX_AWAITING_BEACON: usize = 8192;
 /// What an audit of ours waits for.
 #[derive(Debug, Clone)]
 pub(super) struct Open {
-    pub(super) round: u64,
     pub(super) job: SignedJob,
     pub(super) commitment: JobCommitment,
     pub(super) inputs: Option<JobInputs>,
@@ -49,11 +48,9 @@ pub(super) struct Open {
     pub(super) asked: bool,
 }
 
-/// A co-replica's commitment whose beacon epoch is not final here yet.
+/// A signed job commitment, with what its signature was checked to say.
 #[derive(Debug, Clone)]
-pub(super) struct AwaitingBeacon {
-    pub(super) worker: NodeId,
-    pub(super) round: u64,
+pub(super) struct Committed {
     pub(super) job: SignedJob,
     pub(super) commitment: JobCommitment,
 }
@@ -65,13 +62,13 @@ pub(super) struct AuditState {
     /// The round the stage was at when last looked.
     seen_round: Option<u64>,
     pub(super) open: BTreeMap<JobKey, Open>,
-    pub(super) awaiting: BTreeMap<JobKey, AwaitingBeacon>,
+    pub(super) awaiting: BTreeMap<JobKey, Committed>,
     /// Jobs whose challenge was decided here (audited or not picked), the latest first out.
     pub(super) done: std::collections::BTreeSet<JobKey>,
     pub(super) done_order: std::collections::VecDeque<JobKey>,
     /// Commitments of jobs whose output we received, kept until their beacon is final: a
     /// challenged one goes to its auditor, whatever its worker lists.
-    pub(super) noticed: std::collections::VecDeque<(SignedJob, JobCommitment)>,
+    pub(super) noticed: std::collections::VecDeque<Committed>,
     /// Challenges taken per (worker, round), against `MAX_AUDITS_PER_WORKER`.
     pub(super) taken: BTreeMap<(NodeId, u64), usize>,
     /// Evidence requests of our auditors that came before the job's beacon was final here.
@@ -222,19 +219,13 @@ impl NodeCore {
             if self.audit.known(&key) {
                 continue;
             }
-            let waiting = AwaitingBeacon {
-                worker: peer,
-                round,
-                job,
-                commitment: c,
-            };
-            self.consider_challenge(waiting, now);
+            self.consider_challenge(Committed { job, commitment: c }, now);
         }
     }
 
     /// Opens the audit of a co-replica's job if its beacon challenges it and names us; holds
     /// it while the beacon epoch is not final here.
-    pub(super) fn consider_challenge(&mut self, w: AwaitingBeacon, now: Instant) {
+    pub(super) fn consider_challenge(&mut self, w: Committed, now: Instant) {
         let c = w.commitment;
         let key = c.key();
         let Some((seed, _)) = self.job_seed(&c) else {
@@ -245,20 +236,8 @@ impl NodeCore {
             // its beacon would come after the evidence is gone.
             let ahead = c.epoch.saturating_sub(self.finalized_epoch());
             if ahead > MAX_EPOCHS_AHEAD {
-                let (round, job) = (w.round, w.job.clone());
-                self.audit.open.insert(
-                    key,
-                    Open {
-                        round,
-                        job,
-                        commitment: c,
-                        inputs: None,
-                        weights: None,
-                        asked: true,
-                    },
-                );
                 let why = format!("refused: names epoch {}, {ahead} past ours", c.epoch);
-                return self.end_audit(key, why, now);
+                return self.audit_event(&c, key, why, now);
             }
             if self.audit.awaiting.len() < MAX_AWAITING_BEACON {
                 self.audit.awaiting.insert(key, w);
@@ -268,11 +247,11 @@ impl NodeCore {
         let (rate, validators) = (self.audit_rate(), self.validators());
         self.audit.decided(key);
         if !is_challenged(&seed, &key, rate)
-            || auditor_for(&seed, &key, w.worker, &validators) != Some(self.me)
+            || auditor_for(&seed, &key, c.worker, &validators) != Some(self.me)
         {
             return;
         }
-        let taken = self.audit.taken.entry((w.worker, w.round)).or_insert(0);
+        let taken = self.audit.taken.entry((c.worker, c.round)).or_insert(0);
         if *taken >= MAX_AUDITS_PER_WORKER {
             return;
         }
@@ -280,7 +259,6 @@ impl NodeCore {
         self.audit.open.insert(
             key,
             Open {
-                round: w.round,
                 job: w.job,
                 commitment: c,
                 inputs: None,
@@ -288,7 +266,7 @@ impl NodeCore {
                 asked: false,
             },
         );
-        self.ask_evidence(w.worker);
+        self.ask_evidence(c.worker);
     }
 
     /// Asks `worker` for the evidence of our audits of its jobs not asked yet, keeping at
@@ -306,7 +284,7 @@ impl NodeCore {
             .open
             .iter()
             .filter(|(_, o)| !o.asked && o.commitment.worker == worker)
-            .map(|(k, o)| (*k, o.round))
+            .map(|(k, o)| (*k, o.commitment.round))
             .take(MAX_ASKED_PER_WORKER.saturating_sub(in_progress))
             .collect();
         for (key, round) in next {
@@ -451,15 +429,20 @@ impl NodeCore {
             return;
         };
         self.ask_evidence(open.commitment.worker);
+        self.audit_event(&open.commitment, key, outcome, now);
+    }
+
+    /// Reports how the audit of `c` ended.
+    fn audit_event(&mut self, c: &JobCommitment, key: JobKey, outcome: String, now: Instant) {
         let time_ms = self.unix_ms(now);
-        let kind = match open.commitment.kind {
+        let kind = match c.kind {
             JobKind::Forward => "forward",
             JobKind::Backward => "backward",
         };
         self.events.push_back(NodeEvent::Audit {
             stage: self.stage,
-            round: open.round,
-            worker: open.commitment.worker.to_string(),
+            round: c.round,
+            worker: c.worker.to_string(),
             job: hex::encode(key.0),
             kind: kind.into(),
             outcome,
@@ -555,7 +538,6 @@ impl NodeCore {
         if let AuditRequest::Notice(job) = req {
             return self.on_audit_notice(from, token, job, now);
         }
-        let for_deferral = req.clone();
         let stage = u16::try_from(self.stage).unwrap_or(u16::MAX);
         let refuse = |why: &str| AuditAnswer::Refused(why.into()).to_canonical_bytes();
         if !self.economy.ledger().is_registered(&from, stage) {
@@ -600,7 +582,12 @@ impl NodeCore {
                     && !self.beacon_lost(&c)
                 {
                     // Our auditor holds an epoch we do not yet: answered once we do.
-                    return self.defer_evidence_request(from, token, for_deferral);
+                    let req = AuditRequest::Evidence {
+                        network,
+                        round,
+                        job,
+                    };
+                    return self.defer_evidence_request(from, token, req);
                 }
                 let why = match (network == self.network, seed, logged) {
                     (false, ..) => Some("another network"),

@@ -20,7 +20,7 @@ use neuroshard_audit::{
 };
 use neuroshard_proof::{Hash32, NodeId};
 
-use super::audit::{AwaitingBeacon, EngineFor, KEEP_ROUNDS};
+use super::audit::{Committed, EngineFor, KEEP_ROUNDS};
 use super::{EngineJob, NodeCore, Pending, Token, Transmit};
 use crate::wire::{AuditAnswer, AuditRequest};
 use neuroshard_proof::Canonical;
@@ -82,19 +82,9 @@ impl NodeCore {
         while self.audit.final_times.len() > MAX_FINAL_TIMES {
             self.audit.final_times.pop_front();
         }
-        let ready: Vec<_> = self
-            .audit
-            .awaiting
-            .iter()
-            .filter(|(_, w)| {
-                self.job_seed(&w.commitment).is_some() || self.beacon_lost(&w.commitment)
-            })
-            .map(|(k, _)| *k)
-            .collect();
-        for key in ready {
-            if let Some(w) = self.audit.awaiting.remove(&key) {
-                self.consider_challenge(w, now);
-            }
+        // Each is decided now or waits again.
+        for w in std::mem::take(&mut self.audit.awaiting).into_values() {
+            self.consider_challenge(w, now);
         }
         for (from, token, req) in std::mem::take(&mut self.audit.deferred) {
             self.on_audit_request(from, token, req, now);
@@ -112,7 +102,9 @@ impl NodeCore {
         if self.audit.noticed.len() >= MAX_NOTICED {
             self.audit.noticed.pop_front();
         }
-        self.audit.noticed.push_back((job, c));
+        self.audit
+            .noticed
+            .push_back(Committed { job, commitment: c });
     }
 
     /// Hands each received job whose beacon is now final, and which it challenges, to the
@@ -120,10 +112,11 @@ impl NodeCore {
     fn send_notices(&mut self) {
         let rate = self.audit_rate();
         let mut kept = std::collections::VecDeque::new();
-        for (job, c) in std::mem::take(&mut self.audit.noticed) {
+        for noticed in std::mem::take(&mut self.audit.noticed) {
+            let c = noticed.commitment;
             let Some((seed, _)) = self.job_seed(&c) else {
                 if !self.beacon_lost(&c) {
-                    kept.push_back((job, c));
+                    kept.push_back(noticed);
                 }
                 continue;
             };
@@ -143,7 +136,7 @@ impl NodeCore {
             self.transmits.push_back(Transmit::Request {
                 to: auditor,
                 token,
-                data: AuditRequest::Notice(job).to_canonical_bytes(),
+                data: AuditRequest::Notice(noticed.job).to_canonical_bytes(),
             });
         }
         self.audit.noticed = kept;
@@ -168,18 +161,16 @@ impl NodeCore {
             Some(why) => AuditAnswer::Refused(why.into()),
             None => AuditAnswer::List(Vec::new()),
         };
-        let c = match verify_job(&job) {
-            Ok(c) if neighbour => c,
-            Ok(_) => {
-                let data = answer(Some("not a registered replica of a neighbouring stage"));
-                let data = data.to_canonical_bytes();
-                self.transmits.push_back(Transmit::Respond { token, data });
-                return;
-            }
-            Err(_) => {
-                self.penalize(from, "an audit notice with a forged commitment");
-                return;
-            }
+        // Who may send one first: a stranger costs no signature check.
+        if !neighbour {
+            let data = answer(Some("not a registered replica of a neighbouring stage"));
+            let data = data.to_canonical_bytes();
+            self.transmits.push_back(Transmit::Respond { token, data });
+            return;
+        }
+        let Ok(c) = verify_job(&job) else {
+            self.penalize(from, "an audit notice with a forged commitment");
+            return;
         };
         let ours = c.network == self.network
             && c.stage == stage
@@ -193,13 +184,7 @@ impl NodeCore {
         self.transmits.push_back(Transmit::Respond { token, data });
         let key = c.key();
         if ours && !self.audit.known(&key) && self.audit_rate().per_million > 0 {
-            let waiting = AwaitingBeacon {
-                worker: c.worker,
-                round: c.round,
-                job,
-                commitment: c,
-            };
-            self.consider_challenge(waiting, now);
+            self.consider_challenge(Committed { job, commitment: c }, now);
         }
     }
 

@@ -13,8 +13,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use neuroshard_audit::{
-    Charge, FraudProof, GenesisText, JobInputs, JobKey, Replayed, Verdict, check_before_replay,
-    check_provenance_charge, verify_job,
+    BEACON_LAG, Charge, FraudProof, GenesisText, JobInputs, JobKey, Replayed, Verdict,
+    check_before_replay, check_provenance_charge, verify_job,
 };
 use neuroshard_ledger::VerifiedVerdict;
 use neuroshard_model::StageSpec;
@@ -106,7 +106,7 @@ impl NodeCore {
             at,
         );
         let weights_blob = blob_hash(&weights);
-        self.offer_audit_blob(open.round, weights_blob, Arc::clone(&weights));
+        self.offer_audit_blob(open.commitment.round, weights_blob, Arc::clone(&weights));
         self.publish_report(proof, beacon, Some(weights), now);
     }
 
@@ -250,6 +250,7 @@ impl NodeCore {
             if self.beacon_lost(c) {
                 return Some("a fraud report whose beacon epoch is no longer held here");
             }
+
             if let Some((_, ours)) = self.job_seed(c)
                 && ours != report.beacon
             {
@@ -263,7 +264,15 @@ impl NodeCore {
         }
         let c = verified.ok()?;
         if self.job_seed(&c).is_none() {
-            self.hold_report(from, report, relayed, now);
+            // Its accuser drew the job from a final beacon, so only a report whose beacon
+            // epoch is near ours is held: made-up far ones would crowd out genuine ones. One
+            // this node lags too far behind for comes again by anti-entropy (no penalty).
+            let near = self.finalized_epoch().saturating_add(BEACON_LAG);
+            if c.beacon_epoch().is_some_and(|b| b <= near) {
+                self.hold_report(from, report, relayed, now);
+            } else if let Some(id) = relayed {
+                self.economy.refuse_item(id, self.unix_ms(now));
+            }
             return None;
         }
         let key = c.key();

@@ -111,6 +111,13 @@ fn assigned_auditor(job: &JobCommitment, worker: &Identity) -> Identity {
         .unwrap()
 }
 
+/// Whether `c` asked for a report's weights since last drained.
+fn fetched(c: &mut NodeCore) -> bool {
+    drain(c)
+        .iter()
+        .any(|t| matches!(t, Transmit::FetchBlob { .. }))
+}
+
 /// (fetched weights, dropped the report) after `from` gossips `data`.
 fn receive(from: NodeId, data: Vec<u8>) -> (bool, bool) {
     let now = Instant::now();
@@ -118,9 +125,7 @@ fn receive(from: NodeId, data: Vec<u8>) -> (bool, bool) {
     drain(&mut c);
     let topic = Topic::Ops.name();
     c.handle_message(from, Inbound::Gossip { topic, data }, now);
-    let fetched = drain(&mut c)
-        .iter()
-        .any(|t| matches!(t, Transmit::FetchBlob { .. }));
+    let fetched = fetched(&mut c);
     let dropped = std::iter::from_fn(|| c.poll_event())
         .any(|e| matches!(e, NodeEvent::Dropped { what: Some(w), .. } if w == "fraud report"));
     (fetched, dropped)
@@ -189,11 +194,6 @@ fn a_report_waits_for_its_beacon_epoch_then_is_settled() {
     let data = report(&auditor, &job, inputs());
     let topic = Topic::Ops.name();
     c.handle_message(assigned, Inbound::Gossip { topic, data }, now);
-    let fetched = |c: &mut NodeCore| {
-        drain(c)
-            .iter()
-            .any(|t| matches!(t, Transmit::FetchBlob { .. }))
-    };
     assert!(!fetched(&mut c), "settled before its beacon was final");
     assert!(!std::iter::from_fn(|| c.poll_event()).any(|e| matches!(e, NodeEvent::Dropped { .. })));
     c.audit
@@ -380,4 +380,36 @@ fn relayed_reports_fetch_from_the_relayer_and_a_failed_fetch_leaves_the_job_open
     c.on_relayed_report(relayer, &report(&other, &job, inputs()), now);
     assert!(fetch(&mut c).is_none());
     assert!(!std::iter::from_fn(|| c.poll_event()).any(|e| matches!(e, NodeEvent::Dropped { .. })));
+}
+
+/// Reports wait for their beacon epoch only when it is near this node's: a made-up far one
+/// (any key can sign a commitment naming epoch 10 and accuse it) is not held, so a flood of
+/// them cannot push out genuine reports waiting for an epoch.
+#[test]
+fn a_report_naming_a_beacon_far_past_ours_is_not_held() {
+    let worker = test_identity(1);
+    let job = JobCommitment {
+        epoch: 10,
+        ..challenged_job(&worker)
+    };
+    let auditor = assigned_auditor(&job, &worker);
+    let now = Instant::now();
+    let mut c = core_at(&test_identity(0), now, 1, 2);
+    drain(&mut c);
+    let gossip = |c: &mut NodeCore| {
+        let data = report(&auditor, &job, inputs());
+        let topic = Topic::Ops.name();
+        c.handle_message(auditor.node_id(), Inbound::Gossip { topic, data }, now);
+    };
+    gossip(&mut c);
+    assert!(!fetched(&mut c));
+    // Its beacon epoch (14) becomes final: nothing was held to settle.
+    c.audit
+        .test_beacons
+        .insert(10 + neuroshard_audit::BEACON_LAG, FINAL);
+    c.on_new_beacon(now);
+    assert!(!fetched(&mut c), "a report 14 epochs past ours was held");
+    // Gossiped again now, it is settled.
+    gossip(&mut c);
+    assert!(fetched(&mut c));
 }
