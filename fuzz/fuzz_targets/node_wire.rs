@@ -2,14 +2,14 @@
 //! replicas, and inference steps and replies: a decoded message re-encodes to
 //! its input, every tensor it carries has the bytes its shape and scheme need, and unpacking
 //! one (as a stage does, against the shape it accepts) gives an error or finite values; ledger
-//! finality's gossip, requests and answers (bodies checked item by item).
+//! finality's gossip, requests and answers (bodies checked item by item); auditors' demands.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use neuroshard_node::act_codec::{Expect, Packed};
 use neuroshard_node::finality::{FinalityAnswer, FinalityGossip, FinalityRequest};
 use neuroshard_node::serve::{InferMsg, InferReply};
-use neuroshard_node::wire::{Ack, Msg, Payload, PipeAnswer, PipeRequest};
+use neuroshard_node::wire::{Ack, AuditDemand, Msg, Payload, PipeAnswer, PipeRequest};
 use neuroshard_proof::{Canonical, ProofVerifier};
 
 fn check(p: &Packed) {
@@ -49,6 +49,11 @@ fuzz_target!(|data: &[u8]| {
             PipeAnswer::from_canonical_bytes(&enc).map(|x| x.to_canonical_bytes()),
             Ok(enc)
         );
+    }
+    if let Ok(d) = AuditDemand::from_canonical_bytes(data) {
+        // An auditor's demand: exact (the commitment is an opaque envelope until a juror
+        // verifies it).
+        assert_eq!(d.to_canonical_bytes(), data);
     }
     if let Ok(m) = InferMsg::from_canonical_bytes(data) {
         assert_eq!(m.to_canonical_bytes(), data);

@@ -238,6 +238,20 @@ pub enum NodeEvent {
         outcome: String,
         time_ms: u64,
     },
+    /// As a validator of the ledger committee, this node judged an auditor's demand for a
+    /// job's evidence (`core/jury.rs`): `guilty` when the worker served none (or evidence on
+    /// which the job does not replay), so this node votes to slash it; `outcome` says how
+    /// its own check ended.
+    Jury {
+        stage: usize,
+        round: u64,
+        worker: String,
+        auditor: String,
+        job: String,
+        guilty: bool,
+        outcome: String,
+        time_ms: u64,
+    },
     /// Evidence this replica keeps for its auditors (job inputs, the weights of each step of
     /// the rounds still audited), after dropping that of rounds whose audits are over.
     Evidence {
@@ -286,6 +300,7 @@ impl NodeEvent {
             NodeEvent::Finalized { .. } => "finalized",
             NodeEvent::Parked { .. } => "parked",
             NodeEvent::Audit { .. } => "audit",
+            NodeEvent::Jury { .. } => "jury",
             NodeEvent::Evidence { .. } => "evidence",
             NodeEvent::Checkpoint { .. } => "checkpoint",
             NodeEvent::Serving { .. } => "serving",

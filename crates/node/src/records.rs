@@ -371,6 +371,17 @@ pub fn validate_gossip(topic: &str, author: &NodeId, data: &[u8]) -> Validation 
                     Validation::Reject
                 };
             }
+            // An audit demand is published by its auditor (jurors check the rest).
+            // (An envelope's payload is any type's: the demand's domain tells it apart.)
+            if let Ok(d) = neuroshard_proof::Signed::<crate::wire::AuditDemand>::from_bytes(data)
+                && crate::wire::AuditDemand::from_canonical_bytes(d.payload_bytes()).is_ok()
+            {
+                return if d.signer().node_id() == *author && d.verify().is_ok() {
+                    Validation::Accept
+                } else {
+                    Validation::Reject
+                };
+            }
             return match neuroshard_ledger::decode_op(data) {
                 // A payment spreads only inside its settlement (every ledger refuses it bare).
                 Ok(op) => match op.op().action {

@@ -2,7 +2,9 @@
 //! 3 stages × 2 replicas on the real engine (tiny model), DiLoCo every 4 steps, one cheating
 //! replica of stage 1 (its co-replica its only auditor; a driver for the data cheat), over seeds.
 //!
-//!   cargo run --release -p neuroshard-sim --example audit_detection [SEEDS] [STEPS] [RATE]
+//!   cargo run --release -p neuroshard-sim --example audit_detection [SEEDS] [STEPS] [RATE] [ONLY]
+//!
+//! ONLY (a substring of a cheat's name, or "honest") runs that row alone.
 //!
 //! Per cheat: the share of rounds in which an audit found it out (the false accuser: in which
 //! it accused), the round of the first such audit (mean over seeds; the audit runs once the
@@ -81,11 +83,17 @@ fn main() {
     let steps: u64 = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(80);
     let rate: f64 = args.get(3).and_then(|a| a.parse().ok()).unwrap_or(0.05);
     let per_million = (rate * 1e6) as u32;
+    let only = args.get(4).cloned().unwrap_or_default();
     println!("{seeds} seeds, {steps} steps (DiLoCo every 4), audit rate {rate}");
 
     let mut honest_verdicts = 0;
     let mut honest_audits = 0;
-    for seed in 1..=seeds {
+    let honest_seeds = if only.is_empty() || only == "honest" {
+        seeds
+    } else {
+        0
+    };
+    for seed in 1..=honest_seeds {
         let sim = run(seed, steps, per_million, None);
         honest_verdicts += (0..6).map(|i| verdicts(&sim, i)).sum::<usize>();
         honest_audits += (0..6)
@@ -121,6 +129,9 @@ fn main() {
             AUDITOR,
         ),
     ] {
+        if !name.contains(only.as_str()) || only == "honest" {
+            continue;
+        }
         let (mut rounds, mut caught_rounds, mut first_sum, mut first_n, mut slashed) =
             (0usize, 0usize, 0u64, 0u64, 0u64);
         let mut after = Vec::new();

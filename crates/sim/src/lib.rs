@@ -180,6 +180,10 @@ impl Factory {
 }
 
 impl NodeFactory for Factory {
+    fn audits(&self) -> bool {
+        matches!(self.kind, EngineKind::Real)
+    }
+
     fn engine(&mut self, node: NodeId, stage: usize) -> Result<Built, FactoryError> {
         let s = &self.settings;
         let specs =

@@ -49,6 +49,11 @@ pub trait NodeFactory {
     fn engine(&mut self, node: NodeId, stage: usize) -> Result<Built, FactoryError>;
     /// The data source of a restarted node (its engine comes from its checkpoint).
     fn data(&mut self, node: NodeId, stage: usize) -> Box<dyn BatchSource>;
+    /// Whether its engines keep evidence and replay jobs. Without, audits are off: every
+    /// audit would end refused, and the committee's jurors would slash honest workers.
+    fn audits(&self) -> bool {
+        true
+    }
 }
 
 /// Rewrites or drops what a node sends: how adversaries are written.
@@ -162,6 +167,10 @@ impl Sim {
         costs: EngineCosts,
         factory: Box<dyn NodeFactory>,
     ) -> Self {
+        let mut settings = settings;
+        if !factory.audits() {
+            settings.audit.per_million = 0;
+        }
         let base = Instant::now();
         let network = *blake3::hash(format!("neuroshard/sim/{seed}").as_bytes()).as_bytes();
         Self {

@@ -5,9 +5,10 @@
 
 use std::time::Duration;
 
+use neuroshard_audit::JobKey;
 use neuroshard_node::core::Transmit;
 use neuroshard_node::events::NodeEvent;
-use neuroshard_node::wire::AuditAnswer;
+use neuroshard_node::wire::{AuditAnswer, AuditRequest};
 use neuroshard_proof::Canonical;
 use neuroshard_proof::NodeId;
 use neuroshard_sim::{
@@ -194,14 +195,73 @@ fn a_false_accuser_is_slashed_and_the_worker_keeps_its_stake() {
     slashed_everywhere(&sim, AUDITOR, WORKER);
 }
 
+/// A refusal cannot be shown to a third party, so the auditor demands the evidence in the
+/// open and the committee's validators ask the worker themselves: a worker that serves no
+/// one is slashed on every ledger once more than two thirds of the committee's power found
+/// it so (before jurors, it was reported and kept its stake).
 #[test]
-fn a_worker_that_serves_no_evidence_is_reported_but_not_slashed() {
+fn a_worker_that_serves_no_evidence_is_slashed_on_every_ledger_by_the_committees_jurors() {
     let sim = run(1, Some((WORKER, Cheat::RefusesEvidence)));
     let (passed, guilty, refused) = audits(&sim, AUDITOR, sim.node_id(WORKER));
     assert!(refused >= 1 && passed == 0 && guilty == 0);
+    let guilty_votes = (0..NODES)
+        .filter(|&i| juries(&sim, i, WORKER).0 > 0)
+        .count();
+    assert!(guilty_votes >= 4, "{guilty_votes} jurors found it unserved");
+    slashed_everywhere(&sim, WORKER, AUDITOR);
+}
+
+/// An auditor that claims the worker refused it (it asks for a job nobody committed, so its
+/// audits end refused, and demands the evidence of the real ones) slashes no one: the other
+/// jurors are served, replay the job, and refuse the verdict.
+#[test]
+fn an_auditor_claiming_refusals_cannot_slash_a_worker_that_serves_the_committee() {
+    let lie: Tamper = Box::new(|t| match t {
+        Transmit::Request { to, token, data } => {
+            let data = match AuditRequest::from_canonical_bytes(&data) {
+                Ok(AuditRequest::Evidence { network, round, .. }) => AuditRequest::Evidence {
+                    network,
+                    round,
+                    job: JobKey([0; 32]),
+                }
+                .to_canonical_bytes(),
+                _ => data,
+            };
+            Some(Transmit::Request { to, token, data })
+        }
+        other => Some(other),
+    });
+    let sim = run_with(1, None, Some((AUDITOR, lie)));
+    let (_, _, refused) = audits(&sim, AUDITOR, sim.node_id(WORKER));
+    assert!(refused >= 1, "the auditor demanded nothing");
+    let w = sim.node_id(WORKER);
+    let before = stake(&sim, 0, sim.node_id(2));
     for i in 0..NODES {
-        assert_eq!(verdicts(&sim, i), 0);
+        assert_eq!(verdicts(&sim, i), 0, "node {i} applied a verdict");
+        assert_eq!(stake(&sim, i, w), before, "node {i}: the worker lost stake");
     }
+    let served = (0..NODES).map(|i| juries(&sim, i, WORKER).1).sum::<usize>();
+    assert!(served >= 3, "{served} jurors were served");
+}
+
+/// Juror checks of `worker`'s jobs on node `on`: (found guilty, found served).
+fn juries(sim: &Sim, on: usize, worker: usize) -> (usize, usize) {
+    let w = sim.node_id(worker).to_string();
+    let (mut guilty, mut served) = (0, 0);
+    for e in sim.events(on) {
+        if let NodeEvent::Jury {
+            worker, guilty: g, ..
+        } = e
+            && *worker == w
+        {
+            if *g {
+                guilty += 1;
+            } else {
+                served += 1;
+            }
+        }
+    }
+    (guilty, served)
 }
 
 /// A node that joins after a verdict was gossiped gets it by anti-entropy with the rest of

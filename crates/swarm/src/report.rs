@@ -42,6 +42,7 @@ fn time_of(ev: &NodeEvent) -> u64 {
         | Finalized { time_ms, .. }
         | Parked { time_ms, .. }
         | Audit { time_ms, .. }
+        | Jury { time_ms, .. }
         | Evidence { time_ms, .. }
         | Checkpoint { time_ms, .. }
         | Serving { time_ms, .. } => *time_ms,

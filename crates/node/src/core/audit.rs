@@ -46,6 +46,28 @@ pub(super) struct Open {
     pub(super) weights: Option<SharedBlob>,
     /// Whether its evidence was asked for (audits wait their turn per worker).
     pub(super) asked: bool,
+    /// Set when this node judges a demand as a juror (`core/jury.rs`), not audits.
+    pub(super) jury: Option<super::jury::Jury>,
+}
+
+/// How an audit (or a juror's check) ended.
+#[derive(Debug, Clone)]
+pub(super) enum End {
+    Passed,
+    Guilty(Option<String>),
+    /// The worker did not serve evidence the job replays on (or we could not replay it).
+    Refused(String),
+}
+
+impl std::fmt::Display for End {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            End::Passed => write!(f, "passed"),
+            End::Guilty(None) => write!(f, "guilty"),
+            End::Guilty(Some(why)) => write!(f, "guilty: {why}"),
+            End::Refused(why) => write!(f, "refused: {why}"),
+        }
+    }
 }
 
 /// A signed job commitment, with what its signature was checked to say.
@@ -80,6 +102,9 @@ pub(super) struct AuditState {
     /// Beacons set by unit tests (no epochs finalize there).
     #[cfg(test)]
     pub(super) test_beacons: BTreeMap<u64, Hash32>,
+    /// The committee set by unit tests (their cores finalize nothing).
+    #[cfg(test)]
+    pub(super) test_committee: Vec<NodeId>,
     /// Engine jobs of ours: evidence to serve (for the request token) or a replay.
     pub(super) engine: HashMap<Token, EngineFor>,
     blobs: HashMap<Token, JobKey>,
@@ -87,6 +112,8 @@ pub(super) struct AuditState {
     pub(super) offered: BTreeMap<u64, Vec<Hash32>>,
     /// The optimizer step each round began at (what its evidence is filed under).
     pub(super) round_start: BTreeMap<u64, u64>,
+    /// Demands judged here, and rounds kept for jurors.
+    pub(super) juries: super::jury::JuryState,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -264,6 +291,7 @@ impl NodeCore {
                 inputs: None,
                 weights: None,
                 asked: false,
+                jury: None,
             },
         );
         self.ask_evidence(c.worker);
@@ -272,7 +300,7 @@ impl NodeCore {
     /// Asks `worker` for the evidence of our audits of its jobs not asked yet, keeping at
     /// most `MAX_ASKED_PER_WORKER` in progress: the audits of many jobs whose beacon came in
     /// one epoch would otherwise open more streams at once than a connection carries.
-    fn ask_evidence(&mut self, worker: NodeId) {
+    pub(super) fn ask_evidence(&mut self, worker: NodeId) {
         let in_progress = self
             .audit
             .open
@@ -284,6 +312,7 @@ impl NodeCore {
             .open
             .iter()
             .filter(|(_, o)| !o.asked && o.commitment.worker == worker)
+            .filter(|(_, o)| o.jury.is_none_or(|j| j.retry_at.is_none()))
             .map(|(k, o)| (*k, o.commitment.round))
             .take(MAX_ASKED_PER_WORKER.saturating_sub(in_progress))
             .collect();
@@ -333,14 +362,15 @@ impl NodeCore {
                 weights_len,
             }) => (inputs, weights_blob, weights_len),
             Ok(AuditAnswer::Refused(why)) => {
-                return self.end_audit(key, format!("refused: {why}"), now);
+                return self.end_audit(key, End::Refused(why), now);
             }
             Ok(AuditAnswer::List(_)) => {
-                return self.end_audit(key, "refused: answered with a list".into(), now);
+                return self.end_audit(key, End::Refused("answered with a list".into()), now);
             }
-            Err(e) => return self.end_audit(key, format!("refused: {e}"), now),
+            Err(e) => return self.end_audit(key, End::Refused(e.to_string()), now),
         };
-        let numel_bytes = (self.rounds.numel as u64).saturating_mul(4);
+        // A juror judges jobs of any stage: the weights are that stage's.
+        let numel_bytes = self.weights_bytes(c.stage);
         let why =
             if inputs.input.hash() != c.input_hash || inputs.upstream.hash() != c.upstream_hash {
                 Some("inputs other than the committed ones".to_string())
@@ -352,19 +382,23 @@ impl NodeCore {
                 None
             };
         if let Some(why) = why {
-            return self.end_audit(key, format!("refused: {why}"), now);
+            return self.end_audit(key, End::Refused(why), now);
         }
         // The first stage's tokens must be the genesis text they name; if they are not, that
         // alone convicts, with no weights and no replay.
         let provenance = (c.stage == 0)
             .then(|| check_provenance(&inputs, &GenesisOf(self.data.as_ref())).err())
             .flatten();
+        let jury = self.audit.open.get(&key).is_some_and(|o| o.jury.is_some());
         if let Some(open) = self.audit.open.get_mut(&key) {
             open.inputs = Some(inputs);
         }
         if let Some(why) = provenance {
-            self.file_provenance_proof(key, now);
-            return self.end_audit(key, format!("guilty: {why}"), now);
+            // A juror only votes; the fraud report is the assigned auditor's to file.
+            if !jury {
+                self.file_provenance_proof(key, now);
+            }
+            return self.end_audit(key, End::Guilty(Some(why.to_string())), now);
         }
         let token = self.token();
         self.audit.blobs.insert(token, key);
@@ -389,7 +423,7 @@ impl NodeCore {
         let weights = match result {
             Ok(w) => w,
             Err(e) => {
-                self.end_audit(key, format!("refused: weights: {e}"), now);
+                self.end_audit(key, End::Refused(format!("weights: {e}")), now);
                 return true;
             }
         };
@@ -401,15 +435,41 @@ impl NodeCore {
         let Some(inputs) = open.inputs.clone() else {
             return true;
         };
+        let commitment = open.commitment;
+        // A juror replays a job of any stage: the spec is the job's stage's.
+        let spec = if usize::from(commitment.stage) == self.stage {
+            Some(self.rounds.spec)
+        } else {
+            self.stage_spec(commitment.stage)
+        };
+        let Some(spec) = spec else {
+            self.end_audit(key, End::Refused("no such stage".into()), now);
+            return true;
+        };
         let job = EngineJob::Replay {
-            spec: self.rounds.spec,
-            job: Box::new(open.commitment),
+            spec,
+            job: Box::new(commitment),
             inputs: Box::new(inputs),
             weights,
         };
         let t = self.engine(job);
         self.audit.engine.insert(t, EngineFor::Replay(key));
         true
+    }
+
+    /// Bytes of the weights of `stage` (a replica's own stage: the engine's count).
+    pub(super) fn weights_bytes(&self, stage: u16) -> u64 {
+        if usize::from(stage) == self.stage {
+            return (self.rounds.numel as u64).saturating_mul(4);
+        }
+        self.stage_spec(stage).map_or(0, |spec| {
+            let numel: usize = spec
+                .param_specs(&self.settings.model)
+                .iter()
+                .map(|p| p.numel())
+                .sum();
+            (numel as u64).saturating_mul(4)
+        })
     }
 
     /// One micro-batch of this network's shape.
@@ -424,16 +484,33 @@ impl NodeCore {
         }
     }
 
-    fn end_audit(&mut self, key: JobKey, outcome: String, now: Instant) {
+    fn end_audit(&mut self, key: JobKey, end: End, now: Instant) {
+        if let End::Refused(_) = &end
+            && self.retry_jury(key, now)
+        {
+            return;
+        }
         let Some(open) = self.audit.open.remove(&key) else {
             return;
         };
         self.ask_evidence(open.commitment.worker);
-        self.audit_event(&open.commitment, key, outcome, now);
+        if open.jury.is_some() {
+            return self.jury_decided(&open, &end, now);
+        }
+        if let End::Refused(_) = &end {
+            self.demand_evidence(&open.job, now);
+        }
+        self.audit_event(&open.commitment, key, end.to_string(), now);
     }
 
     /// Reports how the audit of `c` ended.
-    fn audit_event(&mut self, c: &JobCommitment, key: JobKey, outcome: String, now: Instant) {
+    pub(super) fn audit_event(
+        &mut self,
+        c: &JobCommitment,
+        key: JobKey,
+        outcome: String,
+        now: Instant,
+    ) {
         let time_ms = self.unix_ms(now);
         let kind = match c.kind {
             JobKind::Forward => "forward",
@@ -465,19 +542,22 @@ impl NodeCore {
                 let Some(open) = self.audit.open.get(&key) else {
                     return true;
                 };
-                let c = open.commitment;
-                let outcome = match result {
+                let (c, jury) = (open.commitment, open.jury.is_some());
+                let end = match result {
                     Ok(r) if r.output_hash == c.output_hash && r.grads_hash == c.grads_hash => {
-                        "passed".to_string()
+                        End::Passed
                     }
                     Ok(r) => {
-                        let r = r.clone();
-                        self.file_fraud_proof(key, &r, now);
-                        "guilty".to_string()
+                        // A juror only votes; the fraud report is the assigned auditor's.
+                        if !jury {
+                            let r = r.clone();
+                            self.file_fraud_proof(key, &r, now);
+                        }
+                        End::Guilty(None)
                     }
-                    Err(e) => format!("refused: {e}"),
+                    Err(e) => End::Refused(e.to_string()),
                 };
-                self.end_audit(key, outcome, now);
+                self.end_audit(key, end, now);
             }
             (EngineFor::Forget, super::EngineOutput::EvidenceHeld { bytes, budget }) => {
                 let time_ms = self.unix_ms(now);
@@ -540,7 +620,11 @@ impl NodeCore {
         }
         let stage = u16::try_from(self.stage).unwrap_or(u16::MAX);
         let refuse = |why: &str| AuditAnswer::Refused(why.into()).to_canonical_bytes();
-        if !self.economy.ledger().is_registered(&from, stage) {
+        // The committee's validators judge an auditor's demand (`core/jury.rs`): they get
+        // the evidence of challenged jobs too.
+        let juror = self.is_juror(&from);
+        let registered = self.economy.ledger().is_registered(&from, stage);
+        if !registered && !juror {
             let data = refuse("not a registered replica of this stage");
             self.transmits.push_back(Transmit::Respond { token, data });
             return;
@@ -551,7 +635,9 @@ impl NodeCore {
                 stage: s,
                 round,
             } => {
-                let data = if network != self.network || s != stage {
+                let data = if !registered {
+                    refuse("not a registered replica of this stage")
+                } else if network != self.network || s != stage {
                     refuse("another network or stage")
                 } else {
                     let jobs: Vec<SignedJob> = self
@@ -599,7 +685,9 @@ impl NodeCore {
                     // Only the auditor the seed names gets the evidence (weights are megabytes
                     // read from disk): a co-replica cannot make this one serve every job.
                     (_, Some(seed), Some(_))
-                        if auditor_for(&seed, &job, self.me, &self.validators()) != Some(from) =>
+                        if !juror
+                            && auditor_for(&seed, &job, self.me, &self.validators())
+                                != Some(from) =>
                     {
                         Some("not this job's auditor")
                     }

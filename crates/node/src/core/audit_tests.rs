@@ -1,5 +1,6 @@
 //! What a worker serves to auditors: its evidence only for a challenged job, only to the
-//! auditor the job's beacon names, only to a registered replica of its stage.
+//! auditor the job's beacon names (a registered replica of its stage) or to a validator of
+//! the ledger committee, which judges demands.
 
 use std::time::Instant;
 
@@ -75,28 +76,39 @@ fn evidence_goes_only_to_the_assigned_auditor_of_a_challenged_job() {
     // Every job challenged: the seed's auditor gets the evidence, another replica does not.
     let (mut c, key, seed) = worker(1_000_000);
     let me = test_identity(0).node_id();
-    // The test economy registers identities 0..32 for every stage.
+    // The test economy registers identities 0..32 for every stage; the first 24 sit on the
+    // ledger committee here.
     let validators: Vec<NodeId> = (0..32).map(|i| test_identity(i).node_id()).collect();
+    c.audit.test_committee = validators[..24].to_vec();
     let assigned = auditor_for(&seed, &key, me, &validators).unwrap();
-    let other = validators
+    let other = validators[24..]
         .iter()
         .copied()
         .find(|v| *v != assigned && *v != me)
         .unwrap();
     assert_eq!(ask(&mut c, other, key), (true, false));
     assert_eq!(ask(&mut c, assigned, key), (false, true));
+    // A committee validator gets it too: it judges auditors' demands (`core/jury.rs`).
+    let juror = validators[..24]
+        .iter()
+        .copied()
+        .find(|v| *v != assigned && *v != me)
+        .unwrap();
+    assert_eq!(ask(&mut c, juror, key), (false, true));
     // An unregistered key, and a job nobody committed.
     assert_eq!(ask(&mut c, test_identity(40).node_id(), key), (true, false));
     assert_eq!(ask(&mut c, assigned, JobKey([7; 32])), (true, false));
 
     // At a rate that challenges nothing, no one gets it.
     let (mut c, key, _) = worker(1);
+    c.audit.test_committee = validators[..24].to_vec();
     assert!(!neuroshard_audit::is_challenged(
         &seed,
         &key,
         AuditRate { per_million: 1 }
     ));
     assert_eq!(ask(&mut c, assigned, key), (true, false));
+    assert_eq!(ask(&mut c, juror, key), (true, false));
 }
 
 #[test]

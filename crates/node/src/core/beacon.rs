@@ -222,7 +222,13 @@ impl NodeCore {
             .map(|l| l.commitment.round)
             .min();
         let last = round.saturating_sub(KEEP_ROUNDS);
-        let keep_from = waiting.map_or(last, |w| w.min(last)).max(kept_from);
+        // Rounds with a demanded job stay while the committee's jurors may ask.
+        let demanded = self.audit.juries.kept_from(now);
+        let keep_from = [waiting, demanded]
+            .into_iter()
+            .flatten()
+            .fold(last, u64::min)
+            .max(kept_from);
         if keep_from == kept_from {
             return;
         }

@@ -150,6 +150,7 @@ impl NodeCore {
                     latency,
                 } => {
                     finalized = true;
+                    self.apply_finalized_verdicts(&link, now);
                     let value = link.certified.value;
                     self.economy.keep_finality(FinalityWrite::Epoch {
                         epoch: value.epoch,

@@ -161,7 +161,7 @@ impl NodeCore {
 
     /// The network-wide topic carries account ops and fraud reports.
     pub(super) fn on_ops_topic(&mut self, from: NodeId, data: &[u8], now: Instant) {
-        if !self.on_fraud_gossip(from, data, now) {
+        if !self.on_fraud_gossip(from, data, now) && !self.on_demand_gossip(from, data, now) {
             self.on_op_gossip(from, data, now);
         }
     }
@@ -346,7 +346,7 @@ impl NodeCore {
         });
     }
 
-    fn stage_spec(&self, stage: u16) -> Option<StageSpec> {
+    pub(super) fn stage_spec(&self, stage: u16) -> Option<StageSpec> {
         StageSpec::split(&self.settings.model, self.stages)
             .ok()?
             .get(usize::from(stage))

@@ -24,6 +24,9 @@ mod fraud;
 pub(crate) mod fraud_tests;
 mod gossip;
 mod io;
+mod jury;
+#[cfg(test)]
+mod jury_tests;
 mod pull;
 #[cfg(test)]
 mod pull_tests;
@@ -454,6 +457,7 @@ impl NodeCore {
         self.poll_rounds(now);
         self.maybe_start(now);
         self.poll_evaluation(now);
+        self.poll_juries(now);
         self.finality_step(now, true);
     }
 
@@ -497,6 +501,7 @@ impl NodeCore {
             self.serve.next_deadline(),
             self.eval_retry_at(),
             self.finality_timeout(),
+            self.jury_timeout(),
         ]
         .into_iter()
         .flatten()

@@ -3,7 +3,7 @@
 //! proof may claim, whose receipts vouch for it) judge an epoch's items the same way they
 //! judge gossip, against the state the epoch is applied to.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
 use neuroshard_ledger::{EpochItem, LedgerState, VerifiedVerdict};
@@ -23,9 +23,32 @@ pub(super) struct EpochFeed {
     applied: VecDeque<(EpochItem, ItemWire)>,
     settled: BTreeMap<Hash32, VerifiedVerdict>,
     settled_order: VecDeque<Hash32>,
+    /// Jobs whose worker served this node, as a juror, evidence on which the job replays:
+    /// a verdict that it did not is refused (see `core/jury.rs`).
+    cleared: BTreeSet<Hash32>,
+    cleared_order: VecDeque<Hash32>,
+    /// When this node, as a juror, found each worker guilty (unix ms): past
+    /// `JURY_FINDING_TTL_MS` it no longer proposes or votes for the verdict.
+    found_at: BTreeMap<Hash32, u64>,
 }
 
+/// How long a juror's finding counts: a verdict that more than a third of the committee does
+/// not back (a worker that served some jurors and not others) would otherwise be proposed by
+/// the rest at every epoch, and each such proposal costs a consensus round.
+pub const JURY_FINDING_TTL_MS: u64 = 10 * 60 * 1000;
+
 impl EpochFeed {
+    fn cleared(&mut self, job: Hash32) {
+        if self.cleared.insert(job) {
+            self.cleared_order.push_back(job);
+        }
+        while self.cleared_order.len() > SETTLED_VERDICTS {
+            if let Some(old) = self.cleared_order.pop_front() {
+                self.cleared.remove(&old);
+            }
+        }
+    }
+
     pub(super) fn push(&mut self, item: EpochItem, wire: ItemWire) {
         self.applied.push_back((item, wire));
     }
@@ -37,6 +60,7 @@ impl EpochFeed {
         while self.settled_order.len() > SETTLED_VERDICTS {
             if let Some(old) = self.settled_order.pop_front() {
                 self.settled.remove(&old);
+                self.found_at.remove(&old);
             }
         }
     }
@@ -98,6 +122,26 @@ impl Economy {
         self.epoch_feed.applied.pop_front()
     }
 
+    /// A juror's finding that a worker did not serve a demanded job's evidence, or served
+    /// evidence on which the job does not replay: this node proposes and votes for the
+    /// verdict, which the live ledger applies only once an epoch finalizes it (one juror's
+    /// view is not the network's).
+    pub fn jury_found(&mut self, verdict: VerifiedVerdict, now_ms: u64) {
+        self.epoch_feed
+            .found_at
+            .entry(verdict.job)
+            .or_insert(now_ms);
+        self.epoch_feed.settled(verdict);
+        self.epoch_feed
+            .push(EpochItem::Verdict(verdict), ItemWire::Verdict(verdict));
+    }
+
+    /// A juror got evidence of `job` on which it replays: a verdict that the worker did not
+    /// serve it is refused here.
+    pub fn jury_cleared(&mut self, job: Hash32) {
+        self.epoch_feed.cleared(job);
+    }
+
     /// Every proof and op the live ledger holds, as epoch items (a restarted node's items
     /// that no finalized epoch holds yet wait again).
     pub fn held_items(&self) -> Vec<ItemWire> {
@@ -131,11 +175,24 @@ impl Economy {
             }
             // The ledger refuses an op of another network itself.
             EpochItem::Op(_) | EpochItem::Slash(_) => Admit::Yes,
-            EpochItem::Verdict(v) => match self.epoch_feed.settled.get(&v.job) {
-                Some(mine) if mine == v => Admit::Yes,
-                Some(_) => Admit::No("this node's replay reached another verdict".into()),
-                None => Admit::NotYet,
-            },
+            EpochItem::Verdict(v) => {
+                match self.epoch_feed.settled.get(&v.job) {
+                    Some(mine)
+                        if mine == v
+                            && self.epoch_feed.found_at.get(&v.job).is_some_and(|&t| {
+                                now_ms > t.saturating_add(JURY_FINDING_TTL_MS)
+                            }) =>
+                    {
+                        Admit::No("this node's finding as a juror has expired".into())
+                    }
+                    Some(mine) if mine == v => Admit::Yes,
+                    Some(_) => Admit::No("this node's replay reached another verdict".into()),
+                    None if self.epoch_feed.cleared.contains(&v.job) => {
+                        Admit::No("the worker served this node the job's evidence".into())
+                    }
+                    None => Admit::NotYet,
+                }
+            }
         }
     }
 }

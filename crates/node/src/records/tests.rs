@@ -340,3 +340,37 @@ fn only_our_networks_stage_keys_are_valid_provider_keys() {
     }
     assert!(!validate_provider_key(&[0xff, 0xfe], None, 2));
 }
+
+/// An audit demand spreads only from its auditor; account ops (signed envelopes too) still
+/// pass as ops.
+#[test]
+fn an_audit_demand_is_forwarded_only_from_its_signer() {
+    use neuroshard_proof::fixtures::test_identity;
+    let (auditor, worker, relay) = (test_identity(1), test_identity(2), test_identity(3));
+    let demand = crate::wire::AuditDemand {
+        network: [1; 32],
+        job: crate::core::fraud_tests::forward_job([1; 32], &worker, 0).sign(&worker),
+        timestamp_ms: 5,
+    };
+    let bytes = Signed::sign(&auditor, &demand).to_bytes();
+    let topic = Topic::Ops.name();
+    assert_eq!(
+        validate_gossip(&topic, &auditor.node_id(), &bytes),
+        Validation::Accept
+    );
+    assert_eq!(
+        validate_gossip(&topic, &relay.node_id(), &bytes),
+        Validation::Reject
+    );
+    let op = neuroshard_ledger::AccountOp {
+        network: [1; 32],
+        account: relay.node_id(),
+        nonce: 0,
+        timestamp_ms: 5,
+        action: neuroshard_ledger::Action::Register { stage: 0 },
+    };
+    assert_eq!(
+        validate_gossip(&topic, &relay.node_id(), &op.sign(&relay).to_bytes()),
+        Validation::Accept
+    );
+}

@@ -42,6 +42,45 @@ impl Canonical for FraudReport {
     }
 }
 
+/// An auditor's demand, gossiped network-wide, when the worker of a job its beacon assigned
+/// to it did not serve the job's evidence: the committee's validators then ask the worker
+/// for it themselves, and the worker is slashed if more than two thirds of the committee's
+/// power could not get evidence on which the job replays (see `core/jury.rs`). Sent as a
+/// `Signed<AuditDemand>` by the auditor.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AuditDemand {
+    pub network: Hash32,
+    /// The worker's signed commitment of the job.
+    pub job: SignedJob,
+    /// When the auditor demanded (the time of the ledger entries a verdict writes).
+    pub timestamp_ms: u64,
+}
+
+impl Canonical for AuditDemand {
+    const DOMAIN: &'static str = "neuroshard/audit-demand/v1";
+
+    fn encode_body(&self, w: &mut Writer) {
+        w.fixed(&self.network);
+        w.bytes(&self.job.to_bytes());
+        w.u64(self.timestamp_ms);
+    }
+
+    fn decode_body(r: &mut Reader<'_>) -> Result<Self, CodecError> {
+        let network = r.array()?;
+        let job = Signed::from_bytes(r.bytes(MAX_ENVELOPE)?).map_err(|e: EnvelopeError| {
+            CodecError::Invalid {
+                field: "job commitment",
+                reason: e.to_string(),
+            }
+        })?;
+        Ok(Self {
+            network,
+            job,
+            timestamp_ms: r.u64()?,
+        })
+    }
+}
+
 /// An auditor's requests to a worker of its stage.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AuditRequest {
@@ -200,6 +239,25 @@ impl Canonical for AuditAnswer {
 mod tests {
     use super::*;
     use neuroshard_audit::{StageData, TokenIds, UpstreamData};
+
+    #[test]
+    fn a_demand_round_trips_and_truncations_fail() {
+        let id = neuroshard_proof::fixtures::test_identity(2);
+        let d = AuditDemand {
+            network: [1; 32],
+            job: crate::core::fraud_tests::forward_job([1; 32], &id, 3).sign(&id),
+            timestamp_ms: 77,
+        };
+        let b = d.to_canonical_bytes();
+        assert_eq!(AuditDemand::from_canonical_bytes(&b), Ok(d));
+        for n in 0..b.len() {
+            assert!(AuditDemand::from_canonical_bytes(&b[..n]).is_err(), "{n}");
+        }
+        // Another message's bytes are not a demand (the domain tells them apart).
+        let req =
+            AuditRequest::Notice(crate::core::fraud_tests::forward_job([1; 32], &id, 3).sign(&id));
+        assert!(AuditDemand::from_canonical_bytes(&req.to_canonical_bytes()).is_err());
+    }
 
     #[test]
     fn audit_messages_round_trip_and_truncations_fail() {

@@ -1,0 +1,319 @@
+//! Refusals to serve evidence, judged by the committee (verification by recomputation,
+//! issue 15).
+//!
+//! A refusal cannot be shown to a third party: "it did not answer me" is all an auditor has.
+//! So when the worker of a job the beacon assigned to an auditor does not serve evidence the
+//! job replays on, the auditor gossips a signed [`AuditDemand`], and every validator of the
+//! ledger committee that hears it becomes a juror: it asks the worker for the job's evidence
+//! itself (a worker serves challenged jobs' evidence to committee members), a few times,
+//! and replays the job. A juror that got no evidence, or evidence on which the job does not
+//! replay in its determinism class, holds the worker guilty: it proposes and votes for a
+//! verdict (the worker loses what a replay verdict takes, the auditor is paid). One that
+//! got evidence the job replays on refuses that verdict. A verdict enters the finalized
+//! ledger only with more than two thirds of the committee's power behind it, and every
+//! node's live ledger applies what finality settled, so an honest worker (which serves the
+//! honest majority of jurors) is never slashed by a demand, and a worker that refuses
+//! everyone is slashed on every ledger.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::time::{Duration, Instant};
+
+use neuroshard_audit::{JobKey, SignedJob, auditor_for, is_challenged, verify_job};
+use neuroshard_ledger::VerifiedVerdict;
+use neuroshard_proof::{Canonical, NodeId, Signed};
+
+use super::audit::{End, Open};
+use super::{NodeCore, Transmit};
+use crate::events::NodeEvent;
+use crate::records::Topic;
+use crate::wire::AuditDemand;
+
+/// Times a juror asks the worker before it holds the evidence unserved.
+pub(super) const JURY_ATTEMPTS: u8 = 3;
+/// Time between a juror's attempts.
+pub(super) const JURY_RETRY: Duration = Duration::from_secs(10);
+/// Demands a juror judges at once, at most (a demand is one challenged job's fetch and replay).
+pub(super) const MAX_JURIES: usize = 64;
+/// Demanded jobs a node remembers judging (each is judged once).
+const MAX_JUDGED: usize = 16_384;
+/// How long a worker keeps the evidence of a round one of its jobs was demanded in, past
+/// the usual retention: the jurors' attempts and their transfers.
+pub(super) const DEMAND_KEEP: Duration = Duration::from_secs(120);
+/// Rounds a worker keeps for demands at most (a flood of demands cannot pin every round).
+const MAX_KEPT_FOR_DEMANDS: usize = 16;
+/// How far ahead of this node's clock a demand may be signed.
+const MAX_DEMAND_SKEW_MS: u64 = 60_000;
+
+/// A juror's check of one demand.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Jury {
+    pub(super) auditor: NodeId,
+    pub(super) timestamp_ms: u64,
+    /// BLAKE3 of the demand: the verdict's evidence, alike for every juror.
+    pub(super) demand_hash: [u8; 32],
+    pub(super) attempts: u8,
+    /// When the next attempt goes out (None: asked, or waiting its turn).
+    pub(super) retry_at: Option<Instant>,
+}
+
+/// What a node keeps about demands: the jobs it judged, and the rounds it keeps evidence of
+/// for jurors (as a worker).
+#[derive(Debug, Default)]
+pub(super) struct JuryState {
+    judged: BTreeSet<JobKey>,
+    judged_order: VecDeque<JobKey>,
+    /// Round → until when its evidence is kept for jurors.
+    pub(super) kept: BTreeMap<u64, Instant>,
+}
+
+impl JuryState {
+    fn first_time(&mut self, key: JobKey) -> bool {
+        if !self.judged.insert(key) {
+            return false;
+        }
+        self.judged_order.push_back(key);
+        while self.judged_order.len() > MAX_JUDGED {
+            if let Some(old) = self.judged_order.pop_front() {
+                self.judged.remove(&old);
+            }
+        }
+        true
+    }
+
+    /// The first round kept for jurors at `now`, dropping the expired ones.
+    pub(super) fn kept_from(&mut self, now: Instant) -> Option<u64> {
+        self.kept.retain(|_, until| *until > now);
+        self.kept.keys().next().copied()
+    }
+}
+
+impl NodeCore {
+    /// Whether `node` is a validator of the committee of this node's finalized ledger.
+    pub(super) fn is_juror(&self, node: &NodeId) -> bool {
+        #[cfg(test)]
+        if !self.audit.test_committee.is_empty() {
+            return self.audit.test_committee.contains(node);
+        }
+        self.finality
+            .as_ref()
+            .is_some_and(|f| f.head().committee.get(node).is_some())
+    }
+
+    /// Our audit of `job` got no evidence it replays on: the committee is asked to judge.
+    pub(super) fn demand_evidence(&mut self, job: &SignedJob, now: Instant) {
+        let demand = AuditDemand {
+            network: self.network,
+            job: job.clone(),
+            timestamp_ms: self.unix_ms(now),
+        };
+        let data = Signed::sign(&self.identity, &demand).to_bytes();
+        self.transmits.push_back(Transmit::Publish {
+            topic: Topic::Ops,
+            data,
+        });
+        let me = self.me;
+        self.on_demand(me, &demand, now);
+    }
+
+    /// A gossiped demand (false: the bytes are not one).
+    pub(super) fn on_demand_gossip(&mut self, from: NodeId, data: &[u8], now: Instant) -> bool {
+        // An envelope's payload may be any type's (ops are signed too): the demand's domain
+        // tells it apart.
+        let Ok(signed) = Signed::<AuditDemand>::from_bytes(data) else {
+            return false;
+        };
+        if AuditDemand::from_canonical_bytes(signed.payload_bytes()).is_err() {
+            return false;
+        }
+        match signed.verify() {
+            Ok(demand) if signed.signer().node_id() == from => self.on_demand(from, &demand, now),
+            _ => self.penalize(from, "an audit demand not signed by its sender"),
+        }
+        true
+    }
+
+    /// A demand by `auditor`: checked to be about a challenged job of this network that the
+    /// beacon assigned to it, then judged if this node sits on the committee.
+    fn on_demand(&mut self, auditor: NodeId, demand: &AuditDemand, now: Instant) {
+        if demand.network != self.network {
+            return;
+        }
+        let c = match verify_job(&demand.job) {
+            Ok(c) if c.network == self.network => c,
+            _ => return self.penalize(auditor, "an audit demand with a forged commitment"),
+        };
+        if demand.timestamp_ms > self.unix_ms(now).saturating_add(MAX_DEMAND_SKEW_MS) {
+            return;
+        }
+        let key = c.key();
+        // A node that does not hold the beacon cannot tell who the auditor is: not judged
+        // (a juror sits on the committee, which finalizes the epochs).
+        let Some((seed, _)) = self.job_seed(&c) else {
+            return;
+        };
+        let validators: Vec<NodeId> = self.economy.ledger().ever_registered(c.stage).collect();
+        if !is_challenged(&seed, &key, self.audit_rate())
+            || auditor_for(&seed, &key, c.worker, &validators) != Some(auditor)
+        {
+            // Not the assigned auditor: nobody's jurors fetch anything for it. (Not
+            // penalised: a node that saw fewer registrations draws other auditors.)
+            return;
+        }
+        if c.worker == self.me {
+            // Ours: the jurors will ask, so the round's evidence stays a while.
+            if self.audit.juries.kept.len() < MAX_KEPT_FOR_DEMANDS
+                || self.audit.juries.kept.contains_key(&c.round)
+            {
+                self.audit.juries.kept.insert(c.round, now + DEMAND_KEEP);
+            }
+            return;
+        }
+        let me = self.me;
+        if !self.is_juror(&me)
+            || self.economy.ledger().has_verdict(&key.0)
+            || self.audit.open.contains_key(&key)
+            || self
+                .audit
+                .open
+                .values()
+                .filter(|o| o.jury.is_some())
+                .count()
+                >= MAX_JURIES
+            || !self.audit.juries.first_time(key)
+        {
+            return;
+        }
+        let jury = Jury {
+            auditor,
+            timestamp_ms: demand.timestamp_ms,
+            demand_hash: *blake3::hash(&demand.to_canonical_bytes()).as_bytes(),
+            attempts: 1,
+            retry_at: None,
+        };
+        self.audit.open.insert(
+            key,
+            Open {
+                job: demand.job.clone(),
+                commitment: c,
+                inputs: None,
+                weights: None,
+                asked: false,
+                jury: Some(jury),
+            },
+        );
+        self.ask_evidence(c.worker);
+    }
+
+    /// A juror's attempt got no evidence: true if it tries again later.
+    pub(super) fn retry_jury(&mut self, key: JobKey, now: Instant) -> bool {
+        let Some(open) = self.audit.open.get_mut(&key) else {
+            return false;
+        };
+        let Some(jury) = open.jury.as_mut() else {
+            return false;
+        };
+        if jury.attempts >= JURY_ATTEMPTS {
+            return false;
+        }
+        jury.attempts += 1;
+        jury.retry_at = Some(now + JURY_RETRY);
+        open.asked = false;
+        open.inputs = None;
+        let worker = open.commitment.worker;
+        self.ask_evidence(worker);
+        true
+    }
+
+    /// Jurors whose next attempt is due ask again.
+    pub(super) fn poll_juries(&mut self, now: Instant) {
+        let mut due = Vec::new();
+        for open in self.audit.open.values_mut() {
+            if let Some(j) = open.jury.as_mut()
+                && j.retry_at.is_some_and(|t| t <= now)
+            {
+                j.retry_at = None;
+                due.push(open.commitment.worker);
+            }
+        }
+        due.dedup();
+        for worker in due {
+            self.ask_evidence(worker);
+        }
+    }
+
+    /// When a juror's next attempt is due.
+    pub(super) fn jury_timeout(&self) -> Option<Instant> {
+        self.audit
+            .open
+            .values()
+            .filter_map(|o| o.jury.and_then(|j| j.retry_at))
+            .min()
+    }
+
+    /// A juror's check ended: a verdict to propose and vote for, or one to refuse.
+    pub(super) fn jury_decided(&mut self, open: &Open, end: &End, now: Instant) {
+        let Some(jury) = open.jury else { return };
+        let c = open.commitment;
+        let key = c.key();
+        // A replay in another determinism class cannot convict (issue 15: another class
+        // only escalates); the worker served, so the demand fails here.
+        let unserved = match end {
+            End::Passed => false,
+            End::Guilty(_) => c.class == self.job_log.class(),
+            End::Refused(_) => true,
+        };
+        let time_ms = self.unix_ms(now);
+        if unserved {
+            self.economy.jury_found(
+                VerifiedVerdict {
+                    job: key.0,
+                    offender: c.worker,
+                    beneficiary: jury.auditor,
+                    evidence_hash: jury.demand_hash,
+                    timestamp_ms: jury.timestamp_ms,
+                },
+                time_ms,
+            );
+        } else {
+            self.economy.jury_cleared(key.0);
+        }
+        self.events.push_back(NodeEvent::Jury {
+            stage: usize::from(c.stage),
+            round: c.round,
+            worker: c.worker.to_string(),
+            auditor: jury.auditor.to_string(),
+            job: hex::encode(key.0),
+            guilty: unserved,
+            outcome: end.to_string(),
+            time_ms,
+        });
+    }
+
+    /// Verdicts an epoch finalized: the live ledger applies those it has not (a juror's
+    /// verdict is applied only here; a replay verdict a node missed, likewise).
+    pub(super) fn apply_finalized_verdicts(
+        &mut self,
+        link: &crate::finality::ChainLink,
+        now: Instant,
+    ) {
+        for item in &link.body.items {
+            let crate::finality::ItemWire::Verdict(v) = item else {
+                continue;
+            };
+            match self.economy.apply_verdict(v) {
+                Ok(true) => {
+                    let time_ms = self.unix_ms(now);
+                    self.events.push_back(NodeEvent::Ledger {
+                        applied: hex::encode(v.job),
+                        reward: 0,
+                        kind: Some("verdict: finalized".into()),
+                        state_hash: hex::encode(self.economy.state_hash()),
+                        time_ms,
+                    });
+                }
+                Ok(false) => {}
+                Err(e) => self.warn(format!("a finalized verdict: {e}"), now),
+            }
+        }
+    }
+}

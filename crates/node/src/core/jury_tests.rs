@@ -1,0 +1,274 @@
+//! Jurors: a committee validator judges an auditor's demand for a job's evidence by asking the
+//! worker itself, and votes to slash only a worker that served it nothing (or evidence on
+//! which the job does not replay); a demand from anyone but the job's assigned auditor makes
+//! no one fetch anything.
+
+use std::time::{Duration, Instant};
+
+use neuroshard_audit::{
+    AuditRate, BEACON_LAG, ChallengeSeed, JobCommitment, NO_HASH, Replayed, auditor_for,
+    is_challenged,
+};
+use neuroshard_ledger::{EpochItem, VerifiedVerdict};
+use neuroshard_proof::fixtures::test_identity;
+use neuroshard_proof::{Canonical, Identity, NodeId, Signed};
+
+use super::fraud_tests::{forward_job, inputs};
+use super::jury::{JURY_ATTEMPTS, JURY_RETRY};
+use super::tests::{NETWORK, core_at, drain};
+use super::*;
+use crate::economy::epochs::Admit;
+use crate::records::Topic;
+use crate::wire::{AuditAnswer, AuditDemand, AuditRequest};
+
+const BEACON: [u8; 32] = [5; 32];
+
+/// The committee of the unit tests' cores: the first 24 staked identities (0..32 are staked
+/// and registered for every stage).
+fn committee() -> Vec<NodeId> {
+    (0..24).map(|i| test_identity(i).node_id()).collect()
+}
+
+struct Case {
+    juror: NodeCore,
+    worker: Identity,
+    auditor: Identity,
+    job: JobCommitment,
+    now: Instant,
+}
+
+/// A juror (a committee validator serving stage 0 of 2) and a challenged forward job of
+/// stage 1 by `worker`, with its assigned auditor.
+fn case() -> Case {
+    let now = Instant::now();
+    let me = test_identity(0);
+    let mut juror = core_at(&me, now, 0, 2);
+    juror.audit.test_committee = committee();
+    juror.settings.audit.per_million = 1_000_000;
+    juror.audit.test_beacons.insert(BEACON_LAG, BEACON);
+    drain(&mut juror);
+    let worker = (0..32)
+        .map(test_identity)
+        .find(|id| id.node_id() != me.node_id())
+        .unwrap();
+    let mut job = forward_job(NETWORK, &worker, 0);
+    job.stage = 1;
+    let seed = ChallengeSeed::from_beacon(NETWORK, 1, 0, BEACON);
+    let validators: Vec<NodeId> = (0..32).map(|i| test_identity(i).node_id()).collect();
+    assert!(is_challenged(
+        &seed,
+        &job.key(),
+        AuditRate {
+            per_million: 1_000_000
+        }
+    ));
+    let assigned = auditor_for(&seed, &job.key(), worker.node_id(), &validators).unwrap();
+    let auditor = (0..32)
+        .map(test_identity)
+        .find(|id| id.node_id() == assigned)
+        .unwrap();
+    Case {
+        juror,
+        worker,
+        auditor,
+        job,
+        now,
+    }
+}
+
+fn demand(c: &Case, by: &Identity, signed_by: &Identity) -> (AuditDemand, Vec<u8>) {
+    let d = AuditDemand {
+        network: NETWORK,
+        job: c.job.sign(signed_by),
+        timestamp_ms: 1_800_000_000_000,
+    };
+    let bytes = Signed::sign(by, &d).to_bytes();
+    (d, bytes)
+}
+
+/// Delivers gossip on the network-wide topic; the evidence requests to the worker after it.
+fn gossip(c: &mut Case, from: NodeId, data: Vec<u8>) -> (Vec<Token>, bool) {
+    let topic = Topic::Ops.name();
+    c.juror
+        .handle_message(from, Inbound::Gossip { topic, data }, c.now);
+    let out = drain(&mut c.juror);
+    let penalized = out
+        .iter()
+        .any(|t| matches!(t, Transmit::Penalize { peer, .. } if *peer == from));
+    (asks(&c.worker.node_id(), &out), penalized)
+}
+
+fn asks(worker: &NodeId, out: &[Transmit]) -> Vec<Token> {
+    out.iter()
+        .filter_map(|t| match t {
+            Transmit::Request { to, token, data }
+                if to == worker
+                    && matches!(
+                        AuditRequest::from_canonical_bytes(data),
+                        Ok(AuditRequest::Evidence { .. })
+                    ) =>
+            {
+                Some(*token)
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+fn answer(c: &mut Case, token: Token, a: AuditAnswer) -> Vec<Transmit> {
+    let from = c.worker.node_id();
+    let result = Ok(a.to_canonical_bytes());
+    c.juror
+        .handle_message(from, Inbound::Response { token, result }, c.now);
+    drain(&mut c.juror)
+}
+
+fn verdict(c: &Case, d: &AuditDemand) -> VerifiedVerdict {
+    VerifiedVerdict {
+        job: c.job.key().0,
+        offender: c.worker.node_id(),
+        beneficiary: c.auditor.node_id(),
+        evidence_hash: *blake3::hash(&d.to_canonical_bytes()).as_bytes(),
+        timestamp_ms: d.timestamp_ms,
+    }
+}
+
+fn admit(c: &Case, v: VerifiedVerdict) -> Admit {
+    admit_at(c, v, 1_800_000_100_000)
+}
+
+fn admit_at(c: &Case, v: VerifiedVerdict, now_ms: u64) -> Admit {
+    let state = c.juror.economy().ledger().clone();
+    c.juror
+        .economy()
+        .admit(&state, &EpochItem::Verdict(v), now_ms)
+}
+
+#[test]
+fn only_the_assigned_auditors_demand_makes_a_juror_ask() {
+    let mut c = case();
+    let stranger = (0..32)
+        .map(test_identity)
+        .find(|id| id.node_id() != c.auditor.node_id() && id.node_id() != c.worker.node_id())
+        .unwrap();
+    let (auditor, stranger_id) = (c.auditor.node_id(), stranger.node_id());
+    // A registered key the beacon did not assign: nobody's juror fetches for it.
+    let (_, bytes) = demand(&c, &stranger, &c.worker.clone());
+    assert_eq!(gossip(&mut c, stranger_id, bytes).0.len(), 0);
+    // A commitment the worker never signed: the demander pays for it.
+    let (_, bytes) = demand(&c, &c.auditor.clone(), &stranger);
+    let (asked, penalized) = gossip(&mut c, auditor, bytes);
+    assert!(asked.is_empty() && penalized);
+    // Relayed under another key than its signer's: refused and penalised.
+    let (_, bytes) = demand(&c, &c.auditor.clone(), &c.worker.clone());
+    let (asked, penalized) = gossip(&mut c, stranger_id, bytes.clone());
+    assert!(asked.is_empty() && penalized);
+    // The assigned auditor's: the juror asks the worker, once however often it comes.
+    assert_eq!(gossip(&mut c, auditor, bytes.clone()).0.len(), 1);
+    assert_eq!(gossip(&mut c, auditor, bytes).0.len(), 0);
+}
+
+#[test]
+fn a_juror_the_worker_never_serves_votes_to_slash_after_its_last_attempt() {
+    let mut c = case();
+    let (d, bytes) = demand(&c, &c.auditor.clone(), &c.worker.clone());
+    let v = verdict(&c, &d);
+    let auditor = c.auditor.node_id();
+    let (mut asked, _) = gossip(&mut c, auditor, bytes);
+    for attempt in 1..=JURY_ATTEMPTS {
+        assert_eq!(asked.len(), 1, "attempt {attempt}");
+        // Until the juror has made up its mind, it cannot vote either way.
+        assert_eq!(admit(&c, v), Admit::NotYet, "attempt {attempt}");
+        let out = answer(&mut c, asked[0], AuditAnswer::Refused("no".into()));
+        assert!(asks(&c.worker.node_id(), &out).is_empty());
+        c.now += JURY_RETRY + Duration::from_millis(1);
+        c.juror.handle_timeout(c.now);
+        asked = asks(&c.worker.node_id(), &drain(&mut c.juror));
+    }
+    assert!(asked.is_empty(), "no attempt past the last");
+    assert_eq!(admit(&c, v), Admit::Yes);
+    // A finding the committee does not back in time stops being proposed and voted for.
+    let late = 1_800_000_100_000 + crate::economy::epochs::JURY_FINDING_TTL_MS;
+    assert!(matches!(admit_at(&c, v, late), Admit::No(_)));
+    // Another verdict about the job (say, naming another beneficiary) is not this juror's.
+    let other = VerifiedVerdict {
+        beneficiary: c.worker.node_id(),
+        ..v
+    };
+    assert!(matches!(admit(&c, other), Admit::No(_)));
+    // The live ledger waits for finality: one juror's view is not the network's.
+    let ledger = c.juror.economy().ledger();
+    assert!(!ledger.has_verdict(&v.job));
+}
+
+/// Serves the evidence and the weights, and replays with `replayed`; the verdict's admission
+/// after it.
+fn served(class_of_juror: bool, replayed: Replayed) -> Admit {
+    let mut c = case();
+    if class_of_juror {
+        c.job.class = c.juror.job_log().class();
+    }
+    let (d, bytes) = demand(&c, &c.auditor.clone(), &c.worker.clone());
+    let v = verdict(&c, &d);
+    let auditor = c.auditor.node_id();
+    let (asked, _) = gossip(&mut c, auditor, bytes);
+    let weights_len = c.juror.weights_bytes(1);
+    let out = answer(
+        &mut c,
+        asked[0],
+        AuditAnswer::Evidence {
+            inputs: inputs(),
+            weights_blob: [9; 32],
+            weights_len,
+        },
+    );
+    let fetch = out
+        .iter()
+        .find_map(|t| match t {
+            Transmit::FetchBlob { token, .. } => Some(*token),
+            _ => None,
+        })
+        .expect("the juror fetches the weights");
+    let len = usize::try_from(c.juror.weights_bytes(1)).unwrap();
+    let from = c.worker.node_id();
+    c.juror.handle_message(
+        from,
+        Inbound::Blob {
+            token: fetch,
+            result: Ok(vec![0; len]),
+        },
+        c.now,
+    );
+    let (token, _) = std::iter::from_fn(|| c.juror.poll_engine_job())
+        .find(|(_, j)| matches!(j, EngineJob::Replay { .. }))
+        .expect("the juror replays the job");
+    c.juror
+        .handle_engine_done(token, EngineOutput::Replayed(Ok(replayed)), c.now);
+    drain(&mut c.juror);
+    // A juror never files a fraud report itself: that is the assigned auditor's.
+    admit(&c, v)
+}
+
+#[test]
+fn a_juror_served_evidence_the_job_replays_on_refuses_the_verdict() {
+    let job = forward_job(NETWORK, &test_identity(1), 0);
+    let same = Replayed {
+        output_hash: job.output_hash,
+        grads_hash: NO_HASH,
+        output: None,
+    };
+    assert!(matches!(served(true, same), Admit::No(_)));
+}
+
+#[test]
+fn a_replay_that_disagrees_convicts_only_in_the_jobs_own_class() {
+    let other = || Replayed {
+        output_hash: [8; 32],
+        grads_hash: NO_HASH,
+        output: None,
+    };
+    assert_eq!(served(true, other()), Admit::Yes);
+    // Another determinism class cannot tell a cheat from its own rounding: it does not vote
+    // to slash (the worker served it).
+    assert!(matches!(served(false, other()), Admit::No(_)));
+}
