@@ -46,7 +46,11 @@ pub(super) struct Open {
     pub(super) weights: Option<SharedBlob>,
     /// Whether its evidence was asked for (audits wait their turn per worker).
     pub(super) asked: bool,
-    /// Set when this node judges a demand as a juror (`core/jury.rs`), not audits.
+    /// When the audit opened (its beacon was final here).
+    pub(super) opened: Instant,
+    /// Whether the committee was asked to judge it (`core/jury.rs`).
+    pub(super) demanded: bool,
+    /// Set when this node judges a demand as a juror, not audits.
     pub(super) jury: Option<super::jury::Jury>,
 }
 
@@ -291,6 +295,8 @@ impl NodeCore {
                 inputs: None,
                 weights: None,
                 asked: false,
+                opened: now,
+                demanded: false,
                 jury: None,
             },
         );
@@ -497,7 +503,9 @@ impl NodeCore {
         if open.jury.is_some() {
             return self.jury_decided(&open, &end, now);
         }
-        if let End::Refused(_) = &end {
+        if let End::Refused(_) = &end
+            && !open.demanded
+        {
             self.demand_evidence(&open.job, now);
         }
         self.audit_event(&open.commitment, key, end.to_string(), now);

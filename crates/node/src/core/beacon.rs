@@ -35,9 +35,11 @@ const MAX_NOTICED: usize = 8192;
 pub(super) const MAX_EPOCHS_AHEAD: u64 = 2;
 /// How many epochs before ours a commitment's receiver accepts (a worker may lag).
 pub(super) const MAX_EPOCHS_BEHIND: u64 = 2;
-/// How long after a job's beacon epoch is final here its evidence is kept at least: its
-/// auditor may finalize it later and audits of many jobs wait their turn.
-const EVIDENCE_GRACE: std::time::Duration = std::time::Duration::from_secs(20);
+/// How long after a job's beacon epoch is final here its evidence is kept at least (past an
+/// epoch): its auditor may finalize it later, audits of many jobs wait their turn, and a
+/// demand the committee takes up to `jury::DEMAND_WINDOW` after its own finalization must
+/// find the evidence still here (the worker then keeps it for the jurors).
+pub(super) const EVIDENCE_GRACE: std::time::Duration = std::time::Duration::from_secs(40);
 /// Finalization times remembered (for `EVIDENCE_GRACE`).
 const MAX_FINAL_TIMES: usize = 4096;
 
@@ -75,6 +77,17 @@ impl NodeCore {
         }
     }
 
+    /// When epoch `epoch` was finalized here (None: before this node ran, or caught up on
+    /// several at once).
+    pub(super) fn final_time(&self, epoch: u64) -> Option<Instant> {
+        self.audit
+            .final_times
+            .iter()
+            .rev()
+            .find(|(e, _)| *e == epoch)
+            .map(|(_, t)| *t)
+    }
+
     /// An epoch was finalized: what waited for its beacon goes on.
     pub(super) fn on_new_beacon(&mut self, now: Instant) {
         let head = self.finalized_epoch();
@@ -91,6 +104,7 @@ impl NodeCore {
         }
         self.send_notices();
         self.retry_held_reports(now);
+        self.retry_held_demands(now);
         self.forget_audited(now);
     }
 

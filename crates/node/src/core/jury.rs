@@ -43,6 +43,18 @@ pub(super) const DEMAND_KEEP: Duration = Duration::from_secs(120);
 const MAX_KEPT_FOR_DEMANDS: usize = 16;
 /// How far ahead of this node's clock a demand may be signed.
 const MAX_DEMAND_SKEW_MS: u64 = 60_000;
+/// How long after a job's beacon epoch was finalized here a juror takes a demand about it.
+/// A worker keeps a job's evidence `beacon::EVIDENCE_GRACE` (40 s) past an epoch after the
+/// same finalization, so a timely demand finds it (and keeps it for the jurors); a late one
+/// (an auditor that waited until the evidence was gone, or replays an old demand) could
+/// slash an honest worker, so it is not taken.
+pub(super) const DEMAND_WINDOW: Duration = Duration::from_secs(25);
+/// How long an audit waits for the worker's evidence before its auditor demands it in the
+/// open (a silent worker would otherwise run the request's timeout past `DEMAND_WINDOW`);
+/// an honest worker that is merely slow serves the jurors too, and nothing is slashed.
+pub(super) const DEMAND_AFTER: Duration = Duration::from_secs(12);
+/// Demands held while their job's beacon epoch is not final here yet, at most.
+const MAX_HELD_DEMANDS: usize = 64;
 
 /// A juror's check of one demand.
 #[derive(Debug, Clone, Copy)]
@@ -64,6 +76,8 @@ pub(super) struct JuryState {
     judged_order: VecDeque<JobKey>,
     /// Round → until when its evidence is kept for jurors.
     pub(super) kept: BTreeMap<u64, Instant>,
+    /// Demands whose beacon epoch is not final here yet: (auditor, demand).
+    held: VecDeque<(NodeId, AuditDemand)>,
 }
 
 impl JuryState {
@@ -146,11 +160,22 @@ impl NodeCore {
             return;
         }
         let key = c.key();
-        // A node that does not hold the beacon cannot tell who the auditor is: not judged
-        // (a juror sits on the committee, which finalizes the epochs).
+        // A node that does not hold the beacon yet cannot tell who the auditor is: the
+        // demand waits for it.
         let Some((seed, _)) = self.job_seed(&c) else {
+            if !self.beacon_lost(&c) && self.audit.juries.held.len() < MAX_HELD_DEMANDS {
+                self.audit.juries.held.push_back((auditor, demand.clone()));
+            }
             return;
         };
+        // Only a timely demand: the evidence is kept a bounded time.
+        let timely = c
+            .beacon_epoch()
+            .and_then(|e| self.final_time(e))
+            .is_some_and(|t| now.saturating_duration_since(t) <= DEMAND_WINDOW);
+        if !timely {
+            return;
+        }
         let validators: Vec<NodeId> = self.economy.ledger().ever_registered(c.stage).collect();
         if !is_challenged(&seed, &key, self.audit_rate())
             || auditor_for(&seed, &key, c.worker, &validators) != Some(auditor)
@@ -198,10 +223,38 @@ impl NodeCore {
                 inputs: None,
                 weights: None,
                 asked: false,
+                opened: now,
+                demanded: true,
                 jury: Some(jury),
             },
         );
         self.ask_evidence(c.worker);
+    }
+
+    /// Demands that waited for their beacon epoch, now final here.
+    pub(super) fn retry_held_demands(&mut self, now: Instant) {
+        for (auditor, demand) in std::mem::take(&mut self.audit.juries.held) {
+            self.on_demand(auditor, &demand, now);
+        }
+    }
+
+    /// Our audits still without the worker's evidence `DEMAND_AFTER` after they opened: the
+    /// committee is asked to judge (the audit goes on; evidence that comes later is used).
+    fn demand_overdue(&mut self, now: Instant) {
+        let overdue: Vec<SignedJob> = self
+            .audit
+            .open
+            .values_mut()
+            .filter(|o| o.jury.is_none() && !o.demanded && o.weights.is_none())
+            .filter(|o| now.saturating_duration_since(o.opened) >= DEMAND_AFTER)
+            .map(|o| {
+                o.demanded = true;
+                o.job.clone()
+            })
+            .collect();
+        for job in overdue {
+            self.demand_evidence(&job, now);
+        }
     }
 
     /// A juror's attempt got no evidence: true if it tries again later.
@@ -224,8 +277,9 @@ impl NodeCore {
         true
     }
 
-    /// Jurors whose next attempt is due ask again.
+    /// Jurors whose next attempt is due ask again; overdue audits are demanded.
     pub(super) fn poll_juries(&mut self, now: Instant) {
+        self.demand_overdue(now);
         let mut due = Vec::new();
         for open in self.audit.open.values_mut() {
             if let Some(j) = open.jury.as_mut()
@@ -241,12 +295,16 @@ impl NodeCore {
         }
     }
 
-    /// When a juror's next attempt is due.
+    /// When a juror's next attempt, or an audit's demand, is due.
     pub(super) fn jury_timeout(&self) -> Option<Instant> {
         self.audit
             .open
             .values()
-            .filter_map(|o| o.jury.and_then(|j| j.retry_at))
+            .filter_map(|o| match o.jury {
+                Some(j) => j.retry_at,
+                None if !o.demanded && o.weights.is_none() => Some(o.opened + DEMAND_AFTER),
+                None => None,
+            })
             .min()
     }
 

@@ -46,6 +46,7 @@ fn case() -> Case {
     juror.audit.test_committee = committee();
     juror.settings.audit.per_million = 1_000_000;
     juror.audit.test_beacons.insert(BEACON_LAG, BEACON);
+    juror.audit.final_times.push_back((BEACON_LAG, now));
     drain(&mut juror);
     let worker = (0..32)
         .map(test_identity)
@@ -271,4 +272,70 @@ fn a_replay_that_disagrees_convicts_only_in_the_jobs_own_class() {
     // Another determinism class cannot tell a cheat from its own rounding: it does not vote
     // to slash (the worker served it).
     assert!(matches!(served(false, other()), Admit::No(_)));
+}
+
+/// A demand comes too late once the evidence may be gone (an auditor that waited for that,
+/// or replays an old demand, would slash an honest worker); one that comes before the beacon
+/// epoch is final here waits for it.
+#[test]
+fn a_late_demand_is_not_taken_and_an_early_one_waits_for_its_beacon() {
+    use super::jury::DEMAND_WINDOW;
+    let mut c = case();
+    let auditor = c.auditor.node_id();
+    let (_, bytes) = demand(&c, &c.auditor.clone(), &c.worker.clone());
+    c.now += DEMAND_WINDOW + Duration::from_secs(1);
+    assert!(gossip(&mut c, auditor, bytes).0.is_empty());
+
+    let mut c = case();
+    c.juror.audit.test_beacons.clear();
+    c.juror.audit.final_times.clear();
+    let (_, bytes) = demand(&c, &c.auditor.clone(), &c.worker.clone());
+    assert!(gossip(&mut c, auditor, bytes).0.is_empty());
+    c.juror.audit.test_beacons.insert(BEACON_LAG, BEACON);
+    c.juror.on_new_beacon(c.now);
+    assert_eq!(asks(&c.worker.node_id(), &drain(&mut c.juror)).len(), 1);
+}
+
+/// An auditor whose worker has not served a challenged job's evidence `DEMAND_AFTER` after
+/// the audit opened demands it in the open (a silent worker must not outlast the window by
+/// letting the request time out), once.
+#[test]
+fn an_audit_without_evidence_for_a_while_is_demanded_once() {
+    use super::audit::Committed;
+    use super::jury::DEMAND_AFTER;
+    let now = Instant::now();
+    let (me, worker) = (test_identity(0), test_identity(1));
+    let mut c = core_at(&me, now, 0, 2);
+    c.settings.audit.per_million = 1_000_000;
+    c.audit.test_beacons.insert(BEACON_LAG, BEACON);
+    drain(&mut c);
+    let validators: Vec<NodeId> = (0..32).map(|i| test_identity(i).node_id()).collect();
+    let seed = ChallengeSeed::from_beacon(NETWORK, 0, 0, BEACON);
+    let job = (0..10_000)
+        .map(|i| forward_job(NETWORK, &worker, i))
+        .find(|j| auditor_for(&seed, &j.key(), worker.node_id(), &validators) == Some(me.node_id()))
+        .unwrap();
+    c.consider_challenge(
+        Committed {
+            job: job.sign(&worker),
+            commitment: job,
+        },
+        now,
+    );
+    let demands = |out: &[Transmit]| {
+        out.iter()
+            .filter(|t| {
+                matches!(t, Transmit::Publish { topic: Topic::Ops, data }
+                if Signed::<AuditDemand>::from_bytes(data)
+                    .is_ok_and(|d| d.verify().is_ok_and(|d| d.job.verify().is_ok())))
+            })
+            .count()
+    };
+    assert_eq!(asks(&worker.node_id(), &drain(&mut c)).len(), 1);
+    c.handle_timeout(now + DEMAND_AFTER - Duration::from_millis(1));
+    assert_eq!(demands(&drain(&mut c)), 0);
+    c.handle_timeout(now + DEMAND_AFTER);
+    assert_eq!(demands(&drain(&mut c)), 1);
+    c.handle_timeout(now + DEMAND_AFTER * 2);
+    assert_eq!(demands(&drain(&mut c)), 0);
 }
