@@ -88,6 +88,7 @@ fn main() {
 
     let mut honest_verdicts = 0;
     let mut honest_audits = 0;
+    let mut honest_juries = [0usize; 2];
     let honest_seeds = if only.is_empty() || only == "honest" {
         seeds
     } else {
@@ -100,8 +101,17 @@ fn main() {
             .flat_map(|i| sim.events(i))
             .filter(|e| matches!(e, NodeEvent::Audit { .. }))
             .count();
+        for e in (0..6).flat_map(|i| sim.events(i)) {
+            if let NodeEvent::Jury { guilty, .. } = e {
+                honest_juries[usize::from(*guilty)] += 1;
+            }
+        }
     }
-    println!("honest: {honest_audits} audits, {honest_verdicts} verdicts applied (any node)");
+    println!(
+        "honest: {honest_audits} audits, {honest_verdicts} verdicts applied (any node); juror \
+         checks of demands: {} found served, {} found guilty",
+        honest_juries[0], honest_juries[1]
+    );
 
     // (what, how, the worker audited, its auditor, who cheats). Nodes 0 and 3 drive.
     for (name, cheat, worker, auditor, offender) in [

@@ -97,6 +97,8 @@ pub struct Report {
     adoptions: u64,
     /// Audits of co-replicas' jobs by outcome (`passed`, `guilty`, `refused`).
     audits: BTreeMap<String, u64>,
+    /// Juror checks of auditors' demands by finding (`guilty`, `served`).
+    juries: BTreeMap<String, u64>,
     /// The most evidence any replica held for its auditors, in bytes.
     evidence_max: u64,
     /// Per node: its engine's latest (audit ms, busy ms): what audits cost its compute.
@@ -263,6 +265,10 @@ impl Report {
                 let class = outcome.split(':').next().unwrap_or_default().to_string();
                 *self.audits.entry(class).or_default() += 1;
             }
+            NodeEvent::Jury { guilty, .. } => {
+                let finding = if *guilty { "guilty" } else { "served" };
+                *self.juries.entry(finding.into()).or_default() += 1;
+            }
             NodeEvent::Warning { .. } | NodeEvent::Dropped { .. } => {
                 tracing::debug!("node {i}: {ev:?}");
             }
@@ -356,6 +362,7 @@ impl Report {
             "aggregations": self.syncs.len(),
             "adoptions": self.adoptions,
             "audits": self.audits,
+            "juries": self.juries,
             "max_evidence_bytes_per_replica": self.evidence_max,
             "audit_compute_share": self.audit_share(),
             "mean_sent_bytes_per_replica": sent,

@@ -26,9 +26,12 @@ use crate::act_codec::{ActSpec, Expect, Scheme, pack};
 use crate::core::{EngineError, Evidence};
 use crate::wire::MicroBatchId;
 
-/// Bytes a replica keeps for audits by default: two rounds of the default network's stage
-/// (20 steps × 10.5 MB of weights, plus the jobs' inputs) fit with room to spare.
-pub const DEFAULT_AUDIT_BUDGET: u64 = 1 << 30;
+/// Bytes a replica keeps for audits by default. Evidence stays until every job's beacon has
+/// been final for an epoch and 40 s (so that the committee's jurors find it): about 90 s of
+/// steps, 950 MB for the default network's stage (10.5 MB of weights a step, one step a
+/// second, plus the jobs' inputs); twice that leaves room for faster nodes. A worker whose
+/// evidence is gone when its jurors ask is slashed as refusing.
+pub const DEFAULT_AUDIT_BUDGET: u64 = 2 << 30;
 
 /// Evidence kept by name, oldest first, within a byte budget; in memory without a directory.
 pub struct JobStore {
