@@ -9,7 +9,9 @@ use neuroshard_model::Tokens;
 use neuroshard_proof::{Canonical, CodecError, Reader, Writer};
 
 use crate::act_codec::{Packed, Scheme};
-pub use audit::{AuditAnswer, AuditDemand, AuditRequest, FraudReport, MAX_LISTED_JOBS};
+pub use audit::{
+    AuditAnswer, AuditDemand, AuditRequest, FraudReport, MAX_DEMAND_JOBS, MAX_LISTED_JOBS,
+};
 pub use commit::{PipeAnswer, PipeRequest};
 
 mod audit;

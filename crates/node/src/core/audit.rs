@@ -629,14 +629,11 @@ impl NodeCore {
         let stage = u16::try_from(self.stage).unwrap_or(u16::MAX);
         let refuse = |why: &str| AuditAnswer::Refused(why.into()).to_canonical_bytes();
         // The committee's validators judge an auditor's demand (`core/jury.rs`): they get
-        // the evidence of challenged jobs too.
+        // the evidence of challenged jobs too. The assigned auditor gets it whether or not it
+        // is registered now (auditors are drawn among every replica that ever registered: a
+        // refusal here would only make it demand).
         let juror = self.is_juror(&from);
         let registered = self.economy.ledger().is_registered(&from, stage);
-        if !registered && !juror {
-            let data = refuse("not a registered replica of this stage");
-            self.transmits.push_back(Transmit::Respond { token, data });
-            return;
-        }
         match req {
             AuditRequest::List {
                 network,
@@ -674,6 +671,7 @@ impl NodeCore {
                 let seed = logged.as_ref().and_then(|c| self.job_seed(c)).map(|s| s.0);
                 if let (true, Some(c), None) = (network == self.network, logged, seed)
                     && !self.beacon_lost(&c)
+                    && (registered || juror)
                 {
                     // Our auditor holds an epoch we do not yet: answered once we do.
                     let req = AuditRequest::Evidence {

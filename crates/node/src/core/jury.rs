@@ -18,7 +18,8 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 
-use neuroshard_audit::{JobKey, SignedJob, auditor_for, is_challenged, verify_job};
+use crate::wire::MAX_DEMAND_JOBS;
+use neuroshard_audit::{JobCommitment, JobKey, SignedJob, auditor_for, is_challenged, verify_job};
 use neuroshard_ledger::VerifiedVerdict;
 use neuroshard_proof::{Canonical, NodeId, Signed};
 
@@ -32,7 +33,8 @@ use crate::wire::AuditDemand;
 pub(super) const JURY_ATTEMPTS: u8 = 3;
 /// Time between a juror's attempts.
 pub(super) const JURY_RETRY: Duration = Duration::from_secs(10);
-/// Demands a juror judges at once, at most (a demand is one challenged job's fetch and replay).
+/// Demanded jobs a juror judges at once, at most (each is a fetch of the job's evidence and
+/// weights and a replay); more wait their turn.
 pub(super) const MAX_JURIES: usize = 64;
 /// Demanded jobs a node remembers judging (each is judged once).
 const MAX_JUDGED: usize = 16_384;
@@ -53,8 +55,14 @@ pub(super) const DEMAND_WINDOW: Duration = Duration::from_secs(25);
 /// open (a silent worker would otherwise run the request's timeout past `DEMAND_WINDOW`);
 /// an honest worker that is merely slow serves the jurors too, and nothing is slashed.
 pub(super) const DEMAND_AFTER: Duration = Duration::from_secs(12);
-/// Demands held while their job's beacon epoch is not final here yet, at most.
-const MAX_HELD_DEMANDS: usize = 64;
+/// Demanded jobs held while their beacon epoch is not final here yet, at most.
+const MAX_HELD_DEMANDS: usize = 1024;
+/// Demanded jobs waiting for a juror's slot, at most.
+const MAX_JURY_QUEUE: usize = 4096;
+/// Jobs an auditor waits to demand, at most (32 go out a second).
+const MAX_OUTBOX: usize = 1024;
+/// Least time between two demands one auditor sends.
+pub(super) const DEMAND_EVERY: Duration = Duration::from_secs(1);
 
 /// A juror's check of one demand.
 #[derive(Debug, Clone, Copy)]
@@ -76,8 +84,24 @@ pub(super) struct JuryState {
     judged_order: VecDeque<JobKey>,
     /// Round → until when its evidence is kept for jurors.
     pub(super) kept: BTreeMap<u64, Instant>,
-    /// Demands whose beacon epoch is not final here yet: (auditor, demand).
-    held: VecDeque<(NodeId, AuditDemand)>,
+    /// Demanded jobs whose beacon epoch is not final here yet.
+    held: VecDeque<Demanded>,
+    /// Demanded jobs waiting for a juror's slot.
+    queue: VecDeque<Demanded>,
+    /// Our jobs to demand, and when we last sent a demand.
+    outbox: VecDeque<SignedJob>,
+    last_sent: Option<Instant>,
+}
+
+/// One job of a demand, checked for its signature.
+#[derive(Debug, Clone)]
+pub(super) struct Demanded {
+    auditor: NodeId,
+    job: SignedJob,
+    commitment: JobCommitment,
+    /// What the verdict names as its evidence: the demand and the job.
+    evidence_hash: [u8; 32],
+    timestamp_ms: u64,
 }
 
 impl JuryState {
@@ -113,11 +137,31 @@ impl NodeCore {
             .is_some_and(|f| f.head().committee.get(node).is_some())
     }
 
-    /// Our audit of `job` got no evidence it replays on: the committee is asked to judge.
+    /// Our audit of `job` got no evidence it replays on: the committee is asked to judge (in
+    /// the next demand this node sends).
     pub(super) fn demand_evidence(&mut self, job: &SignedJob, now: Instant) {
+        self.queue_demand(job.clone());
+        self.flush_demands(now);
+    }
+
+    fn queue_demand(&mut self, job: SignedJob) {
+        if self.audit.juries.outbox.len() < MAX_OUTBOX {
+            self.audit.juries.outbox.push_back(job);
+        }
+    }
+
+    /// Sends the jobs waiting to be demanded, at most `MAX_DEMAND_JOBS` in one demand and
+    /// one demand a `DEMAND_EVERY`.
+    fn flush_demands(&mut self, now: Instant) {
+        let j = &mut self.audit.juries;
+        if j.outbox.is_empty() || j.last_sent.is_some_and(|t| now < t + DEMAND_EVERY) {
+            return;
+        }
+        j.last_sent = Some(now);
+        let n = j.outbox.len().min(MAX_DEMAND_JOBS);
         let demand = AuditDemand {
             network: self.network,
-            job: job.clone(),
+            jobs: j.outbox.drain(..n).collect(),
             timestamp_ms: self.unix_ms(now),
         };
         let data = Signed::sign(&self.identity, &demand).to_bytes();
@@ -146,25 +190,43 @@ impl NodeCore {
         true
     }
 
-    /// A demand by `auditor`: checked to be about a challenged job of this network that the
-    /// beacon assigned to it, then judged if this node sits on the committee.
+    /// A demand by `auditor`: each job is checked to be a challenged job of this network that
+    /// the beacon assigned to it, then judged if this node sits on the committee.
     fn on_demand(&mut self, auditor: NodeId, demand: &AuditDemand, now: Instant) {
-        if demand.network != self.network {
+        if demand.network != self.network
+            || demand.timestamp_ms > self.unix_ms(now).saturating_add(MAX_DEMAND_SKEW_MS)
+        {
             return;
         }
-        let c = match verify_job(&demand.job) {
-            Ok(c) if c.network == self.network => c,
-            _ => return self.penalize(auditor, "an audit demand with a forged commitment"),
-        };
-        if demand.timestamp_ms > self.unix_ms(now).saturating_add(MAX_DEMAND_SKEW_MS) {
-            return;
+        let hash = blake3::hash(&demand.to_canonical_bytes());
+        for job in &demand.jobs {
+            let c = match verify_job(job) {
+                Ok(c) if c.network == self.network => c,
+                _ => return self.penalize(auditor, "an audit demand with a forged commitment"),
+            };
+            // Each job's verdict names the demand and the job, alike for every juror.
+            let mut h = blake3::Hasher::new();
+            h.update(hash.as_bytes());
+            h.update(&c.key().0);
+            let demanded = Demanded {
+                auditor,
+                job: job.clone(),
+                commitment: c,
+                evidence_hash: *h.finalize().as_bytes(),
+                timestamp_ms: demand.timestamp_ms,
+            };
+            self.on_demanded_job(demanded, now);
         }
+    }
+
+    fn on_demanded_job(&mut self, d: Demanded, now: Instant) {
+        let c = d.commitment;
         let key = c.key();
         // A node that does not hold the beacon yet cannot tell who the auditor is: the
         // demand waits for it.
         let Some((seed, _)) = self.job_seed(&c) else {
             if !self.beacon_lost(&c) && self.audit.juries.held.len() < MAX_HELD_DEMANDS {
-                self.audit.juries.held.push_back((auditor, demand.clone()));
+                self.audit.juries.held.push_back(d);
             }
             return;
         };
@@ -178,7 +240,7 @@ impl NodeCore {
         }
         let validators: Vec<NodeId> = self.economy.ledger().ever_registered(c.stage).collect();
         if !is_challenged(&seed, &key, self.audit_rate())
-            || auditor_for(&seed, &key, c.worker, &validators) != Some(auditor)
+            || auditor_for(&seed, &key, c.worker, &validators) != Some(d.auditor)
         {
             // Not the assigned auditor: nobody's jurors fetch anything for it. (Not
             // penalised: a node that saw fewer registrations draws other auditors.)
@@ -197,44 +259,60 @@ impl NodeCore {
         if !self.is_juror(&me)
             || self.economy.ledger().has_verdict(&key.0)
             || self.audit.open.contains_key(&key)
-            || self
-                .audit
-                .open
-                .values()
-                .filter(|o| o.jury.is_some())
-                .count()
-                >= MAX_JURIES
+            || self.audit.juries.queue.len() >= MAX_JURY_QUEUE
             || !self.audit.juries.first_time(key)
         {
             return;
         }
-        let jury = Jury {
-            auditor,
-            timestamp_ms: demand.timestamp_ms,
-            demand_hash: *blake3::hash(&demand.to_canonical_bytes()).as_bytes(),
-            attempts: 1,
-            retry_at: None,
-        };
-        self.audit.open.insert(
-            key,
-            Open {
-                job: demand.job.clone(),
-                commitment: c,
-                inputs: None,
-                weights: None,
-                asked: false,
-                opened: now,
-                demanded: true,
-                jury: Some(jury),
-            },
-        );
-        self.ask_evidence(c.worker);
+        self.audit.juries.queue.push_back(d);
+        self.start_juries(now);
+    }
+
+    /// Starts judging queued demands while fewer than `MAX_JURIES` are in progress.
+    fn start_juries(&mut self, now: Instant) {
+        let mut running = self
+            .audit
+            .open
+            .values()
+            .filter(|o| o.jury.is_some())
+            .count();
+        while running < MAX_JURIES {
+            let Some(d) = self.audit.juries.queue.pop_front() else {
+                return;
+            };
+            let key = d.commitment.key();
+            if self.audit.open.contains_key(&key) || self.economy.ledger().has_verdict(&key.0) {
+                continue;
+            }
+            let jury = Jury {
+                auditor: d.auditor,
+                timestamp_ms: d.timestamp_ms,
+                demand_hash: d.evidence_hash,
+                attempts: 1,
+                retry_at: None,
+            };
+            self.audit.open.insert(
+                key,
+                Open {
+                    job: d.job,
+                    commitment: d.commitment,
+                    inputs: None,
+                    weights: None,
+                    asked: false,
+                    opened: now,
+                    demanded: true,
+                    jury: Some(jury),
+                },
+            );
+            running += 1;
+            self.ask_evidence(d.commitment.worker);
+        }
     }
 
     /// Demands that waited for their beacon epoch, now final here.
     pub(super) fn retry_held_demands(&mut self, now: Instant) {
-        for (auditor, demand) in std::mem::take(&mut self.audit.juries.held) {
-            self.on_demand(auditor, &demand, now);
+        for d in std::mem::take(&mut self.audit.juries.held) {
+            self.on_demanded_job(d, now);
         }
     }
 
@@ -253,8 +331,9 @@ impl NodeCore {
             })
             .collect();
         for job in overdue {
-            self.demand_evidence(&job, now);
+            self.queue_demand(job);
         }
+        self.flush_demands(now);
     }
 
     /// A juror's attempt got no evidence: true if it tries again later.
@@ -280,6 +359,8 @@ impl NodeCore {
     /// Jurors whose next attempt is due ask again; overdue audits are demanded.
     pub(super) fn poll_juries(&mut self, now: Instant) {
         self.demand_overdue(now);
+        self.flush_demands(now);
+        self.start_juries(now);
         let mut due = Vec::new();
         for open in self.audit.open.values_mut() {
             if let Some(j) = open.jury.as_mut()
@@ -295,8 +376,12 @@ impl NodeCore {
         }
     }
 
-    /// When a juror's next attempt, or an audit's demand, is due.
+    /// When a juror's next attempt, an audit's demand, or the next demand out is due.
     pub(super) fn jury_timeout(&self) -> Option<Instant> {
+        let j = &self.audit.juries;
+        let flush = (!j.outbox.is_empty())
+            .then(|| j.last_sent.map(|t| t + DEMAND_EVERY))
+            .flatten();
         self.audit
             .open
             .values()
@@ -305,6 +390,7 @@ impl NodeCore {
                 None if !o.demanded && o.weights.is_none() => Some(o.opened + DEMAND_AFTER),
                 None => None,
             })
+            .chain(flush)
             .min()
     }
 
@@ -335,6 +421,7 @@ impl NodeCore {
         } else {
             self.economy.jury_cleared(key.0);
         }
+        self.start_juries(now);
         self.events.push_back(NodeEvent::Jury {
             stage: usize::from(c.stage),
             round: c.round,

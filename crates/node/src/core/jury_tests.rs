@@ -80,7 +80,7 @@ fn case() -> Case {
 fn demand(c: &Case, by: &Identity, signed_by: &Identity) -> (AuditDemand, Vec<u8>) {
     let d = AuditDemand {
         network: NETWORK,
-        job: c.job.sign(signed_by),
+        jobs: vec![c.job.sign(signed_by)],
         timestamp_ms: 1_800_000_000_000,
     };
     let bytes = Signed::sign(by, &d).to_bytes();
@@ -129,7 +129,12 @@ fn verdict(c: &Case, d: &AuditDemand) -> VerifiedVerdict {
         job: c.job.key().0,
         offender: c.worker.node_id(),
         beneficiary: c.auditor.node_id(),
-        evidence_hash: *blake3::hash(&d.to_canonical_bytes()).as_bytes(),
+        evidence_hash: {
+            let mut h = blake3::Hasher::new();
+            h.update(blake3::hash(&d.to_canonical_bytes()).as_bytes());
+            h.update(&c.job.key().0);
+            *h.finalize().as_bytes()
+        },
         timestamp_ms: d.timestamp_ms,
     }
 }
@@ -296,13 +301,15 @@ fn a_late_demand_is_not_taken_and_an_early_one_waits_for_its_beacon() {
     assert_eq!(asks(&c.worker.node_id(), &drain(&mut c.juror)).len(), 1);
 }
 
-/// An auditor whose worker has not served a challenged job's evidence `DEMAND_AFTER` after
-/// the audit opened demands it in the open (a silent worker must not outlast the window by
-/// letting the request time out), once.
+/// An auditor whose worker has not served challenged jobs' evidence `DEMAND_AFTER` after
+/// the audits opened demands them in the open (a silent worker must not outlast the window
+/// by letting requests time out), each job once, in demands of at most 32 jobs at most one a
+/// second (one gossip message per job ran over the topic's rate, and the auditor was banned).
 #[test]
-fn an_audit_without_evidence_for_a_while_is_demanded_once() {
+fn audits_without_evidence_for_a_while_are_demanded_once_in_paced_batches() {
     use super::audit::Committed;
-    use super::jury::DEMAND_AFTER;
+    use super::jury::{DEMAND_AFTER, DEMAND_EVERY};
+    use crate::wire::MAX_DEMAND_JOBS;
     let now = Instant::now();
     let (me, worker) = (test_identity(0), test_identity(1));
     let mut c = core_at(&me, now, 0, 2);
@@ -311,31 +318,50 @@ fn an_audit_without_evidence_for_a_while_is_demanded_once() {
     drain(&mut c);
     let validators: Vec<NodeId> = (0..32).map(|i| test_identity(i).node_id()).collect();
     let seed = ChallengeSeed::from_beacon(NETWORK, 0, 0, BEACON);
-    let job = (0..10_000)
+    let jobs: Vec<JobCommitment> = (0..100_000)
         .map(|i| forward_job(NETWORK, &worker, i))
-        .find(|j| auditor_for(&seed, &j.key(), worker.node_id(), &validators) == Some(me.node_id()))
-        .unwrap();
-    c.consider_challenge(
-        Committed {
-            job: job.sign(&worker),
-            commitment: job,
-        },
-        now,
-    );
-    let demands = |out: &[Transmit]| {
+        .filter(|j| {
+            auditor_for(&seed, &j.key(), worker.node_id(), &validators) == Some(me.node_id())
+        })
+        .take(40)
+        .collect();
+    assert_eq!(jobs.len(), 40);
+    for job in &jobs {
+        c.consider_challenge(
+            Committed {
+                job: job.sign(&worker),
+                commitment: *job,
+            },
+            now,
+        );
+    }
+    // Jobs named by each demand sent.
+    let demands = |out: &[Transmit]| -> Vec<usize> {
         out.iter()
-            .filter(|t| {
-                matches!(t, Transmit::Publish { topic: Topic::Ops, data }
-                if Signed::<AuditDemand>::from_bytes(data)
-                    .is_ok_and(|d| d.verify().is_ok_and(|d| d.job.verify().is_ok())))
+            .filter_map(|t| match t {
+                Transmit::Publish {
+                    topic: Topic::Ops,
+                    data,
+                } => Signed::<AuditDemand>::from_bytes(data)
+                    .ok()
+                    .and_then(|d| d.verify().ok())
+                    .map(|d| d.jobs.len()),
+                _ => None,
             })
-            .count()
+            .collect()
     };
-    assert_eq!(asks(&worker.node_id(), &drain(&mut c)).len(), 1);
+    drain(&mut c);
     c.handle_timeout(now + DEMAND_AFTER - Duration::from_millis(1));
-    assert_eq!(demands(&drain(&mut c)), 0);
+    assert!(demands(&drain(&mut c)).is_empty());
     c.handle_timeout(now + DEMAND_AFTER);
-    assert_eq!(demands(&drain(&mut c)), 1);
-    c.handle_timeout(now + DEMAND_AFTER * 2);
-    assert_eq!(demands(&drain(&mut c)), 0);
+    assert_eq!(demands(&drain(&mut c)), vec![MAX_DEMAND_JOBS]);
+    // The rest waits for the next second, however often the core wakes.
+    c.handle_timeout(now + DEMAND_AFTER + Duration::from_millis(500));
+    assert!(demands(&drain(&mut c)).is_empty());
+    let next = c.poll_timeout().unwrap();
+    assert!(next <= now + DEMAND_AFTER + DEMAND_EVERY);
+    c.handle_timeout(now + DEMAND_AFTER + DEMAND_EVERY);
+    assert_eq!(demands(&drain(&mut c)), vec![40 - MAX_DEMAND_JOBS]);
+    c.handle_timeout(now + DEMAND_AFTER * 3);
+    assert!(demands(&drain(&mut c)).is_empty());
 }

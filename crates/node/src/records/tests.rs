@@ -349,7 +349,7 @@ fn an_audit_demand_is_forwarded_only_from_its_signer() {
     let (auditor, worker, relay) = (test_identity(1), test_identity(2), test_identity(3));
     let demand = crate::wire::AuditDemand {
         network: [1; 32],
-        job: crate::core::fraud_tests::forward_job([1; 32], &worker, 0).sign(&worker),
+        jobs: vec![crate::core::fraud_tests::forward_job([1; 32], &worker, 0).sign(&worker)],
         timestamp_ms: 5,
     };
     let bytes = Signed::sign(&auditor, &demand).to_bytes();

@@ -42,16 +42,20 @@ impl Canonical for FraudReport {
     }
 }
 
-/// An auditor's demand, gossiped network-wide, when the worker of a job its beacon assigned
-/// to it did not serve the job's evidence: the committee's validators then ask the worker
-/// for it themselves, and the worker is slashed if more than two thirds of the committee's
-/// power could not get evidence on which the job replays (see `core/jury.rs`). Sent as a
-/// `Signed<AuditDemand>` by the auditor.
+/// Jobs one demand names at most.
+pub const MAX_DEMAND_JOBS: usize = 32;
+
+/// An auditor's demand, gossiped network-wide, when the workers of jobs its beacon assigned
+/// to it did not serve the jobs' evidence: the committee's validators then ask each worker
+/// for it themselves, and a worker is slashed if more than two thirds of the committee's
+/// power could not get evidence on which its job replays (see `core/jury.rs`). Sent as a
+/// `Signed<AuditDemand>` by the auditor, at most one a second (a demand per job would run
+/// over the topic's gossip rate when a worker refuses many).
 #[derive(Debug, Clone, PartialEq)]
 pub struct AuditDemand {
     pub network: Hash32,
-    /// The worker's signed commitment of the job.
-    pub job: SignedJob,
+    /// The workers' signed commitments of the jobs (1 to `MAX_DEMAND_JOBS`).
+    pub jobs: Vec<SignedJob>,
     /// When the auditor demanded (the time of the ledger entries a verdict writes).
     pub timestamp_ms: u64,
 }
@@ -61,21 +65,35 @@ impl Canonical for AuditDemand {
 
     fn encode_body(&self, w: &mut Writer) {
         w.fixed(&self.network);
-        w.bytes(&self.job.to_bytes());
+        w.len(self.jobs.len());
+        for job in &self.jobs {
+            w.bytes(&job.to_bytes());
+        }
         w.u64(self.timestamp_ms);
     }
 
     fn decode_body(r: &mut Reader<'_>) -> Result<Self, CodecError> {
         let network = r.array()?;
-        let job = Signed::from_bytes(r.bytes(MAX_ENVELOPE)?).map_err(|e: EnvelopeError| {
-            CodecError::Invalid {
-                field: "job commitment",
-                reason: e.to_string(),
-            }
-        })?;
+        let n = r.len(MAX_DEMAND_JOBS)?;
+        if n == 0 {
+            return Err(CodecError::Invalid {
+                field: "audit demand",
+                reason: "no job".into(),
+            });
+        }
+        let jobs = (0..n)
+            .map(|_| {
+                Signed::from_bytes(r.bytes(MAX_ENVELOPE)?).map_err(|e: EnvelopeError| {
+                    CodecError::Invalid {
+                        field: "job commitment",
+                        reason: e.to_string(),
+                    }
+                })
+            })
+            .collect::<Result<_, _>>()?;
         Ok(Self {
             network,
-            job,
+            jobs,
             timestamp_ms: r.u64()?,
         })
     }
@@ -245,14 +263,23 @@ mod tests {
         let id = neuroshard_proof::fixtures::test_identity(2);
         let d = AuditDemand {
             network: [1; 32],
-            job: crate::core::fraud_tests::forward_job([1; 32], &id, 3).sign(&id),
+            jobs: vec![
+                crate::core::fraud_tests::forward_job([1; 32], &id, 3).sign(&id),
+                crate::core::fraud_tests::forward_job([1; 32], &id, 4).sign(&id),
+            ],
             timestamp_ms: 77,
         };
         let b = d.to_canonical_bytes();
-        assert_eq!(AuditDemand::from_canonical_bytes(&b), Ok(d));
+        assert_eq!(AuditDemand::from_canonical_bytes(&b), Ok(d.clone()));
         for n in 0..b.len() {
             assert!(AuditDemand::from_canonical_bytes(&b[..n]).is_err(), "{n}");
         }
+        // A demand of no job is not one.
+        let empty = AuditDemand {
+            jobs: Vec::new(),
+            ..d.clone()
+        };
+        assert!(AuditDemand::from_canonical_bytes(&empty.to_canonical_bytes()).is_err());
         // Another message's bytes are not a demand (the domain tells them apart).
         let req =
             AuditRequest::Notice(crate::core::fraud_tests::forward_job([1; 32], &id, 3).sign(&id));
