@@ -79,6 +79,7 @@ impl SyncArgs {
             per_million: (self.audit_rate * 1e6).round() as u32,
             evidence_mb: self.evidence_mb,
             lazy: false,
+            withhold: false,
         })
     }
 

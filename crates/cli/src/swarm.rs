@@ -52,6 +52,10 @@ pub struct SwarmArgs {
     /// for trying the audits (`--audit-rate`), e.g. `--lazy 2`.
     #[arg(long, value_delimiter = ',')]
     lazy: Vec<usize>,
+    /// Withholding workers (indices, comma-separated): they serve no one the evidence of
+    /// their jobs, for trying the committee's jurors, e.g. `--withhold 2`.
+    #[arg(long, value_delimiter = ',')]
+    withhold: Vec<usize>,
     /// Start one more node once the drivers reach this step; it joins mid-run.
     #[arg(long)]
     join_at: Option<u64>,
@@ -175,6 +179,7 @@ impl SwarmArgs {
             out: self.out.clone(),
             attackers: self.attackers.clone(),
             lazy: self.lazy.clone(),
+            withhold: self.withhold.clone(),
             attack: self.attack.clone(),
             join_at: self.join_at,
             kill,

@@ -319,3 +319,63 @@ fn a_lazy_worker_is_slashed_on_every_ledger() {
     assert!(!verdicts[0].0.is_empty(), "{verdicts:?}");
     assert!(verdicts.iter().all(|v| *v == verdicts[0]), "{verdicts:?}");
 }
+
+/// Four real nodes (2 stages × 2 replicas): one driver serves no one the evidence of its
+/// jobs. Its co-replica's audits end refused and it demands the evidence in the open; the
+/// ledger committee's validators ask the withholder themselves, get nothing, and finalize
+/// the verdict, which every live ledger applies: the withholder's stake is slashed on every
+/// ledger and the honest stakes are untouched. (Deregistered, it never finishes its steps:
+/// the swarm ends at its timeout.)
+#[test]
+fn a_worker_that_serves_no_evidence_is_slashed_on_every_ledger_by_the_committee() {
+    let _one = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let data = tiny_genesis(dir.path());
+    let sum = dir.path().join("summary.json");
+    let out = dir.path().join("model");
+    let mut args = vec![
+        "swarm",
+        "--nodes",
+        "4",
+        "--stages",
+        "2",
+        "--steps",
+        "600",
+        "--data",
+        s(&data),
+        "--out",
+        s(&out),
+        "--summary-json",
+        s(&sum),
+        "--timeout-s",
+        "100",
+        "--gen-tokens",
+        "0",
+        "--sync-every",
+        "4",
+        "--audit-rate",
+        "0.5",
+        "--epoch-ms",
+        "1000",
+        "--withhold",
+        "2",
+    ];
+    args.extend(TINY);
+    let stdout = ok(&args);
+    let sum = summary(&sum);
+    let juries = &sum["sync"]["juries"];
+    assert!(
+        juries["guilty"].as_u64().unwrap_or(0) >= 1,
+        "{juries:#}\n{stdout}"
+    );
+    let ledger = &sum["ledger"];
+    assert_eq!(ledger["all_equal"], true, "{ledger:#}");
+    let stake = |i: &str| ledger["per_node"][i]["stake_units"].as_u64().unwrap_or(0);
+    let honest = stake("0");
+    assert!(honest > 0, "{ledger:#}");
+    assert_eq!((stake("1"), stake("3")), (honest, honest), "{ledger:#}");
+    assert!(
+        stake("2") < honest,
+        "the withholder kept its stake: {ledger:#}"
+    );
+}

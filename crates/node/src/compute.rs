@@ -101,6 +101,8 @@ pub struct Engine {
     wire: neuroshard_model::replay::Wire,
     /// The test adversary of `swarm --lazy` (see `AuditSettings::lazy`).
     lazy: bool,
+    /// The test adversary of `swarm --withhold` (see `AuditSettings::withhold`).
+    withhold: bool,
 }
 
 /// A job's weights step, kind and inputs as its commitment hashes them and evidence carries
@@ -168,12 +170,19 @@ impl Engine {
             store: None,
             wire: Default::default(),
             lazy: false,
+            withhold: false,
         }
     }
 
     /// Makes this engine the lazy worker of `swarm --lazy`: its forward outputs are noise.
     pub fn lazy(mut self, lazy: bool) -> Self {
         self.lazy = lazy;
+        self
+    }
+
+    /// Makes this engine the withholding worker of `swarm --withhold`: it serves no evidence.
+    pub fn withhold(mut self, withhold: bool) -> Self {
+        self.withhold = withhold;
         self
     }
 
@@ -532,6 +541,9 @@ impl Compute for Engine {
                 EngineOutput::Job(done, hashes)
             }
             EngineJob::Infer { steps, evict } => self.infer(steps, &evict),
+            EngineJob::Evidence { .. } if self.withhold => EngineOutput::Evidence(Err(
+                EngineError::NoEvidence("withheld (swarm --withhold)".into()),
+            )),
             EngineJob::Evidence { mb, kind, weights } => {
                 EngineOutput::Evidence(self.evidence(&mb, kind, &weights))
             }

@@ -133,6 +133,9 @@ pub struct AuditSettings {
     /// A test adversary (`swarm --lazy`): the node sends noise as its forward outputs, and
     /// commits to it, instead of computing them. Never set on a real node.
     pub lazy: bool,
+    /// A test adversary (`swarm --withhold`): the node serves no one the evidence of its
+    /// jobs. Never set on a real node.
+    pub withhold: bool,
 }
 
 impl Default for AuditSettings {
@@ -141,6 +144,7 @@ impl Default for AuditSettings {
             per_million: neuroshard_audit::AuditRate::default().per_million,
             evidence_mb: crate::compute::DEFAULT_AUDIT_BUDGET >> 20,
             lazy: false,
+            withhold: false,
         }
     }
 }

@@ -115,6 +115,7 @@ impl Launch<'_> {
             "none".into()
         };
         s.audit.lazy = cfg.lazy.contains(&index);
+        s.audit.withhold = cfg.withhold.contains(&index);
         s.http = if index == 0 { cfg.http.clone() } else { None };
         // The first node is alone anyway; later ones listen long enough to see the stages.
         s.settle_ms = if index == 0 { 200 } else { 2500 };

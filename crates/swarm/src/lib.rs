@@ -119,6 +119,9 @@ pub struct SwarmConfig {
     /// Lazy workers: nodes that send noise as their forward outputs (see
     /// `AuditSettings::lazy`), for the audits' real-process test.
     pub lazy: Vec<usize>,
+    /// Withholding workers: nodes that serve no evidence of their jobs (see
+    /// `AuditSettings::withhold`), for the committee's jurors' real-process test.
+    pub withhold: Vec<usize>,
     /// Start one more node once the drivers reach this step.
     pub join_at: Option<u64>,
     pub kill: Option<Kill>,
@@ -148,6 +151,11 @@ impl SwarmConfig {
         if let Some(a) = self.lazy.iter().find(|a| **a >= nodes) {
             return Err(SwarmError::Config(format!(
                 "--lazy: node {a} does not exist ({nodes} nodes)"
+            )));
+        }
+        if let Some(a) = self.withhold.iter().find(|a| **a >= nodes) {
+            return Err(SwarmError::Config(format!(
+                "--withhold: node {a} does not exist ({nodes} nodes)"
             )));
         }
         if let Some(a) = self.attackers.iter().find(|a| **a >= nodes) {

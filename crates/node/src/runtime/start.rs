@@ -129,7 +129,8 @@ pub async fn start(
     .with_weight_lag(settings.weight_lag)
     .with_checkpoint_dir(ckpt_dir, genesis.root())
     .with_job_store(store, wire)
-    .lazy(settings.audit.lazy);
+    .lazy(settings.audit.lazy)
+    .withhold(settings.audit.withhold);
     Ok(Started {
         stage: decision.stage,
         engine,
