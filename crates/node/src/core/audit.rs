@@ -22,7 +22,7 @@ use super::beacon::MAX_EPOCHS_AHEAD;
 use super::fraud::GenesisOf;
 use super::{EngineJob, NodeCore, Pending, SharedBlob, Token, TransferError, Transmit, blob_hash};
 use crate::events::NodeEvent;
-use crate::wire::{AuditAnswer, AuditRequest, MAX_LISTED_JOBS};
+use crate::wire::{AuditAnswer, AuditRequest};
 
 /// Challenges one replica takes on per co-replica and round at most (a worker cannot make
 /// its auditors replay without end by listing jobs).
@@ -167,7 +167,7 @@ impl NodeCore {
 
     /// The validators the stage's audits are assigned among: every replica that registered
     /// for it (see `LedgerState::ever_registered`).
-    fn validators(&self) -> Vec<NodeId> {
+    pub(super) fn validators(&self) -> Vec<NodeId> {
         let stage = u16::try_from(self.stage).unwrap_or(u16::MAX);
         self.economy.ledger().ever_registered(stage).collect()
     }
@@ -611,118 +611,6 @@ impl NodeCore {
         if !offered.contains(&hash) {
             offered.push(hash);
             self.transmits.push_back(Transmit::OfferBlob { hash, data });
-        }
-    }
-
-    /// A co-replica audits us: it gets our commitments of a round, and the evidence of a job
-    /// the round's seed challenges (from a registered replica of this stage only).
-    pub(super) fn on_audit_request(
-        &mut self,
-        from: NodeId,
-        token: Token,
-        req: AuditRequest,
-        now: Instant,
-    ) {
-        if let AuditRequest::Notice(job) = req {
-            return self.on_audit_notice(from, token, job, now);
-        }
-        let stage = u16::try_from(self.stage).unwrap_or(u16::MAX);
-        let refuse = |why: &str| AuditAnswer::Refused(why.into()).to_canonical_bytes();
-        // The committee's validators judge an auditor's demand (`core/jury.rs`): they get
-        // the evidence of challenged jobs too. The assigned auditor gets it whether or not it
-        // is registered now (auditors are drawn among every replica that ever registered: a
-        // refusal here would only make it demand).
-        let juror = self.is_juror(&from);
-        let registered = self.economy.ledger().is_registered(&from, stage);
-        match req {
-            AuditRequest::List {
-                network,
-                stage: s,
-                round,
-            } => {
-                let data = if !registered {
-                    refuse("not a registered replica of this stage")
-                } else if network != self.network || s != stage {
-                    refuse("another network or stage")
-                } else {
-                    let jobs: Vec<SignedJob> = self
-                        .job_log
-                        .round(round)
-                        .into_iter()
-                        .take(MAX_LISTED_JOBS)
-                        .map(|l| l.job.clone())
-                        .collect();
-                    AuditAnswer::List(jobs).to_canonical_bytes()
-                };
-                self.transmits.push_back(Transmit::Respond { token, data });
-            }
-            AuditRequest::Notice(_) => {}
-            AuditRequest::Evidence {
-                network,
-                round,
-                job,
-            } => {
-                let logged = self
-                    .job_log
-                    .round(round)
-                    .into_iter()
-                    .find(|l| l.commitment.key() == job)
-                    .map(|l| l.commitment);
-                let seed = logged.as_ref().and_then(|c| self.job_seed(c)).map(|s| s.0);
-                if let (true, Some(c), None) = (network == self.network, logged, seed)
-                    && !self.beacon_lost(&c)
-                    && (registered || juror)
-                {
-                    // Our auditor holds an epoch we do not yet: answered once we do.
-                    let req = AuditRequest::Evidence {
-                        network,
-                        round,
-                        job,
-                    };
-                    return self.defer_evidence_request(from, token, req);
-                }
-                let why = match (network == self.network, seed, logged) {
-                    (false, ..) => Some("another network"),
-                    (_, _, None) => Some("no such job"),
-                    (_, None, _) => Some("that job's beacon epoch is gone here"),
-                    (_, Some(seed), Some(_)) if !is_challenged(&seed, &job, self.audit_rate()) => {
-                        Some("that job is not challenged")
-                    }
-                    // Only the auditor the seed names gets the evidence (weights are megabytes
-                    // read from disk): a co-replica cannot make this one serve every job.
-                    (_, Some(seed), Some(_))
-                        if !juror
-                            && auditor_for(&seed, &job, self.me, &self.validators())
-                                != Some(from) =>
-                    {
-                        Some("not this job's auditor")
-                    }
-                    _ => None,
-                };
-                if let Some(why) = why {
-                    let data = refuse(why);
-                    self.transmits.push_back(Transmit::Respond { token, data });
-                    return;
-                }
-                let Some(c) = logged else { return };
-                let mb = crate::wire::MicroBatchId {
-                    origin: c.micro_batch.origin.0,
-                    step: c.micro_batch.step,
-                    index: c.micro_batch.index,
-                };
-                let t = self.engine(EngineJob::Evidence {
-                    mb,
-                    kind: c.kind,
-                    weights: c.weights_hash,
-                });
-                self.audit.engine.insert(
-                    t,
-                    EngineFor::Evidence {
-                        request: token,
-                        round,
-                    },
-                );
-            }
         }
     }
 }

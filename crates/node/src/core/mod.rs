@@ -10,6 +10,7 @@
 //! the same code.
 
 mod audit;
+mod audit_serve;
 #[cfg(test)]
 mod audit_tests;
 mod beacon;
