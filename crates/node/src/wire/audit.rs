@@ -42,6 +42,14 @@ impl Canonical for FraudReport {
     }
 }
 
+/// One signed job commitment (an envelope, checked by whoever uses it).
+fn read_job(r: &mut Reader<'_>) -> Result<SignedJob, CodecError> {
+    Signed::from_bytes(r.bytes(MAX_ENVELOPE)?).map_err(|e: EnvelopeError| CodecError::Invalid {
+        field: "job commitment",
+        reason: e.to_string(),
+    })
+}
+
 /// Jobs one demand names at most.
 pub const MAX_DEMAND_JOBS: usize = 32;
 
@@ -81,16 +89,7 @@ impl Canonical for AuditDemand {
                 reason: "no job".into(),
             });
         }
-        let jobs = (0..n)
-            .map(|_| {
-                Signed::from_bytes(r.bytes(MAX_ENVELOPE)?).map_err(|e: EnvelopeError| {
-                    CodecError::Invalid {
-                        field: "job commitment",
-                        reason: e.to_string(),
-                    }
-                })
-            })
-            .collect::<Result<_, _>>()?;
+        let jobs = (0..n).map(|_| read_job(r)).collect::<Result<_, _>>()?;
         Ok(Self {
             network,
             jobs,
@@ -176,14 +175,7 @@ impl Canonical for AuditRequest {
                 round: r.u64()?,
                 job: JobKey(r.array()?),
             }),
-            2 => Ok(AuditRequest::Notice(
-                Signed::from_bytes(r.bytes(MAX_ENVELOPE)?).map_err(|e: EnvelopeError| {
-                    CodecError::Invalid {
-                        field: "job commitment",
-                        reason: e.to_string(),
-                    }
-                })?,
-            )),
+            2 => Ok(AuditRequest::Notice(read_job(r)?)),
             k => Err(CodecError::Invalid {
                 field: "audit request",
                 reason: format!("{k}"),
@@ -225,16 +217,7 @@ impl Canonical for AuditAnswer {
         match r.u8()? {
             0 => {
                 let n = r.len(MAX_LISTED_JOBS)?;
-                let jobs = (0..n)
-                    .map(|_| {
-                        Signed::from_bytes(r.bytes(MAX_ENVELOPE)?).map_err(|e: EnvelopeError| {
-                            CodecError::Invalid {
-                                field: "job commitment",
-                                reason: e.to_string(),
-                            }
-                        })
-                    })
-                    .collect::<Result<_, _>>()?;
+                let jobs = (0..n).map(|_| read_job(r)).collect::<Result<_, _>>()?;
                 Ok(AuditAnswer::List(jobs))
             }
             1 => Ok(AuditAnswer::Evidence {
