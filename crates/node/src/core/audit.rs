@@ -48,8 +48,6 @@ pub(super) struct Open {
     pub(super) asked: bool,
     /// When the audit opened (its beacon was final here).
     pub(super) opened: Instant,
-    /// Whether the committee was asked to judge it (`core/jury.rs`).
-    pub(super) demanded: bool,
     /// Set when this node judges a demand as a juror, not audits.
     pub(super) jury: Option<super::jury::Jury>,
 }
@@ -296,7 +294,6 @@ impl NodeCore {
                 weights: None,
                 asked: false,
                 opened: now,
-                demanded: false,
                 jury: None,
             },
         );
@@ -503,9 +500,7 @@ impl NodeCore {
         if open.jury.is_some() {
             return self.jury_decided(&open, &end, now);
         }
-        if let End::Refused(_) = &end
-            && !open.demanded
-        {
+        if let End::Refused(_) = &end {
             self.demand_evidence(&open.job, now);
         }
         self.audit_event(&open.commitment, key, end.to_string(), now);

@@ -300,7 +300,6 @@ impl NodeCore {
                     weights: None,
                     asked: false,
                     opened: now,
-                    demanded: true,
                     jury: Some(jury),
                 },
             );
@@ -316,24 +315,34 @@ impl NodeCore {
         }
     }
 
-    /// Our audits still without the worker's evidence `DEMAND_AFTER` after they opened: the
-    /// committee is asked to judge (the audit goes on; evidence that comes later is used).
+    /// Our audits still without the worker's evidence `DEMAND_AFTER` after they opened end
+    /// refused, and the committee is asked to judge them. The audit does not go on beside
+    /// the jury: a job demanded and also convicted by our replay would carry two verdicts of
+    /// different evidence, and ledgers that applied one or the other would differ.
     fn demand_overdue(&mut self, now: Instant) {
-        let overdue: Vec<SignedJob> = self
+        let overdue: Vec<JobKey> = self
             .audit
             .open
-            .values_mut()
-            .filter(|o| o.jury.is_none() && !o.demanded && o.weights.is_none())
-            .filter(|o| now.saturating_duration_since(o.opened) >= DEMAND_AFTER)
-            .map(|o| {
-                o.demanded = true;
-                o.job.clone()
-            })
+            .iter()
+            .filter(|(_, o)| o.jury.is_none() && o.weights.is_none())
+            .filter(|(_, o)| now.saturating_duration_since(o.opened) >= DEMAND_AFTER)
+            .map(|(k, _)| *k)
             .collect();
-        for job in overdue {
-            self.queue_demand(job);
+        let mut workers = Vec::new();
+        for key in overdue {
+            let Some(open) = self.audit.open.remove(&key) else {
+                continue;
+            };
+            let why = format!("refused: no evidence within {} s", DEMAND_AFTER.as_secs());
+            self.audit_event(&open.commitment, key, why, now);
+            workers.push(open.commitment.worker);
+            self.queue_demand(open.job);
         }
         self.flush_demands(now);
+        workers.dedup();
+        for worker in workers {
+            self.ask_evidence(worker);
+        }
     }
 
     /// A juror's attempt got no evidence: true if it tries again later.
@@ -379,15 +388,14 @@ impl NodeCore {
     /// When a juror's next attempt, an audit's demand, or the next demand out is due.
     pub(super) fn jury_timeout(&self) -> Option<Instant> {
         let j = &self.audit.juries;
-        let flush = (!j.outbox.is_empty())
-            .then(|| j.last_sent.map(|t| t + DEMAND_EVERY))
-            .flatten();
+        let flush =
+            (!j.outbox.is_empty()).then(|| j.last_sent.map_or(self.last_now, |t| t + DEMAND_EVERY));
         self.audit
             .open
             .values()
             .filter_map(|o| match o.jury {
                 Some(j) => j.retry_at,
-                None if !o.demanded && o.weights.is_none() => Some(o.opened + DEMAND_AFTER),
+                None if o.weights.is_none() => Some(o.opened + DEMAND_AFTER),
                 None => None,
             })
             .chain(flush)

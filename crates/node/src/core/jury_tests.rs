@@ -355,6 +355,9 @@ fn audits_without_evidence_for_a_while_are_demanded_once_in_paced_batches() {
     assert!(demands(&drain(&mut c)).is_empty());
     c.handle_timeout(now + DEMAND_AFTER);
     assert_eq!(demands(&drain(&mut c)), vec![MAX_DEMAND_JOBS]);
+    // The audits end there: a demanded job is the jury's alone (our replay convicting it
+    // too would give it two verdicts of different evidence).
+    assert!(c.audit.open.values().all(|o| o.jury.is_some()));
     // The rest waits for the next second, however often the core wakes.
     c.handle_timeout(now + DEMAND_AFTER + Duration::from_millis(500));
     assert!(demands(&drain(&mut c)).is_empty());
