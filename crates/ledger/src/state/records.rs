@@ -124,8 +124,13 @@ pub struct Changes {
 }
 
 impl Changes {
-    /// Folds `later` into `self` (later account values win), for batched writes.
+    /// Folds `later` into `self` (later account values win), for batched writes. A `later`
+    /// that changed nothing (a write that only keeps other records: `Changes::default()`)
+    /// leaves the totals alone: its zeros are not the supply.
     pub fn merge(&mut self, later: Changes) {
+        if later.is_nothing() {
+            return;
+        }
         self.accounts.extend(later.accounts);
         self.records.extend(later.records);
         self.entries.extend(later.entries);
@@ -136,6 +141,14 @@ impl Changes {
 
     pub fn is_empty(&self) -> bool {
         self.records.is_empty()
+    }
+
+    /// Whether nothing at all changed (no account, record, history line or key).
+    pub fn is_nothing(&self) -> bool {
+        self.accounts.is_empty()
+            && self.records.is_empty()
+            && self.entries.is_empty()
+            && self.keys.is_empty()
     }
 }
 
