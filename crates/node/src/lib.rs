@@ -15,6 +15,7 @@ pub mod genesis_source;
 pub mod network;
 pub mod peers;
 pub mod pipeline;
+pub mod recent;
 pub mod records;
 pub mod replica;
 pub mod router;

@@ -56,7 +56,11 @@ pub(super) struct Open {
 #[derive(Debug, Clone)]
 pub(super) enum End {
     Passed,
-    Guilty(Option<String>),
+    /// The replay gave other bits than the commitment.
+    Guilty,
+    /// The first stage's tokens are not the genesis text they name (no replay: any class
+    /// can tell).
+    NotTheText(String),
     /// The worker did not serve evidence the job replays on (or we could not replay it).
     Refused(String),
 }
@@ -65,8 +69,8 @@ impl std::fmt::Display for End {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             End::Passed => write!(f, "passed"),
-            End::Guilty(None) => write!(f, "guilty"),
-            End::Guilty(Some(why)) => write!(f, "guilty: {why}"),
+            End::Guilty => write!(f, "guilty"),
+            End::NotTheText(why) => write!(f, "guilty: {why}"),
             End::Refused(why) => write!(f, "refused: {why}"),
         }
     }
@@ -88,8 +92,7 @@ pub(super) struct AuditState {
     pub(super) open: BTreeMap<JobKey, Open>,
     pub(super) awaiting: BTreeMap<JobKey, Committed>,
     /// Jobs whose challenge was decided here (audited or not picked), the latest first out.
-    pub(super) done: std::collections::BTreeSet<JobKey>,
-    pub(super) done_order: std::collections::VecDeque<JobKey>,
+    pub(super) done: crate::recent::RecentSet<JobKey, MAX_DONE>,
     /// Commitments of jobs whose output we received, kept until their beacon is final: a
     /// challenged one goes to its auditor, whatever its worker lists.
     pub(super) noticed: std::collections::VecDeque<Committed>,
@@ -129,17 +132,6 @@ pub(super) enum EngineFor {
 const MAX_DONE: usize = 16_384;
 
 impl AuditState {
-    fn decided(&mut self, key: JobKey) {
-        if self.done.insert(key) {
-            self.done_order.push_back(key);
-            while self.done_order.len() > MAX_DONE {
-                if let Some(old) = self.done_order.pop_front() {
-                    self.done.remove(&old);
-                }
-            }
-        }
-    }
-
     /// Whether the blob `hash` is offered for a round's audits.
     pub(super) fn offers(&self, hash: &Hash32) -> bool {
         self.offered.values().any(|hs| hs.contains(hash))
@@ -274,7 +266,7 @@ impl NodeCore {
             return;
         };
         let (rate, validators) = (self.audit_rate(), self.validators());
-        self.audit.decided(key);
+        self.audit.done.insert(key);
         if !is_challenged(&seed, &key, rate)
             || auditor_for(&seed, &key, c.worker, &validators) != Some(self.me)
         {
@@ -401,7 +393,7 @@ impl NodeCore {
             if !jury {
                 self.file_provenance_proof(key, now);
             }
-            return self.end_audit(key, End::Guilty(Some(why.to_string())), now);
+            return self.end_audit(key, End::NotTheText(why.to_string()), now);
         }
         let token = self.token();
         self.audit.blobs.insert(token, key);
@@ -487,7 +479,7 @@ impl NodeCore {
         }
     }
 
-    fn end_audit(&mut self, key: JobKey, end: End, now: Instant) {
+    pub(super) fn end_audit(&mut self, key: JobKey, end: End, now: Instant) {
         if let End::Refused(_) = &end
             && self.retry_jury(key, now)
         {
@@ -556,7 +548,7 @@ impl NodeCore {
                             let r = r.clone();
                             self.file_fraud_proof(key, &r, now);
                         }
-                        End::Guilty(None)
+                        End::Guilty
                     }
                     Err(e) => End::Refused(e.to_string()),
                 };

@@ -11,8 +11,9 @@ use super::{EngineJob, NodeCore, Token, Transmit};
 use crate::wire::{AuditAnswer, AuditRequest, MAX_LISTED_JOBS};
 
 impl NodeCore {
-    /// A co-replica audits us: it gets our commitments of a round, and the evidence of a job
-    /// the round's seed challenges (from a registered replica of this stage only).
+    /// A co-replica audits us: a registered replica of this stage gets our commitments of a
+    /// round; the evidence of a challenged job goes to the auditor its beacon names and to
+    /// the ledger committee's validators.
     pub(super) fn on_audit_request(
         &mut self,
         from: NodeId,

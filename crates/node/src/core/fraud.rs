@@ -8,7 +8,7 @@
 //! loses a share of its stake, part of it paid to the other side. Nodes that replay the same
 //! evidence reach the same verdict, so every ledger moves alike.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -26,6 +26,7 @@ use super::{
 };
 use crate::compute::Settle;
 use crate::events::NodeEvent;
+use crate::recent::RecentSet;
 use crate::records::Topic;
 use crate::wire::FraudReport;
 
@@ -36,8 +37,8 @@ const MAX_HELD: usize = 64;
 
 #[derive(Debug, Default)]
 pub(super) struct FraudState {
-    seen: BTreeSet<JobKey>,
-    order: VecDeque<JobKey>,
+    /// Jobs settled or being settled (each is settled once).
+    seen: RecentSet<JobKey, MAX_SEEN>,
     /// Weights fetches, and settlements on the engine (with the weights), by token.
     blobs: HashMap<Token, Case>,
     engine: HashMap<Token, (Case, Option<SharedBlob>)>,
@@ -56,22 +57,6 @@ struct Case {
 }
 
 impl FraudState {
-    /// False when the job was seen already.
-    fn first_time(&mut self, key: JobKey) -> bool {
-        if !self.seen.insert(key) {
-            return false;
-        }
-        self.order.push_back(key);
-        while self.order.len() > MAX_SEEN {
-            if let Some(old) = self.order.pop_front() {
-                self.seen.remove(&old);
-            }
-        }
-        true
-    }
-}
-
-impl FraudState {
     /// Whether the blob fetch `token` is ours.
     pub(super) fn fetching(&self, token: Token) -> bool {
         self.blobs.contains_key(&token)
@@ -79,9 +64,7 @@ impl FraudState {
 
     /// A settlement that could not finish: the job may be settled from another report.
     fn forget(&mut self, key: &JobKey) {
-        if self.seen.remove(key) {
-            self.order.retain(|k| k != key);
-        }
+        self.seen.remove(key);
     }
 }
 
@@ -206,15 +189,10 @@ impl NodeCore {
         let Ok(c) = verify_job(&case.report.proof.job) else {
             return;
         };
-        let Some(spec) = self.stage_spec(c.stage) else {
+        let max = usize::try_from(self.weights_bytes(c.stage)).unwrap_or(usize::MAX);
+        if max == 0 {
             return;
-        };
-        let max = spec
-            .param_specs(&self.settings.model)
-            .iter()
-            .map(|p| p.numel())
-            .sum::<usize>()
-            .saturating_mul(4);
+        }
         let token = self.token();
         self.transmits.push_back(Transmit::FetchBlob {
             from,
@@ -294,7 +272,7 @@ impl NodeCore {
             self.economy.keep_report(report.to_canonical_bytes());
             return None;
         }
-        self.fraud.first_time(key);
+        self.fraud.seen.insert(key);
         Some(report)
     }
 

@@ -15,10 +15,9 @@
 //! honest majority of jurors) is never slashed by a demand, and a worker that refuses
 //! everyone is slashed on every ledger.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use crate::wire::MAX_DEMAND_JOBS;
 use neuroshard_audit::{JobCommitment, JobKey, SignedJob, auditor_for, is_challenged, verify_job};
 use neuroshard_ledger::VerifiedVerdict;
 use neuroshard_proof::{Canonical, NodeId, Signed};
@@ -26,8 +25,9 @@ use neuroshard_proof::{Canonical, NodeId, Signed};
 use super::audit::{End, Open};
 use super::{NodeCore, Transmit};
 use crate::events::NodeEvent;
+use crate::recent::RecentSet;
 use crate::records::Topic;
-use crate::wire::AuditDemand;
+use crate::wire::{AuditDemand, MAX_DEMAND_JOBS};
 
 /// Times a juror asks the worker before it holds the evidence unserved.
 pub(super) const JURY_ATTEMPTS: u8 = 3;
@@ -69,8 +69,8 @@ pub(super) const DEMAND_EVERY: Duration = Duration::from_secs(1);
 pub(super) struct Jury {
     pub(super) auditor: NodeId,
     pub(super) timestamp_ms: u64,
-    /// BLAKE3 of the demand: the verdict's evidence, alike for every juror.
-    pub(super) demand_hash: [u8; 32],
+    /// The verdict's evidence (the demand and the job), alike for every juror.
+    pub(super) evidence_hash: [u8; 32],
     pub(super) attempts: u8,
     /// When the next attempt goes out (None: asked, or waiting its turn).
     pub(super) retry_at: Option<Instant>,
@@ -80,8 +80,7 @@ pub(super) struct Jury {
 /// for jurors (as a worker).
 #[derive(Debug, Default)]
 pub(super) struct JuryState {
-    judged: BTreeSet<JobKey>,
-    judged_order: VecDeque<JobKey>,
+    judged: RecentSet<JobKey, MAX_JUDGED>,
     /// Round → until when its evidence is kept for jurors.
     pub(super) kept: BTreeMap<u64, Instant>,
     /// Demanded jobs whose beacon epoch is not final here yet.
@@ -105,19 +104,6 @@ pub(super) struct Demanded {
 }
 
 impl JuryState {
-    fn first_time(&mut self, key: JobKey) -> bool {
-        if !self.judged.insert(key) {
-            return false;
-        }
-        self.judged_order.push_back(key);
-        while self.judged_order.len() > MAX_JUDGED {
-            if let Some(old) = self.judged_order.pop_front() {
-                self.judged.remove(&old);
-            }
-        }
-        true
-    }
-
     /// The first round kept for jurors at `now`, dropping the expired ones.
     pub(super) fn kept_from(&mut self, now: Instant) -> Option<u64> {
         self.kept.retain(|_, until| *until > now);
@@ -260,7 +246,7 @@ impl NodeCore {
             || self.economy.ledger().has_verdict(&key.0)
             || self.audit.open.contains_key(&key)
             || self.audit.juries.queue.len() >= MAX_JURY_QUEUE
-            || !self.audit.juries.first_time(key)
+            || !self.audit.juries.judged.insert(key)
         {
             return;
         }
@@ -287,7 +273,7 @@ impl NodeCore {
             let jury = Jury {
                 auditor: d.auditor,
                 timestamp_ms: d.timestamp_ms,
-                demand_hash: d.evidence_hash,
+                evidence_hash: d.evidence_hash,
                 attempts: 1,
                 retry_at: None,
             };
@@ -408,11 +394,12 @@ impl NodeCore {
         let c = open.commitment;
         let key = c.key();
         // A replay in another determinism class cannot convict (issue 15: another class
-        // only escalates); the worker served, so the demand fails here.
+        // only escalates); the worker served, so the demand fails here. Tokens that are not
+        // the genesis text they name convict in any class.
         let unserved = match end {
             End::Passed => false,
-            End::Guilty(_) => c.class == self.job_log.class(),
-            End::Refused(_) => true,
+            End::Guilty => c.class == self.job_log.class(),
+            End::NotTheText(_) | End::Refused(_) => true,
         };
         let time_ms = self.unix_ms(now);
         if unserved {
@@ -421,7 +408,7 @@ impl NodeCore {
                     job: key.0,
                     offender: c.worker,
                     beneficiary: jury.auditor,
-                    evidence_hash: jury.demand_hash,
+                    evidence_hash: jury.evidence_hash,
                     timestamp_ms: jury.timestamp_ms,
                 },
                 time_ms,

@@ -40,6 +40,11 @@ struct Case {
 /// A juror (a committee validator serving stage 0 of 2) and a challenged forward job of
 /// stage 1 by `worker`, with its assigned auditor.
 fn case() -> Case {
+    case_of_stage(1)
+}
+
+/// The same, the job of stage `stage`.
+fn case_of_stage(stage: u16) -> Case {
     let now = Instant::now();
     let me = test_identity(0);
     let mut juror = core_at(&me, now, 0, 2);
@@ -53,8 +58,8 @@ fn case() -> Case {
         .find(|id| id.node_id() != me.node_id())
         .unwrap();
     let mut job = forward_job(NETWORK, &worker, 0);
-    job.stage = 1;
-    let seed = ChallengeSeed::from_beacon(NETWORK, 1, 0, BEACON);
+    job.stage = stage;
+    let seed = ChallengeSeed::from_beacon(NETWORK, stage, 0, BEACON);
     let validators: Vec<NodeId> = (0..32).map(|i| test_identity(i).node_id()).collect();
     assert!(is_challenged(
         &seed,
@@ -367,4 +372,95 @@ fn audits_without_evidence_for_a_while_are_demanded_once_in_paced_batches() {
     assert_eq!(demands(&drain(&mut c)), vec![40 - MAX_DEMAND_JOBS]);
     c.handle_timeout(now + DEMAND_AFTER * 3);
     assert!(demands(&drain(&mut c)).is_empty());
+}
+
+/// A driver's tokens that are not the genesis text they name convict without a replay, so a
+/// juror of another determinism class votes on them too (only a replay's bits depend on the
+/// class).
+#[test]
+fn tokens_that_are_not_the_named_text_convict_in_any_class() {
+    let mut c = case_of_stage(0);
+    assert_ne!(c.job.class, c.juror.job_log().class());
+    let (d, bytes) = demand(&c, &c.auditor.clone(), &c.worker.clone());
+    let v = verdict(&c, &d);
+    let auditor = c.auditor.node_id();
+    let (asked, _) = gossip(&mut c, auditor, bytes);
+    // Unnamed tokens: the provenance check fails before any weights are fetched.
+    let weights_len = c.juror.weights_bytes(0);
+    let out = answer(
+        &mut c,
+        asked[0],
+        AuditAnswer::Evidence {
+            inputs: inputs(),
+            weights_blob: [9; 32],
+            weights_len,
+        },
+    );
+    assert!(!out.iter().any(|t| matches!(t, Transmit::FetchBlob { .. })));
+    assert_eq!(admit(&c, v), Admit::Yes);
+}
+
+/// A flood of demands (jobs of many workers, each assigned to the demander) keeps at most
+/// `MAX_JURIES` checks open at once; the rest wait and start as checks end.
+#[test]
+fn a_flood_of_demands_opens_at_most_max_juries_checks_at_once() {
+    use super::jury::MAX_JURIES;
+    use crate::wire::MAX_DEMAND_JOBS;
+    let c = case();
+    let mut juror = c.juror;
+    let validators: Vec<NodeId> = (0..32).map(|i| test_identity(i).node_id()).collect();
+    let seed = ChallengeSeed::from_beacon(NETWORK, 1, 0, BEACON);
+    let me = juror.me;
+    // Jobs of stage 1 by workers other than us, each assigned to `auditor`.
+    let auditor = test_identity(5);
+    let mut jobs = Vec::new();
+    for w in (1..32)
+        .map(test_identity)
+        .filter(|w| w.node_id() != auditor.node_id())
+    {
+        let mine = (0..2_000)
+            .map(|i| {
+                let mut j = forward_job(NETWORK, &w, i);
+                j.stage = 1;
+                j
+            })
+            .filter(|j| {
+                auditor_for(&seed, &j.key(), w.node_id(), &validators) == Some(auditor.node_id())
+            })
+            .take(4)
+            .map(|j| j.sign(&w));
+        jobs.extend(mine);
+    }
+    assert!(
+        jobs.len() > MAX_JURIES + MAX_DEMAND_JOBS,
+        "{} jobs",
+        jobs.len()
+    );
+    let open = |j: &NodeCore| j.audit.open.values().filter(|o| o.jury.is_some()).count();
+    for batch in jobs.chunks(MAX_DEMAND_JOBS) {
+        let d = AuditDemand {
+            network: NETWORK,
+            jobs: batch.to_vec(),
+            timestamp_ms: 1_800_000_000_000,
+        };
+        let data = Signed::sign(&auditor, &d).to_bytes();
+        let topic = Topic::Ops.name();
+        juror.handle_message(auditor.node_id(), Inbound::Gossip { topic, data }, c.now);
+        assert!(open(&juror) <= MAX_JURIES);
+    }
+    assert_eq!(open(&juror), MAX_JURIES);
+    assert_ne!(me, auditor.node_id());
+    // One check ends (its worker refused every attempt): the next queued one opens.
+    let key = *juror
+        .audit
+        .open
+        .iter()
+        .find(|(_, o)| o.jury.is_some())
+        .unwrap()
+        .0;
+    for _ in 0..JURY_ATTEMPTS {
+        juror.end_audit(key, super::audit::End::Refused("no".into()), c.now);
+    }
+    assert!(!juror.audit.open.contains_key(&key));
+    assert_eq!(open(&juror), MAX_JURIES);
 }

@@ -3,7 +3,9 @@
 //! proof may claim, whose receipts vouch for it) judge an epoch's items the same way they
 //! judge gossip, against the state the epoch is applied to.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
+
+use crate::recent::RecentSet;
 use std::sync::Arc;
 
 use neuroshard_ledger::{EpochItem, LedgerState, VerifiedVerdict};
@@ -25,8 +27,7 @@ pub(super) struct EpochFeed {
     settled_order: VecDeque<Hash32>,
     /// Jobs whose worker served this node, as a juror, evidence on which the job replays:
     /// a verdict that it did not is refused (see `core/jury.rs`).
-    cleared: BTreeSet<Hash32>,
-    cleared_order: VecDeque<Hash32>,
+    cleared: RecentSet<Hash32, SETTLED_VERDICTS>,
     /// When this node, as a juror, found each worker guilty (unix ms): past
     /// `JURY_FINDING_TTL_MS` it no longer proposes or votes for the verdict.
     found_at: BTreeMap<Hash32, u64>,
@@ -38,17 +39,6 @@ pub(super) struct EpochFeed {
 pub const JURY_FINDING_TTL_MS: u64 = 10 * 60 * 1000;
 
 impl EpochFeed {
-    fn cleared(&mut self, job: Hash32) {
-        if self.cleared.insert(job) {
-            self.cleared_order.push_back(job);
-        }
-        while self.cleared_order.len() > SETTLED_VERDICTS {
-            if let Some(old) = self.cleared_order.pop_front() {
-                self.cleared.remove(&old);
-            }
-        }
-    }
-
     pub(super) fn push(&mut self, item: EpochItem, wire: ItemWire) {
         self.applied.push_back((item, wire));
     }
@@ -139,7 +129,7 @@ impl Economy {
     /// A juror got evidence of `job` on which it replays: a verdict that the worker did not
     /// serve it is refused here.
     pub fn jury_cleared(&mut self, job: Hash32) {
-        self.epoch_feed.cleared(job);
+        self.epoch_feed.cleared.insert(job);
     }
 
     /// Every proof and op the live ledger holds, as epoch items (a restarted node's items
