@@ -5,12 +5,14 @@
 //!
 //! Live ledgers apply items as they arrive, and where two items conflict (a second proof
 //! for a round, an op at a nonce taken) arrival order decides. Within an epoch the order is
-//! fixed instead: by kind (ops, then proofs, then slashes, then verdicts: stake changes
-//! first, so every proof of the epoch is paid on the same stakes), then by id. An item the
-//! rules refuse is left out of the state, the same way on every node, and listed.
+//! fixed instead: by kind (ops, then proofs, then slashes, then verdicts, then validator
+//! fees: stake changes first, so every proof of the epoch is paid on the same stakes), then
+//! by id. An item the rules refuse is left out of the state, the same way on every node, and
+//! listed.
 
 use neuroshard_proof::{Hash32, VerifiedProof};
 
+use crate::fee::VerifiedAuditFee;
 use crate::ops::{VerifiedOp, VerifiedSlash};
 use crate::state::{LedgerError, LedgerState, Outcome};
 use crate::verdict::VerifiedVerdict;
@@ -22,6 +24,8 @@ pub enum EpochItem {
     Proof(VerifiedProof),
     Slash(VerifiedSlash),
     Verdict(VerifiedVerdict),
+    /// A validator's fee (paid from the emission; applied last, after every stake change).
+    AuditFee(VerifiedAuditFee),
 }
 
 impl EpochItem {
@@ -32,6 +36,7 @@ impl EpochItem {
             Self::Proof(p) => (1, p.hash()),
             Self::Slash(s) => (2, slash_id(s)),
             Self::Verdict(v) => (3, verdict_id(v)),
+            Self::AuditFee(f) => (4, fee_id(f)),
         }
     }
 
@@ -48,6 +53,7 @@ impl EpochItem {
             Self::Proof(p) => p.proof().timestamp_ms,
             Self::Slash(s) => s.timestamp_ms,
             Self::Verdict(v) => v.timestamp_ms,
+            Self::AuditFee(f) => f.timestamp_ms,
         }
     }
 }
@@ -74,6 +80,20 @@ fn verdict_id(v: &VerifiedVerdict) -> Hash32 {
     h.update(&v.beneficiary.0);
     h.update(&v.evidence_hash);
     h.update(&v.timestamp_ms.to_le_bytes());
+    *h.finalize().as_bytes()
+}
+
+/// A fee's id covers every field the ledger reads (see [`slash_id`]).
+fn fee_id(f: &VerifiedAuditFee) -> Hash32 {
+    let mut h = blake3::Hasher::new();
+    h.update(b"neuroshard/ledger/epoch-audit-fee/v1");
+    h.update(&f.auditor.0);
+    h.update(&f.worker.0);
+    h.update(&f.stage.to_le_bytes());
+    h.update(&f.round.to_le_bytes());
+    h.update(&f.job);
+    h.update(&f.claim_hash);
+    h.update(&f.timestamp_ms.to_le_bytes());
     *h.finalize().as_bytes()
 }
 
@@ -140,6 +160,7 @@ pub fn apply_epoch_admitted(
             EpochItem::Proof(p) => state.apply_proof(&p),
             EpochItem::Slash(s) => state.apply_slash(&s),
             EpochItem::Verdict(v) => state.apply_verdict(&v),
+            EpochItem::AuditFee(f) => state.apply_audit_fee(&f),
         };
         match result {
             Ok(Outcome::Applied(_) | Outcome::Duplicate) => applied += 1,

@@ -5,11 +5,13 @@
 //! - [`ops`]: signed transfers, stakes, unstakes, burns and slash reports;
 //! - [`pending`]: ops that arrived before their predecessor nonce;
 //! - [`verdict`]: audit verdicts (fraud proofs settled by replay) as stake moves;
+//! - [`fee`]: validator fees for audits;
 //! - [`state`]: the pure ledger rules ([`LedgerState`]) and `state_hash()`;
 //! - [`store`]: the SQLite adapter ([`Ledger`]), WAL + `synchronous=FULL`.
 
 pub mod amount;
 pub mod epoch;
+pub mod fee;
 pub mod inference;
 pub mod ops;
 pub mod pending;
@@ -21,6 +23,7 @@ pub mod verdict;
 
 pub use amount::{UNITS_PER_NEURO, format_neuro, parse_neuro};
 pub use epoch::{EpochApplied, EpochItem, apply_epoch, apply_epoch_admitted, epoch_contents};
+pub use fee::VerifiedAuditFee;
 pub use inference::{
     INFERENCE_BURN_BPS, Payee, ServeReceipt, Settlement, decode_op, verify_settlement,
 };
@@ -30,11 +33,11 @@ pub use ops::{
 };
 pub use rules::{GenesisError, LedgerGenesis, Rules};
 pub use state::{
-    Account, Changes, Entry, EntryKind, Generation, LedgerError, LedgerState, Outcome, Record,
-    SupplyMismatch, round_key, round_key_of,
+    AUDIT_FEE_BPS, Account, Changes, Entry, EntryKind, Generation, LedgerError, LedgerState,
+    Outcome, Record, SupplyMismatch, round_key, round_key_of,
 };
 pub use store::{
-    ApplyError, ChangeLog, HistoryLine, LEDGER_FILE, Ledger, Message, StoreError, VerdictLine,
-    WiredMessage,
+    ApplyError, ChangeLog, FeeLine, HistoryLine, LEDGER_FILE, Ledger, Message, StoreError,
+    VerdictLine, WiredMessage,
 };
 pub use verdict::VerifiedVerdict;

@@ -22,6 +22,7 @@ use digest::Set;
 
 mod digest;
 mod equivocation;
+mod fee;
 mod records;
 mod restore;
 mod round_key;
@@ -48,6 +49,12 @@ pub const VERDICT_SLASH_BPS: u64 = 5_000;
 /// money). Minted rather than taken from the slash: a reward that depends on what is left of
 /// the offender's stake would depend on the order verdicts arrive in.
 pub const VERDICT_REWARD_BPS: u64 = 500;
+/// A validator's fee for auditing one replica's round, newly minted, as a share of the
+/// network's round reward (5 %). An audit replays one job (about 1/(2·H·m) of the round's
+/// compute at H inner steps of m micro-batches) and fetches one stage's weights: the fee pays
+/// for that with room to spare, and a Sybil auditor of its own worker gains a twentieth of
+/// what the worker's round earns.
+pub const AUDIT_FEE_BPS: u64 = 500;
 
 /// The supply invariant broken: what was minted less what was burned is not what the
 /// accounts hold.
@@ -125,6 +132,8 @@ pub struct LedgerState {
     slashes: HashMap<(NodeId, u64), Hash32>,
     /// Applied audit verdicts: job key → evidence hash.
     verdicts: HashMap<Hash32, Hash32>,
+    /// Paid validator fees: (auditor, worker, stage, round) key → claim hash.
+    audit_fees: HashMap<Hash32, Hash32>,
     minted: u64,
     burned: u64,
     pending: PendingOps,
@@ -682,6 +691,9 @@ impl LedgerState {
         {
             d.insert(Set::Slash, h);
         }
+        for k in self.audit_fees.keys() {
+            d.insert(Set::Fee, k);
+        }
         d
     }
 
@@ -718,6 +730,11 @@ impl LedgerState {
             // hash.
             self.slashes.len() + self.verdicts.len() + self.void_rounds.len(),
         ] {
+            h.update(&(n as u64).to_le_bytes());
+        }
+        // Fees count only once there are any, so a ledger without any keeps its hash.
+        if !self.audit_fees.is_empty() {
+            let n = self.audit_fees.len();
             h.update(&(n as u64).to_le_bytes());
         }
         h.update(&self.digest.bytes());

@@ -26,7 +26,7 @@ mod finality;
 mod load;
 mod verdicts;
 use load::{keyed_blobs, load};
-pub use verdicts::VerdictLine;
+pub use verdicts::{FeeLine, VerdictLine};
 
 /// File name of the ledger database inside a node's data directory.
 pub const LEDGER_FILE: &str = "ledger.db";
@@ -51,6 +51,10 @@ CREATE TABLE IF NOT EXISTS slashes (
 CREATE TABLE IF NOT EXISTS audit_verdicts (
     job BLOB PRIMARY KEY, offender BLOB NOT NULL, beneficiary BLOB NOT NULL,
     evidence BLOB NOT NULL, slashed INTEGER NOT NULL, paid INTEGER NOT NULL,
+    timestamp_ms INTEGER NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS audit_fees (
+    key BLOB PRIMARY KEY, auditor BLOB NOT NULL, worker BLOB NOT NULL, stage INTEGER NOT NULL,
+    round INTEGER NOT NULL, job BLOB NOT NULL, claim BLOB NOT NULL, paid INTEGER NOT NULL,
     timestamp_ms INTEGER NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS equivocations (
     evidence BLOB PRIMARY KEY, offender BLOB NOT NULL, nonce INTEGER NOT NULL, round_key BLOB,
@@ -626,6 +630,22 @@ fn write(
                     to_sql(*paid),
                     to_sql(v.timestamp_ms)
                 ])?,
+                Record::AuditFee { fee, paid } => tx
+                    .prepare_cached(
+                        "INSERT INTO audit_fees (key, auditor, worker, stage, round, job, claim,
+                         paid, timestamp_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                    )?
+                    .execute(params![
+                        &fee.key()[..],
+                        &fee.auditor.0[..],
+                        &fee.worker.0[..],
+                        fee.stage,
+                        to_sql(fee.round),
+                        &fee.job[..],
+                        &fee.claim_hash[..],
+                        to_sql(*paid),
+                        to_sql(fee.timestamp_ms)
+                    ])?,
                 Record::Equivocation {
                     offender,
                     nonce,
@@ -673,7 +693,7 @@ fn write(
 }
 
 /// History kinds as stored, for callers that want to filter.
-pub fn entry_kind_names() -> [&'static str; 11] {
+pub fn entry_kind_names() -> [&'static str; 12] {
     [
         EntryKind::Reward,
         EntryKind::TransferOut,
@@ -686,6 +706,7 @@ pub fn entry_kind_names() -> [&'static str; 11] {
         EntryKind::InferenceFee,
         EntryKind::InferenceIncome,
         EntryKind::Clawback,
+        EntryKind::AuditFee,
     ]
     .map(EntryKind::as_str)
 }

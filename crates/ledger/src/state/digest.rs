@@ -24,6 +24,8 @@ pub(super) enum Set {
     Round = 1,
     Op = 2,
     Slash = 3,
+    /// A paid validator fee's (auditor, worker, stage, round) key.
+    Fee = 4,
 }
 
 #[derive(Clone, PartialEq, Eq)]

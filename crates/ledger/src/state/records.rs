@@ -34,6 +34,8 @@ pub enum EntryKind {
     InferenceIncome,
     /// A reward taken back: the proof it paid was one of two at one nonce.
     Clawback,
+    /// A validator's fee for an audit (minted).
+    AuditFee,
 }
 
 impl EntryKind {
@@ -50,6 +52,7 @@ impl EntryKind {
             EntryKind::InferenceFee => "inference_fee",
             EntryKind::InferenceIncome => "inference_income",
             EntryKind::Clawback => "clawback",
+            EntryKind::AuditFee => "audit_fee",
         }
     }
 }
@@ -95,6 +98,10 @@ pub enum Record {
     Verdict {
         verdict: crate::verdict::VerifiedVerdict,
         slashed: u64,
+        paid: u64,
+    },
+    AuditFee {
+        fee: crate::fee::VerifiedAuditFee,
         paid: u64,
     },
     /// Two proofs for one slot: neither paid (`clawed` taken back), `slashed` burned. The slot

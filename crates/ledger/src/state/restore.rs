@@ -27,6 +27,8 @@ pub(crate) struct Restored {
     pub equivocations: Vec<(NodeId, u64, Option<Hash32>, Hash32)>,
     /// (job key, evidence hash) of applied audit verdicts.
     pub verdicts: Vec<(Hash32, Hash32)>,
+    /// (fee key, claim hash) of paid validator fees.
+    pub audit_fees: Vec<(Hash32, Hash32)>,
     /// Keys of the accounts that signed what was applied.
     pub keys: Vec<PublicKey>,
     pub minted: u64,
@@ -45,6 +47,7 @@ impl LedgerState {
             slashes,
             equivocations,
             verdicts,
+            audit_fees,
             keys,
             minted,
             burned,
@@ -84,6 +87,7 @@ impl LedgerState {
             }
         }
         s.verdicts = verdicts.into_iter().collect();
+        s.audit_fees = audit_fees.into_iter().collect();
         s.keys = keys.into_iter().map(|k| (k.node_id(), k)).collect();
         s.digest = s.rebuilt_digest();
         s

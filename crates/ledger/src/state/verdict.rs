@@ -231,6 +231,7 @@ mod tests {
             slashes: Vec::new(),
             equivocations: Vec::new(),
             verdicts: s.verdicts.iter().map(|(k, v)| (*k, *v)).collect(),
+            audit_fees: Vec::new(),
             keys: Vec::new(),
             minted: s.minted,
             burned: s.burned,

@@ -89,6 +89,15 @@ pub(super) fn load(conn: &Connection) -> Result<LedgerState, StoreError> {
         let (job, evidence) = row?;
         verdicts.push((blob32(job)?, blob32(evidence)?));
     }
+    let mut audit_fees = Vec::new();
+    let mut stmt = conn.prepare("SELECT key, claim FROM audit_fees")?;
+    let rows = stmt.query_map([], |r| {
+        Ok((r.get::<_, Vec<u8>>(0)?, r.get::<_, Vec<u8>>(1)?))
+    })?;
+    for row in rows {
+        let (key, claim) = row?;
+        audit_fees.push((blob32(key)?, blob32(claim)?));
+    }
     let rules = conn
         .query_row("SELECT rules FROM genesis", [], |r| r.get::<_, Vec<u8>>(0))
         .optional()?
@@ -126,6 +135,7 @@ pub(super) fn load(conn: &Connection) -> Result<LedgerState, StoreError> {
         slashes,
         equivocations,
         verdicts,
+        audit_fees,
         keys,
         minted,
         burned,

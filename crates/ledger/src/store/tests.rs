@@ -71,6 +71,49 @@ fn after_a_failed_write_nothing_more_is_written() -> Result<(), Box<dyn std::err
     Ok(())
 }
 
+/// A paid validator fee is stored with its history line and read back on reopen: the same
+/// state, the fee listed, and a second claim of the round still a duplicate.
+#[test]
+fn paid_fees_survive_a_reopen_and_are_listed() -> Result<(), Box<dyn std::error::Error>> {
+    let (a, w) = (test_identity(1), test_identity(2));
+    let (dir, genesis) = founded_by(&a)?;
+    let path = dir.path().join("ledger.db");
+    let ledger = Ledger::open_genesis(&path, &genesis)?;
+    let mut state = ledger.state().clone();
+    let mut log = ledger.into_change_log();
+    let fee = crate::VerifiedAuditFee {
+        auditor: a.node_id(),
+        worker: w.node_id(),
+        stage: 1,
+        round: 4,
+        job: [5; 32],
+        claim_hash: [6; 32],
+        timestamp_ms: T0,
+    };
+    let Ok(Outcome::Applied(changes)) = state.apply_audit_fee(&fee) else {
+        panic!("a first fee applies");
+    };
+    log.commit(&changes, &[])?;
+    drop(log);
+    let mut reopened = Ledger::open_genesis(&path, &genesis)?;
+    assert_eq!(reopened.state_hash(), state.state_hash());
+    assert_eq!(reopened.state().check_invariants(), Ok(()));
+    let fees = reopened.audit_fees(10)?;
+    assert_eq!(fees.len(), 1);
+    assert_eq!((fees[0].round, fees[0].paid), (4, state.audit_fee()));
+    let history = reopened.history(&a.node_id(), 10)?;
+    assert!(history.iter().any(|h| h.kind == "audit_fee"));
+    let again = crate::VerifiedAuditFee {
+        job: [7; 32],
+        ..fee
+    };
+    assert!(matches!(
+        reopened.state.apply_audit_fee(&again),
+        Ok(Outcome::Duplicate)
+    ));
+    Ok(())
+}
+
 /// Fraud reports are kept once each, survive a restart, and the oldest go once the kept
 /// bytes pass the budget.
 #[test]

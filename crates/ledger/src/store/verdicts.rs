@@ -1,5 +1,6 @@
-//! Audit verdicts as the database holds them (`neuroshard ledger verdicts`), and the fraud
-//! reports behind them, which the node relays to ledgers that missed them.
+//! Audit verdicts and validator fees as the database holds them (`neuroshard ledger
+//! verdicts`, `neuroshard ledger fees`), and the fraud reports behind the verdicts, which the
+//! node relays to ledgers that missed them.
 
 use rusqlite::params;
 
@@ -21,7 +22,42 @@ pub struct VerdictLine {
     pub timestamp_ms: u64,
 }
 
+/// One paid validator fee: which auditor audited whose round.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct FeeLine {
+    /// The auditor paid (hex node id).
+    pub auditor: String,
+    /// The worker whose round it audited.
+    pub worker: String,
+    pub stage: u16,
+    pub round: u64,
+    /// The audited job's key (hex).
+    pub job: String,
+    pub paid: u64,
+    pub timestamp_ms: u64,
+}
+
 impl Ledger {
+    /// The newest `limit` validator fees this ledger paid.
+    pub fn audit_fees(&self, limit: usize) -> Result<Vec<FeeLine>, StoreError> {
+        let mut stmt = self.conn.prepare_cached(
+            "SELECT auditor, worker, stage, round, job, paid, timestamp_ms FROM audit_fees
+             ORDER BY timestamp_ms DESC LIMIT ?1",
+        )?;
+        let rows = stmt.query_map(params![i64::try_from(limit).unwrap_or(i64::MAX)], |row| {
+            Ok(FeeLine {
+                auditor: hex::encode(row.get::<_, Vec<u8>>(0)?),
+                worker: hex::encode(row.get::<_, Vec<u8>>(1)?),
+                stage: row.get(2)?,
+                round: from_sql(row.get(3)?),
+                job: hex::encode(row.get::<_, Vec<u8>>(4)?),
+                paid: from_sql(row.get(5)?),
+                timestamp_ms: from_sql(row.get(6)?),
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
     /// The newest `limit` audit verdicts this ledger applied.
     pub fn verdicts(&self, limit: usize) -> Result<Vec<VerdictLine>, StoreError> {
         let mut stmt = self.conn.prepare_cached(
