@@ -9,7 +9,7 @@ use libfuzzer_sys::fuzz_target;
 use neuroshard_node::act_codec::{Expect, Packed};
 use neuroshard_node::finality::{FinalityAnswer, FinalityGossip, FinalityRequest};
 use neuroshard_node::serve::{InferMsg, InferReply};
-use neuroshard_node::wire::{Ack, AuditDemand, Msg, Payload, PipeAnswer, PipeRequest};
+use neuroshard_node::wire::{Ack, AuditDemand, FeeClaims, Msg, Payload, PipeAnswer, PipeRequest};
 use neuroshard_proof::{Canonical, ProofVerifier};
 
 fn check(p: &Packed) {
@@ -54,6 +54,13 @@ fuzz_target!(|data: &[u8]| {
         // An auditor's demand: exact (the commitment is an opaque envelope until a juror
         // verifies it).
         assert_eq!(d.to_canonical_bytes(), data);
+    }
+    if let Ok(f) = FeeClaims::from_canonical_bytes(data) {
+        // An auditor's fee claims: exact, and each claim's check is an error, never a panic.
+        assert_eq!(f.to_canonical_bytes(), data);
+        for c in &f.claims {
+            let _ = neuroshard_ledger::VerifiedAuditFee::from_claim(c);
+        }
     }
     if let Ok(m) = InferMsg::from_canonical_bytes(data) {
         assert_eq!(m.to_canonical_bytes(), data);

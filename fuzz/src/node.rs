@@ -340,6 +340,7 @@ pub fn sample_network_genesis() -> NetworkGenesis {
             round_reward: 1,
             min_round_ms: 0,
             min_receipts: 1,
+            audit_per_million: 50_000,
         },
         stakes: vec![(ALICE.public_key(), 1 << 40)],
         description: "fuzz".into(),
@@ -421,6 +422,7 @@ pub fn fresh_economy() -> Option<Economy> {
         network: TEST_NETWORK,
         layout: vec![(LayerRange { start: 4, end: 8 }, Roles::NONE)],
         min_receipts: 1,
+        audit_rate: neuroshard_audit::AuditRate::default(),
     };
     Economy::in_memory(BOB.clone(), cfg, &genesis).ok()
 }

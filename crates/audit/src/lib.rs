@@ -13,6 +13,7 @@
 
 mod class;
 mod commit;
+mod fee;
 mod fraud;
 mod provenance;
 mod sample;
@@ -24,6 +25,7 @@ pub use commit::{
     MAX_ROUND_JOBS, MicroBatchRef, RoundCommitment, SignedJob, countersign, verify_countersigned,
     verify_job,
 };
+pub use fee::{AuditFeeClaim, FeeClaimError, Served, SignedServed};
 pub use fraud::{
     Accusation, AuditContext, Charge, CrossClass, EvidenceError, FraudProof, Replayed, Replayer,
     Verdict, check, check_before_replay, check_equivocation, check_provenance_charge,

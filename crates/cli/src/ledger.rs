@@ -1,4 +1,5 @@
-//! `neuroshard ledger balance|history|stake|unstake|transfer|verify-proof|state-hash`.
+//! `neuroshard ledger balance|history|verdicts|fees|audits|stake|unstake|transfer|verify-proof|
+//! state-hash`.
 //!
 //! Until the network issue wires gossip in, ops are signed with the node key and applied to
 //! the local ledger; the signed envelope is printed (`op_hex`) so it can be relayed.
@@ -38,6 +39,14 @@ enum LedgerCommand {
         #[arg(long, default_value_t = 20)]
         limit: usize,
     },
+    /// Validator fees this node's ledger paid: which auditor audited whose round.
+    Fees {
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
+    },
+    /// Audits as this node's ledger holds them: fees paid and verdicts applied network-wide,
+    /// and an account's share (default: this node): fees earned, stake slashed, rewards.
+    Audits { account: Option<NodeId> },
     /// Lock NEURO as stake (raises the reward multiplier).
     Stake {
         /// Amount in NEURO, e.g. 12.5.
@@ -149,6 +158,50 @@ pub fn run(args: LedgerArgs) -> Result<()> {
                         v.timestamp_ms
                     );
                 }
+            }
+        }
+        LedgerCommand::Fees { limit } => {
+            let lines = dirs.open_ledger()?.audit_fees(limit)?;
+            if dirs.json {
+                println!("{}", serde_json::to_string(&lines)?);
+            } else {
+                for f in lines {
+                    println!(
+                        "auditor {} paid {} for round {} of stage {} by {} (job {}) t={}",
+                        &f.auditor[..16],
+                        format_neuro(f.paid),
+                        f.round,
+                        f.stage,
+                        &f.worker[..16],
+                        &f.job[..16],
+                        f.timestamp_ms
+                    );
+                }
+            }
+        }
+        LedgerCommand::Audits { account } => {
+            let id = match account {
+                Some(id) => id,
+                None => dirs.load_identity()?.node_id(),
+            };
+            let s = dirs.open_ledger()?.audit_summary(&id)?;
+            if dirs.json {
+                println!("{}", json!({ "account": id, "audits": s }));
+            } else {
+                println!(
+                    "network: {} validator fees ({}), {} verdicts ({} slashed)",
+                    s.fees,
+                    format_neuro(s.fees_paid),
+                    s.verdicts,
+                    format_neuro(s.slashed)
+                );
+                println!(
+                    "account {id}: {} fees ({}), slashed {}, slash rewards {}",
+                    s.account_fees,
+                    format_neuro(s.account_fees_paid),
+                    format_neuro(s.account_slashed),
+                    format_neuro(s.account_slash_rewards)
+                );
             }
         }
         LedgerCommand::Stake {

@@ -56,7 +56,8 @@ pub struct SyncArgs {
     #[arg(long, default_value_t = settings::DEFAULT_OUTER_MOMENTUM)]
     pub outer_momentum: f32,
     /// Share of its co-replicas' jobs a replica replays once their round is final (0: no
-    /// audits). An audited job costs one replay of the job.
+    /// audits). An audited job costs one replay of the job. Fixed per network in its genesis
+    /// (a founder's value; a joiner takes the network's).
     #[arg(long, default_value_t = 0.05)]
     pub audit_rate: f64,
     /// Evidence a replica keeps for its own auditors (each job's inputs, the weights of each

@@ -87,11 +87,13 @@ fn verdict_id(v: &VerifiedVerdict) -> Hash32 {
 fn fee_id(f: &VerifiedAuditFee) -> Hash32 {
     let mut h = blake3::Hasher::new();
     h.update(b"neuroshard/ledger/epoch-audit-fee/v1");
+    h.update(&f.network);
     h.update(&f.auditor.0);
     h.update(&f.worker.0);
     h.update(&f.stage.to_le_bytes());
     h.update(&f.round.to_le_bytes());
     h.update(&f.job);
+    h.update(&f.beacon_epoch.to_le_bytes());
     h.update(&f.claim_hash);
     h.update(&f.timestamp_ms.to_le_bytes());
     *h.finalize().as_bytes()

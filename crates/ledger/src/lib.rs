@@ -37,7 +37,7 @@ pub use state::{
     Outcome, Record, SupplyMismatch, round_key, round_key_of,
 };
 pub use store::{
-    ApplyError, ChangeLog, FeeLine, HistoryLine, LEDGER_FILE, Ledger, Message, StoreError,
-    VerdictLine, WiredMessage,
+    ApplyError, AuditSummary, ChangeLog, FeeLine, HistoryLine, LEDGER_FILE, Ledger, Message,
+    StoreError, VerdictLine, WiredMessage,
 };
 pub use verdict::VerifiedVerdict;

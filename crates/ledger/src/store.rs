@@ -26,7 +26,7 @@ mod finality;
 mod load;
 mod verdicts;
 use load::{keyed_blobs, load};
-pub use verdicts::{FeeLine, VerdictLine};
+pub use verdicts::{AuditSummary, FeeLine, VerdictLine};
 
 /// File name of the ledger database inside a node's data directory.
 pub const LEDGER_FILE: &str = "ledger.db";

@@ -50,6 +50,8 @@ pub struct EconomyConfig {
     pub layout: Vec<(LayerRange, Roles)>,
     /// Distinct registered co-replicas whose gradient receipts a training proof needs.
     pub min_receipts: usize,
+    /// The network's audit rate: which jobs a validator's fee can be for.
+    pub audit_rate: neuroshard_audit::AuditRate,
 }
 
 impl EconomyConfig {
@@ -59,12 +61,14 @@ impl EconomyConfig {
         model: &neuroshard_model::ModelConfig,
         stages: usize,
         min_receipts: usize,
+        audit_rate: neuroshard_audit::AuditRate,
     ) -> Result<Self, neuroshard_model::ModelError> {
         let specs = neuroshard_model::StageSpec::split(model, stages)?;
         Ok(Self {
             network,
             layout: specs.iter().map(crate::core::stage_claim).collect(),
             min_receipts,
+            audit_rate,
         })
     }
 }
@@ -363,6 +367,8 @@ pub struct Economy {
     epoch_feed: epochs::EpochFeed,
     /// Where finality resumes from, until the core takes it.
     finality_start: Option<FinalityStart>,
+    /// Recent finalized epochs' hashes: what validator fees are judged by.
+    fee_beacons: fees::FeeBeacons,
 }
 
 impl Economy {
@@ -407,6 +413,7 @@ impl Economy {
             verdict_weights: snapshot.verdict_weights.into_iter().collect(),
             epoch_feed: Default::default(),
             finality_start: Some(snapshot.finality),
+            fee_beacons: Default::default(),
         };
         for wire in snapshot.reports {
             economy.sync.reports.keep(Arc::new(wire));
@@ -707,7 +714,11 @@ mod antientropy;
 #[cfg(test)]
 mod antientropy_tests;
 pub mod epochs;
+#[cfg(test)]
+mod fee_tests;
 pub use epochs::{FinalityStart, FinalityWrite};
+mod fees;
+pub use fees::{FEE_BEACONS, FeeRefused};
 mod intern;
 mod ops;
 mod produce;

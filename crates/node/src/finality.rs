@@ -756,6 +756,7 @@ fn is_final_in(state: &LedgerState, item: &EpochItem) -> bool {
         EpochItem::Proof(p) => state.has_proof(&p.hash()),
         EpochItem::Op(o) => state.account(&o.op().account).next_nonce > o.op().nonce,
         EpochItem::Verdict(v) => state.has_verdict(&v.job),
+        EpochItem::AuditFee(f) => state.has_audit_fee(f),
         EpochItem::Slash(s) => state.has_slash(&s.offender, s.nonce),
     }
 }
@@ -777,5 +778,6 @@ fn kind_rank(item: &EpochItem) -> u8 {
         EpochItem::Proof(_) => 1,
         EpochItem::Slash(_) => 2,
         EpochItem::Verdict(_) => 3,
+        EpochItem::AuditFee(_) => 4,
     }
 }

@@ -63,6 +63,15 @@ pub struct Protocol {
     pub round_reward: u64,
     pub min_round_ms: u64,
     pub min_receipts: usize,
+    /// Jobs audited, in parts per million (`neuroshard_audit::AuditRate`): which jobs are
+    /// challenged, so which validator fees and demands every node takes. Geneses written
+    /// before the field audited at the default rate.
+    #[serde(default = "default_audit_per_million")]
+    pub audit_per_million: u32,
+}
+
+fn default_audit_per_million() -> u32 {
+    neuroshard_audit::AuditRate::default().per_million
 }
 
 impl Protocol {
@@ -87,6 +96,14 @@ impl Protocol {
             round_reward: neuroshard_ledger::rules::DEFAULT_ROUND_REWARD,
             min_round_ms: neuroshard_ledger::rules::DEFAULT_MIN_ROUND_MS,
             min_receipts: 1,
+            audit_per_million: s.audit.per_million,
+        }
+    }
+
+    /// The network's audit rate.
+    pub fn audit_rate(&self) -> neuroshard_audit::AuditRate {
+        neuroshard_audit::AuditRate {
+            per_million: self.audit_per_million,
         }
     }
 
@@ -106,6 +123,7 @@ impl Protocol {
         s.sync.outer_lr = self.outer_lr;
         s.sync.outer_momentum = self.outer_momentum;
         s.sync.norm_bound = self.norm_bound;
+        s.audit.per_million = self.audit_per_million;
     }
 }
 

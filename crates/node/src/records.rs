@@ -382,6 +382,21 @@ pub fn validate_gossip(topic: &str, author: &NodeId, data: &[u8]) -> Validation 
                     Validation::Reject
                 };
             }
+            // Fee claims are published by the auditor every claim pays (the committee checks
+            // the workers' signatures and the draw).
+            if let Ok(f) = neuroshard_proof::Signed::<crate::wire::FeeClaims>::from_bytes(data)
+                && let Ok(claims) = crate::wire::FeeClaims::from_canonical_bytes(f.payload_bytes())
+            {
+                let to_author = claims.claims.iter().all(|c| {
+                    neuroshard_audit::Served::from_canonical_bytes(c.served.payload_bytes())
+                        .is_ok_and(|s| s.to == *author)
+                });
+                return if to_author && f.signer().node_id() == *author && f.verify().is_ok() {
+                    Validation::Accept
+                } else {
+                    Validation::Reject
+                };
+            }
             return match neuroshard_ledger::decode_op(data) {
                 // A payment spreads only inside its settlement (every ledger refuses it bare).
                 Ok(op) => match op.op().action {

@@ -10,7 +10,8 @@ use neuroshard_proof::{Canonical, CodecError, Reader, Writer};
 
 use crate::act_codec::{Packed, Scheme};
 pub use audit::{
-    AuditAnswer, AuditDemand, AuditRequest, FraudReport, MAX_DEMAND_JOBS, MAX_LISTED_JOBS,
+    AuditAnswer, AuditDemand, AuditRequest, FeeClaims, FraudReport, MAX_DEMAND_JOBS,
+    MAX_FEE_CLAIMS, MAX_LISTED_JOBS,
 };
 pub use commit::{PipeAnswer, PipeRequest};
 

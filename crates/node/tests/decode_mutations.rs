@@ -335,6 +335,7 @@ fn fresh_economy() -> Economy {
         network: TEST_NETWORK,
         layout: layout(),
         min_receipts: 1,
+        audit_rate: neuroshard_audit::AuditRate::default(),
     };
     Economy::in_memory(bob(), cfg, &genesis).expect("in-memory economy")
 }

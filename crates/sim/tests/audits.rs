@@ -111,7 +111,45 @@ fn honest_replicas_pass_their_audits_and_are_never_slashed() {
                 "seed {seed}: node {i} applied a verdict"
             );
         }
+        fees_paid_alike(&sim, seed);
     }
+}
+
+/// Validators were paid fees for their audits, on every ledger alike: each ledger's fee
+/// count is what its finalized epochs hold, and nodes at the same finalized epoch hold the
+/// same fees and balances.
+fn fees_paid_alike(sim: &Sim, seed: u64) {
+    let ledger = |i: usize| sim.core(i).unwrap().economy().ledger();
+    let head = |i: usize| sim.core(i).unwrap().finality_head().map(|h| h.0);
+    let fee = ledger(0).audit_fee();
+    let auditor = sim.node_id(AUDITOR);
+    for i in 0..NODES {
+        let paid = fee_events(sim, i);
+        assert!(paid >= 3, "seed {seed}: node {i} paid {paid} fees");
+        assert_eq!(ledger(i).audit_fee_count(), paid, "seed {seed}: node {i}");
+        if head(i) == head(0) {
+            assert_eq!(paid, fee_events(sim, 0), "seed {seed}: node {i}");
+            assert_eq!(
+                ledger(i).account(&auditor).balance,
+                ledger(0).account(&auditor).balance,
+                "seed {seed}: node {i}"
+            );
+        }
+    }
+    // The auditor was paid for its audits of the worker (its only co-replica).
+    let auditor_fees = sim
+        .events(0)
+        .iter()
+        .filter(|e| matches!(e, NodeEvent::Ledger { kind: Some(k), .. } if k == "audit fee"))
+        .count();
+    assert!(auditor_fees > 0 && fee > 0, "seed {seed}");
+}
+
+fn fee_events(sim: &Sim, on: usize) -> usize {
+    sim.events(on)
+        .iter()
+        .filter(|e| matches!(e, NodeEvent::Ledger { kind: Some(k), .. } if k == "audit fee"))
+        .count()
 }
 
 fn slashed_everywhere(sim: &Sim, offender: usize, beneficiary: usize) {

@@ -99,6 +99,8 @@ pub struct Report {
     audits: BTreeMap<String, u64>,
     /// Juror checks of auditors' demands by finding (`guilty`, `served`).
     juries: BTreeMap<String, u64>,
+    /// Per node: the validator fees its ledger paid (from finalized epochs).
+    fees: BTreeMap<usize, u64>,
     /// The most evidence any replica held for its auditors, in bytes.
     evidence_max: u64,
     /// Per node: its engine's latest (audit ms, busy ms): what audits cost its compute.
@@ -265,6 +267,11 @@ impl Report {
                 let class = outcome.split(':').next().unwrap_or_default().to_string();
                 *self.audits.entry(class).or_default() += 1;
             }
+            NodeEvent::Ledger {
+                kind: Some(kind), ..
+            } if kind == "audit fee" => {
+                *self.fees.entry(i).or_default() += 1;
+            }
             NodeEvent::Jury { guilty, .. } => {
                 let finding = if *guilty { "guilty" } else { "served" };
                 *self.juries.entry(finding.into()).or_default() += 1;
@@ -363,6 +370,10 @@ impl Report {
             "adoptions": self.adoptions,
             "audits": self.audits,
             "juries": self.juries,
+            // Every ledger pays the fees finalized epochs hold: nodes differ only by the
+            // epochs they finalized before stopping.
+            "audit_fees_min_per_ledger": self.fees.values().min(),
+            "audit_fees_max_per_ledger": self.fees.values().max(),
             "max_evidence_bytes_per_replica": self.evidence_max,
             "audit_compute_share": self.audit_share(),
             "mean_sent_bytes_per_replica": sent,

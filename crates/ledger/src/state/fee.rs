@@ -9,6 +9,11 @@ impl LedgerState {
         bps_of(self.rules.round_reward, AUDIT_FEE_BPS)
     }
 
+    /// How many validator fees were paid.
+    pub fn audit_fee_count(&self) -> usize {
+        self.audit_fees.len()
+    }
+
     /// Whether `fee`'s (auditor, worker, stage, round) was paid.
     pub fn has_audit_fee(&self, fee: &VerifiedAuditFee) -> bool {
         self.audit_fees.contains_key(&fee.key())
@@ -57,11 +62,13 @@ mod tests {
 
     fn fee(auditor: u8, worker: u8, round: u64, claim: u8) -> VerifiedAuditFee {
         VerifiedAuditFee {
+            network: [0; 32],
             auditor: node(auditor),
             worker: node(worker),
             stage: 1,
             round,
             job: [claim; 32],
+            beacon_epoch: 3,
             claim_hash: [claim; 32],
             timestamp_ms: 7,
         }

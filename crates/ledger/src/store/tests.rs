@@ -82,11 +82,13 @@ fn paid_fees_survive_a_reopen_and_are_listed() -> Result<(), Box<dyn std::error:
     let mut state = ledger.state().clone();
     let mut log = ledger.into_change_log();
     let fee = crate::VerifiedAuditFee {
+        network: [0; 32],
         auditor: a.node_id(),
         worker: w.node_id(),
         stage: 1,
         round: 4,
         job: [5; 32],
+        beacon_epoch: 3,
         claim_hash: [6; 32],
         timestamp_ms: T0,
     };
@@ -103,6 +105,13 @@ fn paid_fees_survive_a_reopen_and_are_listed() -> Result<(), Box<dyn std::error:
     assert_eq!((fees[0].round, fees[0].paid), (4, state.audit_fee()));
     let history = reopened.history(&a.node_id(), 10)?;
     assert!(history.iter().any(|h| h.kind == "audit_fee"));
+    let summary = reopened.audit_summary(&a.node_id())?;
+    assert_eq!(
+        (summary.fees, summary.fees_paid, summary.account_fees),
+        (1, state.audit_fee(), 1)
+    );
+    assert_eq!((summary.verdicts, summary.account_slashed), (0, 0));
+    assert_eq!(reopened.audit_summary(&w.node_id())?.account_fees, 0);
     let again = crate::VerifiedAuditFee {
         job: [7; 32],
         ..fee

@@ -37,7 +37,59 @@ pub struct FeeLine {
     pub timestamp_ms: u64,
 }
 
+/// What a ledger holds about audits, network-wide and for one account.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct AuditSummary {
+    /// Validator fees paid, and their total.
+    pub fees: u64,
+    pub fees_paid: u64,
+    /// Audit verdicts applied, and the stake they took.
+    pub verdicts: u64,
+    pub slashed: u64,
+    /// The account's fees (count, total), what verdicts took from its stake and paid it.
+    pub account_fees: u64,
+    pub account_fees_paid: u64,
+    pub account_slashed: u64,
+    pub account_slash_rewards: u64,
+}
+
 impl Ledger {
+    /// Audits as this ledger holds them: all fees and verdicts, and `account`'s share.
+    pub fn audit_summary(
+        &self,
+        account: &neuroshard_proof::NodeId,
+    ) -> Result<AuditSummary, StoreError> {
+        let pair = |sql: &str| -> Result<(u64, u64), StoreError> {
+            Ok(self
+                .conn
+                .query_row(sql, [], |r| Ok((from_sql(r.get(0)?), from_sql(r.get(1)?))))?)
+        };
+        let (fees, fees_paid) = pair("SELECT COUNT(*), COALESCE(SUM(paid), 0) FROM audit_fees")?;
+        let (verdicts, slashed) =
+            pair("SELECT COUNT(*), COALESCE(SUM(slashed), 0) FROM audit_verdicts")?;
+        let of = |kind: &str| -> Result<(u64, u64), StoreError> {
+            Ok(self.conn.query_row(
+                "SELECT COUNT(*), COALESCE(SUM(amount), 0) FROM entries
+                 WHERE account = ?1 AND kind = ?2",
+                params![&account.0[..], kind],
+                |r| Ok((from_sql(r.get(0)?), from_sql(r.get(1)?))),
+            )?)
+        };
+        let (account_fees, account_fees_paid) = of(crate::EntryKind::AuditFee.as_str())?;
+        let (_, account_slashed) = of(crate::EntryKind::Slashed.as_str())?;
+        let (_, account_slash_rewards) = of(crate::EntryKind::SlashReward.as_str())?;
+        Ok(AuditSummary {
+            fees,
+            fees_paid,
+            verdicts,
+            slashed,
+            account_fees,
+            account_fees_paid,
+            account_slashed,
+            account_slash_rewards,
+        })
+    }
+
     /// The newest `limit` validator fees this ledger paid.
     pub fn audit_fees(&self, limit: usize) -> Result<Vec<FeeLine>, StoreError> {
         let mut stmt = self.conn.prepare_cached(

@@ -50,6 +50,8 @@ pub(super) struct Open {
     pub(super) opened: Instant,
     /// Set when this node judges a demand as a juror, not audits.
     pub(super) jury: Option<super::jury::Jury>,
+    /// The worker's signed statement that it served us the evidence: our fee's claim.
+    pub(super) served: Option<neuroshard_audit::SignedServed>,
 }
 
 /// How an audit (or a juror's check) ended.
@@ -63,6 +65,11 @@ pub(super) enum End {
     NotTheText(String),
     /// The worker did not serve evidence the job replays on (or we could not replay it).
     Refused(String),
+    /// Our replay disagrees, but we are of another determinism class than the job: we
+    /// cannot tell a cheat from our own rounding, so the job goes to the committee's
+    /// validators of its class (a demand), never to a fraud report (whose checkers of the
+    /// job's class would slash us as a false accuser when the worker was honest).
+    Escalated,
 }
 
 impl std::fmt::Display for End {
@@ -72,6 +79,7 @@ impl std::fmt::Display for End {
             End::Guilty => write!(f, "guilty"),
             End::NotTheText(why) => write!(f, "guilty: {why}"),
             End::Refused(why) => write!(f, "refused: {why}"),
+            End::Escalated => write!(f, "escalated: replayed in another determinism class"),
         }
     }
 }
@@ -119,11 +127,18 @@ pub(super) struct AuditState {
     pub(super) round_start: BTreeMap<u64, u64>,
     /// Demands judged here, and rounds kept for jurors.
     pub(super) juries: super::jury::JuryState,
+    /// Fee claims to send, and (on the committee) claims waiting for an epoch.
+    pub(super) fees: super::fees::FeeState,
 }
 
 #[derive(Debug, Clone, Copy)]
 pub(super) enum EngineFor {
-    Evidence { request: Token, round: u64 },
+    /// Evidence to serve for `request`, with the statement that we served it.
+    Evidence {
+        request: Token,
+        round: u64,
+        served: neuroshard_audit::Served,
+    },
     Replay(JobKey),
     Forget,
 }
@@ -287,6 +302,7 @@ impl NodeCore {
                 asked: false,
                 opened: now,
                 jury: None,
+                served: None,
             },
         );
         self.ask_evidence(c.worker);
@@ -350,12 +366,13 @@ impl NodeCore {
         };
         let c = open.commitment;
         let limits = self.evidence_limits();
-        let (inputs, blob, len) = match super::decode_answer::<AuditAnswer>(result) {
+        let (inputs, blob, len, served) = match super::decode_answer::<AuditAnswer>(result) {
             Ok(AuditAnswer::Evidence {
                 inputs,
                 weights_blob,
                 weights_len,
-            }) => (inputs, weights_blob, weights_len),
+                served,
+            }) => (inputs, weights_blob, weights_len, served),
             Ok(AuditAnswer::Refused(why)) => {
                 return self.end_audit(key, End::Refused(why), now);
             }
@@ -373,6 +390,8 @@ impl NodeCore {
                 Some(format!("inputs: {e}"))
             } else if len != numel_bytes {
                 Some(format!("{len} bytes of weights for {numel_bytes}"))
+            } else if !self.served_to_me(&served, &c) {
+                Some("no signed statement that it served us".to_string())
             } else {
                 None
             };
@@ -387,6 +406,7 @@ impl NodeCore {
         let jury = self.audit.open.get(&key).is_some_and(|o| o.jury.is_some());
         if let Some(open) = self.audit.open.get_mut(&key) {
             open.inputs = Some(inputs);
+            open.served = Some(*served);
         }
         if let Some(why) = provenance {
             // A juror only votes; the fraud report is the assigned auditor's to file.
@@ -403,6 +423,18 @@ impl NodeCore {
             hash: blob,
             max: usize::try_from(numel_bytes).unwrap_or(usize::MAX),
         });
+    }
+
+    /// Whether `served` is the worker's statement that it served us `c`'s evidence.
+    fn served_to_me(&self, served: &neuroshard_audit::SignedServed, c: &JobCommitment) -> bool {
+        served.signer().node_id() == c.worker
+            && served.verify().is_ok_and(|s| {
+                s.network == c.network
+                    && s.job == c.key()
+                    && s.worker == c.worker
+                    && s.to == self.me
+                    && s.input_hash == c.input_hash
+            })
     }
 
     /// A blob fetched for an audit (None: not one of ours).
@@ -492,8 +524,13 @@ impl NodeCore {
         if open.jury.is_some() {
             return self.jury_decided(&open, &end, now);
         }
-        if let End::Refused(_) = &end {
-            self.demand_evidence(&open.job, now);
+        match &end {
+            End::Refused(_) => self.demand_evidence(&open.job, now),
+            End::Escalated => {
+                self.demand_evidence(&open.job, now);
+                self.claim_fee(&open, now);
+            }
+            End::Passed | End::Guilty | End::NotTheText(_) => self.claim_fee(&open, now),
         }
         self.audit_event(&open.commitment, key, end.to_string(), now);
     }
@@ -542,14 +579,15 @@ impl NodeCore {
                     Ok(r) if r.output_hash == c.output_hash && r.grads_hash == c.grads_hash => {
                         End::Passed
                     }
-                    Ok(r) => {
-                        // A juror only votes; the fraud report is the assigned auditor's.
-                        if !jury {
-                            let r = r.clone();
-                            self.file_fraud_proof(key, &r, now);
-                        }
+                    // A juror only votes (its class decides how: `jury_decided`).
+                    Ok(_) if jury => End::Guilty,
+                    // The fraud report is the assigned auditor's, of the job's class.
+                    Ok(r) if self.job_log.class().job_bits_comparable(&c.class) => {
+                        let r = r.clone();
+                        self.file_fraud_proof(key, &r, now);
                         End::Guilty
                     }
+                    Ok(_) => End::Escalated,
                     Err(e) => End::Refused(e.to_string()),
                 };
                 self.end_audit(key, end, now);
@@ -564,17 +602,32 @@ impl NodeCore {
                     time_ms,
                 });
             }
-            (EngineFor::Evidence { request, round }, super::EngineOutput::Evidence(result)) => {
+            (
+                EngineFor::Evidence {
+                    request,
+                    round,
+                    served,
+                },
+                super::EngineOutput::Evidence(result),
+            ) => {
                 let answer = match result {
                     Ok(super::Evidence { inputs, weights }) => {
                         match crate::compute::decode_inputs(inputs) {
                             Ok(inputs) => {
                                 let hash = blob_hash(weights);
                                 self.offer_audit_blob(round, hash, std::sync::Arc::clone(weights));
+                                let served = neuroshard_audit::Served {
+                                    timestamp_ms: self.unix_ms(now),
+                                    ..served
+                                };
                                 AuditAnswer::Evidence {
                                     inputs,
                                     weights_blob: hash,
                                     weights_len: weights.len() as u64,
+                                    served: Box::new(neuroshard_proof::Signed::sign(
+                                        &self.identity,
+                                        &served,
+                                    )),
                                 }
                             }
                             Err(e) => AuditAnswer::Refused(e.to_string()),

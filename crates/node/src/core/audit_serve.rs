@@ -113,11 +113,22 @@ impl NodeCore {
                     kind: c.kind,
                     weights: c.weights_hash,
                 });
+                // What our answer signs: we served this job's evidence to `from` (an
+                // auditor's fee rests on it).
+                let served = neuroshard_audit::Served {
+                    network: self.network,
+                    job,
+                    worker: self.me,
+                    to: from,
+                    input_hash: c.input_hash,
+                    timestamp_ms: 0,
+                };
                 self.audit.engine.insert(
                     t,
                     EngineFor::Evidence {
                         request: token,
                         round,
+                        served,
                     },
                 );
             }

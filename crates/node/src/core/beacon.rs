@@ -105,6 +105,7 @@ impl NodeCore {
         self.send_notices();
         self.retry_held_reports(now);
         self.retry_held_demands(now);
+        self.retry_held_fees();
         self.forget_audited(now);
     }
 

@@ -34,6 +34,12 @@ impl NodeCore {
             .filter_map(|b| ChainLink::from_canonical_bytes(b).ok())
             .collect();
         let now_ms = self.unix_ms(now);
+        // Fees are judged by the finalized epochs' hashes (before the log's epoch is
+        // restored: its value may hold fees).
+        for link in &links {
+            let value = link.certified.value;
+            self.economy.note_beacon(value.epoch, value.id_hash());
+        }
         let economy = &self.economy;
         let admit = |s: &LedgerState, i: &EpochItem| economy.admit(s, i, now_ms);
         if let Err(e) = finality.restore(&links, &start.wal, &admit, now) {
@@ -152,6 +158,8 @@ impl NodeCore {
                     finalized = true;
                     self.apply_finalized_verdicts(&link, now);
                     let value = link.certified.value;
+                    self.economy.note_beacon(value.epoch, value.id_hash());
+                    self.apply_finalized_fees(&link, now);
                     self.economy.keep_finality(FinalityWrite::Epoch {
                         epoch: value.epoch,
                         link: std::sync::Arc::new(link.to_canonical_bytes()),

@@ -144,7 +144,10 @@ impl NodeCore {
 
     /// The network-wide topic carries account ops and fraud reports.
     pub(super) fn on_ops_topic(&mut self, from: NodeId, data: &[u8], now: Instant) {
-        if !self.on_fraud_gossip(from, data, now) && !self.on_demand_gossip(from, data, now) {
+        if !self.on_fraud_gossip(from, data, now)
+            && !self.on_demand_gossip(from, data, now)
+            && !self.on_fee_claims_gossip(from, data)
+        {
             self.on_op_gossip(from, data, now);
         }
     }

@@ -287,6 +287,7 @@ impl NodeCore {
                     asked: false,
                     opened: now,
                     jury: Some(jury),
+                    served: None,
                 },
             );
             running += 1;
@@ -397,8 +398,8 @@ impl NodeCore {
         // only escalates); the worker served, so the demand fails here. Tokens that are not
         // the genesis text they name convict in any class.
         let unserved = match end {
-            End::Passed => false,
-            End::Guilty => c.class == self.job_log.class(),
+            End::Passed | End::Escalated => false,
+            End::Guilty => self.job_log.class().job_bits_comparable(&c.class),
             End::NotTheText(_) | End::Refused(_) => true,
         };
         let time_ms = self.unix_ms(now);

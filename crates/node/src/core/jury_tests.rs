@@ -212,6 +212,21 @@ fn a_juror_the_worker_never_serves_votes_to_slash_after_its_last_attempt() {
     assert!(!ledger.has_verdict(&v.job));
 }
 
+/// The worker's statement that it served the juror the job's evidence.
+fn served_to_juror(c: &Case) -> neuroshard_audit::SignedServed {
+    neuroshard_proof::Signed::sign(
+        &c.worker,
+        &neuroshard_audit::Served {
+            network: c.job.network,
+            job: c.job.key(),
+            worker: c.job.worker,
+            to: c.juror.node_id(),
+            input_hash: c.job.input_hash,
+            timestamp_ms: 1,
+        },
+    )
+}
+
 /// Serves the evidence and the weights, and replays with `replayed`; the verdict's admission
 /// after it.
 fn served(class_of_juror: bool, replayed: Replayed) -> Admit {
@@ -224,6 +239,7 @@ fn served(class_of_juror: bool, replayed: Replayed) -> Admit {
     let auditor = c.auditor.node_id();
     let (asked, _) = gossip(&mut c, auditor, bytes);
     let weights_len = c.juror.weights_bytes(1);
+    let served = served_to_juror(&c);
     let out = answer(
         &mut c,
         asked[0],
@@ -231,6 +247,7 @@ fn served(class_of_juror: bool, replayed: Replayed) -> Admit {
             inputs: inputs(),
             weights_blob: [9; 32],
             weights_len,
+            served: Box::new(served),
         },
     );
     let fetch = out
@@ -387,6 +404,7 @@ fn tokens_that_are_not_the_named_text_convict_in_any_class() {
     let (asked, _) = gossip(&mut c, auditor, bytes);
     // Unnamed tokens: the provenance check fails before any weights are fetched.
     let weights_len = c.juror.weights_bytes(0);
+    let served = served_to_juror(&c);
     let out = answer(
         &mut c,
         asked[0],
@@ -394,6 +412,7 @@ fn tokens_that_are_not_the_named_text_convict_in_any_class() {
             inputs: inputs(),
             weights_blob: [9; 32],
             weights_len,
+            served: Box::new(served),
         },
     );
     assert!(!out.iter().any(|t| matches!(t, Transmit::FetchBlob { .. })));
@@ -463,4 +482,168 @@ fn a_flood_of_demands_opens_at_most_max_juries_checks_at_once() {
     }
     assert!(!juror.audit.open.contains_key(&key));
     assert_eq!(open(&juror), MAX_JURIES);
+}
+
+/// Evidence counts as served only with the worker's own statement that it served it, about
+/// this job, to the asker (an auditor's fee rests on that statement): without it nothing is
+/// fetched, as if the worker had refused.
+#[test]
+fn evidence_without_the_workers_statement_that_it_served_it_counts_as_not_served() {
+    let forged: [fn(&Case) -> neuroshard_audit::SignedServed; 3] = [
+        // Signed by someone else than the worker.
+        |c| Signed::sign(&c.auditor, &served_to_juror(c).verify().unwrap()),
+        // To another node.
+        |c| {
+            let mut s = served_to_juror(c).verify().unwrap();
+            s.to = c.auditor.node_id();
+            Signed::sign(&c.worker, &s)
+        },
+        // About another input.
+        |c| {
+            let mut s = served_to_juror(c).verify().unwrap();
+            s.input_hash = [0; 32];
+            Signed::sign(&c.worker, &s)
+        },
+    ];
+    for (i, statement) in forged.iter().enumerate() {
+        let mut c = case();
+        let (_, bytes) = demand(&c, &c.auditor.clone(), &c.worker.clone());
+        let auditor = c.auditor.node_id();
+        let (asked, _) = gossip(&mut c, auditor, bytes);
+        let weights_len = c.juror.weights_bytes(1);
+        let served = statement(&c);
+        let out = answer(
+            &mut c,
+            asked[0],
+            AuditAnswer::Evidence {
+                inputs: inputs(),
+                weights_blob: [9; 32],
+                weights_len,
+                served: Box::new(served),
+            },
+        );
+        assert!(
+            !out.iter().any(|t| matches!(t, Transmit::FetchBlob { .. })),
+            "statement {i}: the weights were fetched"
+        );
+    }
+}
+
+/// What the assigned auditor publishes after replaying `job`, whose replay gives
+/// `output_hash`: (fraud reports, demands, fee claims).
+fn audit_to_the_end(same_class: bool, output_hash: [u8; 32]) -> (usize, usize, usize) {
+    use super::audit::Committed;
+    let now = Instant::now();
+    let (me, worker) = (test_identity(0), test_identity(1));
+    let mut c = core_at(&me, now, 1, 2);
+    c.settings.audit.per_million = 1_000_000;
+    c.audit.test_beacons.insert(BEACON_LAG, BEACON);
+    drain(&mut c);
+    // A stage-1 job (the first stage's tokens would be checked against the genesis first).
+    let seed = ChallengeSeed::from_beacon(NETWORK, 1, 0, BEACON);
+    let validators: Vec<NodeId> = c.validators();
+    let mut job = (0..100_000)
+        .map(|i| JobCommitment {
+            stage: 1,
+            ..forward_job(NETWORK, &worker, i)
+        })
+        .find(|j| auditor_for(&seed, &j.key(), worker.node_id(), &validators) == Some(me.node_id()))
+        .expect("a job assigned to us");
+    if same_class {
+        job.class = c.job_log().class();
+    }
+    c.consider_challenge(
+        Committed {
+            job: job.sign(&worker),
+            commitment: job,
+        },
+        now,
+    );
+    let asked = drain(&mut c)
+        .into_iter()
+        .find_map(|t| match t {
+            Transmit::Request { token, .. } => Some(token),
+            _ => None,
+        })
+        .expect("the evidence is asked for");
+    let served = Signed::sign(
+        &worker,
+        &neuroshard_audit::Served {
+            network: NETWORK,
+            job: job.key(),
+            worker: worker.node_id(),
+            to: me.node_id(),
+            input_hash: job.input_hash,
+            timestamp_ms: 1,
+        },
+    );
+    let answer = AuditAnswer::Evidence {
+        inputs: inputs(),
+        weights_blob: [9; 32],
+        weights_len: c.weights_bytes(1),
+        served: Box::new(served),
+    };
+    let result = Ok(answer.to_canonical_bytes());
+    c.handle_message(
+        worker.node_id(),
+        Inbound::Response {
+            token: asked,
+            result,
+        },
+        now,
+    );
+    let fetch = drain(&mut c)
+        .into_iter()
+        .find_map(|t| match t {
+            Transmit::FetchBlob { token, .. } => Some(token),
+            _ => None,
+        })
+        .expect("the weights are fetched");
+    let len = usize::try_from(c.weights_bytes(1)).unwrap();
+    let blob = Inbound::Blob {
+        token: fetch,
+        result: Ok(vec![0; len]),
+    };
+    c.handle_message(worker.node_id(), blob, now);
+    let (token, _) = std::iter::from_fn(|| c.poll_engine_job())
+        .find(|(_, j)| matches!(j, EngineJob::Replay { .. }))
+        .expect("the job is replayed");
+    let replayed = Replayed {
+        output_hash,
+        grads_hash: NO_HASH,
+        output: None,
+    };
+    c.handle_engine_done(token, EngineOutput::Replayed(Ok(replayed)), now);
+    let published: Vec<Vec<u8>> = drain(&mut c)
+        .into_iter()
+        .filter_map(|t| match t {
+            Transmit::Publish {
+                topic: Topic::Ops,
+                data,
+            } => Some(data),
+            _ => None,
+        })
+        .collect();
+    let count = |f: &dyn Fn(&[u8]) -> bool| published.iter().filter(|d| f(d)).count();
+    (
+        count(&|d| crate::wire::FraudReport::from_canonical_bytes(d).is_ok()),
+        count(&|d| Signed::<AuditDemand>::from_bytes(d).is_ok_and(|s| s.verify().is_ok())),
+        count(&|d| {
+            Signed::<crate::wire::FeeClaims>::from_bytes(d)
+                .is_ok_and(|s| s.verify().is_ok_and(|f| f.claims.len() == 1))
+        }),
+    )
+}
+
+/// An auditor of the job's class whose replay disagrees files a fraud report; one of another
+/// class cannot tell a cheat from its rounding and hands the job to the committee's
+/// validators of its class (a demand) instead: a fraud report would have its checkers of the
+/// job's class slash it as a false accuser of an honest worker. Either way it claims its fee
+/// (the fee of a passed audit too).
+#[test]
+fn an_auditor_of_another_class_escalates_to_the_committee_and_never_accuses() {
+    let job = forward_job(NETWORK, &test_identity(1), 0);
+    assert_eq!(audit_to_the_end(true, [8; 32]), (1, 0, 1));
+    assert_eq!(audit_to_the_end(false, [8; 32]), (0, 1, 1));
+    assert_eq!(audit_to_the_end(true, job.output_hash), (0, 0, 1));
 }

@@ -19,6 +19,7 @@ mod config;
 mod evaluate;
 #[cfg(test)]
 mod evaluate_tests;
+mod fees;
 mod finality;
 mod fraud;
 #[cfg(test)]
@@ -459,6 +460,7 @@ impl NodeCore {
         self.maybe_start(now);
         self.poll_evaluation(now);
         self.poll_juries(now);
+        self.flush_fee_claims(now);
         self.finality_step(now, true);
     }
 
@@ -503,6 +505,7 @@ impl NodeCore {
             self.eval_retry_at(),
             self.finality_timeout(),
             self.jury_timeout(),
+            self.fee_timeout(),
         ]
         .into_iter()
         .flatten()

@@ -163,7 +163,14 @@ fn registered_economy(
     }
     Economy::resume(
         identity.clone(),
-        crate::economy::EconomyConfig::new(NETWORK, model, stages, 1).unwrap(),
+        crate::economy::EconomyConfig::new(
+            NETWORK,
+            model,
+            stages,
+            1,
+            neuroshard_audit::AuditRate::default(),
+        )
+        .unwrap(),
         crate::economy::LedgerSnapshot {
             state,
             ..Default::default()

@@ -165,6 +165,7 @@ impl Economy {
             }
             // The ledger refuses an op of another network itself.
             EpochItem::Op(_) | EpochItem::Slash(_) => Admit::Yes,
+            EpochItem::AuditFee(f) => self.admit_fee(state, f),
             EpochItem::Verdict(v) => {
                 match self.epoch_feed.settled.get(&v.job) {
                     Some(mine)

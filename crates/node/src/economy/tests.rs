@@ -45,6 +45,7 @@ pub(crate) fn config() -> EconomyConfig {
         network: NET,
         layout: layout(),
         min_receipts: 1,
+        audit_rate: neuroshard_audit::AuditRate::default(),
     }
 }
 

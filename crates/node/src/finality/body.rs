@@ -4,7 +4,7 @@
 //! epochs from a height on).
 
 use neuroshard_finality::CertifiedEpoch;
-use neuroshard_ledger::{EpochItem, VerifiedVerdict, decode_op};
+use neuroshard_ledger::{EpochItem, VerifiedAuditFee, VerifiedVerdict, decode_op};
 use neuroshard_proof::{
     Canonical, CodecError, Hash32, NodeId, ProofVerifier, PublicKey, Reader, SignedProof, Writer,
 };
@@ -35,6 +35,10 @@ pub enum ItemWire {
     /// An audit verdict: what a node reaches by replaying the job, so its fields travel (a
     /// validator votes for it only if its own replay reached the same).
     Verdict(VerifiedVerdict),
+    /// A validator's fee: an `neuroshard_audit::AuditFeeClaim`'s canonical bytes (the
+    /// worker's two signatures travel; a validator admits it only where the job's beacon
+    /// assigned the job to the auditor it pays, see `Economy::admit`).
+    AuditFee(Vec<u8>),
 }
 
 /// Looks a node's key up (in the finalized state): what consensus evidence is checked with.
@@ -52,7 +56,7 @@ impl ItemWire {
     /// The signed bytes it adds to a body (a verdict's fixed fields count too).
     pub fn size(&self) -> usize {
         match self {
-            Self::Op(w) | Self::Proof(w) => w.len(),
+            Self::Op(w) | Self::Proof(w) | Self::AuditFee(w) => w.len(),
             Self::Equivocation { first, second, .. } => 32 + first.len() + second.len(),
             Self::Verdict(_) => 136,
         }
@@ -82,6 +86,10 @@ impl ItemWire {
                     .map_err(|e| e.to_string())
             }
             Self::Verdict(v) => Ok(EpochItem::Verdict(*v)),
+            Self::AuditFee(w) => neuroshard_audit::AuditFeeClaim::from_canonical_bytes(w)
+                .map_err(|e| e.to_string())
+                .and_then(|c| VerifiedAuditFee::from_claim(&c).map_err(|e| e.to_string()))
+                .map(EpochItem::AuditFee),
         }
     }
 
@@ -113,6 +121,10 @@ impl ItemWire {
                 w.fixed(&v.evidence_hash);
                 w.u64(v.timestamp_ms);
             }
+            Self::AuditFee(b) => {
+                w.u8(4);
+                w.bytes(b);
+            }
         }
     }
 
@@ -136,6 +148,7 @@ impl ItemWire {
                 evidence_hash: r.array()?,
                 timestamp_ms: r.u64()?,
             }),
+            4 => Self::AuditFee(r.bytes(MAX_ITEM_BYTES)?.to_vec()),
             other => {
                 return Err(CodecError::Invalid {
                     field: "epoch item kind",
@@ -417,6 +430,7 @@ mod tests {
                 ItemWire::Op(vec![9; 40]),
                 ItemWire::Proof(vec![8; 50]),
                 ItemWire::Verdict(verdict()),
+                ItemWire::AuditFee(vec![7; 60]),
             ],
         };
         let g = FinalityGossip::Body(body.clone());

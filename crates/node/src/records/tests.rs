@@ -374,3 +374,46 @@ fn an_audit_demand_is_forwarded_only_from_its_signer() {
         Validation::Accept
     );
 }
+
+/// Fee claims spread only from the auditor they pay: a relay cannot publish them, and an
+/// auditor cannot slip in a claim that pays someone else.
+#[test]
+fn fee_claims_are_forwarded_only_from_the_auditor_they_pay() {
+    use neuroshard_audit::{AuditFeeClaim, Served};
+    use neuroshard_proof::fixtures::test_identity;
+    let (auditor, worker, relay) = (test_identity(1), test_identity(2), test_identity(3));
+    let c = crate::core::fraud_tests::forward_job([1; 32], &worker, 0);
+    let claim = |to: &neuroshard_proof::Identity| AuditFeeClaim {
+        job: c.sign(&worker),
+        served: Signed::sign(
+            &worker,
+            &Served {
+                network: c.network,
+                job: c.key(),
+                worker: worker.node_id(),
+                to: to.node_id(),
+                input_hash: c.input_hash,
+                timestamp_ms: 5,
+            },
+        ),
+    };
+    let claims = |cs| crate::wire::FeeClaims {
+        network: [1; 32],
+        claims: cs,
+    };
+    let topic = Topic::Ops.name();
+    let mine = Signed::sign(&auditor, &claims(vec![claim(&auditor)])).to_bytes();
+    assert_eq!(
+        validate_gossip(&topic, &auditor.node_id(), &mine),
+        Validation::Accept
+    );
+    assert_eq!(
+        validate_gossip(&topic, &relay.node_id(), &mine),
+        Validation::Reject
+    );
+    let mixed = Signed::sign(&auditor, &claims(vec![claim(&auditor), claim(&relay)])).to_bytes();
+    assert_eq!(
+        validate_gossip(&topic, &auditor.node_id(), &mixed),
+        Validation::Reject
+    );
+}

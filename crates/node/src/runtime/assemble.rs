@@ -34,6 +34,7 @@ pub(super) fn ledger(
         &settings.model,
         settings.stages,
         network.genesis.protocol.min_receipts,
+        network.genesis.protocol.audit_rate(),
     )?;
     Ok((store, Economy::resume(identity.clone(), config, snapshot)))
 }

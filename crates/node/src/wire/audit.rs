@@ -1,7 +1,7 @@
 //! Audit requests between replicas of a stage: "list your jobs of round r" and "give me the
 //! evidence of this job of yours".
 
-use neuroshard_audit::{FraudProof, JobInputs, JobKey, SignedJob};
+use neuroshard_audit::{AuditFeeClaim, FraudProof, JobInputs, JobKey, SignedJob, SignedServed};
 use neuroshard_proof::{Canonical, CodecError, EnvelopeError, Hash32, Reader, Signed, Writer};
 
 /// Job commitments one list carries at most (a round of H steps × m micro-batches has 2·H·m).
@@ -98,6 +98,47 @@ impl Canonical for AuditDemand {
     }
 }
 
+/// Fee claims one message carries at most.
+pub const MAX_FEE_CLAIMS: usize = 32;
+
+/// An auditor's claims to validator fees, gossiped network-wide (the committee's validators
+/// put them in epochs; see `core/fees.rs`): sent as a `Signed<FeeClaims>` by the auditor every
+/// claim names, at most one a few seconds, so a claim per audit does not run over the
+/// topic's gossip rate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FeeClaims {
+    pub network: Hash32,
+    /// 1 to `MAX_FEE_CLAIMS` claims.
+    pub claims: Vec<AuditFeeClaim>,
+}
+
+impl Canonical for FeeClaims {
+    const DOMAIN: &'static str = "neuroshard/audit-fee-claims/v1";
+
+    fn encode_body(&self, w: &mut Writer) {
+        w.fixed(&self.network);
+        w.len(self.claims.len());
+        for c in &self.claims {
+            w.bytes(&c.to_canonical_bytes());
+        }
+    }
+
+    fn decode_body(r: &mut Reader<'_>) -> Result<Self, CodecError> {
+        let network = r.array()?;
+        let n = r.len(MAX_FEE_CLAIMS)?;
+        if n == 0 {
+            return Err(CodecError::Invalid {
+                field: "fee claims",
+                reason: "no claim".into(),
+            });
+        }
+        let claims = (0..n)
+            .map(|_| AuditFeeClaim::from_canonical_bytes(r.bytes(2 * MAX_ENVELOPE + 64)?))
+            .collect::<Result<_, _>>()?;
+        Ok(Self { network, claims })
+    }
+}
+
 /// An auditor's requests to a worker of its stage.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AuditRequest {
@@ -122,11 +163,14 @@ pub enum AuditRequest {
 #[derive(Debug, Clone, PartialEq)]
 pub enum AuditAnswer {
     List(Vec<SignedJob>),
-    /// The job's inputs; its weights are served as a blob of this hash and length.
+    /// The job's inputs; its weights are served as a blob of this hash and length; and the
+    /// worker's signed statement that it served them to the asker (what an auditor's fee
+    /// rests on: an answer without it is a refusal).
     Evidence {
         inputs: JobInputs,
         weights_blob: Hash32,
         weights_len: u64,
+        served: Box<SignedServed>,
     },
     Refused(String),
 }
@@ -200,11 +244,13 @@ impl Canonical for AuditAnswer {
                 inputs,
                 weights_blob,
                 weights_len,
+                served,
             } => {
                 w.u8(1);
                 inputs.encode(w);
                 w.fixed(weights_blob);
                 w.u64(*weights_len);
+                w.bytes(&served.to_bytes());
             }
             AuditAnswer::Refused(why) => {
                 w.u8(2);
@@ -224,6 +270,12 @@ impl Canonical for AuditAnswer {
                 inputs: JobInputs::decode(r)?,
                 weights_blob: r.array()?,
                 weights_len: r.u64()?,
+                served: Box::new(Signed::from_bytes(r.bytes(MAX_ENVELOPE)?).map_err(
+                    |e: EnvelopeError| CodecError::Invalid {
+                        field: "served statement",
+                        reason: e.to_string(),
+                    },
+                )?),
             }),
             2 => Ok(AuditAnswer::Refused(
                 String::from_utf8_lossy(r.bytes(MAX_REASON)?).into_owned(),
@@ -309,6 +361,17 @@ mod tests {
                 },
                 weights_blob: [7; 32],
                 weights_len: 40,
+                served: Box::new(Signed::sign(
+                    &neuroshard_proof::fixtures::test_identity(2),
+                    &neuroshard_audit::Served {
+                        network: [1; 32],
+                        job: JobKey([4; 32]),
+                        worker: neuroshard_proof::fixtures::test_identity(2).node_id(),
+                        to: neuroshard_proof::fixtures::test_identity(3).node_id(),
+                        input_hash: [5; 32],
+                        timestamp_ms: 6,
+                    },
+                )),
             },
             AuditAnswer::Refused("gone".into()),
         ];

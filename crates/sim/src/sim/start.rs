@@ -61,6 +61,7 @@ impl Sim {
             &self.settings.model,
             self.settings.stages,
             network.genesis.protocol.min_receipts,
+            network.genesis.protocol.audit_rate(),
         ) {
             Ok(c) => c,
             Err(e) => return self.cannot_start(i, &e.to_string()),
