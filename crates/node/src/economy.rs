@@ -212,6 +212,19 @@ pub struct LedgerWrite {
     pub finality: Option<FinalityWrite>,
 }
 
+impl LedgerWrite {
+    /// A write of ledger changes and nothing else.
+    pub fn of(changes: Changes) -> Self {
+        Self {
+            changes,
+            proof_wire: None,
+            report: None,
+            weights: None,
+            finality: None,
+        }
+    }
+}
+
 /// What a node's ledger held when it started: the state and the wire bytes of its proofs and
 /// ops.
 #[derive(Debug, Clone, Default)]
@@ -587,11 +600,8 @@ impl Economy {
             self.sync.dirty = true;
             if let Outcome::Applied(changes) = &outcome {
                 self.writes.push_back(LedgerWrite {
-                    changes: changes.clone(),
                     proof_wire: Some((hash, wire)),
-                    report: None,
-                    weights: None,
-                    finality: None,
+                    ..LedgerWrite::of(changes.clone())
                 });
             }
         }
@@ -685,11 +695,8 @@ impl Economy {
             evicted.extend(self.verdict_weights.pop_front().map(|(h, _)| h));
         }
         self.writes.push_back(LedgerWrite {
-            changes: Default::default(),
-            proof_wire: None,
-            report: None,
             weights: Some((hash, weights)),
-            finality: None,
+            ..LedgerWrite::of(Changes::default())
         });
         Some(evicted)
     }

@@ -296,11 +296,8 @@ impl Economy {
         if let Some(id) = self.sync.reports.keep(std::sync::Arc::clone(&wire)) {
             self.sync.dirty = true;
             self.writes.push_back(super::LedgerWrite {
-                changes: Default::default(),
-                proof_wire: None,
                 report: Some((id, wire)),
-                weights: None,
-                finality: None,
+                ..super::LedgerWrite::of(Default::default())
             });
         }
     }

@@ -69,11 +69,8 @@ impl super::LedgerWrite {
     /// A write that only keeps finality's record.
     pub fn finality(write: FinalityWrite) -> Self {
         Self {
-            changes: neuroshard_ledger::Changes::default(),
-            proof_wire: None,
-            report: None,
-            weights: None,
             finality: Some(write),
+            ..Self::of(neuroshard_ledger::Changes::default())
         }
     }
 }

@@ -113,13 +113,7 @@ impl Economy {
     pub fn apply_audit_fee(&mut self, fee: &VerifiedAuditFee) -> Result<bool, EconomyError> {
         match self.ledger.apply_audit_fee(fee)? {
             Outcome::Applied(changes) => {
-                self.writes.push_back(LedgerWrite {
-                    changes,
-                    proof_wire: None,
-                    report: None,
-                    weights: None,
-                    finality: None,
-                });
+                self.writes.push_back(LedgerWrite::of(changes));
                 Ok(true)
             }
             Outcome::Duplicate | Outcome::Queued => Ok(false),

@@ -51,13 +51,7 @@ impl Economy {
                     neuroshard_ledger::EpochItem::Verdict(*verdict),
                     crate::finality::ItemWire::Verdict(*verdict),
                 );
-                self.writes.push_back(LedgerWrite {
-                    changes,
-                    proof_wire: None,
-                    report: None,
-                    weights: None,
-                    finality: None,
-                });
+                self.writes.push_back(LedgerWrite::of(changes));
                 Ok(true)
             }
             Outcome::Duplicate | Outcome::Queued => Ok(false),
@@ -73,13 +67,7 @@ impl Economy {
             // Stored once it applies, with the predecessor that unblocks it.
             Outcome::Queued => Ok(None),
             Outcome::Applied(changes) => {
-                self.writes.push_back(LedgerWrite {
-                    changes: changes.clone(),
-                    proof_wire: None,
-                    report: None,
-                    weights: None,
-                    finality: None,
-                });
+                self.writes.push_back(LedgerWrite::of(changes.clone()));
                 let mut accounts = BTreeSet::new();
                 for record in changes.records {
                     if let Record::Op {
