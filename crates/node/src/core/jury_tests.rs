@@ -227,6 +227,51 @@ fn served_to_juror(c: &Case) -> neuroshard_audit::SignedServed {
     )
 }
 
+/// `worker` answers `asked` with a stage-1 job's evidence and `served`, serves the weights,
+/// and `core`'s replay gives `replayed`: what `core` sends after that.
+fn replay_on_evidence(
+    core: &mut NodeCore,
+    worker: NodeId,
+    asked: Token,
+    served: neuroshard_audit::SignedServed,
+    replayed: Replayed,
+    now: Instant,
+) -> Vec<Transmit> {
+    let answer = AuditAnswer::Evidence {
+        inputs: inputs(),
+        weights_blob: [9; 32],
+        weights_len: core.weights_bytes(1),
+        served: Box::new(served),
+    };
+    let result = Ok(answer.to_canonical_bytes());
+    core.handle_message(
+        worker,
+        Inbound::Response {
+            token: asked,
+            result,
+        },
+        now,
+    );
+    let fetch = drain(core)
+        .into_iter()
+        .find_map(|t| match t {
+            Transmit::FetchBlob { token, .. } => Some(token),
+            _ => None,
+        })
+        .expect("the weights are fetched");
+    let len = usize::try_from(core.weights_bytes(1)).unwrap();
+    let blob = Inbound::Blob {
+        token: fetch,
+        result: Ok(vec![0; len]),
+    };
+    core.handle_message(worker, blob, now);
+    let (token, _) = std::iter::from_fn(|| core.poll_engine_job())
+        .find(|(_, j)| matches!(j, EngineJob::Replay { .. }))
+        .expect("the job is replayed");
+    core.handle_engine_done(token, EngineOutput::Replayed(Ok(replayed)), now);
+    drain(core)
+}
+
 /// Serves the evidence and the weights, and replays with `replayed`; the verdict's admission
 /// after it.
 fn served(class_of_juror: bool, replayed: Replayed) -> Admit {
@@ -238,41 +283,9 @@ fn served(class_of_juror: bool, replayed: Replayed) -> Admit {
     let v = verdict(&c, &d);
     let auditor = c.auditor.node_id();
     let (asked, _) = gossip(&mut c, auditor, bytes);
-    let weights_len = c.juror.weights_bytes(1);
     let served = served_to_juror(&c);
-    let out = answer(
-        &mut c,
-        asked[0],
-        AuditAnswer::Evidence {
-            inputs: inputs(),
-            weights_blob: [9; 32],
-            weights_len,
-            served: Box::new(served),
-        },
-    );
-    let fetch = out
-        .iter()
-        .find_map(|t| match t {
-            Transmit::FetchBlob { token, .. } => Some(*token),
-            _ => None,
-        })
-        .expect("the juror fetches the weights");
-    let len = usize::try_from(c.juror.weights_bytes(1)).unwrap();
-    let from = c.worker.node_id();
-    c.juror.handle_message(
-        from,
-        Inbound::Blob {
-            token: fetch,
-            result: Ok(vec![0; len]),
-        },
-        c.now,
-    );
-    let (token, _) = std::iter::from_fn(|| c.juror.poll_engine_job())
-        .find(|(_, j)| matches!(j, EngineJob::Replay { .. }))
-        .expect("the juror replays the job");
-    c.juror
-        .handle_engine_done(token, EngineOutput::Replayed(Ok(replayed)), c.now);
-    drain(&mut c.juror);
+    let (worker, now) = (c.worker.node_id(), c.now);
+    replay_on_evidence(&mut c.juror, worker, asked[0], served, replayed, now);
     // A juror never files a fraud report itself: that is the assigned auditor's.
     admit(&c, v)
 }
@@ -577,44 +590,13 @@ fn audit_to_the_end(same_class: bool, output_hash: [u8; 32]) -> (usize, usize, u
             timestamp_ms: 1,
         },
     );
-    let answer = AuditAnswer::Evidence {
-        inputs: inputs(),
-        weights_blob: [9; 32],
-        weights_len: c.weights_bytes(1),
-        served: Box::new(served),
-    };
-    let result = Ok(answer.to_canonical_bytes());
-    c.handle_message(
-        worker.node_id(),
-        Inbound::Response {
-            token: asked,
-            result,
-        },
-        now,
-    );
-    let fetch = drain(&mut c)
-        .into_iter()
-        .find_map(|t| match t {
-            Transmit::FetchBlob { token, .. } => Some(token),
-            _ => None,
-        })
-        .expect("the weights are fetched");
-    let len = usize::try_from(c.weights_bytes(1)).unwrap();
-    let blob = Inbound::Blob {
-        token: fetch,
-        result: Ok(vec![0; len]),
-    };
-    c.handle_message(worker.node_id(), blob, now);
-    let (token, _) = std::iter::from_fn(|| c.poll_engine_job())
-        .find(|(_, j)| matches!(j, EngineJob::Replay { .. }))
-        .expect("the job is replayed");
     let replayed = Replayed {
         output_hash,
         grads_hash: NO_HASH,
         output: None,
     };
-    c.handle_engine_done(token, EngineOutput::Replayed(Ok(replayed)), now);
-    let published: Vec<Vec<u8>> = drain(&mut c)
+    let out = replay_on_evidence(&mut c, worker.node_id(), asked, served, replayed, now);
+    let published: Vec<Vec<u8>> = out
         .into_iter()
         .filter_map(|t| match t {
             Transmit::Publish {
