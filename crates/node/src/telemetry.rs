@@ -220,6 +220,28 @@ impl Default for TelemetryFold {
     }
 }
 
+/// What a `NodeEvent::Ledger` with a kind applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LedgerKind {
+    Proof,
+    /// An audit verdict (`verdict: …`).
+    Verdict,
+    /// A validator fee (`audit fee`).
+    AuditFee,
+}
+
+impl LedgerKind {
+    pub(crate) fn of(kind: &str) -> Self {
+        if kind.starts_with("verdict") {
+            Self::Verdict
+        } else if kind == "audit fee" {
+            Self::AuditFee
+        } else {
+            Self::Proof
+        }
+    }
+}
+
 fn parse_node(hex_id: &str) -> Option<[u8; 32]> {
     let mut out = [0u8; 32];
     hex::decode_to_slice(hex_id, &mut out).ok()?;
@@ -343,8 +365,9 @@ impl TelemetryFold {
                 time_ms,
             } => {
                 self.ledger.state_hash = state_hash.clone();
-                // Applied proofs name their prover; batches of parked ones name none.
-                if parse_node(applied).is_some() {
+                // Applied proofs name their prover; batches of parked ones name none (and
+                // verdicts and fees name a job or claim, not a prover).
+                if LedgerKind::of(kind) == LedgerKind::Proof && parse_node(applied).is_some() {
                     self.on_proof(applied.clone(), kind.clone(), *reward, *time_ms);
                 }
             }

@@ -57,6 +57,10 @@ pub struct NodeMetrics {
     finality_seconds: Histogram,
     proofs_made: Counter,
     proofs_applied: Counter,
+    /// Audits this node ended, by outcome (`passed`, `guilty`, `refused`, `escalated`).
+    audits: Family<Labels, Counter>,
+    verdicts_applied: Counter,
+    audit_fees: Counter,
     rewards: Counter,
     dropped: Counter,
     failovers: Counter,
@@ -114,6 +118,9 @@ impl NodeMetrics {
             finality_seconds: Histogram::new(exponential_buckets(0.01, 2.0, 15)),
             proofs_made: Counter::default(),
             proofs_applied: Counter::default(),
+            audits: Family::default(),
+            verdicts_applied: Counter::default(),
+            audit_fees: Counter::default(),
             rewards: Counter::default(),
             dropped: Counter::default(),
             failovers: Counter::default(),
@@ -277,6 +284,21 @@ impl NodeMetrics {
             "neuroshard_proofs_applied",
             "Peers' proofs applied from gossip",
             self.proofs_applied.clone(),
+        );
+        r.register(
+            "neuroshard_audits",
+            "Audits of co-replicas' jobs this node ended, by outcome",
+            self.audits.clone(),
+        );
+        r.register(
+            "neuroshard_verdicts_applied",
+            "Audit verdicts the ledger applied",
+            self.verdicts_applied.clone(),
+        );
+        r.register(
+            "neuroshard_audit_fees",
+            "Validator fees the ledger paid from finalized epochs",
+            self.audit_fees.clone(),
         );
         r.register(
             "neuroshard_proof_rewards",
@@ -454,12 +476,27 @@ impl NodeMetrics {
                 gauge_u64(&self.ledger_balance, *balance);
             }
             NodeEvent::Ledger {
-                kind: Some(_),
+                kind: Some(kind),
                 state_hash,
                 ..
             } => {
-                self.proofs_applied.inc();
+                match super::LedgerKind::of(kind) {
+                    super::LedgerKind::Proof => self.proofs_applied.inc(),
+                    super::LedgerKind::Verdict => self.verdicts_applied.inc(),
+                    super::LedgerKind::AuditFee => self.audit_fees.inc(),
+                };
                 self.on_state(state_hash);
+            }
+            NodeEvent::Audit { outcome, .. } => {
+                // The outcome's class only (the reason after the colon is free text).
+                let class = outcome
+                    .split(':')
+                    .next()
+                    .filter(|c| matches!(*c, "passed" | "guilty" | "refused" | "escalated"))
+                    .unwrap_or("other");
+                self.audits
+                    .get_or_create(&vec![("outcome".to_string(), class.to_string())])
+                    .inc();
             }
             NodeEvent::Ledger { state_hash, .. } | NodeEvent::LedgerSync { state_hash, .. } => {
                 self.on_state(state_hash)

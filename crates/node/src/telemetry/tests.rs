@@ -189,8 +189,10 @@ fn proofs_are_listed_newest_first_with_their_kind() {
         time_ms: 3,
     });
     f.on_event(&ledger(&"02".repeat(32), Some("uptime")));
-    // A batch of parked proofs names no prover: not listed.
+    // A batch of parked proofs names no prover: not listed; nor are verdicts and fees.
     f.on_event(&ledger("parked proofs", None));
+    f.on_event(&ledger(&"03".repeat(32), Some("verdict: guilty")));
+    f.on_event(&ledger(&"04".repeat(32), Some("audit fee")));
     let p = f.proofs(50);
     assert_eq!(p.len(), 2);
     assert_eq!((p[0].kind.as_str(), p[0].reward), ("uptime", 7));
@@ -221,6 +223,26 @@ fn metrics_follow_the_events() {
     m.on_event(&sync(0));
     m.on_event(&ledger("parked proofs", None));
     m.on_event(&ledger("other", Some("training")));
+    // Verdicts and fees are not proofs.
+    m.on_event(&ledger(&"03".repeat(32), Some("verdict: guilty")));
+    m.on_event(&ledger(&"04".repeat(32), Some("audit fee")));
+    m.on_event(&ledger(&"05".repeat(32), Some("audit fee")));
+    for outcome in [
+        "passed",
+        "passed",
+        "refused: gone",
+        "escalated: another class",
+    ] {
+        m.on_event(&NodeEvent::Audit {
+            stage: 1,
+            round: 2,
+            worker: "w".into(),
+            job: "j".into(),
+            kind: "forward".into(),
+            outcome: outcome.into(),
+            time_ms: 3,
+        });
+    }
     m.on_event(&NodeEvent::Finalized {
         epoch: 7,
         state_hash: "ee".into(),
@@ -247,6 +269,19 @@ fn metrics_follow_the_events() {
         "{text}"
     );
     assert!(text.contains("neuroshard_proofs_applied_total 1"), "{text}");
+    assert!(
+        text.contains("neuroshard_verdicts_applied_total 1"),
+        "{text}"
+    );
+    assert!(text.contains("neuroshard_audit_fees_total 2"), "{text}");
+    assert!(
+        text.contains("neuroshard_audits_total{outcome=\"passed\"} 2"),
+        "{text}"
+    );
+    assert!(
+        text.contains("neuroshard_audits_total{outcome=\"refused\"} 1"),
+        "{text}"
+    );
     assert!(
         text.contains("neuroshard_ledger_state{state_hash=\"ff\"} 1"),
         "{text}"
