@@ -227,6 +227,16 @@ fn served_to_juror(c: &Case) -> neuroshard_audit::SignedServed {
     )
 }
 
+/// The worker's evidence answer: the fixture's inputs, weights of `weights_len` bytes.
+fn evidence(weights_len: u64, served: neuroshard_audit::SignedServed) -> AuditAnswer {
+    AuditAnswer::Evidence {
+        inputs: inputs(),
+        weights_blob: [9; 32],
+        weights_len,
+        served: Box::new(served),
+    }
+}
+
 /// `worker` answers `asked` with a stage-1 job's evidence and `served`, serves the weights,
 /// and `core`'s replay gives `replayed`: what `core` sends after that.
 fn replay_on_evidence(
@@ -237,12 +247,7 @@ fn replay_on_evidence(
     replayed: Replayed,
     now: Instant,
 ) -> Vec<Transmit> {
-    let answer = AuditAnswer::Evidence {
-        inputs: inputs(),
-        weights_blob: [9; 32],
-        weights_len: core.weights_bytes(1),
-        served: Box::new(served),
-    };
+    let answer = evidence(core.weights_bytes(1), served);
     let result = Ok(answer.to_canonical_bytes());
     core.handle_message(
         worker,
@@ -418,16 +423,7 @@ fn tokens_that_are_not_the_named_text_convict_in_any_class() {
     // Unnamed tokens: the provenance check fails before any weights are fetched.
     let weights_len = c.juror.weights_bytes(0);
     let served = served_to_juror(&c);
-    let out = answer(
-        &mut c,
-        asked[0],
-        AuditAnswer::Evidence {
-            inputs: inputs(),
-            weights_blob: [9; 32],
-            weights_len,
-            served: Box::new(served),
-        },
-    );
+    let out = answer(&mut c, asked[0], evidence(weights_len, served));
     assert!(!out.iter().any(|t| matches!(t, Transmit::FetchBlob { .. })));
     assert_eq!(admit(&c, v), Admit::Yes);
 }
@@ -525,16 +521,7 @@ fn evidence_without_the_workers_statement_that_it_served_it_counts_as_not_served
         let (asked, _) = gossip(&mut c, auditor, bytes);
         let weights_len = c.juror.weights_bytes(1);
         let served = statement(&c);
-        let out = answer(
-            &mut c,
-            asked[0],
-            AuditAnswer::Evidence {
-                inputs: inputs(),
-                weights_blob: [9; 32],
-                weights_len,
-                served: Box::new(served),
-            },
-        );
+        let out = answer(&mut c, asked[0], evidence(weights_len, served));
         assert!(
             !out.iter().any(|t| matches!(t, Transmit::FetchBlob { .. })),
             "statement {i}: the weights were fetched"
