@@ -616,3 +616,44 @@ fn an_auditor_of_another_class_escalates_to_the_committee_and_never_accuses() {
     assert_eq!(audit_to_the_end(false, [8; 32]), (0, 1, 1));
     assert_eq!(audit_to_the_end(true, job.output_hash), (0, 0, 1));
 }
+
+/// A committee validator takes a peer's fee claims into its epochs only where its finalized
+/// state admits them: a claim whose beacon is not final here waits aside (a flood of such
+/// claims cannot fill finality's queue), one not signed by the worker costs its sender.
+#[test]
+fn fee_claims_reach_the_epochs_only_when_admitted_and_forged_ones_cost_their_sender() {
+    use neuroshard_audit::{AuditFeeClaim, Served};
+    let mut c = case();
+    let auditor = c.auditor.node_id();
+    let served = Served {
+        network: NETWORK,
+        job: c.job.key(),
+        worker: c.job.worker,
+        to: auditor,
+        input_hash: c.job.input_hash,
+        timestamp_ms: 1,
+    };
+    let batch = |signer: &Identity| {
+        let claims = crate::wire::FeeClaims {
+            network: NETWORK,
+            claims: vec![AuditFeeClaim {
+                job: c.job.sign(&c.worker),
+                served: Signed::sign(signer, &served),
+            }],
+        };
+        Signed::sign(&c.auditor, &claims).to_bytes()
+    };
+    let (genuine, forged) = (batch(&c.worker), batch(&c.auditor));
+    let pending = |c: &Case| c.juror.finality_head().map(|h| h.2);
+    let before = pending(&c);
+    assert!(before.is_some(), "the juror runs finality");
+    // The economy holds no beacon of the job's epoch: the claim waits, outside the epochs.
+    let (_, penalized) = gossip(&mut c, auditor, genuine);
+    assert!(!penalized);
+    assert_eq!(pending(&c), before);
+    assert_eq!(c.juror.audit.fees.held.len(), 1);
+    let (_, penalized) = gossip(&mut c, auditor, forged);
+    assert!(penalized, "a claim the worker did not sign is forged");
+    assert_eq!(pending(&c), before);
+    assert_eq!(c.juror.audit.fees.held.len(), 1);
+}
