@@ -39,8 +39,7 @@ const MAX_TAKEN: usize = 16_384;
 
 #[derive(Debug, Default)]
 pub(super) struct FeeState {
-    outbox: VecDeque<AuditFeeClaim>,
-    last_sent: Option<Instant>,
+    outbox: super::paced::PacedOutbox<AuditFeeClaim>,
     /// (claim, its bytes, the finalized epoch it was first held at).
     pub(super) held: VecDeque<(VerifiedAuditFee, Vec<u8>, u64)>,
     taken: RecentSet<Hash32, MAX_TAKEN>,
@@ -52,27 +51,28 @@ impl NodeCore {
         let Some(served) = open.served.clone() else {
             return;
         };
-        if self.audit.fees.outbox.len() < MAX_FEE_OUTBOX {
-            self.audit.fees.outbox.push_back(AuditFeeClaim {
-                job: open.job.clone(),
-                served,
-            });
-        }
+        let claim = AuditFeeClaim {
+            job: open.job.clone(),
+            served,
+        };
+        self.audit.fees.outbox.push(claim, MAX_FEE_OUTBOX);
         self.flush_fee_claims(now);
     }
 
     /// Sends the claims waiting, at most `MAX_FEE_CLAIMS` a batch and a batch a
     /// `FEE_CLAIMS_EVERY`, and takes them here as every committee member does.
     pub(super) fn flush_fee_claims(&mut self, now: Instant) {
-        let f = &mut self.audit.fees;
-        if f.outbox.is_empty() || f.last_sent.is_some_and(|t| now < t + FEE_CLAIMS_EVERY) {
+        let Some(claims) = self
+            .audit
+            .fees
+            .outbox
+            .take(now, FEE_CLAIMS_EVERY, MAX_FEE_CLAIMS)
+        else {
             return;
-        }
-        f.last_sent = Some(now);
-        let n = f.outbox.len().min(MAX_FEE_CLAIMS);
+        };
         let batch = FeeClaims {
             network: self.network,
-            claims: f.outbox.drain(..n).collect(),
+            claims,
         };
         self.transmits.push_back(Transmit::Publish {
             topic: Topic::Ops,
@@ -87,8 +87,7 @@ impl NodeCore {
 
     /// When the next batch of claims is due.
     pub(super) fn fee_timeout(&self) -> Option<Instant> {
-        let f = &self.audit.fees;
-        (!f.outbox.is_empty()).then(|| f.last_sent.map_or(self.last_now, |t| t + FEE_CLAIMS_EVERY))
+        self.audit.fees.outbox.due(self.last_now, FEE_CLAIMS_EVERY)
     }
 
     /// Gossiped fee claims (false: the bytes are not claims).

@@ -88,8 +88,7 @@ pub(super) struct JuryState {
     /// Demanded jobs waiting for a juror's slot.
     queue: VecDeque<Demanded>,
     /// Our jobs to demand, and when we last sent a demand.
-    outbox: VecDeque<SignedJob>,
-    last_sent: Option<Instant>,
+    outbox: super::paced::PacedOutbox<SignedJob>,
 }
 
 /// One job of a demand, checked for its signature.
@@ -131,23 +130,23 @@ impl NodeCore {
     }
 
     fn queue_demand(&mut self, job: SignedJob) {
-        if self.audit.juries.outbox.len() < MAX_OUTBOX {
-            self.audit.juries.outbox.push_back(job);
-        }
+        self.audit.juries.outbox.push(job, MAX_OUTBOX);
     }
 
     /// Sends the jobs waiting to be demanded, at most `MAX_DEMAND_JOBS` in one demand and
     /// one demand a `DEMAND_EVERY`.
     fn flush_demands(&mut self, now: Instant) {
-        let j = &mut self.audit.juries;
-        if j.outbox.is_empty() || j.last_sent.is_some_and(|t| now < t + DEMAND_EVERY) {
+        let Some(jobs) = self
+            .audit
+            .juries
+            .outbox
+            .take(now, DEMAND_EVERY, MAX_DEMAND_JOBS)
+        else {
             return;
-        }
-        j.last_sent = Some(now);
-        let n = j.outbox.len().min(MAX_DEMAND_JOBS);
+        };
         let demand = AuditDemand {
             network: self.network,
-            jobs: j.outbox.drain(..n).collect(),
+            jobs,
             timestamp_ms: self.unix_ms(now),
         };
         let data = Signed::sign(&self.identity, &demand).to_bytes();
@@ -375,8 +374,7 @@ impl NodeCore {
     /// When a juror's next attempt, an audit's demand, or the next demand out is due.
     pub(super) fn jury_timeout(&self) -> Option<Instant> {
         let j = &self.audit.juries;
-        let flush =
-            (!j.outbox.is_empty()).then(|| j.last_sent.map_or(self.last_now, |t| t + DEMAND_EVERY));
+        let flush = j.outbox.due(self.last_now, DEMAND_EVERY);
         self.audit
             .open
             .values()

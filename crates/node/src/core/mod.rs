@@ -29,6 +29,7 @@ mod io;
 mod jury;
 #[cfg(test)]
 mod jury_tests;
+mod paced;
 mod pull;
 #[cfg(test)]
 mod pull_tests;
