@@ -1,15 +1,15 @@
 //! Audit messages from peers. First byte 0: a fraud proof, taken through every check before
-//! the replay (the replayer here holds no weights); 1: a job commitment; 2: a round
-//! commitment; 3: a countersignature envelope. Whatever decodes must re-encode to its bytes.
+//! the replay (the replayer here holds no weights); 1: a job commitment; 2: a job's inputs as
+//! evidence carries them (an offer's names its outer state); 3: a countersignature envelope. Whatever decodes must re-encode to its bytes.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use neuroshard_audit::{
     AuditContext, AuditRate, ChallengeSeed, Countersign, DeterminismClass, EvidenceLimits,
-    FraudProof, JobCommitment, JobInputs, Replayed, Replayer, RoundCommitment, Tolerance, check,
+    FraudProof, JobCommitment, JobInputs, Replayed, Replayer, Tolerance, check,
 };
 use neuroshard_fuzz::{ALICE, BOB, NEIGHBOUR};
-use neuroshard_proof::{Canonical, Signed};
+use neuroshard_proof::{Canonical, Reader, Signed, Writer};
 
 #[derive(Debug, thiserror::Error)]
 #[error("this replayer holds no weights")]
@@ -66,7 +66,14 @@ fuzz_target!(|data: &[u8]| {
             round_trips::<JobCommitment>(rest);
         }
         2 => {
-            round_trips::<RoundCommitment>(rest);
+            let mut r = Reader::new(rest);
+            if let Ok(inputs) = JobInputs::decode(&mut r)
+                && r.finish().is_ok()
+            {
+                let mut w = Writer::new();
+                inputs.encode(&mut w);
+                assert_eq!(w.into_bytes(), rest);
+            }
         }
         _ => {
             if let Ok(s) = Signed::<Countersign>::from_bytes(rest) {

@@ -175,8 +175,8 @@ pub fn sample_manifest(tokens: &[u32]) -> Result<Vec<u8>, SampleError> {
 pub fn sample_audit() -> Vec<Vec<u8>> {
     use neuroshard_audit::{
         ChallengeSeed, Countersign, DeterminismClass, FraudProof, IsaLevel, JobCommitment,
-        JobInputs, JobKind, MicroBatchRef, NO_HASH, Replayed, RoundCommitment, StageData, Tensor,
-        UpstreamData, auditor_for,
+        JobInputs, JobKind, MicroBatchRef, NO_HASH, Replayed, StageData, Tensor, UpstreamData,
+        auditor_for, offer_micro_batch,
     };
     let hidden = |seed: f32| Tensor {
         batch: 2,
@@ -235,18 +235,49 @@ pub fn sample_audit() -> Vec<Vec<u8>> {
         Some(hidden(2.0)),
         T0,
     );
-    let round = RoundCommitment {
-        network: [0; 32],
-        worker: ALICE.node_id(),
-        stage: 1,
-        round: 1,
-        class,
-        theta0_hash: [5; 32],
-        adamw_hash: [6; 32],
-        batch_ids: vec![3, 9],
-        jobs: vec![job.sign(&ALICE).payload_hash()],
-        pseudo_gradient_hash: [7; 32],
+    // An offer: its input is the outer state, by hash and length.
+    let offer_inputs = JobInputs {
+        input: StageData::Outer {
+            hash: [5; 32],
+            len: 3 * 4096 + 33,
+        },
+        upstream: UpstreamData::None,
     };
+    let offer = JobCommitment {
+        round: 1,
+        micro_batch: offer_micro_batch(ALICE.node_id(), 1),
+        kind: JobKind::Offer,
+        input_hash: [5; 32],
+        upstream_hash: NO_HASH,
+        output_hash: [7; 32],
+        ..job
+    };
+    let offer_auditor = [&*NEIGHBOUR, &*BOB]
+        .into_iter()
+        .find(|i| {
+            auditor_for(
+                &ChallengeSeed([0; 32]),
+                &offer.key(),
+                ALICE.node_id(),
+                &validators,
+            ) == Some(i.node_id())
+        })
+        .unwrap_or(&NEIGHBOUR);
+    let offer_proof = FraudProof::new(
+        offer_auditor,
+        offer.sign(&ALICE),
+        &offer,
+        offer_inputs.clone(),
+        &Replayed {
+            output_hash: [8; 32],
+            grads_hash: offer.grads_hash,
+            output: None,
+        },
+        None,
+        T0,
+    );
+    let mut encoded_inputs = neuroshard_proof::Writer::new();
+    offer_inputs.encode(&mut encoded_inputs);
     let countersign = Signed::sign(
         &NEIGHBOUR,
         &Countersign {
@@ -291,7 +322,8 @@ pub fn sample_audit() -> Vec<Vec<u8>> {
         with_mode(0, proof.to_canonical_bytes()),
         with_mode(0, provenance.to_canonical_bytes()),
         with_mode(1, job.to_canonical_bytes()),
-        with_mode(2, round.to_canonical_bytes()),
+        with_mode(0, offer_proof.to_canonical_bytes()),
+        with_mode(2, encoded_inputs.into_bytes()),
         with_mode(3, countersign.to_bytes()),
     ]
 }

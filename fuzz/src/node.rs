@@ -256,6 +256,7 @@ pub fn sample_sync() -> Vec<SyncMsg> {
             blob: [2; 32],
             bytes: 1_000,
             dense_bytes: 8_000,
+            commitment: Some(Box::new(offer_commitment(&ALICE))),
         }),
         SyncMsg::Done(SyncDone {
             network: NETWORK,
@@ -497,4 +498,31 @@ pub fn sample_adamw() -> Option<Vec<u8>> {
         .collect();
     let opt = AdamW::from_state(AdamWConfig::default(), &PARAMS, 17, m, v).ok()?;
     Some(encode_adamw(&opt))
+}
+
+/// A round-4 offer's signed commitment (stage 1, base [1; 32], blob [2; 32]).
+fn offer_commitment(worker: &neuroshard_proof::Identity) -> neuroshard_audit::SignedJob {
+    let round = 3;
+    neuroshard_audit::JobCommitment {
+        network: NETWORK,
+        worker: worker.node_id(),
+        stage: 1,
+        round,
+        step: 12,
+        micro_batch: neuroshard_audit::offer_micro_batch(worker.node_id(), round),
+        kind: neuroshard_audit::JobKind::Offer,
+        class: neuroshard_audit::DeterminismClass {
+            build: [8; 32],
+            isa: neuroshard_audit::IsaLevel::X86V3,
+            cache_bytes: [32 << 10, 1 << 20, 32 << 20],
+            micro_batches: 2,
+        },
+        weights_hash: [5; 32],
+        input_hash: [1; 32],
+        upstream_hash: neuroshard_audit::NO_HASH,
+        output_hash: [2; 32],
+        grads_hash: [6; 32],
+        epoch: 7,
+    }
+    .sign(worker)
 }

@@ -6,17 +6,14 @@ use neuroshard_proof::{
 
 use crate::class::DeterminismClass;
 
-/// Most job commitments one round commitment chains (512 KiB of hashes: under the envelope's
-/// 1 MiB). A round of H inner steps × m micro-batches runs 2·H·m jobs.
-pub const MAX_ROUND_JOBS: usize = 16_384;
-/// Most genesis batch ids one round commitment names.
-pub const MAX_ROUND_BATCHES: usize = 4_096;
-
-/// Forward pass, or the backward pass (vector–Jacobian product) of one micro-batch.
+/// Forward pass, or the backward pass (vector–Jacobian product) of one micro-batch, or a
+/// replica's DiLoCo offer of a round: its pseudo-gradient, encoded in the network's codec, of
+/// the weights it trained to against the stage's θ₀.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum JobKind {
     Forward = 0,
     Backward = 1,
+    Offer = 2,
 }
 
 impl JobKind {
@@ -24,6 +21,7 @@ impl JobKind {
         match v {
             0 => Ok(Self::Forward),
             1 => Ok(Self::Backward),
+            2 => Ok(Self::Offer),
             _ => Err(CodecError::Invalid {
                 field: "job kind",
                 reason: format!("unknown kind {v}"),
@@ -46,6 +44,14 @@ pub struct MicroBatchRef {
 pub struct JobKey(pub Hash32);
 
 /// A worker's signed statement about one job it ran.
+///
+/// An offer ([`JobKind::Offer`], one per replica and round: [`offer_micro_batch`]) is the
+/// replica's round commitment: its weights are those the pseudo-gradient was taken from (θ
+/// after the round's inner steps), its input the outer state it was taken against (θ₀: the
+/// offer's base), its output the offer's blob, and its `grads_hash` the round's state
+/// ([`round_state_hash`]: AdamW's state then and the chain of the round's jobs). Replaying it
+/// re-encodes θ₀ − θ, so an offer that is not the replica's own pseudo-gradient of the weights
+/// it names (last round's, say) is caught like a job with other outputs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct JobCommitment {
     pub network: Hash32,
@@ -263,98 +269,39 @@ pub fn verify_countersigned(
     Ok((c, cs.signer().node_id()))
 }
 
-/// A replica's statement about a whole DiLoCo round: where it started (θ₀), its optimizer
-/// state, which genesis batches it trained on, every job it ran in order, and the
-/// pseudo-gradient it offered, so that the offer is a deterministic function of committed
-/// inputs.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RoundCommitment {
-    pub network: Hash32,
-    pub worker: NodeId,
-    pub stage: u16,
-    pub round: u64,
-    pub class: DeterminismClass,
-    pub theta0_hash: Hash32,
-    pub adamw_hash: Hash32,
-    pub batch_ids: Vec<u64>,
-    /// Payload hashes of the round's signed job commitments, in the order they ran.
-    pub jobs: Vec<Hash32>,
-    pub pseudo_gradient_hash: Hash32,
+/// The micro-batch an offer's commitment names: one per worker and round, so its key names
+/// the round's offer whatever the commitment claims.
+pub fn offer_micro_batch(worker: NodeId, round: u64) -> MicroBatchRef {
+    MicroBatchRef {
+        origin: worker,
+        step: round,
+        index: u32::MAX,
+    }
 }
 
-impl RoundCommitment {
-    /// The hash chain over the jobs, seeded with θ₀: `h₀ = H(θ₀)`, `hᵢ = H(hᵢ₋₁ ‖ jobᵢ)`. Any
-    /// reordering, insertion or omission changes the head.
-    pub fn job_chain(&self) -> Hash32 {
-        let mut head = *blake3::Hasher::new()
-            .update(b"neuroshard/audit/job-chain")
-            .update(&self.theta0_hash)
+/// What an offer's commitment names as its `grads_hash`: the replica's AdamW state when it
+/// made the offer, and the chain of the round's job commitments (payload hashes) in the order
+/// they ran, seeded with θ₀: `h₀ = H(θ₀)`, `hᵢ = H(hᵢ₋₁ ‖ jobᵢ)`, so any reordering,
+/// insertion or omission changes it.
+pub fn round_state_hash(theta0: &Hash32, adamw: &Hash32, jobs: &[Hash32]) -> Hash32 {
+    let mut head = *blake3::Hasher::new()
+        .update(b"neuroshard/audit/job-chain")
+        .update(theta0)
+        .finalize()
+        .as_bytes();
+    for j in jobs {
+        head = *blake3::Hasher::new()
+            .update(&head)
+            .update(j)
             .finalize()
             .as_bytes();
-        for j in &self.jobs {
-            head = *blake3::Hasher::new()
-                .update(&head)
-                .update(j)
-                .finalize()
-                .as_bytes();
-        }
-        head
     }
-
-    /// Whether the round lists the signed job (by its payload hash).
-    pub fn contains(&self, job: &SignedJob) -> bool {
-        let h = job.payload_hash();
-        self.jobs.contains(&h)
-    }
-}
-
-impl Canonical for RoundCommitment {
-    const DOMAIN: &'static str = "neuroshard/audit/round/v1";
-
-    fn encode_body(&self, w: &mut Writer) {
-        w.fixed(&self.network);
-        w.fixed(&self.worker.0);
-        w.u16(self.stage);
-        w.u64(self.round);
-        self.class.encode(w);
-        w.fixed(&self.theta0_hash);
-        w.fixed(&self.adamw_hash);
-        w.len(self.batch_ids.len());
-        for b in &self.batch_ids {
-            w.u64(*b);
-        }
-        w.len(self.jobs.len());
-        for j in &self.jobs {
-            w.fixed(j);
-        }
-        w.fixed(&self.pseudo_gradient_hash);
-    }
-
-    fn decode_body(r: &mut Reader<'_>) -> Result<Self, CodecError> {
-        let network = r.array()?;
-        let worker = NodeId(r.array()?);
-        let stage = r.u16()?;
-        let round = r.u64()?;
-        let class = DeterminismClass::decode(r)?;
-        let theta0_hash = r.array()?;
-        let adamw_hash = r.array()?;
-        let n = r.len(MAX_ROUND_BATCHES)?;
-        let batch_ids = (0..n).map(|_| r.u64()).collect::<Result<_, _>>()?;
-        let n = r.len(MAX_ROUND_JOBS)?;
-        let jobs = (0..n).map(|_| r.array()).collect::<Result<_, _>>()?;
-        Ok(Self {
-            network,
-            worker,
-            stage,
-            round,
-            class,
-            theta0_hash,
-            adamw_hash,
-            batch_ids,
-            jobs,
-            pseudo_gradient_hash: r.array()?,
-        })
-    }
+    *blake3::Hasher::new()
+        .update(b"neuroshard/audit/round-state")
+        .update(adamw)
+        .update(&head)
+        .finalize()
+        .as_bytes()
 }
 
 #[cfg(test)]
@@ -445,25 +392,30 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn the_job_chain_changes_with_order_and_omission() {
-        let r = RoundCommitment {
-            network: [0; 32],
-            worker: NodeId([1; 32]),
-            stage: 0,
-            round: 1,
-            class: class(1),
-            theta0_hash: [2; 32],
-            adamw_hash: [3; 32],
-            batch_ids: vec![1, 2],
-            jobs: vec![[4; 32], [5; 32]],
-            pseudo_gradient_hash: [6; 32],
-        };
-        let mut swapped = r.clone();
-        swapped.jobs.reverse();
-        let mut dropped = r.clone();
-        dropped.jobs.pop();
-        assert_ne!(r.job_chain(), swapped.job_chain());
-        assert_ne!(r.job_chain(), dropped.job_chain());
+    fn the_round_state_changes_with_the_jobs_order_omission_and_state() {
+        let jobs = [[4; 32], [5; 32]];
+        let h = round_state_hash(&[2; 32], &[3; 32], &jobs);
+        assert_ne!(h, round_state_hash(&[2; 32], &[3; 32], &[[5; 32], [4; 32]]));
+        assert_ne!(h, round_state_hash(&[2; 32], &[3; 32], &jobs[..1]));
+        assert_ne!(h, round_state_hash(&[9; 32], &[3; 32], &jobs));
+        assert_ne!(h, round_state_hash(&[2; 32], &[9; 32], &jobs));
+    }
+
+    #[test]
+    fn an_offer_is_one_job_per_worker_and_round() {
+        let w = test_identity(1);
+        let mut a = commitment(&w, 0, JobKind::Offer);
+        a.micro_batch = offer_micro_batch(w.node_id(), a.round);
+        let mut other_blob = a;
+        other_blob.output_hash = [0xee; 32];
+        assert_eq!(a.key(), other_blob.key());
+        let mut next = a;
+        next.round += 1;
+        next.micro_batch = offer_micro_batch(w.node_id(), next.round);
+        assert_ne!(a.key(), next.key());
+        let bytes = a.sign(&w).to_bytes();
+        let back = SignedJob::from_bytes(&bytes).unwrap();
+        assert_eq!(verify_job(&back).unwrap(), a);
     }
 
     fn arb_hash() -> impl Strategy<Value = Hash32> {
@@ -536,46 +488,5 @@ pub(crate) mod tests {
             let c = Countersign { network: net, job: JobKey(job), worker: NodeId(w), received_hash: h };
             prop_assert_eq!(Countersign::from_canonical_bytes(&c.to_canonical_bytes()), Ok(c));
         }
-
-        #[test]
-        fn round_commitments_round_trip(
-            c in arb_commitment(),
-            batch_ids in prop::collection::vec(any::<u64>(), 0..20),
-            jobs in prop::collection::vec(arb_hash(), 0..20),
-            pg in arb_hash(),
-        ) {
-            let r = RoundCommitment {
-                network: c.network,
-                worker: c.worker,
-                stage: c.stage,
-                round: c.round,
-                class: c.class,
-                theta0_hash: c.weights_hash,
-                adamw_hash: c.input_hash,
-                batch_ids,
-                jobs,
-                pseudo_gradient_hash: pg,
-            };
-            let bytes = r.to_canonical_bytes();
-            prop_assert_eq!(RoundCommitment::from_canonical_bytes(&bytes), Ok(r));
-        }
-    }
-
-    #[test]
-    fn a_round_naming_too_many_jobs_is_refused_before_allocating() {
-        let mut w = Writer::new();
-        w.bytes(RoundCommitment::DOMAIN.as_bytes());
-        w.fixed(&[0; 32]);
-        w.fixed(&[0; 32]);
-        w.u16(0);
-        w.u64(0);
-        class(1).encode(&mut w);
-        w.fixed(&[0; 64]);
-        w.len(0);
-        w.len(MAX_ROUND_JOBS + 1);
-        assert!(matches!(
-            RoundCommitment::from_canonical_bytes(&w.into_bytes()),
-            Err(CodecError::TooLong { .. })
-        ));
     }
 }

@@ -401,6 +401,10 @@ pub fn check_provenance_charge(
     if proof.charge() != Some(Charge::Provenance) {
         return Err(EvidenceError::WrongCharge);
     }
+    // An offer reads no tokens: its input is the outer state, which names no genesis text.
+    if c.kind == JobKind::Offer {
+        return Err(EvidenceError::KindMismatch(c.kind));
+    }
     let (job, worker) = (c.key(), c.worker);
     Ok(match check_provenance(&proof.inputs, text) {
         Ok(()) => Verdict::FalseAccusation {
@@ -491,7 +495,9 @@ fn check_inputs(
     let tensors = [
         match &inputs.input {
             crate::tensor::StageData::Hidden(t) => Some(t),
-            crate::tensor::StageData::Tokens(_) | crate::tensor::StageData::Genesis(_) => None,
+            crate::tensor::StageData::Tokens(_)
+            | crate::tensor::StageData::Genesis(_)
+            | crate::tensor::StageData::Outer { .. } => None,
         },
         match &inputs.upstream {
             UpstreamData::Grad(g) => Some(g),
@@ -502,10 +508,12 @@ fn check_inputs(
     if !tensors.into_iter().flatten().all(finite) {
         return Err(EvidenceError::NonFinite);
     }
-    match (c.kind, &inputs.upstream) {
-        (JobKind::Forward, UpstreamData::None) => {}
-        (JobKind::Backward, UpstreamData::Grad(_) | UpstreamData::Targets(_)) => {}
-        (kind, _) => return Err(EvidenceError::KindMismatch(kind)),
+    let outer = matches!(inputs.input, crate::tensor::StageData::Outer { .. });
+    match (c.kind, &inputs.upstream, outer) {
+        (JobKind::Forward, UpstreamData::None, false) => {}
+        (JobKind::Backward, UpstreamData::Grad(_) | UpstreamData::Targets(_), false) => {}
+        (JobKind::Offer, UpstreamData::None, true) => {}
+        (kind, ..) => return Err(EvidenceError::KindMismatch(kind)),
     }
     if inputs.input.hash() != c.input_hash {
         return Err(EvidenceError::InputMismatch("input"));

@@ -3,8 +3,9 @@
 //! A stage's worker signs a [`JobCommitment`] for every job it runs (hashes of its inputs,
 //! outputs and weights, and the [`DeterminismClass`] its bits belong to); the neighbour that
 //! receives the output countersigns the hash it received ([`Countersign`]). A replica's
-//! [`RoundCommitment`] chains its jobs with θ₀, its AdamW state, its genesis batches and its
-//! pseudo-gradient. After a round is final, [`sample`] names, from that round's hash, which
+//! offer of a round is a job too ([`JobKind::Offer`]): its pseudo-gradient of the weights it
+//! names against θ₀, with its AdamW state and the chain of its round's jobs
+//! ([`round_state_hash`]), so a replay re-encodes it like any job. After a round is final, [`sample`] names, from that round's hash, which
 //! jobs are audited and by whom; an auditor that replays a job and gets other bits files a
 //! [`FraudProof`], which any node settles with [`check`] by replaying the one job itself.
 //!
@@ -21,9 +22,8 @@ mod tensor;
 
 pub use class::{DeterminismClass, IsaLevel, Tolerance};
 pub use commit::{
-    BEACON_LAG, CommitError, Countersign, JobCommitment, JobKey, JobKind, MAX_ROUND_BATCHES,
-    MAX_ROUND_JOBS, MicroBatchRef, RoundCommitment, SignedJob, countersign, verify_countersigned,
-    verify_job,
+    BEACON_LAG, CommitError, Countersign, JobCommitment, JobKey, JobKind, MicroBatchRef, SignedJob,
+    countersign, offer_micro_batch, round_state_hash, verify_countersigned, verify_job,
 };
 pub use fee::{AuditFeeClaim, FeeClaimError, Served, SignedServed};
 pub use fraud::{

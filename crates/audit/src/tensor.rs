@@ -247,6 +247,13 @@ pub enum StageData {
     /// The embedding stage's tokens with the genesis window of each row.
     Genesis(GenesisTokens),
     Hidden(Tensor),
+    /// An offer's input: the encoded outer state (θ₀) it was taken against, by its hash and
+    /// length. Too large for a message, its bytes travel in the evidence blob after the
+    /// weights (see [`crate::JobKind::Offer`]).
+    Outer {
+        hash: Hash32,
+        len: u64,
+    },
 }
 
 impl StageData {
@@ -255,14 +262,18 @@ impl StageData {
             Self::Tokens(t) => t.hash("tokens"),
             Self::Genesis(g) => g.hash(),
             Self::Hidden(t) => t.hash(),
+            // The outer state's hash is BLAKE3 of its bytes: what replicas compare after a
+            // round, and what an offer names as its base.
+            Self::Outer { hash, .. } => *hash,
         }
     }
 
-    /// `(batch, seq)` rows of the micro-batch.
+    /// `(batch, seq)` rows of the micro-batch (an offer's outer state counts as one).
     pub fn rows(&self) -> (u32, u32) {
         match self {
             Self::Tokens(t) | Self::Genesis(GenesisTokens { tokens: t, .. }) => (t.batch, t.seq),
             Self::Hidden(t) => (t.batch, t.seq),
+            Self::Outer { .. } => (1, 1),
         }
     }
 }
@@ -320,6 +331,11 @@ impl JobInputs {
                 w.u8(2);
                 g.encode(w);
             }
+            StageData::Outer { hash, len } => {
+                w.u8(3);
+                w.fixed(hash);
+                w.u64(*len);
+            }
         }
         match &self.upstream {
             UpstreamData::None => w.u8(0),
@@ -339,6 +355,10 @@ impl JobInputs {
             0 => StageData::Tokens(TokenIds::decode(r)?),
             1 => StageData::Hidden(Tensor::decode(r)?),
             2 => StageData::Genesis(GenesisTokens::decode(r)?),
+            3 => StageData::Outer {
+                hash: r.array()?,
+                len: r.u64()?,
+            },
             v => return Err(invalid("input kind", v)),
         };
         let upstream = match r.u8()? {

@@ -79,9 +79,9 @@ fn cache_bytes() -> [u64; 3] {
     [0, 1, 2].map(|i| info[i].cache_bytes as u64)
 }
 
-/// A committed input as the engine takes it.
-pub fn stage_input(data: &StageData) -> StageInput {
-    match data {
+/// A committed input as the engine takes it (an offer's outer state is no stage input).
+pub fn stage_input(data: &StageData) -> Result<StageInput, ModelError> {
+    Ok(match data {
         StageData::Tokens(t) | StageData::Genesis(GenesisTokens { tokens: t, .. }) => {
             StageInput::Tokens(Tokens {
                 batch: t.batch as usize,
@@ -90,7 +90,12 @@ pub fn stage_input(data: &StageData) -> StageInput {
             })
         }
         StageData::Hidden(t) => StageInput::Hidden(activations(t)),
-    }
+        StageData::Outer { .. } => {
+            return Err(ModelError::Input(
+                "an outer state is an offer's input, not a stage's".into(),
+            ));
+        }
+    })
 }
 
 fn activations(t: &Tensor) -> Activations {
@@ -175,7 +180,7 @@ pub fn replay_job(
     inputs: &JobInputs,
     wire: &Wire,
 ) -> Result<Replayed, ModelError> {
-    let input = stage_input(&inputs.input);
+    let input = stage_input(&inputs.input)?;
     match (kind, &inputs.upstream) {
         (JobKind::Forward, UpstreamData::None) => Ok(forward_hashes(
             &stage.forward(&input)?,

@@ -11,12 +11,13 @@ use neuroshard_audit::{GenesisTokens, JobInputs, JobKind, NO_HASH, StageData, Wi
 use neuroshard_model::replay::job_inputs;
 use neuroshard_model::{AdamW, Kept, Stage, StageInput, checkpoint};
 use neuroshard_proof::{Hash32, NodeId};
+pub use offer::OfferHashes;
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::core::{Compute, EngineError, EngineJob, EngineOutput, JobHashes, Token};
 
 use crate::pipeline::{Job, JobDone};
-use crate::replica::{Applied, Diloco, Prepared, encode_adamw};
+use crate::replica::{Applied, Diloco, encode_adamw};
 use crate::serve::engine::{Serving, StepJob, StreamKey};
 use crate::wire::MicroBatchId;
 
@@ -306,11 +307,6 @@ impl Engine {
         let out = serving.run(version, || self.serving_runner(), steps, evict);
         self.serving = serving;
         EngineOutput::Inferred(out)
-    }
-
-    fn sync_prepare(&mut self, round: u64) -> Result<Prepared, EngineError> {
-        let d = self.diloco.as_mut().ok_or(EngineError::DilocoOff)?;
-        Ok(d.prepare(round, self.stage.params())?)
     }
 
     fn sync_apply(
@@ -693,5 +689,6 @@ pub fn next_job(waiting: &mut VecDeque<(Token, EngineJob)>) -> Option<(Token, En
 }
 
 mod audit;
+mod offer;
 #[cfg(test)]
 mod tests;

@@ -346,6 +346,10 @@ impl Diloco {
         self.outer.round()
     }
 
+    pub fn config(&self) -> &DilocoConfig {
+        &self.cfg
+    }
+
     /// θ₀.
     pub fn theta(&self) -> &[f32] {
         self.outer.theta()
@@ -624,6 +628,24 @@ impl Diloco {
         }
         Ok(())
     }
+}
+
+/// The offer an honest replica makes of `round` from the weights `theta` when its outer state
+/// before the round is `outer` (encoded): θ₀ − θ in the round's encoding, as
+/// [`Diloco::prepare`] makes it. An auditor re-encodes a replica's offer with it; `params`
+/// gives the stage's matrix shapes (the low-rank codec's layout), not values.
+pub fn recompute_offer(
+    cfg: &DilocoConfig,
+    outer: &[u8],
+    theta: &[f32],
+    params: &ParamSet,
+    round: u64,
+) -> Result<Vec<u8>, ReplicaError> {
+    let before = decode_outer(outer, theta.len(), cfg, aggregator(cfg, 1)?)?;
+    let delta = before.pseudo_gradient(theta)?;
+    let codec = OfferCodec::of_round(&cfg.compression, cfg.seed, &before, round, params)?;
+    let mut compressor = Compressor::with_seed(cfg.compression, theta.len(), cfg.seed);
+    Ok(codec.encode(&mut compressor, round, &delta)?.0)
 }
 
 /// The configured rule fitted to `n` inputs: its Byzantine count is a fraction of them, never

@@ -30,7 +30,7 @@ use neuroshard_proof::{Hash32, NodeId};
 
 use crate::events::{Clock, NodeEvent};
 
-pub use msgs::{SyncDone, SyncMsg, SyncOffer, ThetaRecord, theta_key};
+pub use msgs::{OfferCommitError, SyncDone, SyncMsg, SyncOffer, ThetaRecord, theta_key};
 pub use pull::{SyncPull, SyncPullAnswer};
 
 /// Contributors, each with the offer (blob) of it that went into an outcome.
@@ -444,13 +444,15 @@ impl Syncer {
         }
     }
 
-    /// The engine prepared our pseudo-gradient of `round`, now offered as blob `blob`.
+    /// The engine prepared our pseudo-gradient of `round`, now offered as blob `blob` with
+    /// its signed commitment (the job auditors replay).
     pub fn on_prepared(
         &mut self,
         round: u64,
         blob: Hash32,
         sent: u64,
         dense: u64,
+        commitment: Option<Box<neuroshard_audit::SignedJob>>,
         now: Instant,
     ) -> Vec<SyncAction> {
         let Phase::Preparing { round: r, since } = self.phase else {
@@ -480,6 +482,7 @@ impl Syncer {
             blob,
             bytes: sent,
             dense_bytes: dense,
+            commitment,
         }))]
     }
 

@@ -182,6 +182,7 @@ fn sync_msg(done: bool) -> SyncMsg {
             blob: [2; 32],
             bytes: 1_000,
             dense_bytes: 8_000,
+            commitment: Some(Box::new(offer_commitment(&alice()))),
         });
     }
     let (a, n) = (alice(), neighbour());
@@ -713,4 +714,31 @@ proptest! {
             prop_assert!(m1.iter().chain(v).flatten().all(|x| x.is_finite()));
         }
     }
+}
+
+/// A round-4 offer's signed commitment (stage 1, base [1; 32], blob [2; 32]).
+fn offer_commitment(worker: &neuroshard_proof::Identity) -> neuroshard_audit::SignedJob {
+    let round = 3;
+    neuroshard_audit::JobCommitment {
+        network: NETWORK,
+        worker: worker.node_id(),
+        stage: 1,
+        round,
+        step: 12,
+        micro_batch: neuroshard_audit::offer_micro_batch(worker.node_id(), round),
+        kind: neuroshard_audit::JobKind::Offer,
+        class: neuroshard_audit::DeterminismClass {
+            build: [8; 32],
+            isa: neuroshard_audit::IsaLevel::X86V3,
+            cache_bytes: [32 << 10, 1 << 20, 32 << 20],
+            micro_batches: 2,
+        },
+        weights_hash: [5; 32],
+        input_hash: [1; 32],
+        upstream_hash: neuroshard_audit::NO_HASH,
+        output_hash: [2; 32],
+        grads_hash: [6; 32],
+        epoch: 7,
+    }
+    .sign(worker)
 }

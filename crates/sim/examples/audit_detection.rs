@@ -132,6 +132,13 @@ fn main() {
             WORKER,
         ),
         (
+            "offers last round's pseudo-gradient",
+            Cheat::StaleOffer,
+            WORKER,
+            AUDITOR,
+            WORKER,
+        ),
+        (
             "false accuser",
             Cheat::AccusesFalsely,
             WORKER,

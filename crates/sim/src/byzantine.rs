@@ -188,11 +188,8 @@ impl Adversary {
                 continue;
             };
             let hash = *blake3::hash(&blob).as_bytes();
-            let offer = SyncOffer {
-                blob: hash,
-                bytes: blob.len() as u64,
-                ..offers[0].clone()
-            };
+            // A liar signs a commitment naming its forged offer (only an audit tells).
+            let offer = offers[0].recommitted(sim.identity(i), hash, blob.len() as u64);
             let data = Signed::sign(sim.identity(i), &SyncMsg::Offer(offer)).to_bytes();
             sim.transmit_as(
                 i,

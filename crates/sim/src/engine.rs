@@ -85,6 +85,9 @@ pub enum Cheat {
     /// vocabulary) while naming the genesis windows it was given and sending their genuine
     /// targets, so the last stage's target check passes.
     OtherData,
+    /// Trains honestly but offers, each round, its previous round's pseudo-gradient (in this
+    /// round's encoding), committed to as its offer of the weights it trained to.
+    StaleOffer,
 }
 
 /// The real engine over a tiny model (no crash recovery in the simulator: its checkpoints go
@@ -95,6 +98,8 @@ pub struct RealEngine {
     numel: usize,
     vocab: u32,
     cheat: Option<Cheat>,
+    /// The genuine offer of the round before (for `Cheat::StaleOffer`).
+    last_offer: Option<Vec<u8>>,
 }
 
 impl RealEngine {
@@ -129,6 +134,7 @@ impl RealEngine {
             numel,
             vocab,
             cheat: None,
+            last_offer: None,
         })
     }
 
@@ -174,6 +180,17 @@ impl Compute for RealEngine {
             (Some(Cheat::AccusesFalsely), EngineOutput::Replayed(Ok(mut r))) => {
                 r.output_hash[0] ^= 1;
                 EngineOutput::Replayed(Ok(r))
+            }
+            (Some(Cheat::StaleOffer), EngineOutput::Prepared(Ok((mut p, h)))) => {
+                let genuine = p.blob.to_vec();
+                let stale = self.last_offer.replace(genuine).and_then(|last| {
+                    let delta = self.decode_offer(&last)?;
+                    self.encode_offer(&delta)
+                });
+                if let Some(stale) = stale {
+                    p.blob = std::sync::Arc::new(stale);
+                }
+                EngineOutput::Prepared(Ok((p, h)))
             }
             (_, out) => out,
         }

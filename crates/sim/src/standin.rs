@@ -244,11 +244,21 @@ impl Compute for StandIn {
                 EngineOutput::Job(self.run(job), hashes)
             }
             EngineJob::SyncPrepare { round } => {
+                // The stand-in keeps no evidence (its audits are refused), but its offers
+                // carry a commitment like any replica's.
                 let params = self.params.clone();
-                EngineOutput::Prepared(
-                    self.diloco_mut()
-                        .and_then(|d| Ok(d.prepare(round, &params)?)),
-                )
+                let adamw = *blake3::hash(&self.optimizer_blob).as_bytes();
+                EngineOutput::Prepared(self.diloco_mut().and_then(|d| {
+                    let prepared = d.prepare(round, &params)?;
+                    let hashes = neuroshard_node::compute::OfferHashes {
+                        step: round,
+                        weights: params.hash(),
+                        outer: d.hash(),
+                        outer_len: d.outer_bytes().len() as u64,
+                        adamw,
+                    };
+                    Ok((prepared, hashes))
+                }))
             }
             EngineJob::SyncApply { round, messages } => {
                 let mut params = self.params.clone();

@@ -27,11 +27,21 @@ fn run(seed: u64, cheat: Option<(usize, Cheat)>) -> Sim {
 
 /// The same, node `tamper.0` an adversary past its core too.
 fn run_with(seed: u64, cheat: Option<(usize, Cheat)>, tamper: Option<(usize, Tamper)>) -> Sim {
+    // A quarter of the jobs, so that a short run audits enough of them.
+    run_at(seed, 250_000, cheat, tamper)
+}
+
+/// Jobs audited at `per_million`.
+fn run_at(
+    seed: u64,
+    per_million: u32,
+    cheat: Option<(usize, Cheat)>,
+    tamper: Option<(usize, Tamper)>,
+) -> Sim {
     let mut s = settings(tiny_model(), 3, 2);
     s.steps = 24;
     s.sync.every = 4;
-    // A quarter of the jobs, so that a short run audits enough of them.
-    s.audit.per_million = 250_000;
+    s.audit.per_million = per_million;
     // Challenges are drawn from finalized epochs: a beacon comes 4 epochs after a commitment.
     s.epoch_ms = 2_000;
     let factory = Factory::new(s.clone(), EngineKind::Real);
@@ -98,6 +108,13 @@ fn honest_replicas_pass_their_audits_and_are_never_slashed() {
         let (passed, guilty, refused) = audits(&sim, AUDITOR, w);
         assert!(passed >= 3, "seed {seed}: {passed} passed");
         assert_eq!((guilty, refused), (0, 0), "seed {seed}");
+        // Honest offers re-encode to what their replicas committed.
+        let offers_passed = sim
+            .events(AUDITOR)
+            .iter()
+            .filter(|e| matches!(e, NodeEvent::Audit { kind, outcome, .. } if kind == "offer" && outcome == "passed"))
+            .count();
+        assert!(offers_passed >= 1, "seed {seed}: no offer audit passed");
         let (passed, guilty, _) = audits(&sim, WORKER, a);
         assert!(passed >= 3 && guilty == 0, "seed {seed}");
         // The drivers' tokens are the genesis windows they name.
@@ -225,6 +242,31 @@ fn a_driver_training_on_other_text_than_it_names_is_caught_and_slashed_on_every_
     assert!(guilty >= 1, "no audit caught the other text");
     assert_eq!(passed, 0, "an audit passed a job on other text");
     slashed_everywhere(&sim, 0, 3);
+}
+
+/// The worker trains, but offers each round its pseudo-gradient of the round before, and
+/// commits to it as its offer of the weights it trained to. An offer is a job: its auditor
+/// re-encodes θ₀ − θ from the committed weights and outer state and gets other bytes.
+#[test]
+fn a_replica_offering_last_rounds_pseudo_gradient_is_caught_and_slashed_on_every_ledger() {
+    // One offer a round: audited at half the rate, a run of 5 stale offers misses them all
+    // with probability 1/32.
+    let sim = run_at(1, 500_000, Some((WORKER, Cheat::StaleOffer)), None);
+    let worker = sim.node_id(WORKER);
+    let offers = |outcome: &str| {
+        sim.events(AUDITOR)
+            .iter()
+            .filter(|e| {
+                matches!(e, NodeEvent::Audit { worker: w, kind, outcome: o, .. }
+                    if *w == worker.to_string() && kind == "offer" && o.starts_with(outcome))
+            })
+            .count()
+    };
+    assert!(offers("guilty") >= 1, "no audit caught the stale offer");
+    // Its forward and backward passes were honest: only offers are found out.
+    let (_, guilty, _) = audits(&sim, AUDITOR, worker);
+    assert_eq!(guilty, offers("guilty"));
+    slashed_everywhere(&sim, WORKER, AUDITOR);
 }
 
 #[test]

@@ -156,11 +156,7 @@ fn a_replica_showing_each_co_replica_another_offer_cannot_split_its_stage() {
             let other = match &previous {
                 Some(p) => {
                     split += 1;
-                    SyncOffer {
-                        blob: p.blob,
-                        bytes: p.bytes,
-                        ..genuine.clone()
-                    }
+                    genuine.recommitted(sim.identity(CHEAT), p.blob, p.bytes)
                 }
                 None => genuine.clone(),
             };

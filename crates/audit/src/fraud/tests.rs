@@ -128,7 +128,7 @@ fn inputs(kind: JobKind) -> JobInputs {
     JobInputs {
         input: StageData::Hidden(hidden(2, 3, DIM, 0.5)),
         upstream: match kind {
-            JobKind::Forward => UpstreamData::None,
+            JobKind::Forward | JobKind::Offer => UpstreamData::None,
             JobKind::Backward => UpstreamData::Grad(hidden(2, 3, DIM, 1.5)),
         },
     }
@@ -668,5 +668,147 @@ fn provenance_charges_stay_on_the_first_stage_and_in_their_own_check() {
     assert!(matches!(
         check_provenance_charge(&ctx1, &proof, &Counting),
         Err(EvidenceError::NotFirstStage)
+    ));
+}
+
+/// A round's offer on the first stage: the outer state it was taken against is its input.
+fn offer(w: &World) -> (AuditContext<'_>, JobCommitment, JobInputs) {
+    let (ctx, c, _) = first_stage(w);
+    let inp = JobInputs {
+        input: StageData::Outer {
+            hash: [0x0e; 32],
+            len: 1 << 20,
+        },
+        upstream: UpstreamData::None,
+    };
+    let c = JobCommitment {
+        kind: JobKind::Offer,
+        micro_batch: crate::commit::offer_micro_batch(w.worker.node_id(), ctx.round),
+        input_hash: inp.input.hash(),
+        upstream_hash: NO_HASH,
+        ..c
+    };
+    (ctx, c, inp)
+}
+
+/// Re-encodes the offer: the outer state's hash stands in for θ₀ − θ, so an offer whose
+/// output is that hash is the honest one.
+struct Offers;
+
+impl Replayer for Offers {
+    type Error = UnknownWeights;
+
+    fn class(&self) -> DeterminismClass {
+        class(1)
+    }
+
+    fn replay(&self, job: &JobCommitment, inputs: &JobInputs) -> Result<Replayed, UnknownWeights> {
+        match inputs.input {
+            StageData::Outer { hash, .. } if job.kind == JobKind::Offer => Ok(Replayed {
+                output_hash: hash,
+                grads_hash: job.grads_hash,
+                output: None,
+            }),
+            _ => Err(UnknownWeights),
+        }
+    }
+}
+
+#[test]
+fn an_offer_that_is_not_the_pseudo_gradient_of_its_weights_is_guilty_and_an_honest_one_is_not() {
+    let w = World::new();
+    let (ctx, c, inp) = offer(&w);
+    let auditor = assigned_in(&w, &ctx, &c);
+    let replayed = |c: &JobCommitment| Replayed {
+        output_hash: c.input_hash,
+        grads_hash: c.grads_hash,
+        output: None,
+    };
+    // The worker offered last round's blob ([0x42; 32]); the replay gives another.
+    let proof = FraudProof::new(
+        auditor,
+        c.sign(&w.worker),
+        &c,
+        inp.clone(),
+        &replayed(&c),
+        None,
+        9,
+    );
+    assert_eq!(
+        check(&ctx, &proof, &Offers).unwrap(),
+        Verdict::Guilty {
+            job: c.key(),
+            worker: w.worker.node_id(),
+            auditor: auditor.node_id(),
+        }
+    );
+    // An honest offer re-encodes to what it committed: accusing it convicts the accuser.
+    let honest = JobCommitment {
+        output_hash: c.input_hash,
+        ..c
+    };
+    let lie = Replayed {
+        output_hash: [0x42; 32],
+        ..replayed(&honest)
+    };
+    let proof = FraudProof::new(
+        auditor,
+        honest.sign(&w.worker),
+        &honest,
+        inp.clone(),
+        &lie,
+        None,
+        9,
+    );
+    assert_eq!(
+        check(&ctx, &proof, &Offers).unwrap(),
+        Verdict::FalseAccusation {
+            job: honest.key(),
+            worker: w.worker.node_id(),
+            auditor: auditor.node_id(),
+        }
+    );
+    // Its input is the outer state, never tokens or activations, and it reads no genesis
+    // text: an offer with a micro-batch's inputs, or a provenance charge against one, is
+    // refused before anything is replayed.
+    let (_, forward, tokens) = first_stage(&w);
+    let mixed = JobCommitment {
+        input_hash: tokens.input.hash(),
+        ..c
+    };
+    let proof = FraudProof::new(
+        auditor,
+        mixed.sign(&w.worker),
+        &mixed,
+        tokens.clone(),
+        &replayed(&c),
+        None,
+        9,
+    );
+    assert!(matches!(
+        check(&ctx, &proof, &Offers),
+        Err(EvidenceError::KindMismatch(JobKind::Offer))
+    ));
+    let as_forward = JobCommitment {
+        input_hash: inp.input.hash(),
+        ..forward
+    };
+    let proof = FraudProof::new(
+        auditor,
+        as_forward.sign(&w.worker),
+        &as_forward,
+        inp.clone(),
+        &replayed(&c),
+        None,
+        9,
+    );
+    assert!(matches!(
+        check(&ctx, &proof, &Offers),
+        Err(EvidenceError::KindMismatch(JobKind::Forward))
+    ));
+    let proof = FraudProof::provenance(auditor, c.sign(&w.worker), &c, inp, 9);
+    assert!(matches!(
+        check_provenance_charge(&ctx, &proof, &Counting),
+        Err(EvidenceError::KindMismatch(JobKind::Offer))
     ));
 }

@@ -142,7 +142,7 @@ impl JobStore {
         self.budget
     }
 
-    fn has(&self, name: &str) -> bool {
+    pub(super) fn has(&self, name: &str) -> bool {
         self.entries.iter().any(|(n, ..)| n == name)
     }
 
@@ -159,7 +159,12 @@ impl JobStore {
         }
     }
 
-    fn put(&mut self, name: String, bytes: Vec<u8>, step: u64) -> Result<(), EngineError> {
+    pub(super) fn put(
+        &mut self,
+        name: String,
+        bytes: Vec<u8>,
+        step: u64,
+    ) -> Result<(), EngineError> {
         self.remove(&name);
         let len = bytes.len() as u64;
         if len > self.budget {
@@ -248,14 +253,19 @@ impl Drop for JobStore {
     }
 }
 
-fn weights_name(hash: &Hash32) -> String {
+pub(super) fn outer_name(hash: &Hash32) -> String {
+    format!("o-{}", hex::encode(hash))
+}
+
+pub(super) fn weights_name(hash: &Hash32) -> String {
     format!("w-{}", hex::encode(hash))
 }
 
-fn job_name(mb: &MicroBatchId, kind: JobKind) -> String {
+pub(super) fn job_name(mb: &MicroBatchId, kind: JobKind) -> String {
     let k = match kind {
         JobKind::Forward => "f",
         JobKind::Backward => "b",
+        JobKind::Offer => "o",
     };
     format!("j-{}-{}-{}-{k}", hex::encode(mb.origin), mb.step, mb.index)
 }
@@ -277,7 +287,7 @@ pub fn weights_bytes(values: &[Vec<f32>]) -> Vec<u8> {
     out
 }
 
-fn weights_from_bytes(bytes: &[u8], numel: usize) -> Result<Vec<f32>, EngineError> {
+pub(super) fn weights_from_bytes(bytes: &[u8], numel: usize) -> Result<Vec<f32>, EngineError> {
     if bytes.len() != numel.saturating_mul(4) {
         return Err(EngineError::AuditWeights(format!(
             "{} bytes for {numel} parameters",
@@ -392,10 +402,20 @@ impl Engine {
             .store
             .as_ref()
             .ok_or_else(|| EngineError::NoEvidence("no evidence store".into()))?;
-        Ok(Evidence {
-            inputs: store.get(&job_name(mb, kind))?,
-            weights: store.get(&weights_name(weights))?,
-        })
+        let inputs = store.get(&job_name(mb, kind))?;
+        let mut weights = store.get(&weights_name(weights))?;
+        // An offer's blob is its weights, then the outer state it was taken against.
+        if kind == JobKind::Offer {
+            let neuroshard_audit::StageData::Outer { hash, .. } = decode_inputs(&inputs)?.input
+            else {
+                return Err(EngineError::AuditInputs(
+                    "an offer without its outer state".into(),
+                ));
+            };
+            let outer = store.get(&outer_name(&hash))?;
+            weights = super::offer::offer_blob(&weights, &outer);
+        }
+        Ok(Evidence { inputs, weights })
     }
 
     /// Replays a job of the stage `spec` (this one's, or another's when settling a fraud
@@ -407,6 +427,9 @@ impl Engine {
         inputs: &JobInputs,
         weights: &[u8],
     ) -> Result<Replayed, EngineError> {
+        if job.kind == JobKind::Offer {
+            return self.replay_offer(spec, job, inputs, weights);
+        }
         let mut stage = if spec == *self.stage.spec() {
             self.stage.clone()
         } else {

@@ -333,3 +333,81 @@ fn the_weights_one_step_behind_are_kept_and_move_with_diloco() {
     };
     assert!(error.contains("not held"), "{error}");
 }
+
+/// A replica's offer is kept as evidence (its weights, then the outer state) and an auditor's
+/// engine re-encodes it to the same bytes; an offer of other bytes (last round's) does not,
+/// and a blob that is not the one the offer names is refused.
+#[test]
+fn an_offer_replays_from_its_evidence_and_a_stale_one_does_not() {
+    use crate::wire::MicroBatchId;
+    use neuroshard_audit::{JobCommitment, JobKind, NO_HASH, offer_micro_batch};
+
+    let config = tiny_config();
+    let spec = StageSpec::full(&config);
+    let stage = Stage::init(config.clone(), spec, 5).unwrap();
+    let engine = |me: u8| {
+        let diloco = Diloco::new(cfg(me, "int2"), stage.params()).unwrap();
+        Engine::new(
+            stage.clone(),
+            AdamW::new(AdamWConfig::default(), stage.params()),
+            Some(diloco),
+        )
+        .with_job_store(JobStore::new(None, 1 << 30).unwrap(), Default::default())
+    };
+    let (mut worker, auditor) = (engine(1), engine(2));
+    let me = neuroshard_proof::NodeId([1; 32]);
+    let mut offers = Vec::new();
+    for round in 1..=2u64 {
+        // Inner steps: the weights move.
+        let flat: Vec<f32> = (worker.stage.params().flatten().iter().enumerate())
+            .map(|(i, x)| x - 0.01 * ((i as f32) * round as f32).sin())
+            .collect();
+        worker.stage.params_mut().set_flat(&flat).unwrap();
+        let (prepared, h) = worker.sync_prepare(round).unwrap();
+        let jobs_round = round - 1;
+        let mb = offer_micro_batch(me, jobs_round);
+        let id = MicroBatchId {
+            origin: mb.origin.0,
+            step: mb.step,
+            index: mb.index,
+        };
+        let evidence = worker.evidence(&id, JobKind::Offer, &h.weights).unwrap();
+        let inputs = crate::compute::decode_inputs(&evidence.inputs).unwrap();
+        assert_eq!(inputs, h.inputs());
+        let c = JobCommitment {
+            network: [0; 32],
+            worker: me,
+            stage: 0,
+            round: jobs_round,
+            step: h.step,
+            micro_batch: mb,
+            kind: JobKind::Offer,
+            class: neuroshard_model::replay::determinism_class(1),
+            weights_hash: h.weights,
+            input_hash: h.outer,
+            upstream_hash: NO_HASH,
+            output_hash: *blake3::hash(&prepared.blob).as_bytes(),
+            grads_hash: [3; 32],
+            epoch: 0,
+        };
+        let r = auditor
+            .replay(spec, &c, &inputs, &evidence.weights)
+            .unwrap();
+        assert_eq!(r.output_hash, c.output_hash, "round {round}");
+        offers.push((c, inputs, evidence.weights, prepared.blob));
+        worker.sync_apply(round, Vec::new()).unwrap();
+    }
+    // Round 2 offered round 1's blob instead: the replay gives its own bytes.
+    let (c, inputs, blob, _) = &offers[1];
+    let stale = JobCommitment {
+        output_hash: *blake3::hash(&offers[0].3).as_bytes(),
+        ..*c
+    };
+    let r = auditor.replay(spec, &stale, inputs, blob).unwrap();
+    assert_ne!(r.output_hash, stale.output_hash);
+    // Round 1's blob (another outer state and weights) is not round 2's evidence.
+    assert!(auditor.replay(spec, c, inputs, &offers[0].2).is_err());
+    let mut short = blob.to_vec();
+    short.pop();
+    assert!(auditor.replay(spec, c, inputs, &short).is_err());
+}

@@ -308,6 +308,43 @@ impl NodeCore {
         self.ask_evidence(c.worker);
     }
 
+    /// A co-replica's offer, checked to be its committed job; its challenge is considered
+    /// like a noticed job's (we hold the commitment whatever the worker lists).
+    pub(super) fn notice_offer(
+        &mut self,
+        from: NodeId,
+        offer: &crate::sync::SyncOffer,
+        now: Instant,
+    ) -> Result<(), crate::sync::OfferCommitError> {
+        let commitment = offer.commitment(from)?;
+        let Some(job) = offer.commitment.as_deref() else {
+            return Err(crate::sync::OfferCommitError::Missing);
+        };
+        let fresh = from != self.me && !self.audit.known(&commitment.key());
+        if fresh && self.audit_rate().per_million > 0 {
+            let job = job.clone();
+            self.consider_challenge(Committed { job, commitment }, now);
+        }
+        Ok(())
+    }
+
+    /// Bytes of the blob a job's replay fetches: the stage's weights, and for an offer the
+    /// outer state after them (at most three vectors of the stage's size and a header: θ₀,
+    /// the outer momentum and the last aggregate). None when the inputs name an outer state
+    /// no honest replica has, or the stage is unknown.
+    pub(super) fn evidence_blob_bytes(&self, c: &JobCommitment, inputs: &JobInputs) -> Option<u64> {
+        let weights = self.weights_bytes(c.stage);
+        match (&inputs.input, c.kind) {
+            _ if weights == 0 => None,
+            (neuroshard_audit::StageData::Outer { len, .. }, JobKind::Offer) => {
+                let most = weights.checked_mul(3)?.checked_add(64)?;
+                (*len <= most).then(|| weights.checked_add(*len)).flatten()
+            }
+            (neuroshard_audit::StageData::Outer { .. }, _) | (_, JobKind::Offer) => None,
+            _ => Some(weights),
+        }
+    }
+
     /// Asks `worker` for the evidence of our audits of its jobs not asked yet, keeping at
     /// most `MAX_ASKED_PER_WORKER` in progress: the audits of many jobs whose beacon came in
     /// one epoch would otherwise open more streams at once than a connection carries.
@@ -382,14 +419,14 @@ impl NodeCore {
             Err(e) => return self.end_audit(key, End::Refused(e.to_string()), now),
         };
         // A juror judges jobs of any stage: the weights are that stage's.
-        let numel_bytes = self.weights_bytes(c.stage);
+        let blob_bytes = self.evidence_blob_bytes(&c, &inputs);
         let why =
             if inputs.input.hash() != c.input_hash || inputs.upstream.hash() != c.upstream_hash {
                 Some("inputs other than the committed ones".to_string())
             } else if let Err(e) = inputs.check_limits(&limits) {
                 Some(format!("inputs: {e}"))
-            } else if len != numel_bytes {
-                Some(format!("{len} bytes of weights for {numel_bytes}"))
+            } else if blob_bytes != Some(len) {
+                Some(format!("{len} bytes of weights for {blob_bytes:?}"))
             } else if !self.served_to_me(&served, &c) {
                 Some("no signed statement that it served us".to_string())
             } else {
@@ -400,7 +437,7 @@ impl NodeCore {
         }
         // The first stage's tokens must be the genesis text they name; if they are not, that
         // alone convicts, with no weights and no replay.
-        let provenance = (c.stage == 0)
+        let provenance = (c.stage == 0 && c.kind != JobKind::Offer)
             .then(|| check_provenance(&inputs, &GenesisOf(self.data.as_ref())).err())
             .flatten();
         let jury = self.audit.open.get(&key).is_some_and(|o| o.jury.is_some());
@@ -421,7 +458,7 @@ impl NodeCore {
             from: peer,
             token,
             hash: blob,
-            max: usize::try_from(numel_bytes).unwrap_or(usize::MAX),
+            max: usize::try_from(len).unwrap_or(usize::MAX),
         });
     }
 
@@ -547,6 +584,7 @@ impl NodeCore {
         let kind = match c.kind {
             JobKind::Forward => "forward",
             JobKind::Backward => "backward",
+            JobKind::Offer => "offer",
         };
         self.events.push_back(NodeEvent::Audit {
             stage: self.stage,

@@ -139,6 +139,14 @@ pub(super) fn job_kind(msg: &Msg) -> JobKind {
     }
 }
 
+fn mb_id(mb: &MicroBatchRef) -> MicroBatchId {
+    MicroBatchId {
+        origin: mb.origin.0,
+        step: mb.step,
+        index: mb.index,
+    }
+}
+
 fn mb_ref(mb: &MicroBatchId) -> MicroBatchRef {
     MicroBatchRef {
         origin: NodeId(mb.origin),
@@ -203,6 +211,52 @@ impl NodeCore {
             commitment,
             countersign: None,
         }
+    }
+
+    /// Signs our offer of `round` (blob `blob`) as a job and logs it with the jobs of the round
+    /// before, whose list auditors ask for: the round its jobs carry. None when `round` is
+    /// not the one after ours (the syncer then refuses the offer anyway).
+    pub(super) fn sign_offer(
+        &mut self,
+        round: u64,
+        blob: [u8; 32],
+        h: &crate::compute::OfferHashes,
+    ) -> Option<SignedJob> {
+        let jobs_round = round.checked_sub(1)?;
+        let jobs: Vec<[u8; 32]> = self
+            .job_log
+            .round(jobs_round)
+            .into_iter()
+            .filter(|l| l.commitment.kind != JobKind::Offer)
+            .map(|l| l.job.payload_hash())
+            .collect();
+        let micro_batch = neuroshard_audit::offer_micro_batch(self.me, jobs_round);
+        let commitment = JobCommitment {
+            network: self.network,
+            worker: self.me,
+            stage: u16::try_from(self.stage).unwrap_or(u16::MAX),
+            round: jobs_round,
+            step: h.step,
+            micro_batch,
+            kind: JobKind::Offer,
+            class: self.job_log.class,
+            weights_hash: h.weights,
+            input_hash: h.outer,
+            upstream_hash: NO_HASH,
+            output_hash: blob,
+            grads_hash: neuroshard_audit::round_state_hash(&h.outer, &h.adamw, &jobs),
+            epoch: self.finalized_epoch(),
+        };
+        let id = (mb_id(&micro_batch), JobKind::Offer);
+        let logged = Logged {
+            job: commitment.sign(&self.identity),
+            commitment,
+            countersign: None,
+        };
+        let job = logged.job.clone();
+        self.job_log.forget(&id);
+        self.job_log.log(id, logged);
+        Some(job)
     }
 
     /// The commitment that travels with `msg`: signed when the job's output is first sent,

@@ -192,10 +192,10 @@ impl NodeCore {
         let Ok(c) = verify_job(&case.report.proof.job) else {
             return;
         };
-        let max = usize::try_from(self.weights_bytes(c.stage)).unwrap_or(usize::MAX);
-        if max == 0 {
+        let Some(max) = self.evidence_blob_bytes(&c, &case.report.proof.inputs) else {
             return;
-        }
+        };
+        let max = usize::try_from(max).unwrap_or(usize::MAX);
         let token = self.token();
         self.transmits.push_back(Transmit::FetchBlob {
             from,

@@ -320,6 +320,12 @@ impl NodeCore {
         }
         match msg {
             SyncMsg::Offer(offer) => {
+                // Only an offer its sender committed to as a job can be audited: one
+                // without, or whose commitment names other bytes, never reaches an average.
+                if let Err(e) = self.notice_offer(from, &offer, now) {
+                    self.penalize(from, format!("offer: {e}"));
+                    return;
+                }
                 self.keep_offer_envelope(from, &offer, data);
                 let actions = self.rounds.syncer.on_offer(from, from, offer, now);
                 self.run_sync_actions(actions, now);

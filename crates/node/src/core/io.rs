@@ -252,7 +252,8 @@ pub struct Evidence {
 pub enum EngineOutput {
     /// A finished job, with its hashes when it was a forward or backward pass that ran.
     Job(JobDone, Option<JobHashes>),
-    Prepared(Result<Prepared, EngineError>),
+    /// Our offer, and what its commitment names.
+    Prepared(Result<(Prepared, crate::compute::OfferHashes), EngineError>),
     /// The round's outcome and this replica's AdamW state (served to joiners).
     Applied(Result<(Applied, Arc<Vec<u8>>), EngineError>),
     Adopted(Result<Hash32, EngineError>),

@@ -232,6 +232,13 @@ impl NodeCore {
             if !self.economy.ledger().is_registered(&node, offer.stage) {
                 continue;
             }
+            if let Err(e) = self.notice_offer(node, &offer, now) {
+                self.penalize(
+                    peer,
+                    format!("relayed an offer whose commitment fails: {e}"),
+                );
+                continue;
+            }
             self.keep_offer_envelope(node, &offer, &data);
             let actions = self.rounds.syncer.on_offer(peer, node, offer, now);
             self.run_sync_actions(actions, now);

@@ -6,7 +6,7 @@ use std::time::Instant;
 use neuroshard_proof::fixtures::test_identity;
 use neuroshard_proof::{Canonical, Identity, NodeId, Signed};
 
-use super::tests::{NETWORK, core, drain};
+use super::tests::{NETWORK, committed_offer, core, drain};
 use super::*;
 use crate::sync::{SyncDone, SyncMsg, SyncOffer, SyncPull, SyncPullAnswer};
 
@@ -19,6 +19,7 @@ fn offer(round: u64) -> SyncMsg {
         blob: [round as u8; 32],
         bytes: 10,
         dense_bytes: 40,
+        commitment: None,
     })
 }
 
@@ -144,7 +145,9 @@ fn a_pulled_message_counts_only_if_the_peer_asked_signed_it() {
     drain(&mut c);
     // A third key's genuine offer, relayed: refused and charged to the relay.
     let relayed = SyncPullAnswer {
-        messages: vec![Signed::sign(&third, &offer(1)).to_bytes()],
+        messages: vec![
+            Signed::sign(&third, &SyncMsg::Offer(committed_offer(&third, 1, 1))).to_bytes(),
+        ],
     };
     let out = pulled(&mut c, &peer, relayed.to_canonical_bytes());
     assert!(penalised(&out, &peer), "a relayed message was not charged");
@@ -154,7 +157,9 @@ fn a_pulled_message_counts_only_if_the_peer_asked_signed_it() {
     assert!(penalised(&out, &peer), "junk was not charged");
     // The peer's own offer: counted as if gossip had brought it.
     let own = SyncPullAnswer {
-        messages: vec![Signed::sign(&peer, &offer(1)).to_bytes()],
+        messages: vec![
+            Signed::sign(&peer, &SyncMsg::Offer(committed_offer(&peer, 1, 1))).to_bytes(),
+        ],
     };
     let out = pulled(&mut c, &peer, own.to_canonical_bytes());
     assert!(!penalised(&out, &peer));
@@ -163,14 +168,7 @@ fn a_pulled_message_counts_only_if_the_peer_asked_signed_it() {
 
 /// An offer of round 1 by `who` whose pseudo-gradient is `blob`.
 fn offer_with(who: &Identity, blob: u8) -> Vec<u8> {
-    let SyncMsg::Offer(o) = offer(1) else {
-        unreachable!()
-    };
-    let o = SyncOffer {
-        blob: [blob; 32],
-        ..o
-    };
-    Signed::sign(who, &SyncMsg::Offer(o)).to_bytes()
+    Signed::sign(who, &SyncMsg::Offer(committed_offer(who, 1, blob))).to_bytes()
 }
 
 /// A co-replica's signed offers that reached us by gossip are relayed to a pull naming
@@ -280,7 +278,7 @@ fn a_relayed_offer_counts_only_if_it_is_an_asked_nodes_signed_offer_of_the_round
     forged[last] ^= 1;
     let out = fetched(&mut c, &relay, vec![x.node_id()], answer(vec![forged]));
     assert!(penalised(&out, &relay), "a forged offer was not charged");
-    let later = Signed::sign(&x, &offer(2)).to_bytes();
+    let later = Signed::sign(&x, &SyncMsg::Offer(committed_offer(&x, 2, 2))).to_bytes();
     let out = fetched(&mut c, &relay, vec![x.node_id()], answer(vec![later]));
     assert!(
         penalised(&out, &relay),
@@ -418,13 +416,7 @@ fn envelopes_kept_for_relaying_are_bounded_per_sender() {
     let now = Instant::now();
     for round in 1..40u64 {
         for blob in 0..8u8 {
-            let SyncMsg::Offer(o) = offer(round) else {
-                unreachable!()
-            };
-            let o = SyncOffer {
-                blob: [blob; 32],
-                ..o
-            };
+            let o = committed_offer(&x, round, blob);
             let data = Signed::sign(&x, &SyncMsg::Offer(o)).to_bytes();
             let inbound = Inbound::Gossip {
                 topic: crate::records::Topic::Sync(1).name(),
@@ -443,4 +435,56 @@ fn envelopes_kept_for_relaying_are_bounded_per_sender() {
         let held = r.get(&x.node_id()).map_or(0, Vec::len);
         assert!(held <= 1 + crate::sync::DISPLACED_PER_SENDER, "{held}");
     }
+}
+
+/// Every offer is a committed job that its auditor can replay: one without its commitment,
+/// or whose commitment names another blob, base, round or worker, never reaches the syncer
+/// and costs its sender; a committed one is held for its audit.
+#[test]
+fn an_offer_without_a_commitment_naming_it_is_refused_and_charged() {
+    let x = test_identity(2);
+    let mut c = core(&test_identity(1), Instant::now());
+    drain(&mut c);
+    let now = Instant::now();
+    let send = |c: &mut NodeCore, o: SyncOffer| {
+        let data = Signed::sign(&x, &SyncMsg::Offer(o)).to_bytes();
+        let topic = crate::records::Topic::Sync(1).name();
+        c.handle_message(x.node_id(), Inbound::Gossip { topic, data }, now);
+        drain(c)
+    };
+    let good = committed_offer(&x, 1, 40);
+    let someone_elses = SyncOffer {
+        commitment: committed_offer(&test_identity(3), 1, 40).commitment,
+        ..good.clone()
+    };
+    let bad = [
+        SyncOffer {
+            commitment: None,
+            ..good.clone()
+        },
+        SyncOffer {
+            blob: [41; 32],
+            ..good.clone()
+        },
+        SyncOffer {
+            base: [1; 32],
+            ..good.clone()
+        },
+        SyncOffer {
+            round: 2,
+            ..good.clone()
+        },
+        someone_elses,
+    ];
+    for (i, o) in bad.into_iter().enumerate() {
+        let out = send(&mut c, o);
+        assert!(penalised(&out, &x), "case {i} was not charged");
+        assert_eq!(c.rounds.syncer.held(), 0, "case {i} was counted");
+    }
+    let out = send(&mut c, good.clone());
+    assert!(!penalised(&out, &x));
+    assert_eq!(c.rounds.syncer.held(), 1);
+    // Held for its audit until its beacon epoch is final (test cores finalize none).
+    let key = good.commitment(x.node_id()).unwrap().key();
+    assert!(c.audit.awaiting.contains_key(&key));
 }

@@ -429,14 +429,15 @@ impl NodeCore {
             return;
         };
         match (ctx, output) {
-            (EngineCtx::Prepare { round }, EngineOutput::Prepared(Ok(p))) => {
+            (EngineCtx::Prepare { round }, EngineOutput::Prepared(Ok((p, hashes)))) => {
                 let (sent, dense) = (p.blob.len() as u64, p.dense_bytes);
                 let hash = self.offer_blob(round, p.blob);
                 self.rounds.my_offer = Some((round, hash));
+                let commitment = self.sign_offer(round, hash, &hashes).map(Box::new);
                 let actions = self
                     .rounds
                     .syncer
-                    .on_prepared(round, hash, sent, dense, now);
+                    .on_prepared(round, hash, sent, dense, commitment, now);
                 self.run_sync_actions(actions, now);
             }
             (EngineCtx::Prepare { round }, EngineOutput::Prepared(Err(e))) => {

@@ -192,6 +192,38 @@ pub(super) fn heartbeat(from: &Identity, stage: u16) -> Vec<u8> {
     Signed::sign(from, &hb).to_bytes()
 }
 
+/// `who`'s offer of `round` on stage 1 (blob `[blob; 32]`, base `[0; 32]`), with the signed
+/// commitment every offer carries.
+pub(super) fn committed_offer(who: &Identity, round: u64, blob: u8) -> crate::sync::SyncOffer {
+    let jobs_round = round.saturating_sub(1);
+    let commitment = neuroshard_audit::JobCommitment {
+        network: NETWORK,
+        worker: who.node_id(),
+        stage: 1,
+        round: jobs_round,
+        step: 4 * round,
+        micro_batch: neuroshard_audit::offer_micro_batch(who.node_id(), jobs_round),
+        kind: neuroshard_audit::JobKind::Offer,
+        class: neuroshard_model::replay::determinism_class(2),
+        weights_hash: [7; 32],
+        input_hash: [0; 32],
+        upstream_hash: neuroshard_audit::NO_HASH,
+        output_hash: [blob; 32],
+        grads_hash: [8; 32],
+        epoch: 0,
+    };
+    crate::sync::SyncOffer {
+        network: NETWORK,
+        stage: 1,
+        round,
+        base: [0; 32],
+        blob: [blob; 32],
+        bytes: 10,
+        dense_bytes: 40,
+        commitment: Some(Box::new(commitment.sign(who))),
+    }
+}
+
 pub(super) fn drain(core: &mut NodeCore) -> Vec<Transmit> {
     std::iter::from_fn(|| core.poll_transmit()).collect()
 }
@@ -423,6 +455,7 @@ fn a_flood_of_sync_messages_from_unregistered_keys_is_held_within_a_bound() {
             blob: [seed as u8; 32],
             bytes: 10,
             dense_bytes: 40,
+            commitment: None,
         });
         let data = Signed::sign(&sybil, &offer).to_bytes();
         let inbound = Inbound::Gossip {

@@ -89,6 +89,7 @@ fn sync_gossip_must_come_from_its_signer() {
         blob: [3; 32],
         bytes: 10,
         dense_bytes: 40,
+        commitment: None,
     });
     let bytes = Signed::sign(&a, &msg).to_bytes();
     let topic = &Topic::Sync(0).name();
@@ -140,6 +141,7 @@ fn gossip_on_another_stages_topic_is_rejected() {
         blob: [3; 32],
         bytes: 10,
         dense_bytes: 40,
+        commitment: None,
     });
     let offer = Signed::sign(&a, &msg).to_bytes();
     assert_eq!(

@@ -262,3 +262,32 @@ fn a_lone_replica_moves_theta_to_exactly_where_it_trained() {
     let moved = d.theta()[0] - before;
     assert!((moved - 0.7 * 1.9 * 0.01).abs() < 1e-5, "{moved}");
 }
+
+#[test]
+fn an_offer_re_encodes_from_its_outer_state_and_weights_bit_for_bit() {
+    for spec in ["int2", "randk:0.25:int8", "lowrank:2:int8"] {
+        let start = params(1);
+        let mut p = start.clone();
+        let mut d = Diloco::new(cfg(1, spec), &start).unwrap();
+        for round in 1..=3u64 {
+            train(&mut p, -0.01 * round as f32);
+            let outer = d.outer_bytes();
+            assert_eq!(*blake3::hash(&outer).as_bytes(), d.hash());
+            let offer = d.prepare(round, &p).unwrap();
+            let again = recompute_offer(d.config(), &outer, &p.flatten(), &p, round).unwrap();
+            assert_eq!(again, *offer.blob, "{spec} round {round}");
+            // Last round's pseudo-gradient, sent again, is not this round's offer.
+            if round > 1 {
+                let mut stale = p.clone();
+                train(&mut stale, 0.01);
+                let other = recompute_offer(d.config(), &outer, &stale.flatten(), &p, round);
+                assert_ne!(other.unwrap(), *offer.blob, "{spec} round {round}");
+            }
+            d.apply(round, Vec::new(), &mut p).unwrap();
+        }
+        // Another outer state's bytes, or weights of another length, are refused.
+        let outer = d.outer_bytes();
+        assert!(recompute_offer(d.config(), &outer[1..], &p.flatten(), &p, 4).is_err());
+        assert!(recompute_offer(d.config(), &outer, &p.flatten()[1..], &p, 4).is_err());
+    }
+}

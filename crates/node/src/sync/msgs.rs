@@ -1,7 +1,15 @@
 //! What replicas of a stage gossip to run a DiLoCo round, and the DHT record of a stage's
 //! latest θ₀. Every message travels in a signed envelope whose signer must be the gossip author.
 
-use neuroshard_proof::{Canonical, CodecError, Hash32, NodeId, Reader, Receipt, Writer};
+use neuroshard_audit::{
+    CommitError, JobCommitment, JobKind, NO_HASH, SignedJob, offer_micro_batch, verify_job,
+};
+use neuroshard_proof::{
+    Canonical, CodecError, EnvelopeError, Hash32, Identity, NodeId, Reader, Receipt, Signed, Writer,
+};
+
+/// Largest signed commitment an offer carries (one job commitment is a few hundred bytes).
+const MAX_ENVELOPE: usize = 4096;
 
 /// Most contributors (and receipts) one round lists.
 pub const MAX_CONTRIBUTORS: usize = 256;
@@ -19,6 +27,73 @@ pub struct SyncOffer {
     pub bytes: u64,
     /// What the same pseudo-gradient costs uncompressed (f32).
     pub dense_bytes: u64,
+    /// The offer as an audited job ([`JobKind::Offer`]): the weights it was taken from, its
+    /// base as input, its blob as output, and the round's state. An offer without it is
+    /// refused, so every offer that reaches an average can be replayed.
+    pub commitment: Option<Box<SignedJob>>,
+}
+
+/// Why an offer's commitment does not make it its sender's offer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OfferCommitError {
+    #[error("an offer without its commitment")]
+    Missing,
+    #[error(transparent)]
+    Commit(#[from] CommitError),
+    #[error("the commitment is not an offer of this sender, round, base and blob")]
+    Mismatch,
+}
+
+impl SyncOffer {
+    /// This offer with `blob` (of `bytes`) in its place, its commitment re-signed by
+    /// `identity` to name it: what a replica that lies about its pseudo-gradient sends (the
+    /// simulator's and the Byzantine bench's adversaries). Only an audit of the offer tells.
+    pub fn recommitted(&self, identity: &Identity, blob: Hash32, bytes: u64) -> Self {
+        let worker = identity.node_id();
+        let commitment = self
+            .commitment
+            .as_ref()
+            .and_then(|c| c.verify().ok())
+            .map(|c| {
+                let round = self.round.saturating_sub(1);
+                let c = JobCommitment {
+                    worker,
+                    round,
+                    micro_batch: offer_micro_batch(worker, round),
+                    output_hash: blob,
+                    ..c
+                };
+                Box::new(c.sign(identity))
+            });
+        Self {
+            blob,
+            bytes,
+            commitment,
+            ..self.clone()
+        }
+    }
+
+    /// The offer's commitment, checked against the offer and its signer `from`: the worker's
+    /// own, an offer of this network and stage, of the jobs' round before this one (the
+    /// round its jobs carry), naming the offer's base as input and its blob as output.
+    pub fn commitment(&self, from: NodeId) -> Result<JobCommitment, OfferCommitError> {
+        let signed = self.commitment.as_ref().ok_or(OfferCommitError::Missing)?;
+        let c = verify_job(signed)?;
+        let matches = c.worker == from
+            && c.kind == JobKind::Offer
+            && c.network == self.network
+            && c.stage == self.stage
+            && c.round.checked_add(1) == Some(self.round)
+            && c.micro_batch == offer_micro_batch(from, c.round)
+            && c.input_hash == self.base
+            && c.output_hash == self.blob
+            && c.upstream_hash == NO_HASH;
+        if matches {
+            Ok(c)
+        } else {
+            Err(OfferCommitError::Mismatch)
+        }
+    }
 }
 
 /// "I applied `round` with these contributors' offers; my outer state now hashes to `theta`."
@@ -77,7 +152,7 @@ impl SyncMsg {
 }
 
 impl Canonical for SyncMsg {
-    const DOMAIN: &'static str = "neuroshard/sync/v2";
+    const DOMAIN: &'static str = "neuroshard/sync/v3";
 
     fn encode_body(&self, w: &mut Writer) {
         match self {
@@ -90,6 +165,13 @@ impl Canonical for SyncMsg {
                 w.fixed(&o.blob);
                 w.u64(o.bytes);
                 w.u64(o.dense_bytes);
+                match &o.commitment {
+                    Some(c) => {
+                        w.u8(1);
+                        w.bytes(&c.to_bytes());
+                    }
+                    None => w.u8(0),
+                }
             }
             SyncMsg::Done(d) => {
                 w.u8(1);
@@ -123,6 +205,23 @@ impl Canonical for SyncMsg {
                 blob: r.array()?,
                 bytes: r.u64()?,
                 dense_bytes: r.u64()?,
+                commitment: match r.u8()? {
+                    0 => None,
+                    1 => Some(Box::new(
+                        Signed::from_bytes(r.bytes(MAX_ENVELOPE)?).map_err(
+                            |e: EnvelopeError| CodecError::Invalid {
+                                field: "offer commitment",
+                                reason: e.to_string(),
+                            },
+                        )?,
+                    )),
+                    v => {
+                        return Err(CodecError::Invalid {
+                            field: "offer commitment",
+                            reason: format!("flag {v}"),
+                        });
+                    }
+                },
             })),
             1 => {
                 let network = r.array()?;
@@ -234,6 +333,7 @@ mod tests {
                 blob: [3; 32],
                 bytes: 100,
                 dense_bytes: 12_800,
+                commitment: None,
             }),
             SyncMsg::Done(SyncDone {
                 network: [1; 32],

@@ -99,7 +99,7 @@ fn a_replica_that_moved_on_abandons_its_round_for_a_larger_outcome_of_the_last()
         all[0].s.poll(now, 8, &l0),
         vec![SyncAction::Prepare { round: 2 }]
     );
-    all[0].s.on_prepared(2, [50; 32], 100, 12_800, now);
+    all[0].s.on_prepared(2, [50; 32], 100, 12_800, None, now);
     let (pb, pc) = (all[1].peer, all[2].peer);
     let acts = all[0].s.on_done(pb, b, done(1, [1; 32], vec![a, b]), now);
     assert!(
@@ -187,7 +187,7 @@ fn a_replica_in_the_next_round_does_not_recompute_an_outcome_of_another_lineage(
     all[0].s.on_applied(1, [5; 32], vec![a, b], 4, now);
     let l0 = live(&all, 0);
     all[0].s.poll(now, 8, &l0);
-    all[0].s.on_prepared(2, [50; 32], 100, 12_800, now);
+    all[0].s.on_prepared(2, [50; 32], 100, 12_800, None, now);
     // c's only offer of round 1 we hold is against another θ₀.
     let pc = all[2].peer;
     all[0].s.on_offer(pc, c, offer(1, [7; 32]), now);

@@ -48,6 +48,7 @@ pub(super) fn offer(round: u64, base: [u8; 32]) -> SyncOffer {
         blob: [1; 32],
         bytes: 1,
         dense_bytes: 4,
+        commitment: None,
     }
 }
 
@@ -64,7 +65,7 @@ pub(super) fn offer_of(actions: &[SyncAction]) -> SyncOffer {
 /// Replica `i` prepares round 1 and its offer reaches every other replica.
 pub(super) fn prepare_and_offer(all: &mut [Replica], i: usize, now: Instant) {
     let blob = [10 + i as u8; 32];
-    let acts = all[i].s.on_prepared(1, blob, 100, 12_800, now);
+    let acts = all[i].s.on_prepared(1, blob, 100, 12_800, None, now);
     let offer = offer_of(&acts);
     assert_eq!(offer.base, BASE);
     let (node, peer) = (all[i].node, all[i].peer);
@@ -592,7 +593,7 @@ fn an_offer_arriving_after_a_larger_outcome_lets_the_replica_recompute_it() {
     prepare_and_offer(&mut all, 0, now);
     prepare_and_offer(&mut all, 1, now);
     // Replica 2's offer reaches replica 1 only.
-    let late = offer_of(&all[2].s.on_prepared(1, [12; 32], 100, 12_800, now));
+    let late = offer_of(&all[2].s.on_prepared(1, [12; 32], 100, 12_800, None, now));
     let (a, b, c) = (all[0].node, all[1].node, all[2].node);
     let (peer1, peer2) = (all[1].peer, all[2].peer);
     all[1].s.on_offer(peer2, c, late.clone(), now);
@@ -718,7 +719,7 @@ fn a_missing_offer_is_pulled_from_its_replica_at_each_quarter_of_the_wait() {
     assert_eq!(all[0].s.next_deadline(), Some(again));
     assert_eq!(all[0].s.poll(again, 5, &l0), asked);
     // Replica 2's offer, as its answer to the second pull brings it.
-    let acts = all[2].s.on_prepared(1, [12; 32], 100, 12_800, now);
+    let acts = all[2].s.on_prepared(1, [12; 32], 100, 12_800, None, now);
     let (node, peer) = (all[2].node, all[2].peer);
     all[0].s.on_offer(peer, node, offer_of(&acts), again);
     let got = aggregate_of(&all[0].s.poll(again, 5, &l0));
@@ -739,7 +740,7 @@ fn a_replica_of_a_large_stage_pulls_a_few_offers_starting_after_its_own_id() {
     let (node, peer) = (all[1].node, all[1].peer);
     all[4].s.on_offer(peer, node, offer(1, BASE), now);
     // Replica 4 (id [5; 32]) offers; of the 8 others only replica 1 offered.
-    offer_of(&all[4].s.on_prepared(1, [14; 32], 100, 12_800, now));
+    offer_of(&all[4].s.on_prepared(1, [14; 32], 100, 12_800, None, now));
     let l4 = live(&all, 4);
     let asked = all[4].s.poll(now + cfg().timeout / 4, 5, &l4);
     let ids = |idx: &[usize]| idx.iter().map(|&i| all[i].node).collect::<Vec<_>>();
