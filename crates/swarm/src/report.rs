@@ -97,6 +97,8 @@ pub struct Report {
     adoptions: u64,
     /// Audits of co-replicas' jobs by outcome (`passed`, `guilty`, `refused`).
     audits: BTreeMap<String, u64>,
+    /// Those of them that audited an offer (a replica's pseudo-gradient of a round).
+    offer_audits: BTreeMap<String, u64>,
     /// Juror checks of auditors' demands by finding (`guilty`, `served`).
     juries: BTreeMap<String, u64>,
     /// Per node: the validator fees its ledger paid (from finalized epochs).
@@ -263,8 +265,11 @@ impl Report {
                     self.audit_busy.insert(i, (*a, *b));
                 }
             }
-            NodeEvent::Audit { outcome, .. } => {
+            NodeEvent::Audit { outcome, kind, .. } => {
                 let class = outcome.split(':').next().unwrap_or_default().to_string();
+                if kind == "offer" {
+                    *self.offer_audits.entry(class.clone()).or_default() += 1;
+                }
                 *self.audits.entry(class).or_default() += 1;
             }
             NodeEvent::Ledger {
@@ -369,6 +374,7 @@ impl Report {
             "aggregations": self.syncs.len(),
             "adoptions": self.adoptions,
             "audits": self.audits,
+            "offer_audits": self.offer_audits,
             "juries": self.juries,
             // Every ledger pays the fees finalized epochs hold: nodes differ only by the
             // epochs they finalized before stopping.
