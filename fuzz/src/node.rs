@@ -502,27 +502,20 @@ pub fn sample_adamw() -> Option<Vec<u8>> {
 
 /// A round-4 offer's signed commitment (stage 1, base [1; 32], blob [2; 32]).
 fn offer_commitment(worker: &neuroshard_proof::Identity) -> neuroshard_audit::SignedJob {
-    let round = 3;
-    neuroshard_audit::JobCommitment {
-        network: NETWORK,
-        worker: worker.node_id(),
-        stage: 1,
-        round,
+    let class = neuroshard_audit::DeterminismClass {
+        build: [8; 32],
+        isa: neuroshard_audit::IsaLevel::X86V3,
+        cache_bytes: [32 << 10, 1 << 20, 32 << 20],
+        micro_batches: 2,
+    };
+    let claims = neuroshard_audit::OfferClaims {
         step: 12,
-        micro_batch: neuroshard_audit::offer_micro_batch(worker.node_id(), round),
-        kind: neuroshard_audit::JobKind::Offer,
-        class: neuroshard_audit::DeterminismClass {
-            build: [8; 32],
-            isa: neuroshard_audit::IsaLevel::X86V3,
-            cache_bytes: [32 << 10, 1 << 20, 32 << 20],
-            micro_batches: 2,
-        },
-        weights_hash: [5; 32],
-        input_hash: [1; 32],
-        upstream_hash: neuroshard_audit::NO_HASH,
-        output_hash: [2; 32],
-        grads_hash: [6; 32],
+        class,
+        weights: [5; 32],
+        outer: [1; 32],
+        blob: [2; 32],
+        round_state: [6; 32],
         epoch: 7,
-    }
-    .sign(worker)
+    };
+    neuroshard_audit::JobCommitment::offer(NETWORK, worker.node_id(), 1, 3, claims).sign(worker)
 }

@@ -269,6 +269,53 @@ pub fn verify_countersigned(
     Ok((c, cs.signer().node_id()))
 }
 
+/// What an offer's commitment claims (see [`JobKind::Offer`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OfferClaims {
+    /// The replica's optimizer step count when it made the offer.
+    pub step: u64,
+    pub class: DeterminismClass,
+    /// Model hash of the weights the pseudo-gradient was taken from.
+    pub weights: Hash32,
+    /// Hash of the outer state it was taken against (the offer's base).
+    pub outer: Hash32,
+    /// Hash of the offer's blob.
+    pub blob: Hash32,
+    /// [`round_state_hash`] of the round.
+    pub round_state: Hash32,
+    /// The last finalized ledger epoch the worker knew.
+    pub epoch: u64,
+}
+
+impl JobCommitment {
+    /// `worker`'s offer of DiLoCo round `jobs_round + 1` on `stage`: a job of `jobs_round`,
+    /// the round its inner steps' jobs carry.
+    pub fn offer(
+        network: Hash32,
+        worker: NodeId,
+        stage: u16,
+        jobs_round: u64,
+        claims: OfferClaims,
+    ) -> Self {
+        Self {
+            network,
+            worker,
+            stage,
+            round: jobs_round,
+            step: claims.step,
+            micro_batch: offer_micro_batch(worker, jobs_round),
+            kind: JobKind::Offer,
+            class: claims.class,
+            weights_hash: claims.weights,
+            input_hash: claims.outer,
+            upstream_hash: crate::tensor::NO_HASH,
+            output_hash: claims.blob,
+            grads_hash: claims.round_state,
+            epoch: claims.epoch,
+        }
+    }
+}
+
 /// The micro-batch an offer's commitment names: one per worker and round, so its key names
 /// the round's offer whatever the commitment claims.
 pub fn offer_micro_batch(worker: NodeId, round: u64) -> MicroBatchRef {

@@ -22,8 +22,9 @@ mod tensor;
 
 pub use class::{DeterminismClass, IsaLevel, Tolerance};
 pub use commit::{
-    BEACON_LAG, CommitError, Countersign, JobCommitment, JobKey, JobKind, MicroBatchRef, SignedJob,
-    countersign, offer_micro_batch, round_state_hash, verify_countersigned, verify_job,
+    BEACON_LAG, CommitError, Countersign, JobCommitment, JobKey, JobKind, MicroBatchRef,
+    OfferClaims, SignedJob, countersign, offer_micro_batch, round_state_hash, verify_countersigned,
+    verify_job,
 };
 pub use fee::{AuditFeeClaim, FeeClaimError, Served, SignedServed};
 pub use fraud::{

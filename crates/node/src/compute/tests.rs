@@ -340,7 +340,7 @@ fn the_weights_one_step_behind_are_kept_and_move_with_diloco() {
 #[test]
 fn an_offer_replays_from_its_evidence_and_a_stale_one_does_not() {
     use crate::wire::MicroBatchId;
-    use neuroshard_audit::{JobCommitment, JobKind, NO_HASH, offer_micro_batch};
+    use neuroshard_audit::{JobCommitment, JobKind, OfferClaims, offer_micro_batch};
 
     let config = tiny_config();
     let spec = StageSpec::full(&config);
@@ -374,22 +374,17 @@ fn an_offer_replays_from_its_evidence_and_a_stale_one_does_not() {
         let evidence = worker.evidence(&id, JobKind::Offer, &h.weights).unwrap();
         let inputs = crate::compute::decode_inputs(&evidence.inputs).unwrap();
         assert_eq!(inputs, h.inputs());
-        let c = JobCommitment {
-            network: [0; 32],
-            worker: me,
-            stage: 0,
-            round: jobs_round,
+        let claims = OfferClaims {
             step: h.step,
-            micro_batch: mb,
-            kind: JobKind::Offer,
             class: neuroshard_model::replay::determinism_class(1),
-            weights_hash: h.weights,
-            input_hash: h.outer,
-            upstream_hash: NO_HASH,
-            output_hash: *blake3::hash(&prepared.blob).as_bytes(),
-            grads_hash: [3; 32],
+            weights: h.weights,
+            outer: h.outer,
+            blob: *blake3::hash(&prepared.blob).as_bytes(),
+            round_state: [3; 32],
             epoch: 0,
         };
+        let c = JobCommitment::offer([0; 32], me, 0, jobs_round, claims);
+        assert_eq!(c.micro_batch, mb);
         let r = auditor
             .replay(spec, &c, &inputs, &evidence.weights)
             .unwrap();

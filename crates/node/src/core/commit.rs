@@ -230,24 +230,18 @@ impl NodeCore {
             .filter(|l| l.commitment.kind != JobKind::Offer)
             .map(|l| l.job.payload_hash())
             .collect();
-        let micro_batch = neuroshard_audit::offer_micro_batch(self.me, jobs_round);
-        let commitment = JobCommitment {
-            network: self.network,
-            worker: self.me,
-            stage: u16::try_from(self.stage).unwrap_or(u16::MAX),
-            round: jobs_round,
+        let claims = neuroshard_audit::OfferClaims {
             step: h.step,
-            micro_batch,
-            kind: JobKind::Offer,
             class: self.job_log.class,
-            weights_hash: h.weights,
-            input_hash: h.outer,
-            upstream_hash: NO_HASH,
-            output_hash: blob,
-            grads_hash: neuroshard_audit::round_state_hash(&h.outer, &h.adamw, &jobs),
+            weights: h.weights,
+            outer: h.outer,
+            blob,
+            round_state: neuroshard_audit::round_state_hash(&h.outer, &h.adamw, &jobs),
             epoch: self.finalized_epoch(),
         };
-        let id = (mb_id(&micro_batch), JobKind::Offer);
+        let stage = u16::try_from(self.stage).unwrap_or(u16::MAX);
+        let commitment = JobCommitment::offer(self.network, self.me, stage, jobs_round, claims);
+        let id = (mb_id(&commitment.micro_batch), JobKind::Offer);
         let logged = Logged {
             job: commitment.sign(&self.identity),
             commitment,

@@ -195,23 +195,18 @@ pub(super) fn heartbeat(from: &Identity, stage: u16) -> Vec<u8> {
 /// `who`'s offer of `round` on stage 1 (blob `[blob; 32]`, base `[0; 32]`), with the signed
 /// commitment every offer carries.
 pub(super) fn committed_offer(who: &Identity, round: u64, blob: u8) -> crate::sync::SyncOffer {
-    let jobs_round = round.saturating_sub(1);
-    let commitment = neuroshard_audit::JobCommitment {
-        network: NETWORK,
-        worker: who.node_id(),
-        stage: 1,
-        round: jobs_round,
+    let claims = neuroshard_audit::OfferClaims {
         step: 4 * round,
-        micro_batch: neuroshard_audit::offer_micro_batch(who.node_id(), jobs_round),
-        kind: neuroshard_audit::JobKind::Offer,
         class: neuroshard_model::replay::determinism_class(2),
-        weights_hash: [7; 32],
-        input_hash: [0; 32],
-        upstream_hash: neuroshard_audit::NO_HASH,
-        output_hash: [blob; 32],
-        grads_hash: [8; 32],
+        weights: [7; 32],
+        outer: [0; 32],
+        blob: [blob; 32],
+        round_state: [8; 32],
         epoch: 0,
     };
+    let jobs_round = round.saturating_sub(1);
+    let commitment =
+        neuroshard_audit::JobCommitment::offer(NETWORK, who.node_id(), 1, jobs_round, claims);
     crate::sync::SyncOffer {
         network: NETWORK,
         stage: 1,
