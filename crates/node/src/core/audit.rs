@@ -320,6 +320,17 @@ impl NodeCore {
         let Some(job) = offer.commitment.as_deref() else {
             return Err(crate::sync::OfferCommitError::Missing);
         };
+        // As for a job's receiver: an offer signed at an epoch whose beacon may be final
+        // already would let its worker cheat only where it knows no audit comes.
+        let head = self.finalized_epoch();
+        if commitment
+            .epoch
+            .saturating_add(super::beacon::MAX_EPOCHS_BEHIND)
+            < head
+        {
+            let epoch = commitment.epoch;
+            return Err(crate::sync::OfferCommitError::Stale { epoch, head });
+        }
         let fresh = from != self.me && !self.audit.known(&commitment.key());
         if fresh && self.audit_rate().per_million > 0 {
             let job = job.clone();

@@ -323,7 +323,9 @@ impl NodeCore {
                 // Only an offer its sender committed to as a job can be audited: one
                 // without, or whose commitment names other bytes, never reaches an average.
                 if let Err(e) = self.notice_offer(from, &offer, now) {
-                    self.penalize(from, format!("offer: {e}"));
+                    if e.blames_sender() {
+                        self.penalize(from, format!("offer: {e}"));
+                    }
                     return;
                 }
                 self.keep_offer_envelope(from, &offer, data);

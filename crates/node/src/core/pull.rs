@@ -233,10 +233,10 @@ impl NodeCore {
                 continue;
             }
             if let Err(e) = self.notice_offer(node, &offer, now) {
-                self.penalize(
-                    peer,
-                    format!("relayed an offer whose commitment fails: {e}"),
-                );
+                if e.blames_sender() {
+                    let why = format!("relayed an offer whose commitment fails: {e}");
+                    self.penalize(peer, why);
+                }
                 continue;
             }
             self.keep_offer_envelope(node, &offer, &data);

@@ -488,3 +488,39 @@ fn an_offer_without_a_commitment_naming_it_is_refused_and_charged() {
     let key = good.commitment(x.node_id()).unwrap().key();
     assert!(c.audit.awaiting.contains_key(&key));
 }
+
+/// An offer committed at an epoch long final here could have been signed knowing its
+/// beacon, hence whether it is audited: it is not taken (nor charged: an honest replica may
+/// lag), while one within two epochs of ours is.
+#[test]
+fn an_offer_committed_at_an_epoch_long_final_is_not_taken() {
+    let x = test_identity(2);
+    let mut c = core(&test_identity(1), Instant::now());
+    c.audit.test_beacons.insert(10, [3; 32]);
+    drain(&mut c);
+    let now = Instant::now();
+    let at_epoch = |epoch: u64, blob: u8| {
+        let o = committed_offer(&x, 1, blob);
+        let signed = o.commitment.as_deref().unwrap();
+        let job = neuroshard_audit::JobCommitment {
+            epoch,
+            ..signed.verify().unwrap()
+        };
+        SyncOffer {
+            commitment: Some(Box::new(job.sign(&x))),
+            ..o
+        }
+    };
+    let send = |c: &mut NodeCore, o: SyncOffer| {
+        let data = Signed::sign(&x, &SyncMsg::Offer(o)).to_bytes();
+        let topic = crate::records::Topic::Sync(1).name();
+        c.handle_message(x.node_id(), Inbound::Gossip { topic, data }, now);
+        drain(c)
+    };
+    let out = send(&mut c, at_epoch(7, 50));
+    assert!(!penalised(&out, &x), "a lagging replica was charged");
+    assert_eq!(c.rounds.syncer.held(), 0, "a stale offer was counted");
+    let out = send(&mut c, at_epoch(8, 51));
+    assert!(!penalised(&out, &x));
+    assert_eq!(c.rounds.syncer.held(), 1);
+}

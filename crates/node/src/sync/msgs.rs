@@ -42,6 +42,17 @@ pub enum OfferCommitError {
     Commit(#[from] CommitError),
     #[error("the commitment is not an offer of this sender, round, base and blob")]
     Mismatch,
+    /// Its epoch is long final here, so its worker could know its beacon, and whether the
+    /// offer is audited, when it signed. Not a penalty: an honest replica may lag.
+    #[error("the commitment names epoch {epoch}, more than two before ours ({head})")]
+    Stale { epoch: u64, head: u64 },
+}
+
+impl OfferCommitError {
+    /// Whether the sender is at fault (a stale epoch may be an honest replica's lag).
+    pub fn blames_sender(&self) -> bool {
+        !matches!(self, Self::Stale { .. })
+    }
 }
 
 impl SyncOffer {
