@@ -33,6 +33,27 @@ pub struct MicroBatchId {
     pub index: u32,
 }
 
+/// A commitment names a micro-batch as the audit crate does: the same three fields.
+impl From<neuroshard_audit::MicroBatchRef> for MicroBatchId {
+    fn from(mb: neuroshard_audit::MicroBatchRef) -> Self {
+        Self {
+            origin: mb.origin.0,
+            step: mb.step,
+            index: mb.index,
+        }
+    }
+}
+
+impl From<MicroBatchId> for neuroshard_audit::MicroBatchRef {
+    fn from(mb: MicroBatchId) -> Self {
+        Self {
+            origin: neuroshard_proof::NodeId(mb.origin),
+            step: mb.step,
+            index: mb.index,
+        }
+    }
+}
+
 impl MicroBatchId {
     fn encode(&self, w: &mut Writer) {
         w.fixed(&self.origin);

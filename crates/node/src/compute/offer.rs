@@ -6,8 +6,6 @@
 //! ([`crate::replica::recompute_offer`]); an offer that is not the replica's own
 //! pseudo-gradient of the weights it names (last round's, say) gives other bytes.
 
-use std::sync::Arc;
-
 use neuroshard_audit::{
     JobCommitment, JobInputs, JobKind, Replayed, StageData, UpstreamData, offer_micro_batch,
 };
@@ -15,10 +13,9 @@ use neuroshard_model::{Stage, StageSpec};
 use neuroshard_proof::{Hash32, NodeId};
 
 use super::Engine;
-use super::audit::{encode_inputs, job_name, outer_name, weights_from_bytes, weights_name};
+use super::audit::{outer_name, weights_from_bytes};
 use crate::core::EngineError;
 use crate::replica::{Prepared, encode_adamw, recompute_offer};
-use crate::wire::MicroBatchId;
 
 /// What an offer's commitment names, from the engine that made it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,16 +45,6 @@ impl OfferHashes {
     }
 }
 
-/// The evidence name of `worker`'s offer of `round`.
-fn offer_id(worker: NodeId, round: u64) -> MicroBatchId {
-    let mb = offer_micro_batch(worker, round);
-    MicroBatchId {
-        origin: mb.origin.0,
-        step: mb.step,
-        index: mb.index,
-    }
-}
-
 impl Engine {
     /// Our offer of `round`, with what its commitment names; its evidence is kept for our
     /// auditors (a store that fails to write loses it, not the offer: the auditor who asks
@@ -83,6 +70,7 @@ impl Engine {
         Ok((prepared, hashes))
     }
 
+    /// The offer's weights and inputs are kept as a job's are; its outer state beside them.
     fn keep_offer_evidence(
         &mut self,
         me: NodeId,
@@ -90,24 +78,14 @@ impl Engine {
         h: &OfferHashes,
         outer: Vec<u8>,
     ) -> Result<(), EngineError> {
-        let wname = weights_name(&h.weights);
-        let held = self.store.as_ref().is_none_or(|s| s.has(&wname));
-        let weights = (!held).then(|| super::audit::weights_bytes(self.stage.params().values()));
-        let Some(store) = self.store.as_mut() else {
-            return Ok(());
-        };
-        if let Some(bytes) = weights {
-            store.put(wname, bytes, h.step)?;
-        }
-        store.put(outer_name(&h.outer), outer, h.step)?;
         // Filed under the round its jobs carry (the one before the offer's), as its
         // commitment names it.
-        let id = offer_id(me, round.saturating_sub(1));
-        store.put(
-            job_name(&id, JobKind::Offer),
-            encode_inputs(&h.inputs()),
-            h.step,
-        )
+        let id = offer_micro_batch(me, round.saturating_sub(1)).into();
+        self.keep_evidence(&id, JobKind::Offer, h.step, &h.weights, &h.inputs())?;
+        if let Some(store) = self.store.as_mut() {
+            store.put(outer_name(&h.outer), outer, h.step)?;
+        }
+        Ok(())
     }
 
     /// Re-encodes an offer of the stage `spec` from its evidence blob (the weights, then the
@@ -165,12 +143,4 @@ impl Engine {
             output: None,
         })
     }
-}
-
-/// The blob an auditor of an offer fetches: weights, then the outer state.
-pub fn offer_blob(weights: &[u8], outer: &[u8]) -> Arc<Vec<u8>> {
-    let mut both = Vec::with_capacity(weights.len().saturating_add(outer.len()));
-    both.extend_from_slice(weights);
-    both.extend_from_slice(outer);
-    Arc::new(both)
 }

@@ -316,18 +316,10 @@ impl NodeCore {
         offer: &crate::sync::SyncOffer,
         now: Instant,
     ) -> Result<(), crate::sync::OfferCommitError> {
-        let commitment = offer.commitment(from)?;
-        let Some(job) = offer.commitment.as_deref() else {
-            return Err(crate::sync::OfferCommitError::Missing);
-        };
+        let (commitment, job) = offer.commitment(from)?;
         // As for a job's receiver: an offer signed at an epoch whose beacon may be final
         // already would let its worker cheat only where it knows no audit comes.
-        let head = self.finalized_epoch();
-        if commitment
-            .epoch
-            .saturating_add(super::beacon::MAX_EPOCHS_BEHIND)
-            < head
-        {
+        if let Some(head) = self.long_final(commitment.epoch) {
             let epoch = commitment.epoch;
             return Err(crate::sync::OfferCommitError::Stale { epoch, head });
         }

@@ -103,11 +103,7 @@ impl NodeCore {
                     return;
                 }
                 let Some(c) = logged else { return };
-                let mb = crate::wire::MicroBatchId {
-                    origin: c.micro_batch.origin.0,
-                    step: c.micro_batch.step,
-                    index: c.micro_batch.index,
-                };
+                let mb = c.micro_batch.into();
                 let t = self.engine(EngineJob::Evidence {
                     mb,
                     kind: c.kind,

@@ -182,3 +182,46 @@ fn a_neighbours_notice_opens_the_audit_and_a_strangers_does_not() {
     let (_, asked) = notice(&test_identity(4), &mut c, job.sign(&worker));
     assert!(!asked);
 }
+
+/// A worker (or an accuser) names the outer state an offer's evidence carries, with its
+/// length: what an auditor, juror or settling node then fetches. A length past what any
+/// outer state of the stage can be (θ₀, momentum and last aggregate, and a header), or an
+/// outer state given for another kind of job, is refused before anything is fetched.
+#[test]
+fn an_offers_evidence_blob_is_bounded_by_the_stages_outer_state() {
+    let now = Instant::now();
+    let c = core_at(&test_identity(0), now, 1, 2);
+    let weights = c.weights_bytes(1);
+    assert!(weights > 0);
+    let mut offer = super::tests::committed_offer(&test_identity(1), 1, 7)
+        .commitment(test_identity(1).node_id())
+        .unwrap()
+        .0;
+    offer.stage = 1;
+    let outer = |len: u64| neuroshard_audit::JobInputs {
+        input: neuroshard_audit::StageData::Outer { hash: [0; 32], len },
+        upstream: neuroshard_audit::UpstreamData::None,
+    };
+    let most = 3 * weights + 64;
+    assert_eq!(
+        c.evidence_blob_bytes(&offer, &outer(most)),
+        Some(weights + most)
+    );
+    assert_eq!(c.evidence_blob_bytes(&offer, &outer(most + 1)), None);
+    assert_eq!(c.evidence_blob_bytes(&offer, &outer(u64::MAX)), None);
+    let forward = neuroshard_audit::JobCommitment {
+        kind: neuroshard_audit::JobKind::Forward,
+        ..offer
+    };
+    assert_eq!(c.evidence_blob_bytes(&forward, &outer(8)), None);
+    let tokens = neuroshard_audit::JobInputs {
+        input: neuroshard_audit::StageData::Tokens(neuroshard_audit::TokenIds {
+            batch: 1,
+            seq: 1,
+            ids: vec![3],
+        }),
+        upstream: neuroshard_audit::UpstreamData::None,
+    };
+    assert_eq!(c.evidence_blob_bytes(&offer, &tokens), None);
+    assert_eq!(c.evidence_blob_bytes(&forward, &tokens), Some(weights));
+}

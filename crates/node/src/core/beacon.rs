@@ -44,6 +44,14 @@ pub(super) const EVIDENCE_GRACE: std::time::Duration = std::time::Duration::from
 const MAX_FINAL_TIMES: usize = 4096;
 
 impl NodeCore {
+    /// Our finalized epoch, when `epoch` is more than `MAX_EPOCHS_BEHIND` before it: a
+    /// commitment signed there could have been signed knowing its beacon, hence whether it
+    /// is audited.
+    pub(super) fn long_final(&self, epoch: u64) -> Option<u64> {
+        let head = self.finalized_epoch();
+        (epoch.saturating_add(MAX_EPOCHS_BEHIND) < head).then_some(head)
+    }
+
     /// The last epoch finalized here (0 before the first).
     pub(super) fn finalized_epoch(&self) -> u64 {
         #[cfg(test)]

@@ -11,12 +11,11 @@ use std::collections::{BTreeMap, VecDeque};
 use std::time::Instant;
 
 use neuroshard_audit::{
-    CommitError, Countersign, DeterminismClass, JobCommitment, JobKind, MicroBatchRef, NO_HASH,
-    SignedJob, countersign, verify_countersigned, verify_job,
+    CommitError, Countersign, DeterminismClass, JobCommitment, JobKind, NO_HASH, SignedJob,
+    countersign, verify_countersigned, verify_job,
 };
 use neuroshard_proof::{NodeId, Signed};
 
-use super::beacon::MAX_EPOCHS_BEHIND;
 use super::{JobHashes, NodeCore};
 use crate::pipeline::{JobDone, Refusal};
 use crate::wire::{MicroBatchId, Msg, PipeRequest};
@@ -139,22 +138,6 @@ pub(super) fn job_kind(msg: &Msg) -> JobKind {
     }
 }
 
-fn mb_id(mb: &MicroBatchRef) -> MicroBatchId {
-    MicroBatchId {
-        origin: mb.origin.0,
-        step: mb.step,
-        index: mb.index,
-    }
-}
-
-fn mb_ref(mb: &MicroBatchId) -> MicroBatchRef {
-    MicroBatchRef {
-        origin: NodeId(mb.origin),
-        step: mb.step,
-        index: mb.index,
-    }
-}
-
 impl NodeCore {
     /// This replica's signed job commitments.
     pub fn job_log(&self) -> &JobLog {
@@ -196,7 +179,7 @@ impl NodeCore {
             stage: u16::try_from(self.stage).unwrap_or(u16::MAX),
             round: self.rounds.syncer.round(),
             step: h.step,
-            micro_batch: mb_ref(&mb),
+            micro_batch: mb.into(),
             kind,
             class: self.job_log.class,
             weights_hash: h.weights,
@@ -241,7 +224,7 @@ impl NodeCore {
         };
         let stage = u16::try_from(self.stage).unwrap_or(u16::MAX);
         let commitment = JobCommitment::offer(self.network, self.me, stage, jobs_round, claims);
-        let id = (mb_id(&commitment.micro_batch), JobKind::Offer);
+        let id = (commitment.micro_batch.into(), JobKind::Offer);
         let logged = Logged {
             job: commitment.sign(&self.identity),
             commitment,
@@ -259,7 +242,7 @@ impl NodeCore {
         let id = (msg.mb(), job_kind(msg));
         let head = self.finalized_epoch();
         if let Some(l) = self.job_log.signed.get(&id) {
-            if l.commitment.epoch.saturating_add(MAX_EPOCHS_BEHIND) >= head {
+            if self.long_final(l.commitment.epoch).is_none() {
                 return Ok(l.job.clone());
             }
             // Sent again after its epoch went stale: the same job, committed at ours (its
@@ -311,8 +294,7 @@ impl NodeCore {
             return Err(CommitRefusal::OtherNetwork);
         }
         // An epoch long final would let the worker know its challenges before it signed.
-        let head = self.finalized_epoch();
-        if c.epoch.saturating_add(MAX_EPOCHS_BEHIND) < head {
+        if let Some(head) = self.long_final(c.epoch) {
             return Err(CommitRefusal::StaleEpoch { got: c.epoch, head });
         }
         let sender = match req.msg {
@@ -325,7 +307,7 @@ impl NodeCore {
         if c.stage != want {
             return Err(CommitRefusal::OtherStage { got: c.stage, want });
         }
-        if c.micro_batch != mb_ref(&req.msg.mb()) || c.kind != job_kind(&req.msg) {
+        if c.micro_batch != req.msg.mb().into() || c.kind != job_kind(&req.msg) {
             return Err(CommitRefusal::OtherJob);
         }
         let received = self

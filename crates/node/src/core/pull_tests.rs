@@ -485,7 +485,7 @@ fn an_offer_without_a_commitment_naming_it_is_refused_and_charged() {
     assert!(!penalised(&out, &x));
     assert_eq!(c.rounds.syncer.held(), 1);
     // Held for its audit until its beacon epoch is final (test cores finalize none).
-    let key = good.commitment(x.node_id()).unwrap().key();
+    let key = good.commitment(x.node_id()).unwrap().0.key();
     assert!(c.audit.awaiting.contains_key(&key));
 }
 

@@ -87,7 +87,11 @@ impl SyncOffer {
     /// The offer's commitment, checked against the offer and its signer `from`: the worker's
     /// own, an offer of this network and stage, of the jobs' round before this one (the
     /// round its jobs carry), naming the offer's base as input and its blob as output.
-    pub fn commitment(&self, from: NodeId) -> Result<JobCommitment, OfferCommitError> {
+    /// Returns what it says and the signed commitment.
+    pub fn commitment(
+        &self,
+        from: NodeId,
+    ) -> Result<(JobCommitment, &SignedJob), OfferCommitError> {
         let signed = self.commitment.as_ref().ok_or(OfferCommitError::Missing)?;
         let c = verify_job(signed)?;
         let matches = c.worker == from
@@ -100,7 +104,7 @@ impl SyncOffer {
             && c.output_hash == self.blob
             && c.upstream_hash == NO_HASH;
         if matches {
-            Ok(c)
+            Ok((c, signed))
         } else {
             Err(OfferCommitError::Mismatch)
         }

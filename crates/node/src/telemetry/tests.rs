@@ -253,45 +253,25 @@ fn metrics_follow_the_events() {
     });
     let mut text = String::new();
     prometheus_client::encoding::text::encode(&mut text, m.registry()).unwrap();
-    assert!(text.contains("neuroshard_steps_total 2"), "{text}");
-    assert!(
-        text.contains("neuroshard_training_tokens_total 128"),
-        "{text}"
-    );
-    assert!(text.contains("neuroshard_training_loss 3.0"), "{text}");
-    assert!(text.contains("neuroshard_validation_loss 2.5"), "{text}");
-    assert!(
-        text.contains("neuroshard_step_duration_seconds_count 1"),
-        "{text}"
-    );
-    assert!(
-        text.contains("neuroshard_sync_sent_bytes_total 100"),
-        "{text}"
-    );
-    assert!(text.contains("neuroshard_proofs_applied_total 1"), "{text}");
-    assert!(
-        text.contains("neuroshard_verdicts_applied_total 1"),
-        "{text}"
-    );
-    assert!(text.contains("neuroshard_audit_fees_total 2"), "{text}");
-    assert!(
-        text.contains("neuroshard_audits_total{outcome=\"passed\"} 2"),
-        "{text}"
-    );
-    assert!(
-        text.contains("neuroshard_audits_total{outcome=\"refused\"} 1"),
-        "{text}"
-    );
-    assert!(
-        text.contains("neuroshard_ledger_state{state_hash=\"ff\"} 1"),
-        "{text}"
-    );
+    for line in [
+        "neuroshard_steps_total 2",
+        "neuroshard_training_tokens_total 128",
+        "neuroshard_training_loss 3.0",
+        "neuroshard_validation_loss 2.5",
+        "neuroshard_step_duration_seconds_count 1",
+        "neuroshard_sync_sent_bytes_total 100",
+        "neuroshard_proofs_applied_total 1",
+        "neuroshard_verdicts_applied_total 1",
+        "neuroshard_audit_fees_total 2",
+        "neuroshard_audits_total{outcome=\"passed\"} 2",
+        "neuroshard_audits_total{outcome=\"refused\"} 1",
+        "neuroshard_ledger_state{state_hash=\"ff\"} 1",
+        "neuroshard_finalized_epoch 7",
+        "neuroshard_finality_latency_seconds_count 1",
+    ] {
+        assert!(text.contains(line), "{line} in {text}");
+    }
     assert_eq!(text.matches("neuroshard_ledger_state{").count(), 1);
-    assert!(text.contains("neuroshard_finalized_epoch 7"), "{text}");
-    assert!(
-        text.contains("neuroshard_finality_latency_seconds_count 1"),
-        "{text}"
-    );
 }
 
 #[test]
