@@ -67,6 +67,25 @@ pub struct SyncArgs {
     /// Ledger finality: time from one finalized epoch to the start of the next, in ms.
     #[arg(long, default_value_t = settings::DEFAULT_EPOCH_MS)]
     pub epoch_ms: u64,
+    /// Found a network whose model grows (by depth, with identity blocks): the upgrade rule
+    /// runs after every K registrations (joins). Fixed in the genesis; a joiner takes the
+    /// network's.
+    #[arg(long)]
+    pub grow_every: Option<u64>,
+    /// Growth takes a target only with at least this many percent more parameters.
+    #[arg(long, default_value_t = 30)]
+    pub grow_min_gain: u64,
+    /// Deepest model growth proposes.
+    #[arg(long, default_value_t = 64)]
+    pub grow_max_layers: u64,
+    /// Memory this node offers a growing network, GiB (default: the machine's, shared by the
+    /// nodes it runs).
+    #[arg(long)]
+    pub announce_memory_gib: Option<u64>,
+    /// Training throughput this node announces, TFLOP/s (default: measured from the engine's
+    /// busy time over its first optimizer steps).
+    #[arg(long)]
+    pub announce_tflops: Option<f64>,
 }
 
 impl SyncArgs {
@@ -82,6 +101,36 @@ impl SyncArgs {
             lazy: false,
             withhold: false,
         })
+    }
+
+    /// The growth policy a founder's flags ask for (`None`: one fixed model).
+    pub fn growth(&self) -> Result<Option<neuroshard_growth::GrowthPolicy>> {
+        let Some(every) = self.grow_every else {
+            return Ok(None);
+        };
+        let mut policy = neuroshard_growth::GrowthPolicy::depth(self.grow_max_layers);
+        policy.rule.every_joins = every;
+        policy.rule.min_gain_pct = self.grow_min_gain;
+        policy
+            .validate()
+            .context("--grow-every / --grow-min-gain / --grow-max-layers")?;
+        Ok(Some(policy))
+    }
+
+    /// What this node announces; `nodes` run on this machine and share its memory.
+    pub fn capacity(&self, nodes: usize) -> settings::CapacityClaim {
+        let memory_bytes = match self.announce_memory_gib {
+            Some(gib) => gib.saturating_mul(1 << 30),
+            None => machine_memory_bytes() / nodes.max(1) as u64,
+        };
+        let flops_per_s = self
+            .announce_tflops
+            .map(|t| (t * 1e12).clamp(0.0, u64::MAX as f64) as u64)
+            .unwrap_or(0);
+        settings::CapacityClaim {
+            memory_bytes,
+            flops_per_s,
+        }
     }
 
     pub fn settings(&self, attack: &str) -> SyncSettings {
@@ -250,8 +299,23 @@ impl NodeArgs {
             budgets: Default::default(),
             audit: self.sync.audit()?,
             epoch_ms: self.sync.epoch_ms,
+            growth: self.sync.growth()?,
+            capacity: self.sync.capacity(1),
         })
     }
+}
+
+/// The machine's memory (`MemTotal` of /proc/meminfo), 0 where it cannot be read: a node
+/// that knows no figure announces nothing.
+fn machine_memory_bytes() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|text| {
+            text.lines()
+                .find_map(|l| l.strip_prefix("MemTotal:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .map_or(0, |kib| kib.saturating_mul(1024))
 }
 
 pub fn run(args: NodeArgs) -> Result<()> {

@@ -166,6 +166,8 @@ impl SwarmArgs {
             budgets: Default::default(),
             audit: self.sync.audit()?,
             epoch_ms: self.sync.epoch_ms,
+            growth: self.sync.growth()?,
+            capacity: self.sync.capacity(self.nodes),
         };
         let kill = self
             .kill

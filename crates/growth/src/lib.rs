@@ -8,14 +8,18 @@
 //! - [`claims`]: announced memory and throughput, sanitised and counted robustly (a few keys
 //!   announcing huge numbers count for nothing);
 //! - [`scaler`]: the target shape under the memory and compute rules, and the upgrade rule
-//!   (evaluated every K joins, taken only for a large enough step).
+//!   (evaluated every K joins, taken only for a large enough step);
+//! - [`network`]: a network's architecture (version, shape, stage layout) as part of its
+//!   ledger state, advanced at the end of every finalized epoch.
 
 pub mod claims;
 mod error;
+pub mod network;
 pub mod scaler;
 pub mod shape;
 
 pub use claims::{Capacity, Claim, ClaimLimits};
 pub use error::GrowthError;
+pub use network::{Architecture, Evaluated, GrowthPolicy, NetworkGrowth, StageLayout, Upgrade};
 pub use scaler::{Candidates, Decision, ScalerConfig, Target, UpgradeRule, decide, target};
 pub use shape::Shape;

@@ -10,6 +10,7 @@
 //! by id. An item the rules refuse is left out of the state, the same way on every node, and
 //! listed.
 
+use neuroshard_growth::Evaluated;
 use neuroshard_proof::{Hash32, VerifiedProof};
 
 use crate::fee::VerifiedAuditFee;
@@ -110,6 +111,8 @@ pub struct EpochApplied {
     pub applied: usize,
     /// Items the rules refused, with the reason: left out, identically on every node.
     pub refused: Vec<(Hash32, LedgerError)>,
+    /// What the growth rule decided at the epoch's end (`None`: the network does not grow).
+    pub growth: Option<Evaluated>,
 }
 
 /// Applies `items` (any order; a repeated item counts once) onto `state` in the canonical
@@ -172,13 +175,19 @@ pub fn apply_epoch_admitted(
             Err(e) => refused.push((id, e)),
         }
     }
+    // After every item: the rule reads the joins and announcements the epoch brought.
+    let growth = state.end_epoch();
     EpochApplied {
         contents: contents_of(&keys),
         state: state.state_hash(),
         applied,
         refused,
+        growth,
     }
 }
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod growth_tests;

@@ -28,6 +28,10 @@ pub enum Action {
     /// Serve `stage`: the account's receipts and offers count there and its rounds there are
     /// paid, while its stake is at least the network's minimum.
     Register { stage: u16 },
+    /// Announce the capacity this node offers for training: memory in bytes and measured
+    /// throughput in FLOP/s. Only a staked account may; the latest announcement counts. The
+    /// network's scaler reads the registered accounts' announcements (`neuroshard_growth`).
+    Announce { memory_bytes: u64, flops_per_s: u64 },
     /// Pay `per_stage` to each of the first `stages` stages that serve request `request`
     /// entered at node `entry`; valid only inside that node's
     /// [`crate::inference::Settlement`], which carries the servers' receipts.
@@ -104,6 +108,14 @@ impl Canonical for AccountOp {
                 w.u64(per_stage);
                 w.u16(stages);
             }
+            Action::Announce {
+                memory_bytes,
+                flops_per_s,
+            } => {
+                w.u8(6);
+                w.u64(memory_bytes);
+                w.u64(flops_per_s);
+            }
         }
     }
 
@@ -129,6 +141,10 @@ impl Canonical for AccountOp {
                 request: r.array()?,
                 per_stage: r.u64()?,
                 stages: r.u16()?,
+            },
+            6 => Action::Announce {
+                memory_bytes: r.u64()?,
+                flops_per_s: r.u64()?,
             },
             other => {
                 return Err(CodecError::Invalid {

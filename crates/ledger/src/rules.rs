@@ -5,6 +5,7 @@
 //! time-dependent rule (how many rounds can have happened by a proof's timestamp) reads the
 //! proof's signed timestamp and the genesis's founding time.
 
+use neuroshard_growth::NetworkGrowth;
 use neuroshard_proof::{Hash32, NodeId, PublicKey};
 
 use crate::amount::UNITS_PER_NEURO;
@@ -100,6 +101,9 @@ pub struct LedgerGenesis {
     /// (founder's key, stake), sorted by node id, each account once. Keys, not bare ids: the
     /// first finality committee is made of them (`LedgerState::staked_keys`).
     pub stakes: Vec<(PublicKey, u64)>,
+    /// The architecture the network starts with and how it grows (`None`: a network of one
+    /// fixed model). Its ledger advances it at the end of every finalized epoch.
+    pub growth: Option<NetworkGrowth>,
 }
 
 /// Why a genesis cannot start a ledger.
@@ -127,7 +131,17 @@ impl LedgerGenesis {
             .iter()
             .try_fold(0u64, |sum, (_, s)| sum.checked_add(*s))
             .ok_or(GenesisError::Overflow)?;
-        Ok(Self { rules, stakes })
+        Ok(Self {
+            rules,
+            stakes,
+            growth: None,
+        })
+    }
+
+    /// The same genesis for a network that grows under `growth`.
+    pub fn with_growth(mut self, growth: NetworkGrowth) -> Self {
+        self.growth = Some(growth);
+        self
     }
 
     /// BLAKE3 of the rules and stakes: two ledgers with one genesis hash started alike.
@@ -139,6 +153,11 @@ impl LedgerGenesis {
         for (key, stake) in &self.stakes {
             h.update(key.as_bytes());
             h.update(&stake.to_le_bytes());
+        }
+        // Only a growing network's hash names its architecture, so other geneses keep theirs.
+        if let Some(g) = &self.growth {
+            h.update(b"growth");
+            h.update(&g.to_bytes());
         }
         *h.finalize().as_bytes()
     }

@@ -11,6 +11,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
+use neuroshard_growth::NetworkGrowth;
 use neuroshard_proof::{Hash32, NodeId, Proof, ProofKind, PublicKey, VerifiedProof};
 
 use crate::amount::bps_of;
@@ -23,6 +24,7 @@ use digest::Set;
 mod digest;
 mod equivocation;
 mod fee;
+mod growth;
 mod records;
 mod restore;
 mod round_key;
@@ -146,6 +148,11 @@ pub struct LedgerState {
     /// derives from it, so each id has one): what a finality committee is made of. Not in
     /// the state hash: it follows from the ids of what was applied.
     keys: BTreeMap<NodeId, PublicKey>,
+    /// Each account's latest capacity announcement (memory bytes, FLOP/s): what the scaler
+    /// reads. Not hashed on its own: it follows from the applied ops.
+    claims: BTreeMap<NodeId, (u64, u64)>,
+    /// The network's architecture, for a network that grows (see `state/growth.rs`).
+    growth: Option<NetworkGrowth>,
 }
 
 /// A number no other ledger state in this process has had: drawn afresh at every change, so
@@ -180,6 +187,7 @@ impl LedgerState {
     pub fn from_genesis(genesis: &LedgerGenesis) -> Result<(Self, Changes), LedgerError> {
         let mut s = Self {
             rules: genesis.rules,
+            growth: genesis.growth.clone(),
             ..Self::default()
         };
         let unlock_at_ms = genesis.rules.founded_ms.saturating_add(MIN_STAKE_LOCK_MS);
@@ -496,6 +504,7 @@ impl LedgerState {
         };
         let mut burned = self.burned;
         let mut registers = None;
+        let mut announces = None;
         match op.action {
             Action::Transfer { to, amount } => {
                 if amount == 0 {
@@ -627,6 +636,23 @@ impl LedgerState {
                 }
                 registers = Some(stage);
             }
+            Action::Announce {
+                memory_bytes,
+                flops_per_s,
+            } => {
+                // Only staked accounts: a key without stake could otherwise grow every
+                // ledger's table of claims for the price of a signature.
+                if from.stake < self.rules.min_stake {
+                    return Err(LedgerError::StakeTooLow {
+                        needed: self.rules.min_stake,
+                        available: from.stake,
+                    });
+                }
+                announces = Some((memory_bytes, flops_per_s));
+            }
+        }
+        if let Some(claim) = announces {
+            self.claims.insert(op.account, claim);
         }
         from.next_nonce = op.nonce + 1;
         self.put_account(op.account, from, registers);
@@ -738,6 +764,12 @@ impl LedgerState {
             h.update(&(n as u64).to_le_bytes());
         }
         h.update(&self.digest.bytes());
+        // Only once the architecture was evaluated, so ledgers that never end an epoch (the
+        // live ones) and networks that do not grow keep their hash.
+        if let Some(g) = self.growth.as_ref().filter(|g| g.evaluated > 0) {
+            h.update(b"growth");
+            h.update(&g.to_bytes());
+        }
         *h.finalize().as_bytes()
     }
 

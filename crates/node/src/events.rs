@@ -211,6 +211,22 @@ pub enum NodeEvent {
         latency_ms: Option<f64>,
         time_ms: u64,
     },
+    /// The network's architecture moved to a new version in the finalized state (a growing
+    /// network's upgrade rule, evaluated at the end of epoch `epoch`): every node reports the
+    /// same version with the same layout.
+    Architecture {
+        epoch: u64,
+        version: u32,
+        layers: u64,
+        d_model: u64,
+        params: u64,
+        /// (stage id, blocks) in pipeline order.
+        stages: Vec<(u16, u64)>,
+        /// Joins counted at the decision, and the registered nodes whose claims counted.
+        joins: u64,
+        counted: u64,
+        time_ms: u64,
+    },
     /// Anti-entropy brought proofs this ledger lacked.
     LedgerSync {
         peer: String,
@@ -298,6 +314,7 @@ impl NodeEvent {
             NodeEvent::Ledger { .. } => "ledger",
             NodeEvent::LedgerSync { .. } => "ledger_sync",
             NodeEvent::Finalized { .. } => "finalized",
+            NodeEvent::Architecture { .. } => "architecture",
             NodeEvent::Parked { .. } => "parked",
             NodeEvent::Audit { .. } => "audit",
             NodeEvent::Jury { .. } => "jury",

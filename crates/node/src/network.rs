@@ -8,6 +8,7 @@
 //! DHT (pinned by `--network` when given) and takes its model and protocol from it, so users
 //! no longer repeat the first node's model flags.
 
+use neuroshard_growth::{Architecture, GrowthError, NetworkGrowth, Shape};
 use neuroshard_ledger::{LedgerGenesis, Rules, UNITS_PER_NEURO};
 use neuroshard_model::ModelConfig;
 use neuroshard_proof::{
@@ -68,6 +69,11 @@ pub struct Protocol {
     /// before the field audited at the default rate.
     #[serde(default = "default_audit_per_million")]
     pub audit_per_million: u32,
+    /// How the network grows (`neuroshard_growth`): its architecture then lives in the
+    /// finalized ledger state, starting from `model` split into `stages`. Geneses written
+    /// before the field trained one fixed model.
+    #[serde(default)]
+    pub growth: Option<neuroshard_growth::GrowthPolicy>,
 }
 
 fn default_audit_per_million() -> u32 {
@@ -97,6 +103,7 @@ impl Protocol {
             min_round_ms: neuroshard_ledger::rules::DEFAULT_MIN_ROUND_MS,
             min_receipts: 1,
             audit_per_million: s.audit.per_million,
+            growth: s.growth.clone(),
         }
     }
 
@@ -124,6 +131,36 @@ impl Protocol {
         s.sync.outer_momentum = self.outer_momentum;
         s.sync.norm_bound = self.norm_bound;
         s.audit.per_million = self.audit_per_million;
+        s.growth = self.growth.clone();
+    }
+
+    /// The network's architecture at version 0, for a network that grows: the model's shape
+    /// split into the protocol's stages.
+    pub fn genesis_growth(&self) -> Result<Option<NetworkGrowth>, NetworkError> {
+        let Some(policy) = &self.growth else {
+            return Ok(None);
+        };
+        let m = &self.model;
+        if m.tie_embeddings {
+            return Err(NetworkError::Growth(GrowthError::Config(
+                "a growing network needs untied embeddings (the scaler counts both)".into(),
+            )));
+        }
+        let shape = Shape {
+            layers: m.layers as u64,
+            d_model: m.d_model as u64,
+            heads: m.heads as u64,
+            kv_heads: m.kv_heads as u64,
+            ffn: m.ffn as u64,
+            vocab: m.vocab as u64,
+        };
+        let split = neuroshard_model::StageSpec::split(m, self.stages)?;
+        let layers: Vec<u64> = split
+            .iter()
+            .map(|s| (s.end_layer - s.first_layer) as u64)
+            .collect();
+        let arch = Architecture::genesis(shape, &layers)?;
+        Ok(Some(NetworkGrowth::new(policy.clone(), arch)?))
     }
 }
 
@@ -153,6 +190,8 @@ pub enum NetworkError {
     Model(#[from] neuroshard_model::ModelError),
     #[error("genesis names {got} stages for a {layers}-layer model")]
     Stages { got: usize, layers: usize },
+    #[error("genesis growth: {0}")]
+    Growth(#[from] GrowthError),
     #[error("genesis names a weight lag of {0} (0 or 1)")]
     WeightLag(u64),
     /// A step of fewer rows than micro-batches would never count as complete: every node
@@ -263,6 +302,7 @@ impl Network {
             });
         }
         neuroshard_ledger::LedgerGenesis::new(Rules::default(), genesis.stakes.clone())?;
+        p.genesis_growth()?;
         Ok(Self {
             id: envelope.payload_hash(),
             genesis,
@@ -280,7 +320,11 @@ impl Network {
             round_reward: p.round_reward,
             min_round_ms: p.min_round_ms,
         };
-        Ok(LedgerGenesis::new(rules, self.genesis.stakes.clone())?)
+        let genesis = LedgerGenesis::new(rules, self.genesis.stakes.clone())?;
+        Ok(match p.genesis_growth()? {
+            Some(growth) => genesis.with_growth(growth),
+            None => genesis,
+        })
     }
 
     /// Reads the genesis file.
@@ -382,6 +426,40 @@ mod tests {
 
     /// The weight lag is the network's: a joiner takes it, a genesis naming more than the
     /// engine keeps is refused, and one written before the field existed flushed.
+    #[test]
+    fn a_growth_policy_travels_in_the_genesis_to_the_ledger_and_joiners() -> Result<(), NetworkError>
+    {
+        let founder = test_identity(1);
+        let mut g = genesis("grows", Vec::new());
+        let fixed = Network::found(&founder, g.clone())?;
+        assert!(fixed.ledger_genesis()?.growth.is_none());
+        g.protocol.growth = Some(neuroshard_growth::GrowthPolicy::depth(16));
+        let grows = Network::found(&founder, g.clone())?;
+        let ledger = grows.ledger_genesis()?;
+        let arch = &ledger.growth.as_ref().expect("growth").architecture;
+        assert_eq!(arch.version, 0);
+        assert_eq!(arch.shape.layers, g.protocol.model.layers as u64);
+        assert_eq!(arch.stages.len(), g.protocol.stages);
+        assert_ne!(ledger.hash(), fixed.ledger_genesis()?.hash());
+        let mut joiner = crate::settings::tests::settings(0);
+        grows.genesis.protocol.apply_to(&mut joiner);
+        assert_eq!(joiner.growth, g.protocol.growth);
+        // Width growth is not exact: a genesis asking for it is refused.
+        let mut ladder = neuroshard_growth::GrowthPolicy::depth(16);
+        ladder.scaler.candidates = neuroshard_growth::Candidates::Ladder;
+        g.protocol.growth = Some(ladder);
+        assert!(matches!(
+            Network::found(&founder, g.clone()),
+            Err(NetworkError::Growth(_))
+        ));
+        // Geneses written before the field did not grow.
+        let mut json = serde_json::to_value(&fixed.genesis.protocol).expect("json");
+        json.as_object_mut().expect("object").remove("growth");
+        let old: Protocol = serde_json::from_value(json).expect("old protocol");
+        assert_eq!(old.growth, None);
+        Ok(())
+    }
+
     #[test]
     fn the_weight_lag_comes_from_the_genesis_and_is_bounded() -> Result<(), NetworkError> {
         let founder = test_identity(1);

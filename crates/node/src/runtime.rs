@@ -291,7 +291,10 @@ impl Driver {
             // What only the driver knows: the transport's counters and the engine's busy time.
             match &mut ev {
                 NodeEvent::Stats { net, .. } => *net = Some(Box::new(self.net.counters())),
-                NodeEvent::Step { busy_ms, .. } => *busy_ms = Some(self.busy.ms()),
+                NodeEvent::Step { busy_ms, step, .. } => {
+                    *busy_ms = Some(self.busy.ms());
+                    core.handle_engine_busy(*step, self.busy.ms());
+                }
                 NodeEvent::Evidence {
                     audit_ms, busy_ms, ..
                 } => {

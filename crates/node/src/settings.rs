@@ -113,6 +113,21 @@ pub struct NodeSettings {
     /// Ledger finality: time from one finalized epoch to the next epoch's start, in ms.
     #[serde(default = "default_epoch_ms")]
     pub epoch_ms: u64,
+    /// A founder's growth policy for a new network (`None`: one fixed model). A joiner takes
+    /// the network's from its genesis.
+    #[serde(default)]
+    pub growth: Option<neuroshard_growth::GrowthPolicy>,
+    /// The capacity this node announces once registered (what a growing network's scaler
+    /// reads); nothing is announced while the memory is 0.
+    #[serde(default)]
+    pub capacity: CapacityClaim,
+}
+
+/// Memory and throughput a node offers for training, announced in a signed ledger op.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CapacityClaim {
+    pub memory_bytes: u64,
+    pub flops_per_s: u64,
 }
 
 /// Epoch length when none is set: a proof is final within about this long.
@@ -392,6 +407,8 @@ pub(crate) mod tests {
             budgets: Budgets::default(),
             audit: AuditSettings::default(),
             epoch_ms: DEFAULT_EPOCH_MS,
+            growth: None,
+            capacity: Default::default(),
         }
     }
 

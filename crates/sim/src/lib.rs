@@ -130,6 +130,8 @@ pub fn settings(model: ModelConfig, stages: usize, wait_replicas: usize) -> Node
         budgets: Default::default(),
         audit: Default::default(),
         epoch_ms: neuroshard_node::settings::DEFAULT_EPOCH_MS,
+        growth: None,
+        capacity: Default::default(),
     }
 }
 

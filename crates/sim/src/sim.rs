@@ -22,7 +22,7 @@ use neuroshard_node::core::{
 };
 use neuroshard_node::economy::LedgerSnapshot;
 use neuroshard_node::events::NodeEvent;
-use neuroshard_node::network::Network;
+use neuroshard_node::network::{FOUNDER_STAKE, Network};
 use neuroshard_node::peers::PeerTable;
 use neuroshard_node::records::Topic;
 use neuroshard_proof::{Hash32, Identity, NodeId};
@@ -140,6 +140,8 @@ pub struct Sim {
     genesis: Option<Network>,
     /// Nodes left out of the genesis stakes (Sybils that never paid in).
     unstaked: BTreeSet<usize>,
+    /// Genesis stakes other than the founders' (`Sim::set_stake`).
+    stake_of: BTreeMap<usize, u64>,
     /// Keys staked in the genesis for nodes added after it (joiners).
     spare_keys: VecDeque<Identity>,
     /// How many spare keys the genesis stakes (for joiners).
@@ -187,6 +189,7 @@ impl Sim {
             network,
             genesis: None,
             unstaked: BTreeSet::new(),
+            stake_of: BTreeMap::new(),
             spare_keys: VecDeque::new(),
             spares: SPARE_STAKED,
             nodes: Vec::new(),
@@ -273,7 +276,10 @@ impl Sim {
                 &self.settings,
                 &self.network,
                 &self.nodes,
-                &self.unstaked,
+                |i| {
+                    (!self.unstaked.contains(&i))
+                        .then(|| self.stake_of.get(&i).copied().unwrap_or(FOUNDER_STAKE))
+                },
                 &mut rng,
                 &mut self.spare_keys,
                 self.spares,

@@ -3,6 +3,7 @@
 //! chaos (kill, restart, a joiner), a report built from the nodes' typed [`NodeEvent`]s, and
 //! the assembled model at the end. The CLI only parses flags and prints.
 
+mod architecture;
 mod assemble;
 mod chaos;
 mod drive;

@@ -40,6 +40,7 @@ fn time_of(ev: &NodeEvent) -> u64 {
         | Ledger { time_ms, .. }
         | LedgerSync { time_ms, .. }
         | Finalized { time_ms, .. }
+        | Architecture { time_ms, .. }
         | Parked { time_ms, .. }
         | Audit { time_ms, .. }
         | Jury { time_ms, .. }
@@ -117,6 +118,8 @@ pub struct Report {
     finalized: BTreeMap<usize, BTreeMap<u64, String>>,
     /// Finality latencies (ms) every node measured for the epochs it took part in.
     finality_ms: Vec<f64>,
+    /// A growing network's upgrades, per node.
+    architecture: crate::architecture::ArchitectureLog,
 }
 
 impl Report {
@@ -149,6 +152,7 @@ impl Report {
     pub fn on_event(&mut self, i: usize, ev: &NodeEvent) {
         let t = time_of(ev);
         self.soak.on_event(i, ev, t);
+        self.architecture.on_event(i, ev);
         match ev {
             NodeEvent::Ready {
                 stage,
@@ -637,6 +641,7 @@ impl Report {
             "sync": self.sync_figures(),
             "ledger": self.ledger_figures(),
             "finality": self.finality_figures(),
+            "architecture": self.architecture.figures(),
             "join": self.join_figures(),
             "soak": self.soak.to_json(self.initial_val, self.final_val),
             "timed_out": self.timed_out,
@@ -719,6 +724,7 @@ impl Report {
         if !self.finalized.is_empty() {
             out.push(format!("finality: {}", self.finality_figures()));
         }
+        out.extend(self.architecture.lines());
         for c in self.soak.checks(self.initial_val, self.final_val) {
             let verdict = if c.ok { "ok" } else { "FAILED" };
             out.push(format!("soak check {}: {verdict} {}", c.name, c.detail));

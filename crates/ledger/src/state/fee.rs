@@ -114,6 +114,7 @@ mod tests {
             rules: s.rules,
             accounts: s.accounts.clone(),
             registrations: BTreeMap::new(),
+            claims: BTreeMap::new(),
             proofs: Vec::new(),
             ops: Vec::new(),
             slashes: Vec::new(),

@@ -19,6 +19,8 @@ pub(crate) struct Restored {
     pub rules: Rules,
     pub accounts: BTreeMap<NodeId, Account>,
     pub registrations: BTreeMap<NodeId, BTreeSet<u16>>,
+    /// Latest capacity announcement per account, rebuilt from the ops like registrations.
+    pub claims: BTreeMap<NodeId, (u64, u64)>,
     pub proofs: Vec<RestoredProof>,
     pub ops: Vec<(NodeId, u64, Hash32)>,
     pub slashes: Vec<(NodeId, u64, Hash32)>,
@@ -42,6 +44,7 @@ impl LedgerState {
             rules,
             accounts,
             registrations,
+            claims,
             proofs,
             ops,
             slashes,
@@ -56,6 +59,7 @@ impl LedgerState {
             rules,
             accounts,
             registrations,
+            claims,
             minted,
             burned,
             ..Self::default()

@@ -107,6 +107,8 @@ pub(super) fn load(conn: &Connection) -> Result<LedgerState, StoreError> {
     // Registrations are what the applied Register ops say; they are rebuilt from the ops'
     // signed bytes rather than stored twice.
     let mut registrations: BTreeMap<NodeId, BTreeSet<u16>> = BTreeMap::new();
+    let mut claims: BTreeMap<NodeId, (u64, u64)> = BTreeMap::new();
+    let mut announced: BTreeMap<NodeId, u64> = BTreeMap::new();
     // Keys as written, and (for ledgers written before keys were) those of the ops' signers.
     let mut keys = Vec::new();
     let mut stmt = conn.prepare("SELECT key FROM keys")?;
@@ -122,14 +124,26 @@ pub(super) fn load(conn: &Connection) -> Result<LedgerState, StoreError> {
             .map_err(|e| StoreError::Corrupt(format!("stored op: {e}")))?;
         keys.push(verified.signer());
         let op = *verified.op();
-        if let Action::Register { stage } = op.action {
-            registrations.entry(op.account).or_default().insert(stage);
+        match op.action {
+            Action::Register { stage } => {
+                registrations.entry(op.account).or_default().insert(stage);
+            }
+            // The latest announcement counts: rows come in no particular order.
+            Action::Announce {
+                memory_bytes,
+                flops_per_s,
+            } if announced.get(&op.account).is_none_or(|&n| n < op.nonce) => {
+                announced.insert(op.account, op.nonce);
+                claims.insert(op.account, (memory_bytes, flops_per_s));
+            }
+            _ => {}
         }
     }
     Ok(LedgerState::restore(Restored {
         rules,
         accounts,
         registrations,
+        claims,
         proofs,
         ops,
         slashes,

@@ -211,3 +211,36 @@ fn verdict_weights_are_kept_once_across_restarts_within_a_byte_budget()
     );
     Ok(())
 }
+
+/// Capacity announcements are rebuilt from the stored ops on reopen, the latest by nonce.
+#[test]
+fn announcements_survive_a_reopen_the_latest_counting() -> Result<(), Box<dyn std::error::Error>> {
+    let a = test_identity(1);
+    let (dir, genesis) = founded_by(&a)?;
+    let path = dir.path().join("ledger.db");
+    let ledger = Ledger::open_genesis(&path, &genesis)?;
+    let mut state = ledger.state().clone();
+    let mut log = ledger.into_change_log();
+    let announce = |nonce: u64, memory_bytes: u64| {
+        let signed = AccountOp {
+            network: Rules::default().network,
+            account: a.node_id(),
+            nonce,
+            timestamp_ms: T0,
+            action: Action::Announce {
+                memory_bytes,
+                flops_per_s: 7,
+            },
+        }
+        .sign(&a);
+        verify_op(&signed).expect("fixture op verifies")
+    };
+    log.commit(&applied(&mut state, register(&a, 0, 0)), &[])?;
+    log.commit(&applied(&mut state, announce(1, 9)), &[])?;
+    log.commit(&applied(&mut state, announce(2, 4)), &[])?;
+    drop(log);
+    let reopened = Ledger::open_genesis(&path, &genesis)?;
+    assert_eq!(reopened.state().claim(&a.node_id()), Some((4, 7)));
+    assert_eq!(reopened.state_hash(), state.state_hash());
+    Ok(())
+}

@@ -194,6 +194,48 @@ impl NodeCore {
         if finalized {
             self.on_new_beacon(now);
         }
+        self.report_architecture(now);
+    }
+
+    /// Reports each upgrade the finalized state took since the last report (epochs fetched
+    /// with their certificates too): every node reports the same versions.
+    fn report_architecture(&mut self, now: Instant) {
+        let Some(f) = self.finality.as_ref() else {
+            return;
+        };
+        let Some(growth) = f.finalized_state().growth() else {
+            return;
+        };
+        let seen = self.architecture_version;
+        let new: Vec<neuroshard_growth::Upgrade> = growth
+            .history
+            .iter()
+            .filter(|u| u.architecture.version > seen)
+            .cloned()
+            .collect();
+        let time_ms = self.unix_ms(now);
+        for up in new {
+            let a = &up.architecture;
+            self.architecture_version = a.version;
+            self.events.push_back(NodeEvent::Architecture {
+                epoch: up.epoch,
+                version: a.version,
+                layers: a.shape.layers,
+                d_model: a.shape.d_model,
+                params: a.params(),
+                stages: a.stages.iter().map(|s| (s.id, s.layers)).collect(),
+                joins: up.joins,
+                counted: up.counted,
+                time_ms,
+            });
+        }
+    }
+
+    /// The architecture of the finalized state, for a network that grows.
+    pub fn architecture(&self) -> Option<&neuroshard_growth::Architecture> {
+        self.finality
+            .as_ref()
+            .and_then(|f| f.finalized_state().architecture())
     }
 
     /// A connected peer, chosen with the core's seeded randomness.

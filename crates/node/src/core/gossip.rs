@@ -264,6 +264,23 @@ impl NodeCore {
             Some(Err(e)) => self.warn(format!("registration: {e}"), now),
             None => {}
         }
+        // Once registered, the capacity a growing network's scaler reads (the op after the
+        // registration: each needs the nonce before it). A network of one fixed model does
+        // not need it.
+        if self.settings.growth.is_none() {
+            return;
+        }
+        match self
+            .economy
+            .announce(self.settings.capacity, self.unix_ms(now))
+        {
+            Some(Ok(data)) => self.transmits.push_back(Transmit::Publish {
+                topic: Topic::Ops,
+                data,
+            }),
+            Some(Err(e)) => self.warn(format!("capacity announcement: {e}"), now),
+            None => {}
+        }
     }
 
     /// Verifies and applies an op (a peer's, or our own settlement); true if it was applied.

@@ -14,6 +14,7 @@ mod audit_serve;
 #[cfg(test)]
 mod audit_tests;
 mod beacon;
+mod capacity;
 mod commit;
 mod config;
 mod evaluate;
@@ -180,6 +181,10 @@ pub struct NodeCore {
     fraud: fraud::FraudState,
     /// Ledger finality (set once the core is built).
     finality: Option<crate::finality::LedgerFinality>,
+    /// The architecture version last reported (a growing network's, in the finalized state).
+    architecture_version: u32,
+    /// Measures the training throughput this node announces.
+    meter: capacity::Meter,
 }
 
 impl NodeCore {
@@ -265,6 +270,8 @@ impl NodeCore {
             audit: audit::AuditState::default(),
             fraud: fraud::FraudState::default(),
             finality: None,
+            architecture_version: 0,
+            meter: capacity::Meter::default(),
         };
         core.serve_stored_verdict_weights();
         core.start_finality(start);

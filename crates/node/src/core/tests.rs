@@ -86,6 +86,8 @@ fn settings() -> NodeSettings {
         budgets: Default::default(),
         audit: Default::default(),
         epoch_ms: crate::settings::DEFAULT_EPOCH_MS,
+        growth: None,
+        capacity: Default::default(),
     }
 }
 
@@ -102,7 +104,19 @@ pub(super) fn core_at(
     stage: usize,
     stages: usize,
 ) -> NodeCore {
+    core_with(identity, start, stage, stages, |_| {})
+}
+
+/// [`core_at`] with its settings changed by `change` first.
+pub(super) fn core_with(
+    identity: &Identity,
+    start: Instant,
+    stage: usize,
+    stages: usize,
+    change: impl FnOnce(&mut NodeSettings),
+) -> NodeCore {
     let mut s = settings();
+    change(&mut s);
     s.stages = stages;
     s.model.layers = stages;
     let spec = StageSpec::split(&s.model, stages).unwrap()[stage];

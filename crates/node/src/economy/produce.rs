@@ -2,6 +2,8 @@
 //! of its registered co-replicas, and its own registration for the stage it serves.
 
 use neuroshard_ledger::{AccountOp, Action, round_key_of, verify_op};
+
+use crate::settings::CapacityClaim;
 use neuroshard_proof::plausibility::{
     MAX_CLAIMED_DURATION_MS, MAX_TOKENS_PER_BATCH, MIN_CLAIMED_DURATION_MS,
 };
@@ -285,6 +287,42 @@ impl Economy {
             nonce: self.ledger.account(&me).next_nonce,
             timestamp_ms: now_ms,
             action: Action::Register { stage },
+        };
+        let signed = op.sign(&self.identity);
+        let wire = signed.to_bytes();
+        Some(
+            verify_op(&signed)
+                .map_err(EconomyError::from)
+                .and_then(|v| self.apply_op(v).map(|_| wire)),
+        )
+    }
+
+    /// Announces `capacity` once this node is registered for some stage and its ledger does
+    /// not hold that announcement already. Returns the signed op to gossip; applied here.
+    pub fn announce(
+        &mut self,
+        capacity: CapacityClaim,
+        now_ms: u64,
+    ) -> Option<Result<Vec<u8>, EconomyError>> {
+        let me = self.node_id();
+        let claim = (capacity.memory_bytes, capacity.flops_per_s);
+        if capacity.memory_bytes == 0
+            || capacity.flops_per_s == 0
+            || !self.ledger.has_registered(&me)
+            || self.ledger.account(&me).stake < self.ledger.rules().min_stake
+            || self.ledger.claim(&me) == Some(claim)
+        {
+            return None;
+        }
+        let op = AccountOp {
+            network: self.cfg.network,
+            account: me,
+            nonce: self.ledger.account(&me).next_nonce,
+            timestamp_ms: now_ms,
+            action: Action::Announce {
+                memory_bytes: capacity.memory_bytes,
+                flops_per_s: capacity.flops_per_s,
+            },
         };
         let signed = op.sign(&self.identity);
         let wire = signed.to_bytes();

@@ -1,9 +1,10 @@
 //! The simulated network's genesis.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::VecDeque;
 
 use neuroshard_node::NodeSettings;
 use neuroshard_node::network::{FOUNDER_STAKE, Network, NetworkGenesis, Protocol};
+
 use neuroshard_proof::{Hash32, Identity};
 use rand_chacha::ChaCha8Rng;
 
@@ -12,14 +13,14 @@ use super::{SimNode, UNIX_START_MS};
 /// Keys staked in the genesis for nodes added after the first start.
 pub const SPARE_STAKED: usize = 8;
 
-/// The simulated network's genesis: the settings' protocol, every node added so far (but the
-/// unstaked ones) and [`SPARE_STAKED`] keys for later joiners staked, founded at the start of
-/// virtual time.
+/// The simulated network's genesis: the settings' protocol, every node added so far staked
+/// with `stake_of` its index (none: left out) and [`SPARE_STAKED`] keys for later joiners
+/// staked, founded at the start of virtual time.
 pub(super) fn freeze_genesis(
     settings: &NodeSettings,
     tag: &Hash32,
     nodes: &[SimNode],
-    unstaked: &BTreeSet<usize>,
+    stake_of: impl Fn(usize) -> Option<u64>,
     rng: &mut ChaCha8Rng,
     spare: &mut VecDeque<Identity>,
     spares: usize,
@@ -28,10 +29,8 @@ pub(super) fn freeze_genesis(
     let stakes = nodes
         .iter()
         .enumerate()
-        .filter(|(i, _)| !unstaked.contains(i))
-        .map(|(_, n)| n.identity.public_key())
-        .chain(spare.iter().map(Identity::public_key))
-        .map(|key| (key, FOUNDER_STAKE))
+        .filter_map(|(i, n)| Some((n.identity.public_key(), stake_of(i)?)))
+        .chain(spare.iter().map(|id| (id.public_key(), FOUNDER_STAKE)))
         .collect();
     let founder = Identity::generate_with(&mut *rng);
     let genesis = NetworkGenesis {

@@ -13,6 +13,13 @@ impl Sim {
         self.unstaked.insert(i);
     }
 
+    /// Stakes `amount` for node `i` in the genesis instead of the founders' stake (call
+    /// before the first start): later joiners with the minimum stake leave the first
+    /// committee's quorum to the founders who run from the start.
+    pub fn set_stake(&mut self, i: usize, amount: u64) {
+        self.stake_of.insert(i, amount);
+    }
+
     /// Stakes `n` spare keys for joiners in the genesis instead of [`super::SPARE_STAKED`]
     /// (call before the first start). Offline keys' stake counts against finality's quorum.
     pub fn set_spare_keys(&mut self, n: usize) {
