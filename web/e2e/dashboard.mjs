@@ -84,6 +84,10 @@ try {
   );
   check(nodes.length === expectNodes, `${nodes.length} nodes in the stages × replicas grid`);
   check(nodes.filter((n) => n.self).length === 1, 'the serving node is marked');
+  // The model the network trains: a shape from the live swarm, the growing mock's version.
+  const model = await page.textContent('#f-model');
+  check(/\d+ × \d+ · /.test(model ?? ''), `the model is shown: ${JSON.stringify(model)}`);
+  if (mock) check(model?.startsWith('v1 · 8 × 256 · 6.7M') === true, 'with its architecture version');
   console.log(`       ${nodes.filter((n) => n.alive).length} of them alive`);
   await page.waitForFunction(() => Number(document.querySelector('svg.chart')?.getAttribute('data-points') ?? 0) >= 2);
   const points = await page.$eval('svg.chart', (el) => Number(el.getAttribute('data-points')));

@@ -53,6 +53,7 @@ function fixtures(start) {
       time_ms: t,
       ledger: { state_hash: '5e'.repeat(32), proofs: 12, balance: 4_200_000_000_000 },
       nodes,
+      model: { version: 1, layers: 8, d_model: 256, params: 6_710_016, stages: [[0, 2], [2, 4], [1, 2]] },
     },
     '/api/loss': { train, validation },
     '/api/rounds': { rounds },

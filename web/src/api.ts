@@ -21,6 +21,18 @@ export interface Status {
   time_ms: number;
   ledger: { state_hash: string; proofs: number; balance: number };
   nodes: NodeRow[];
+  /** The model trained; `version` is null for a network of one fixed model. Absent from
+   *  nodes older than the field. */
+  model?: ModelInfo;
+}
+
+export interface ModelInfo {
+  version: number | null;
+  layers: number;
+  d_model: number;
+  params: number;
+  /** [stage id, blocks] in pipeline order, for a network that grows. */
+  stages: [number, number][];
 }
 
 export interface LossPoint {

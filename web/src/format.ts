@@ -39,3 +39,11 @@ export function neuro(units: number): string {
   const v = units / 1e9;
   return v.toLocaleString('en-US', { maximumFractionDigits: v !== 0 && Math.abs(v) < 1 ? 6 : 3 });
 }
+
+/** A parameter count as 6.7M or 1.2B. */
+export function params(n: number): string {
+  if (n >= 1e9) return `${(n / 1e9).toFixed(1)}B`;
+  if (n >= 1e6) return `${(n / 1e6).toFixed(1)}M`;
+  if (n >= 1e3) return `${(n / 1e3).toFixed(1)}k`;
+  return String(n);
+}

@@ -4,7 +4,7 @@
 import { getJson, type Account, type Loss, type Proof, type Round, type Status } from './api';
 import { lossChart } from './chart';
 import { byId, fill, h, setText } from './dom';
-import { ago, bytes, duration, int, neuro, short } from './format';
+import { ago, bytes, duration, int, neuro, params, short } from './format';
 import { streamCompletion } from './stream';
 
 const POLL_MS = 2000;
@@ -25,6 +25,14 @@ function idCell(hex: string, self: boolean): HTMLElement {
   return h('span', { class: 'id mono', title: hex }, short(hex), self ? h('span', { class: 'badge you' }, 'this node') : null);
 }
 
+/** The model as "v2 · 12 × 256 · 6.7M" for a growing network, "12 × 256 · 6.7M" else. */
+function modelText(st: Status): string {
+  const m = st.model;
+  if (m === undefined) return '—';
+  const shape = `${int(m.layers)} × ${int(m.d_model)} · ${params(m.params)}`;
+  return m.version === null ? shape : `v${int(m.version)} · ${shape}`;
+}
+
 function renderStatus(st: Status): void {
   nodeNow = st.time_ms;
   const idLink = (hex: string) => h('span', { title: hex }, short(hex, 12));
@@ -33,6 +41,7 @@ function renderStatus(st: Status): void {
   setText('f-stage', `${st.stage} · ${st.role}`);
   setText('f-step', int(st.step));
   setText('f-round', int(st.sync_round));
+  setText('f-model', modelText(st));
   setText('f-proofs', int(st.ledger.proofs));
   setText('f-balance', `${neuro(st.ledger.balance)} NEURO`);
   fill('f-state', idLink(st.ledger.state_hash));

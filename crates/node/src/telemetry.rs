@@ -154,6 +154,21 @@ pub struct CoreSnapshot {
     pub registered: Vec<([u8; 32], usize)>,
     /// The richest accounts, at most [`MAX_ACCOUNTS`].
     pub accounts: Vec<AccountView>,
+    /// The model the network trains (a growing network's, from the finalized state).
+    pub model: ModelView,
+}
+
+/// The model the network trains: its shape and, for a network that grows, the version and
+/// stage layout the finalized ledger state holds.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ModelView {
+    /// None for a network of one fixed model.
+    pub version: Option<u32>,
+    pub layers: u64,
+    pub d_model: u64,
+    pub params: u64,
+    /// (stage id, blocks) in pipeline order, for a network that grows.
+    pub stages: Vec<(u16, u64)>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -181,6 +196,7 @@ pub struct StatusView {
     pub time_ms: u64,
     pub ledger: LedgerSummary,
     pub nodes: Vec<NodeView>,
+    pub model: ModelView,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -206,6 +222,7 @@ pub struct TelemetryFold {
     step: u64,
     sync_round: u64,
     ledger: LedgerSummary,
+    model: ModelView,
     train: LossSeries,
     validation: LossSeries,
     rounds: VecDeque<RoundPoint>,
@@ -256,6 +273,7 @@ impl TelemetryFold {
             step: 0,
             sync_round: 0,
             ledger: LedgerSummary::default(),
+            model: ModelView::default(),
             train: LossSeries::new(MAX_LOSS_POINTS),
             validation: LossSeries::new(MAX_LOSS_POINTS),
             rounds: VecDeque::new(),
@@ -417,6 +435,7 @@ impl TelemetryFold {
         self.step = self.step.max(snap.step);
         self.sync_round = snap.sync_round;
         self.ledger = snap.ledger;
+        self.model = snap.model;
         for e in self.nodes.values_mut() {
             e.alive = false;
         }
@@ -491,6 +510,7 @@ impl TelemetryFold {
             time_ms: now_ms,
             ledger: self.ledger.clone(),
             nodes,
+            model: self.model.clone(),
         })
     }
 

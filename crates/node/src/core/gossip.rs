@@ -408,6 +408,29 @@ impl NodeCore {
             peers,
             registered,
             accounts,
+            model: self.model_view(),
+        }
+    }
+
+    /// The model trained: a growing network's architecture from the finalized state, else
+    /// the genesis model.
+    fn model_view(&self) -> crate::telemetry::ModelView {
+        let m = &self.settings.model;
+        match self.architecture() {
+            Some(a) => crate::telemetry::ModelView {
+                version: Some(a.version),
+                layers: a.shape.layers,
+                d_model: a.shape.d_model,
+                params: a.params(),
+                stages: a.stages.iter().map(|s| (s.id, s.layers)).collect(),
+            },
+            None => crate::telemetry::ModelView {
+                version: None,
+                layers: m.layers as u64,
+                d_model: m.d_model as u64,
+                params: m.num_params() as u64,
+                stages: Vec::new(),
+            },
         }
     }
 }

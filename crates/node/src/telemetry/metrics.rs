@@ -54,6 +54,7 @@ pub struct NodeMetrics {
     ledger_balance: Gauge,
     ledger_state: Family<Labels, Gauge>,
     finalized_epoch: Gauge,
+    architecture_version: Gauge,
     finality_seconds: Histogram,
     proofs_made: Counter,
     proofs_applied: Counter,
@@ -114,6 +115,7 @@ impl NodeMetrics {
             ledger_balance: Gauge::default(),
             ledger_state: Family::default(),
             finalized_epoch: Gauge::default(),
+            architecture_version: Gauge::default(),
             // 10 ms to about 5 minutes.
             finality_seconds: Histogram::new(exponential_buckets(0.01, 2.0, 15)),
             proofs_made: Counter::default(),
@@ -208,6 +210,11 @@ impl NodeMetrics {
             "neuroshard_finalized_epoch",
             "Last ledger epoch finalized here",
             self.finalized_epoch.clone(),
+        );
+        r.register(
+            "neuroshard_architecture_version",
+            "Architecture version of a growing network in the finalized state (0: the genesis's)",
+            self.architecture_version.clone(),
         );
         r.register_with_unit(
             "neuroshard_finality_latency",
@@ -511,6 +518,9 @@ impl NodeMetrics {
                 if let Some(ms) = latency_ms.filter(|ms| ms.is_finite()) {
                     self.finality_seconds.observe(ms / 1e3);
                 }
+            }
+            NodeEvent::Architecture { version, .. } => {
+                gauge_u64(&self.architecture_version, u64::from(*version));
             }
             NodeEvent::Failover { .. } => {
                 self.failovers.inc();

@@ -119,6 +119,13 @@ fn snapshots_list_every_node_once_and_keep_the_dead_bounded() {
     f.on_event(&ready());
     let me = parse_node(ME).unwrap();
     let snap = |peers: Vec<SeenPeer>, registered| CoreSnapshot {
+        model: ModelView {
+            version: Some(2),
+            layers: 6,
+            d_model: 16,
+            params: 900,
+            stages: vec![(0, 2), (3, 2), (1, 2)],
+        },
         stages: 3,
         step: 4,
         sync_round: 1,
@@ -149,6 +156,7 @@ fn snapshots_list_every_node_once_and_keep_the_dead_bounded() {
     let s = f.status(100).unwrap();
     assert_eq!(s.stages, 3);
     assert_eq!(s.ledger.proofs, 2);
+    assert_eq!((s.model.version, s.model.layers), (Some(2), 6));
     assert_eq!(s.nodes.len(), 3, "{:?}", s.nodes);
     assert!(s.nodes[0].is_self && s.nodes[0].alive && s.nodes[0].role == "driver");
     let two = s.nodes.iter().find(|n| n.node == "02".repeat(32)).unwrap();
