@@ -342,6 +342,7 @@ pub fn sample_network_genesis() -> NetworkGenesis {
             min_round_ms: 0,
             min_receipts: 1,
             audit_per_million: 50_000,
+            growth: None,
         },
         stakes: vec![(ALICE.public_key(), 1 << 40)],
         description: "fuzz".into(),
