@@ -102,6 +102,13 @@ fn telemetry() -> Telemetry {
         time_ms: 2_200,
     });
     t.snapshot(CoreSnapshot {
+        model: neuroshard_node::telemetry::ModelView {
+            version: None,
+            layers: 2,
+            d_model: 16,
+            params: 1_000,
+            stages: Vec::new(),
+        },
         stages: 2,
         step: 3,
         sync_round: 1,
@@ -182,6 +189,11 @@ async fn status_lists_this_node_and_its_peers() {
     assert!(s["time_ms"].as_u64().unwrap() > 1_600_000_000_000, "{s}");
     assert_eq!(s["ledger"]["proofs"], 2);
     assert_eq!(s["ledger"]["balance"], 40);
+    // The model trained: a fixed one has no version.
+    assert_eq!(
+        (s["model"]["layers"].as_u64(), &s["model"]["version"]),
+        (Some(2), &serde_json::Value::Null)
+    );
     assert!(is_hex(&s["ledger"]["state_hash"]));
     let nodes = s["nodes"].as_array().unwrap();
     assert_eq!(nodes.len(), 2, "{s}");
