@@ -25,7 +25,7 @@ start=$(date +%s)
 budget=${FUZZ_BUDGET:-600}
 floor=${FUZZ_MIN_SECONDS:-10}
 sanitizer=${SANITIZER:-none}
-all=(proof_wire proof_payload ledger_op ledger_slash train_compressed data_manifest data_shard
+all=(proof_wire proof_payload ledger_op train_compressed data_manifest data_shard
   model_meta net_frame node_wire node_sync node_records ledger_sync replica_state audit_evidence finality_wire)
 targets=("$@")
 [[ ${#targets[@]} -eq 0 ]] && targets=("${all[@]}")

@@ -20,7 +20,7 @@ use neuroshard_data::{
     ShardView, Split, SplitCounts, Stats, TOKENIZER_FILE, TokenizerInfo, encode_shard, merkle_root,
     shard_file_name,
 };
-use neuroshard_ledger::{AccountOp, Action, LedgerState, SlashReport};
+use neuroshard_ledger::{AccountOp, Action, LedgerState};
 use neuroshard_proof::fixtures::{test_identity, training_proof, uptime_proof};
 use neuroshard_proof::{Canonical, Identity, Proof, ProofVerifier, Signed};
 
@@ -59,6 +59,10 @@ pub fn sample_ops() -> Vec<AccountOp> {
         Action::Unstake { amount: 100 },
         Action::Burn { amount: 7 },
         Action::Register { stage: 1 },
+        Action::Announce {
+            memory_bytes: 16 << 30,
+            flops_per_s: 1_000_000_000_000,
+        },
     ];
     actions
         .into_iter()
@@ -70,17 +74,6 @@ pub fn sample_ops() -> Vec<AccountOp> {
             action,
         })
         .collect()
-}
-
-/// An equivocation report by BOB against two uptime proofs of ALICE with one nonce.
-pub fn sample_slash() -> SlashReport {
-    let a = uptime_proof(&ALICE, 9, T0);
-    let mut b = a.clone();
-    b.claimed_duration_ms += 1;
-    SlashReport {
-        first: a.sign(&ALICE).to_bytes(),
-        second: b.sign(&ALICE).to_bytes(),
-    }
 }
 
 /// Wraps `payload` in an envelope signed by `by`, so fuzzed payloads pass the signature.

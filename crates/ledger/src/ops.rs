@@ -1,4 +1,5 @@
-//! Signed account operations (transfer, stake, unstake, burn) and slash reports.
+//! Signed account operations (transfer, stake, unstake, burn, register, announce) and the
+//! checked slash the ledger applies for consensus double-signing.
 //!
 //! Each is a [`Signed`] envelope: the signature is checked before the payload is decoded, and
 //! the account an operation debits is always the signer's own node id, so nobody can move
@@ -6,7 +7,7 @@
 
 use neuroshard_proof::{
     Canonical, CodecError, EnvelopeError, Hash32, Identity, NodeId, PublicKey, Reader, Signed,
-    SignedProof, Writer,
+    Writer,
 };
 
 /// Ops whose timestamp is further than this from the receiver's clock are not admitted.
@@ -163,7 +164,7 @@ impl Canonical for AccountOp {
     }
 }
 
-/// Why a signed op or slash report is refused before it reaches the ledger rules.
+/// Why a signed op is refused before it reaches the ledger rules.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum OpError {
     #[error("envelope: {0}")]
@@ -174,8 +175,6 @@ pub enum OpError {
         "op timestamp {timestamp_ms} is more than {OP_MAX_CLOCK_SKEW_MS} ms from now ({now_ms})"
     )]
     Clock { timestamp_ms: u64, now_ms: u64 },
-    #[error("slash evidence: {0}")]
-    Evidence(&'static str),
     #[error("inference settlement: {0}")]
     Settlement(&'static str),
 }
@@ -263,89 +262,24 @@ pub fn check_fresh(op: &AccountOp, now_ms: u64) -> Result<(), OpError> {
     Ok(())
 }
 
-/// Evidence of fraud: two different proofs signed by one node with the same nonce
-/// (equivocation). Anyone can check it with nothing but the two proofs.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SlashReport {
-    pub first: Vec<u8>,
-    pub second: Vec<u8>,
-}
-
-impl Canonical for SlashReport {
-    const DOMAIN: &'static str = "neuroshard/slash-report/v1";
-
-    fn encode_body(&self, w: &mut Writer) {
-        w.bytes(&self.first);
-        w.bytes(&self.second);
-    }
-
-    fn decode_body(r: &mut Reader<'_>) -> Result<Self, CodecError> {
-        Ok(Self {
-            first: r
-                .bytes(neuroshard_proof::envelope::MAX_PAYLOAD_LEN)?
-                .to_vec(),
-            second: r
-                .bytes(neuroshard_proof::envelope::MAX_PAYLOAD_LEN)?
-                .to_vec(),
-        })
-    }
-}
-
-/// A checked slash: who cheated, at which nonce, and who reported it.
+/// A checked slash: who cheated, at which nonce, and who reported it. Built from consensus
+/// double-sign evidence (`neuroshard_node::finality::evidence`), which convicts only its
+/// signer. A proof equivocation needs no slash message: the two signed proofs themselves
+/// settle it on every ledger (`state/equivocation.rs`), and each is bound to its signer's key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct VerifiedSlash {
     pub offender: NodeId,
     pub nonce: u64,
     pub reporter: NodeId,
-    /// Order-independent hash of the two proofs (the same evidence in either order is one).
+    /// Order-independent hash of the evidence (the same evidence in either order is one).
     pub evidence_hash: Hash32,
     pub timestamp_ms: u64,
-}
-
-/// Checks the reporter's signature and that the two proofs are a real equivocation.
-pub fn verify_slash(signed: &Signed<SlashReport>) -> Result<VerifiedSlash, OpError> {
-    let report = signed.verify()?;
-    let reporter: PublicKey = signed.signer();
-    let a = SignedProof::from_bytes(&report.first)?;
-    let b = SignedProof::from_bytes(&report.second)?;
-    let pa = a.verify()?;
-    let pb = b.verify()?;
-    if a.signer() != b.signer() || pa.public_key != a.signer() || pb.public_key != b.signer() {
-        return Err(OpError::Evidence("proofs are not signed by the same node"));
-    }
-    // The offender is read from `node_id`, which the signer writes freely: without this an
-    // attacker could equivocate under its own key while naming a victim, and drain the victim.
-    if pa.node_id != pb.node_id {
-        return Err(OpError::Evidence("proofs name different nodes"));
-    }
-    if pa.node_id != a.signer().node_id() {
-        return Err(OpError::Evidence(
-            "proof names a node other than its signer",
-        ));
-    }
-    if pa.nonce != pb.nonce {
-        return Err(OpError::Evidence("proofs use different nonces"));
-    }
-    let (ha, hb) = (a.payload_hash(), b.payload_hash());
-    if ha == hb {
-        return Err(OpError::Evidence("the two proofs are identical"));
-    }
-    if reporter == a.signer() {
-        return Err(OpError::Evidence("a node cannot report itself"));
-    }
-    Ok(VerifiedSlash {
-        offender: pa.node_id,
-        nonce: pa.nonce,
-        reporter: reporter.node_id(),
-        evidence_hash: crate::state::evidence_hash(&ha, &hb),
-        timestamp_ms: pa.timestamp_ms.max(pb.timestamp_ms),
-    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use neuroshard_proof::fixtures::{test_identity, uptime_proof};
+    use neuroshard_proof::fixtures::test_identity;
 
     #[test]
     fn op_roundtrip_and_signer_binding() {
@@ -367,65 +301,5 @@ mod tests {
         assert!(matches!(verify_op(&stolen), Err(OpError::NotSigner { .. })));
         assert!(check_fresh(&op, 5 + OP_MAX_CLOCK_SKEW_MS).is_ok());
         assert!(check_fresh(&op, 6 + OP_MAX_CLOCK_SKEW_MS).is_err());
-    }
-
-    #[test]
-    fn equivocation_is_slashable_and_honest_pairs_are_not() {
-        let cheat = test_identity(3);
-        let reporter = test_identity(4);
-        let a = uptime_proof(&cheat, 7, 1_000);
-        let mut b = a.clone();
-        b.claimed_duration_ms += 1;
-        let report = |x: &neuroshard_proof::Proof, y: &neuroshard_proof::Proof| {
-            Signed::sign(
-                &reporter,
-                &SlashReport {
-                    first: x.sign(&cheat).to_bytes(),
-                    second: y.sign(&cheat).to_bytes(),
-                },
-            )
-        };
-        let s1 = verify_slash(&report(&a, &b));
-        let s2 = verify_slash(&report(&b, &a));
-        assert!(s1.is_ok());
-        assert_eq!(
-            s1.as_ref().map(|s| s.evidence_hash),
-            s2.as_ref().map(|s| s.evidence_hash)
-        );
-        assert!(verify_slash(&report(&a, &a)).is_err());
-        let mut other_nonce = a.clone();
-        other_nonce.nonce = 8;
-        assert!(verify_slash(&report(&a, &other_nonce)).is_err());
-    }
-
-    #[test]
-    fn forged_evidence_naming_another_node_is_refused() {
-        // The attacker signs two proofs with one nonce under its own key but names the victim
-        // in the proofs' `node_id`: a slash built on it would take the victim's stake.
-        let attacker = test_identity(5);
-        let victim = test_identity(6);
-        let reporter = test_identity(7);
-        let mut a = uptime_proof(&attacker, 7, 1_000);
-        a.node_id = victim.node_id();
-        let mut b = a.clone();
-        b.claimed_duration_ms += 1;
-        let forged = Signed::sign(
-            &reporter,
-            &SlashReport {
-                first: a.sign(&attacker).to_bytes(),
-                second: b.sign(&attacker).to_bytes(),
-            },
-        );
-        assert!(matches!(verify_slash(&forged), Err(OpError::Evidence(_))));
-        // Only one proof naming the victim: the two proofs name different nodes.
-        let honest = uptime_proof(&attacker, 7, 1_000);
-        let mixed = Signed::sign(
-            &reporter,
-            &SlashReport {
-                first: honest.sign(&attacker).to_bytes(),
-                second: b.sign(&attacker).to_bytes(),
-            },
-        );
-        assert!(matches!(verify_slash(&mixed), Err(OpError::Evidence(_))));
     }
 }

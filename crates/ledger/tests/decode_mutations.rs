@@ -1,4 +1,4 @@
-//! Valid signed ops and slash reports, mutated, through the ledger's decoders and rules: each
+//! Valid signed ops, mutated, through the ledger's decoders and rules: each
 //! step returns Ok or Err, never panics or allocates out of proportion, and supply stays
 //! conserved in memory and in SQLite. Mutated payloads are signed again by the account owner so
 //! that they get past the signature into the op decoder and the ledger rules.
@@ -7,9 +7,7 @@
 mod common;
 use common::*;
 
-use neuroshard_ledger::{
-    AccountOp, Action, Ledger, LedgerState, SignedOp, SlashReport, verify_op, verify_slash,
-};
+use neuroshard_ledger::{AccountOp, Action, Ledger, LedgerState, SignedOp, verify_op};
 use neuroshard_mutate::{TrackingAlloc, apply, largest_allocation, mutations};
 use neuroshard_proof::fixtures::{test_identity, uptime_proof};
 use neuroshard_proof::{Canonical, Identity, Signed};
@@ -92,36 +90,6 @@ proptest! {
             }
             prop_assert_eq!(state.check_invariants(), Ok(()));
             prop_assert_eq!(ledger.state_hash(), state.state_hash());
-        }
-    }
-
-    /// Slash reports: mutated wire bytes, and mutated payloads (the embedded proofs included)
-    /// signed again by the reporter.
-    #[test]
-    fn mutated_slash_reports(resign in any::<bool>(), m in mutations()) {
-        let (cheat, reporter) = (test_identity(3), test_identity(4));
-        let a = uptime_proof(&cheat, 7, T0);
-        let mut b = a.clone();
-        b.claimed_duration_ms += 1;
-        let report = SlashReport { first: a.sign(&cheat).to_bytes(), second: b.sign(&cheat).to_bytes() };
-        let signed = if resign {
-            let payload = apply(&report.to_canonical_bytes(), &m);
-            let signature = reporter.sign(&payload);
-            Signed::from_parts(payload, reporter.public_key(), signature)
-        } else {
-            match Signed::<SlashReport>::from_bytes(&apply(&Signed::sign(&reporter, &report).to_bytes(), &m)) {
-                Ok(s) => s,
-                Err(_) => return Ok(()),
-            }
-        };
-        let len = signed.payload_bytes().len();
-        let (result, largest) = largest_allocation(|| verify_slash(&signed));
-        prop_assert!(largest <= 2 * len + FIXED_BUDGET, "{largest} bytes");
-        if let Ok(slash) = result {
-            prop_assert_eq!(slash.offender, cheat.node_id());
-            let mut state = LedgerState::new();
-            prop_assert!(state.apply_slash(&slash).is_ok());
-            prop_assert_eq!(state.check_invariants(), Ok(()));
         }
     }
 }

@@ -71,8 +71,9 @@ pub struct Protocol {
     pub audit_per_million: u32,
     /// How the network grows (`neuroshard_growth`): its architecture then lives in the
     /// finalized ledger state, starting from `model` split into `stages`. Geneses written
-    /// before the field trained one fixed model.
-    #[serde(default)]
+    /// before the field trained one fixed model; a fixed model's genesis leaves it out, so its
+    /// bytes, and the network id, are what they were before the field existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub growth: Option<neuroshard_growth::GrowthPolicy>,
 }
 
@@ -452,9 +453,10 @@ mod tests {
             Network::found(&founder, g.clone()),
             Err(NetworkError::Growth(_))
         ));
-        // Geneses written before the field did not grow.
-        let mut json = serde_json::to_value(&fixed.genesis.protocol).expect("json");
-        json.as_object_mut().expect("object").remove("growth");
+        // Geneses written before the field did not grow, and a fixed model's genesis is
+        // written as they were (so its network id is unchanged).
+        let json = serde_json::to_value(&fixed.genesis.protocol).expect("json");
+        assert!(json.get("growth").is_none(), "{json}");
         let old: Protocol = serde_json::from_value(json).expect("old protocol");
         assert_eq!(old.growth, None);
         Ok(())

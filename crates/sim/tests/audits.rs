@@ -102,6 +102,8 @@ fn verdicts(sim: &Sim, on: usize) -> usize {
 
 #[test]
 fn honest_replicas_pass_their_audits_and_are_never_slashed() {
+    // Offers are drawn like any job, one a round: counted over both runs, not per run.
+    let mut offers_passed = 0;
     for seed in [1, 2] {
         let sim = run(seed, None);
         let (w, a) = (sim.node_id(WORKER), sim.node_id(AUDITOR));
@@ -109,12 +111,11 @@ fn honest_replicas_pass_their_audits_and_are_never_slashed() {
         assert!(passed >= 3, "seed {seed}: {passed} passed");
         assert_eq!((guilty, refused), (0, 0), "seed {seed}");
         // Honest offers re-encode to what their replicas committed.
-        let offers_passed = sim
+        offers_passed += sim
             .events(AUDITOR)
             .iter()
             .filter(|e| matches!(e, NodeEvent::Audit { kind, outcome, .. } if kind == "offer" && outcome == "passed"))
             .count();
-        assert!(offers_passed >= 1, "seed {seed}: no offer audit passed");
         let (passed, guilty, _) = audits(&sim, WORKER, a);
         assert!(passed >= 3 && guilty == 0, "seed {seed}");
         // The drivers' tokens are the genesis windows they name.
@@ -130,6 +131,7 @@ fn honest_replicas_pass_their_audits_and_are_never_slashed() {
         }
         fees_paid_alike(&sim, seed);
     }
+    assert!(offers_passed >= 1, "no offer audit passed");
 }
 
 /// Validators were paid fees for their audits, on every ledger alike: each ledger's fee
@@ -238,9 +240,21 @@ fn a_driver_training_on_other_text_than_it_names_is_caught_and_slashed_on_every_
     // Nodes 0 and 3 drive (stage 0). The cheater's targets are genuine, so the last stage
     // accepts them; only the audit of its tokens against the genesis windows catches it.
     let sim = run(1, Some((0, Cheat::OtherData)));
-    let (passed, guilty, _) = audits(&sim, 3, sim.node_id(0));
+    let (_, guilty, _) = audits(&sim, 3, sim.node_id(0));
     assert!(guilty >= 1, "no audit caught the other text");
-    assert_eq!(passed, 0, "an audit passed a job on other text");
+    // Its offers are honest (the pseudo-gradient of the weights it trained to), so an offer
+    // audit may pass; no audit of a job on its text does.
+    let passed_jobs = sim
+        .events(3)
+        .iter()
+        .filter(|e| {
+            matches!(e, NodeEvent::Audit { worker, kind, outcome, .. }
+                if *worker == sim.node_id(0).to_string()
+                    && kind != "offer"
+                    && outcome.starts_with("passed"))
+        })
+        .count();
+    assert_eq!(passed_jobs, 0, "an audit passed a job on other text");
     slashed_everywhere(&sim, 0, 3);
 }
 

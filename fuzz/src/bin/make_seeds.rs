@@ -11,7 +11,7 @@ use std::fs;
 use std::path::Path;
 
 use neuroshard_data::{Dtype, encode_shard};
-use neuroshard_fuzz::{ALICE, BOB, sample_ops, sample_proofs, sample_slash};
+use neuroshard_fuzz::{ALICE, sample_ops, sample_proofs};
 use neuroshard_proof::{Canonical, Signed};
 use neuroshard_train::lowrank::{self, Basis, Layout, Matrix};
 use neuroshard_train::{CompressSpec, Compressor, ValueCoding};
@@ -67,13 +67,6 @@ fn write_all(root: &Path) -> Result<(), Box<dyn std::error::Error>> {
         payload.extend(op.to_canonical_bytes());
         write(root, "ledger_op", &format!("payload{i}"), &payload)?;
     }
-    let report = sample_slash();
-    let mut wire = vec![0];
-    wire.extend(Signed::sign(&BOB, &report).to_bytes());
-    write(root, "ledger_slash", "wire", &wire)?;
-    let mut payload = vec![1];
-    payload.extend(report.to_canonical_bytes());
-    write(root, "ledger_slash", "payload", &payload)?;
 
     let delta: Vec<f32> = (0..300)
         .map(|i| ((i * 37 % 23) as f32 - 11.0) * 0.01)

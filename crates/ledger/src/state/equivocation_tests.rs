@@ -111,7 +111,7 @@ fn a_spent_reward_is_taken_back_from_the_stake() {
 }
 
 #[test]
-fn a_slash_report_of_a_settled_equivocation_is_a_duplicate() {
+fn a_slash_of_a_settled_equivocation_is_a_duplicate() {
     let (cheat, witness, reporter) = (test_identity(5), test_identity(6), test_identity(7));
     let mut s = staked_ledger(&cheat, &witness);
     let a = uptime_proof(&cheat, 9, T0);
@@ -119,15 +119,17 @@ fn a_slash_report_of_a_settled_equivocation_is_a_duplicate() {
     b.claimed_duration_ms += 5_000;
     assert!(s.apply_proof(&verified(&a, &cheat, &witness)).is_ok());
     assert!(s.apply_proof(&verified(&b, &cheat, &witness)).is_ok());
-    let report = neuroshard_proof::Signed::sign(
-        &reporter,
-        &crate::ops::SlashReport {
-            first: a.sign(&cheat).to_bytes(),
-            second: b.sign(&cheat).to_bytes(),
-        },
-    );
-    let slash = crate::ops::verify_slash(&report).expect("a real equivocation");
-    // The report names the same evidence the ledger settled: the stake is not taken twice.
+    let slash = crate::ops::VerifiedSlash {
+        offender: cheat.node_id(),
+        nonce: 9,
+        reporter: reporter.node_id(),
+        evidence_hash: super::evidence_hash(
+            &a.sign(&cheat).payload_hash(),
+            &b.sign(&cheat).payload_hash(),
+        ),
+        timestamp_ms: T0,
+    };
+    // A slash at the slot the ledger settled: the stake is not taken twice.
     let before = s.state_hash();
     assert_eq!(s.apply_slash(&slash), Ok(Outcome::Duplicate));
     assert_eq!(s.state_hash(), before);

@@ -2,7 +2,7 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::amount::UNITS_PER_NEURO;
-use crate::ops::{AccountOp, SlashReport, verify_op, verify_slash};
+use crate::ops::{AccountOp, verify_op};
 use neuroshard_proof::fixtures::{test_identity, training_proof, uptime_proof};
 use neuroshard_proof::{Identity, Proof, ProofVerifier, Signed, SignedProof};
 
@@ -35,20 +35,18 @@ pub(super) fn op(id: &Identity, nonce: u64, timestamp_ms: u64, action: Action) -
     }
 }
 
+/// A slash of `cheat` at `nonce` reported by `reporter` (what consensus double-sign evidence
+/// makes), its evidence the hash of two conflicting proofs.
 pub(super) fn slash(cheat: &Identity, reporter: &Identity, nonce: u64) -> VerifiedSlash {
     let a = uptime_proof(cheat, nonce, T0);
     let mut b = a.clone();
     b.claimed_duration_ms += 1;
-    let signed = Signed::sign(
-        reporter,
-        &SlashReport {
-            first: a.sign(cheat).to_bytes(),
-            second: b.sign(cheat).to_bytes(),
-        },
-    );
-    match verify_slash(&signed) {
-        Ok(s) => s,
-        Err(e) => panic!("fixture slash must verify: {e}"),
+    VerifiedSlash {
+        offender: cheat.node_id(),
+        nonce,
+        reporter: reporter.node_id(),
+        evidence_hash: evidence_hash(&a.sign(cheat).payload_hash(), &b.sign(cheat).payload_hash()),
+        timestamp_ms: T0,
     }
 }
 
