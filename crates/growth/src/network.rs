@@ -225,6 +225,10 @@ pub struct Upgrade {
 pub enum Evaluated {
     /// No new multiple of `every_joins` was reached.
     NotDue,
+    /// A new multiple was reached in this epoch: the rule runs at the end of the next one, on
+    /// the claims final by then (the proposer of the epoch that crossed it does not choose
+    /// alone which claims count).
+    Pending { joins: u64 },
     /// Evaluated at `joins`; the architecture stays (no target, too small a step, or one the
     /// layout cannot take, said in `why`).
     Kept { joins: u64, why: String },
@@ -243,6 +247,8 @@ pub struct NetworkGrowth {
     /// Epochs ended so far: the finalized state ends each epoch once, in order from the
     /// first, so this is the number of the last one.
     pub epochs: u64,
+    /// The epoch in which the joins first reached a multiple not yet evaluated.
+    pub pending: Option<u64>,
     pub history: Vec<Upgrade>,
 }
 
@@ -255,21 +261,31 @@ impl NetworkGrowth {
             architecture,
             evaluated: 0,
             epochs: 0,
+            pending: None,
             history: Vec::new(),
         })
     }
 
-    /// At the end of an epoch: `joins` accounts ever registered; `claims` the capacity the
-    /// currently registered ones announced (one each; callers pass only registered keys).
-    /// When `joins` reached a multiple of `every_joins` not yet evaluated, runs the upgrade
-    /// rule on the capacity counted now (once, at the highest multiple reached, when an epoch
-    /// brought more than `every_joins` joins).
+    /// At the end of an epoch: `joins` so far; `claims` the capacity the currently
+    /// registered accounts announced (one each; callers pass only registered keys). When
+    /// `joins` reached a multiple of `every_joins` not yet evaluated, the rule runs at the end
+    /// of the next epoch, on the capacity counted then (once, at the highest multiple
+    /// reached, when epochs brought more than `every_joins` joins).
     pub fn end_epoch(&mut self, joins: u64, claims: &[Claim]) -> Evaluated {
         self.epochs = self.epochs.saturating_add(1);
         let every = self.policy.rule.every_joins.max(1);
         let due = joins / every;
         if due <= self.evaluated {
             return Evaluated::NotDue;
+        }
+        match self.pending {
+            Some(epoch) if epoch < self.epochs => self.pending = None,
+            _ => {
+                self.pending = Some(self.epochs);
+                return Evaluated::Pending {
+                    joins: due.saturating_mul(every),
+                };
+            }
         }
         self.evaluated = due;
         let at = due.saturating_mul(every);
@@ -322,11 +338,17 @@ impl NetworkGrowth {
         }
     }
 
-    /// Canonical bytes of what the state hash covers: the architecture and the evaluation
-    /// count (the history follows from the epochs).
+    /// Canonical bytes of what the state hash covers: the architecture, the evaluation count
+    /// and a pending evaluation (the history follows from the epochs).
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut out = self.architecture.to_bytes();
         out.extend_from_slice(&self.evaluated.to_le_bytes());
+        out.extend_from_slice(
+            &self
+                .pending
+                .map_or(0, |e| e.saturating_add(1))
+                .to_le_bytes(),
+        );
         out
     }
 }

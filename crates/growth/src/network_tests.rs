@@ -91,9 +91,12 @@ fn each_multiple_of_the_join_count_is_evaluated_once() {
     let few = claims(9, 2);
     assert_eq!(g.end_epoch(9, &few), Evaluated::NotDue);
     let ten = claims(10, 2);
+    // Reached in this epoch; the rule runs at the end of the next.
+    assert_eq!(g.end_epoch(10, &ten), Evaluated::Pending { joins: 10 });
     let Evaluated::Upgraded(up) = g.end_epoch(10, &ten) else {
         panic!("10 nodes of 2 GiB deepen a 4-layer model");
     };
+    assert_eq!(up.epoch, 3);
     assert_eq!(up.joins, 10);
     assert_eq!(up.counted, 10);
     assert!(up.architecture.shape.layers > 4);
@@ -104,10 +107,11 @@ fn each_multiple_of_the_join_count_is_evaluated_once() {
     assert_eq!(g.end_epoch(19, &ten), Evaluated::NotDue);
     // An epoch that brings 25 joins at once evaluates once, at 30.
     let many = claims(35, 2);
+    assert_eq!(g.end_epoch(35, &many), Evaluated::Pending { joins: 30 });
     match g.end_epoch(35, &many) {
         Evaluated::Upgraded(u) => assert_eq!(u.joins, 30),
         Evaluated::Kept { joins, .. } => assert_eq!(joins, 30),
-        Evaluated::NotDue => panic!("30 is due"),
+        other => panic!("30 is due: {other:?}"),
     }
     assert_eq!(g.evaluated, 3);
     assert!(g.architecture.version <= v + 1);
@@ -132,8 +136,14 @@ fn sybils_announcing_petabytes_grow_nothing_honest_nodes_would_not() {
         memory_bytes: GIB,
         flops_per_s: 1_000_000_000_000,
     }));
+    honest.end_epoch(10, &plain);
+    lied.end_epoch(10, &sybil);
     let a = honest.end_epoch(10, &plain);
     let b = lied.end_epoch(10, &sybil);
+    assert!(
+        !matches!(a, Evaluated::Pending { .. } | Evaluated::NotDue),
+        "{a:?}"
+    );
     assert_eq!(honest.architecture, lied.architecture, "{a:?} {b:?}");
 }
 
@@ -142,8 +152,44 @@ fn the_hashed_bytes_name_the_version_layout_and_evaluations() {
     let mut g = growth(&[2, 2]);
     let before = g.to_bytes();
     g.end_epoch(10, &claims(10, 2));
-    assert_ne!(g.to_bytes(), before);
+    let pending = g.to_bytes();
+    assert_ne!(pending, before);
+    g.end_epoch(10, &claims(10, 2));
+    assert_ne!(g.to_bytes(), pending);
     let mut same = growth(&[2, 2]);
     same.end_epoch(10, &claims(10, 2));
+    same.end_epoch(10, &claims(10, 2));
     assert_eq!(g.to_bytes(), same.to_bytes());
+}
+
+#[test]
+fn the_claims_counted_are_those_final_an_epoch_after_the_crossing() {
+    // The crossing epoch holds ten claims of 600 MiB, too little to hold even the current
+    // model (its proposer left nine large ones out); the large ones are final in the next
+    // epoch, and the rule counts them: the same upgrade as when all came at once.
+    let small: Vec<Claim> = claims(10, 1)
+        .into_iter()
+        .map(|c| Claim {
+            memory_bytes: 600 << 20,
+            ..c
+        })
+        .collect();
+    let mut all = small.clone();
+    all.extend((0..9).map(|i| Claim {
+        node: [50 + i; 32],
+        memory_bytes: 64 * GIB,
+        flops_per_s: 1_000_000_000_000,
+    }));
+    let mut small_then_large = growth(&[2, 2]);
+    small_then_large.end_epoch(10, &small);
+    small_then_large.end_epoch(19, &all);
+    let mut all_at_once = growth(&[2, 2]);
+    all_at_once.end_epoch(19, &all);
+    all_at_once.end_epoch(19, &all);
+    assert_eq!(
+        all_at_once.architecture.version, 1,
+        "the large claims allow growth"
+    );
+    assert_eq!(small_then_large.architecture, all_at_once.architecture);
+    assert_eq!(small_then_large.history, all_at_once.history);
 }

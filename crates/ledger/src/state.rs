@@ -764,9 +764,13 @@ impl LedgerState {
             h.update(&(n as u64).to_le_bytes());
         }
         h.update(&self.digest.bytes());
-        // Only once the architecture was evaluated, so ledgers that never end an epoch (the
-        // live ones) and networks that do not grow keep their hash.
-        if let Some(g) = self.growth.as_ref().filter(|g| g.evaluated > 0) {
+        // Only once an evaluation is due, so ledgers that never end an epoch (the live ones)
+        // and networks that do not grow keep their hash.
+        if let Some(g) = self
+            .growth
+            .as_ref()
+            .filter(|g| g.evaluated > 0 || g.pending.is_some())
+        {
             h.update(b"growth");
             h.update(&g.to_bytes());
         }

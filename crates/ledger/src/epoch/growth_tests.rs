@@ -77,10 +77,16 @@ fn the_tenth_join_upgrades_the_finalized_architecture_and_its_hash_names_it() {
     assert_eq!(s.architecture().unwrap().version, 0);
     let before = s.state_hash();
     let e = apply_epoch(&mut s, joins(10, 2));
+    assert_eq!(e.growth, Some(Evaluated::Pending { joins: 10 }));
+    assert_ne!(
+        e.state, before,
+        "the pending evaluation is part of the state"
+    );
+    let e = apply_epoch(&mut s, Vec::new());
     let Some(Evaluated::Upgraded(up)) = e.growth else {
         panic!("ten joins of 2 GiB deepen the model: {:?}", e.growth);
     };
-    assert_eq!((up.joins, up.counted), (10, 10));
+    assert_eq!((up.joins, up.counted, up.epoch), (10, 10, 3));
     let arch = s.architecture().unwrap();
     assert_eq!(arch.version, 1);
     assert!(arch.shape.layers > 4);
