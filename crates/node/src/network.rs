@@ -147,14 +147,7 @@ impl Protocol {
                 "a growing network needs untied embeddings (the scaler counts both)".into(),
             )));
         }
-        let shape = Shape {
-            layers: m.layers as u64,
-            d_model: m.d_model as u64,
-            heads: m.heads as u64,
-            kv_heads: m.kv_heads as u64,
-            ffn: m.ffn as u64,
-            vocab: m.vocab as u64,
-        };
+        let shape = shape_of(m);
         let split = neuroshard_model::StageSpec::split(m, self.stages)?;
         let layers: Vec<u64> = split
             .iter()
@@ -162,6 +155,18 @@ impl Protocol {
             .collect();
         let arch = Architecture::genesis(shape, &layers)?;
         Ok(Some(NetworkGrowth::new(policy.clone(), arch)?))
+    }
+}
+
+/// The scaler's view of a model's shape.
+pub fn shape_of(m: &ModelConfig) -> Shape {
+    Shape {
+        layers: m.layers as u64,
+        d_model: m.d_model as u64,
+        heads: m.heads as u64,
+        kv_heads: m.kv_heads as u64,
+        ffn: m.ffn as u64,
+        vocab: m.vocab as u64,
     }
 }
 

@@ -125,15 +125,7 @@ fn nodes_joining_over_time_trigger_the_predicted_upgrades_and_every_node_agrees(
 
     // Two evaluation points were reached (50 and 100 joins), each an upgrade the rule
     // predicts from the shape before it and the registered capacity at that epoch.
-    let m = tiny_model();
-    let mut shape = Shape {
-        layers: m.layers as u64,
-        d_model: m.d_model as u64,
-        heads: m.heads as u64,
-        kv_heads: m.kv_heads as u64,
-        ffn: m.ffn as u64,
-        vocab: m.vocab as u64,
-    };
+    let mut shape = neuroshard_node::network::shape_of(&tiny_model());
     let mut arch = Architecture::genesis(shape, &[1, 1, 1]).expect("genesis layout");
     let joins: Vec<u64> = reference.iter().map(|r| r.4).collect();
     assert_eq!(joins, vec![50, 100], "{reference:?}");

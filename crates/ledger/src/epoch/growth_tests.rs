@@ -4,26 +4,14 @@
 use proptest::prelude::*;
 
 use super::*;
-use crate::ops::{AccountOp, Action, verify_op};
+use crate::ops::Action;
 use crate::rules::{LedgerGenesis, Rules};
 use neuroshard_growth::{Architecture, Evaluated, GrowthPolicy, NetworkGrowth, Shape};
-use neuroshard_proof::Identity;
 use neuroshard_proof::fixtures::test_identity;
 
-const T0: u64 = 1_800_000_000_000;
-const GIB: u64 = 1 << 30;
+use super::tests::op;
 
-fn op(id: &Identity, nonce: u64, action: Action) -> EpochItem {
-    let signed = AccountOp {
-        network: Rules::default().network,
-        account: id.node_id(),
-        nonce,
-        timestamp_ms: T0 + nonce,
-        action,
-    }
-    .sign(id);
-    EpochItem::Op(verify_op(&signed).expect("fixture op"))
-}
+const GIB: u64 = 1 << 30;
 
 /// A growing network (2 stages of a 4-layer model, K = 10, a one-day horizon) whose
 /// genesis stakes identities 1..=`staked`.

@@ -8,7 +8,7 @@ use neuroshard_proof::{Identity, ProofVerifier};
 
 const T0: u64 = 1_800_000_000_000;
 
-fn op(id: &Identity, nonce: u64, action: Action) -> EpochItem {
+pub(super) fn op(id: &Identity, nonce: u64, action: Action) -> EpochItem {
     let signed = AccountOp {
         network: Rules::default().network,
         account: id.node_id(),

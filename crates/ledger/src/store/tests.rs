@@ -10,12 +10,16 @@ use crate::{AccountOp, Action, Rules, VerifiedOp, verify_op};
 const T0: u64 = 1_800_000_000_000;
 
 fn register(id: &Identity, nonce: u64, stage: u16) -> VerifiedOp {
+    own_op(id, nonce, Action::Register { stage })
+}
+
+fn own_op(id: &Identity, nonce: u64, action: Action) -> VerifiedOp {
     let signed = AccountOp {
         network: Rules::default().network,
         account: id.node_id(),
         nonce,
         timestamp_ms: T0,
-        action: Action::Register { stage },
+        action,
     }
     .sign(id);
     verify_op(&signed).expect("fixture op verifies")
@@ -222,18 +226,11 @@ fn announcements_survive_a_reopen_the_latest_counting() -> Result<(), Box<dyn st
     let mut state = ledger.state().clone();
     let mut log = ledger.into_change_log();
     let announce = |nonce: u64, memory_bytes: u64| {
-        let signed = AccountOp {
-            network: Rules::default().network,
-            account: a.node_id(),
-            nonce,
-            timestamp_ms: T0,
-            action: Action::Announce {
-                memory_bytes,
-                flops_per_s: 7,
-            },
-        }
-        .sign(&a);
-        verify_op(&signed).expect("fixture op verifies")
+        let action = Action::Announce {
+            memory_bytes,
+            flops_per_s: 7,
+        };
+        own_op(&a, nonce, action)
     };
     log.commit(&applied(&mut state, register(&a, 0, 0)), &[])?;
     log.commit(&applied(&mut state, announce(1, 9)), &[])?;

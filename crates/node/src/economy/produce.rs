@@ -281,20 +281,25 @@ impl Economy {
         {
             return None;
         }
+        Some(self.sign_own_op(Action::Register { stage }, now_ms))
+    }
+
+    /// Signs `action` on this node's account at its next nonce and applies it here. Returns
+    /// the signed op to gossip.
+    fn sign_own_op(&mut self, action: Action, now_ms: u64) -> Result<Vec<u8>, EconomyError> {
+        let me = self.node_id();
         let op = AccountOp {
             network: self.cfg.network,
             account: me,
             nonce: self.ledger.account(&me).next_nonce,
             timestamp_ms: now_ms,
-            action: Action::Register { stage },
+            action,
         };
         let signed = op.sign(&self.identity);
         let wire = signed.to_bytes();
-        Some(
-            verify_op(&signed)
-                .map_err(EconomyError::from)
-                .and_then(|v| self.apply_op(v).map(|_| wire)),
-        )
+        verify_op(&signed)
+            .map_err(EconomyError::from)
+            .and_then(|v| self.apply_op(v).map(|_| wire))
     }
 
     /// Announces `capacity` once this node is registered for some stage and its ledger does
@@ -314,22 +319,10 @@ impl Economy {
         {
             return None;
         }
-        let op = AccountOp {
-            network: self.cfg.network,
-            account: me,
-            nonce: self.ledger.account(&me).next_nonce,
-            timestamp_ms: now_ms,
-            action: Action::Announce {
-                memory_bytes: capacity.memory_bytes,
-                flops_per_s: capacity.flops_per_s,
-            },
+        let action = Action::Announce {
+            memory_bytes: capacity.memory_bytes,
+            flops_per_s: capacity.flops_per_s,
         };
-        let signed = op.sign(&self.identity);
-        let wire = signed.to_bytes();
-        Some(
-            verify_op(&signed)
-                .map_err(EconomyError::from)
-                .and_then(|v| self.apply_op(v).map(|_| wire)),
-        )
+        Some(self.sign_own_op(action, now_ms))
     }
 }
