@@ -170,6 +170,30 @@ pub fn shape_of(m: &ModelConfig) -> Shape {
     }
 }
 
+/// The stages of `arch` in pipeline order, with their ids: contiguous block ranges in the
+/// layout's order, the embedding on the first and the head on the last. What a growing
+/// network's nodes will serve at that version (version 0 is `StageSpec::split` of the genesis
+/// model).
+pub fn stage_specs(arch: &Architecture) -> Vec<(u16, neuroshard_model::StageSpec)> {
+    let last = arch.stages.len().saturating_sub(1);
+    let mut first = 0usize;
+    arch.stages
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let len = usize::try_from(s.layers).unwrap_or(usize::MAX);
+            let spec = neuroshard_model::StageSpec {
+                first_layer: first,
+                end_layer: first.saturating_add(len),
+                embed: i == 0,
+                head: i == last,
+            };
+            first = spec.end_layer;
+            (s.id, spec)
+        })
+        .collect()
+}
+
 /// The network genesis document.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NetworkGenesis {
@@ -464,6 +488,62 @@ mod tests {
         assert!(json.get("growth").is_none(), "{json}");
         let old: Protocol = serde_json::from_value(json).expect("old protocol");
         assert_eq!(old.growth, None);
+        Ok(())
+    }
+
+    /// The layout a growing network agrees on is one the model's pipeline growth realizes:
+    /// inserting its new stages of identity blocks one by one into the old stages gives the
+    /// same block ranges, and version 0 is the genesis split.
+    #[test]
+    fn an_agreed_layout_is_what_inserting_identity_stages_makes() -> Result<(), NetworkError> {
+        let mut settings = crate::settings::tests::settings(0);
+        settings.model.layers = 3;
+        settings.stages = 3;
+        let protocol = Protocol {
+            growth: Some(neuroshard_growth::GrowthPolicy::depth(64)),
+            ..Protocol::from_settings(&settings)
+        };
+        let growth = protocol.genesis_growth()?.expect("growth");
+        let v0 = growth.architecture.clone();
+        let specs = |a: &Architecture| stage_specs(a).into_iter().map(|(_, s)| s).collect();
+        let split = neuroshard_model::StageSpec::split(&settings.model, 3)?;
+        assert_eq!(specs(&v0), split);
+        let target = |layers: u64, stages: u64| neuroshard_growth::Target {
+            shape: Shape { layers, ..v0.shape },
+            params: 0,
+            stages,
+            stage_bytes: 0,
+        };
+        // 3 → 6 blocks in one new stage, then 6 → 12 in two new stages of 3.
+        let v1 = v0.grown(&target(6, 1))?;
+        let v2 = v1.grown(&target(12, 4))?;
+        for (old, new) in [(&v0, &v1), (&v1, &v2)] {
+            let mut config = neuroshard_model::ModelConfig {
+                layers: old.shape.layers as usize,
+                ..settings.model.clone()
+            };
+            let mut stages: Vec<neuroshard_model::StageSpec> = specs(old);
+            let at = old.stages.len().div_ceil(2);
+            let added: Vec<u64> = new
+                .stages
+                .iter()
+                .filter(|s| !old.stages.iter().any(|o| o.id == s.id))
+                .map(|s| s.layers)
+                .collect();
+            assert!(!added.is_empty());
+            for (k, blocks) in added.iter().enumerate() {
+                let g = neuroshard_model::grow_pipeline::insert_identity_stage(
+                    &config,
+                    &stages,
+                    at + k,
+                    *blocks as usize,
+                )?;
+                config = g.config;
+                stages = g.stages;
+            }
+            assert_eq!(stages, specs(new), "{new:?}");
+            assert_eq!(config.layers as u64, new.shape.layers);
+        }
         Ok(())
     }
 
