@@ -266,12 +266,13 @@ impl NetworkGrowth {
         })
     }
 
-    /// At the end of an epoch: `joins` so far; `claims` the capacity the currently
-    /// registered accounts announced (one each; callers pass only registered keys). When
-    /// `joins` reached a multiple of `every_joins` not yet evaluated, the rule runs at the end
-    /// of the next epoch, on the capacity counted then (once, at the highest multiple
-    /// reached, when epochs brought more than `every_joins` joins).
-    pub fn end_epoch(&mut self, joins: u64, claims: &[Claim]) -> Evaluated {
+    /// At the end of an epoch: `joins` so far; `claims` gives the capacity the currently
+    /// registered accounts announced (one each; callers pass only registered keys), asked for
+    /// only when the rule runs. When `joins` reached a multiple of `every_joins` not yet
+    /// evaluated, the rule runs at the end of the next epoch, on the capacity counted then
+    /// (once, at the highest multiple reached, when epochs brought more than `every_joins`
+    /// joins).
+    pub fn end_epoch(&mut self, joins: u64, claims: impl FnOnce() -> Vec<Claim>) -> Evaluated {
         self.epochs = self.epochs.saturating_add(1);
         let every = self.policy.rule.every_joins.max(1);
         let due = joins / every;
@@ -289,7 +290,7 @@ impl NetworkGrowth {
         }
         self.evaluated = due;
         let at = due.saturating_mul(every);
-        let capacity = Capacity::count(claims, |_| true, &self.policy.limits);
+        let capacity = Capacity::count(&claims(), |_| true, &self.policy.limits);
         let decision = decide(
             &self.architecture.shape,
             at,
@@ -297,45 +298,34 @@ impl NetworkGrowth {
             &self.policy.scaler,
             &self.policy.rule,
         );
-        let target = match decision {
-            Ok(Decision::Upgrade(t)) => t,
-            Ok(Decision::Keep { target }) => {
-                let why = match target {
-                    Some(t) => format!("target {} layers is not enough larger", t.shape.layers),
-                    None => "nothing fits the trusted capacity".into(),
-                };
-                return Evaluated::Kept { joins: at, why };
-            }
-            Ok(Decision::NotDue) => {
-                return Evaluated::Kept {
-                    joins: at,
-                    why: "not due".into(),
-                };
-            }
-            Err(e) => {
-                return Evaluated::Kept {
-                    joins: at,
-                    why: e.to_string(),
-                };
-            }
-        };
-        match self.architecture.grown(&target) {
-            Ok(next) => {
-                let upgrade = Upgrade {
-                    epoch: self.epochs,
-                    joins: at,
-                    counted: capacity.nodes,
-                    architecture: next.clone(),
-                };
-                self.architecture = next;
-                self.history.push(upgrade.clone());
-                Evaluated::Upgraded(upgrade)
-            }
-            Err(e) => Evaluated::Kept {
-                joins: at,
-                why: e.to_string(),
+        // `at` is a positive multiple of `every_joins` and the policy was validated, so the
+        // rule is always due and never in error here; say so rather than panic if not.
+        let why = match decision {
+            Ok(Decision::Upgrade(t)) => match self.architecture.grown(&t) {
+                Ok(next) => return Evaluated::Upgraded(self.take(next, at, capacity.nodes)),
+                Err(e) => e.to_string(),
             },
-        }
+            Ok(Decision::Keep { target: Some(t) }) => {
+                format!("target {} layers is not enough larger", t.shape.layers)
+            }
+            Ok(Decision::Keep { target: None }) => "nothing fits the trusted capacity".into(),
+            Ok(Decision::NotDue) => "not due".into(),
+            Err(e) => e.to_string(),
+        };
+        Evaluated::Kept { joins: at, why }
+    }
+
+    /// Moves to `next`, decided at `joins` with `counted` claims.
+    fn take(&mut self, next: Architecture, joins: u64, counted: u64) -> Upgrade {
+        let upgrade = Upgrade {
+            epoch: self.epochs,
+            joins,
+            counted,
+            architecture: next.clone(),
+        };
+        self.architecture = next;
+        self.history.push(upgrade.clone());
+        upgrade
     }
 
     /// Canonical bytes of what the state hash covers: the architecture, the evaluation count

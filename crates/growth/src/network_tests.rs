@@ -89,11 +89,14 @@ fn new_layers_become_middle_stages_with_new_ids_and_old_stages_keep_theirs() {
 fn each_multiple_of_the_join_count_is_evaluated_once() {
     let mut g = growth(&[2, 2]);
     let few = claims(9, 2);
-    assert_eq!(g.end_epoch(9, &few), Evaluated::NotDue);
+    assert_eq!(g.end_epoch(9, || few.clone()), Evaluated::NotDue);
     let ten = claims(10, 2);
     // Reached in this epoch; the rule runs at the end of the next.
-    assert_eq!(g.end_epoch(10, &ten), Evaluated::Pending { joins: 10 });
-    let Evaluated::Upgraded(up) = g.end_epoch(10, &ten) else {
+    assert_eq!(
+        g.end_epoch(10, || ten.clone()),
+        Evaluated::Pending { joins: 10 }
+    );
+    let Evaluated::Upgraded(up) = g.end_epoch(10, || ten.clone()) else {
         panic!("10 nodes of 2 GiB deepen a 4-layer model");
     };
     assert_eq!(up.epoch, 3);
@@ -103,12 +106,15 @@ fn each_multiple_of_the_join_count_is_evaluated_once() {
     assert_eq!(g.architecture, up.architecture);
     let v = g.architecture.version;
     // The same count at later epochs evaluates nothing.
-    assert_eq!(g.end_epoch(10, &ten), Evaluated::NotDue);
-    assert_eq!(g.end_epoch(19, &ten), Evaluated::NotDue);
+    assert_eq!(g.end_epoch(10, || ten.clone()), Evaluated::NotDue);
+    assert_eq!(g.end_epoch(19, || ten.clone()), Evaluated::NotDue);
     // An epoch that brings 25 joins at once evaluates once, at 30.
     let many = claims(35, 2);
-    assert_eq!(g.end_epoch(35, &many), Evaluated::Pending { joins: 30 });
-    match g.end_epoch(35, &many) {
+    assert_eq!(
+        g.end_epoch(35, || many.clone()),
+        Evaluated::Pending { joins: 30 }
+    );
+    match g.end_epoch(35, || many.clone()) {
         Evaluated::Upgraded(u) => assert_eq!(u.joins, 30),
         Evaluated::Kept { joins, .. } => assert_eq!(joins, 30),
         other => panic!("30 is due: {other:?}"),
@@ -136,10 +142,10 @@ fn sybils_announcing_petabytes_grow_nothing_honest_nodes_would_not() {
         memory_bytes: GIB,
         flops_per_s: 1_000_000_000_000,
     }));
-    honest.end_epoch(10, &plain);
-    lied.end_epoch(10, &sybil);
-    let a = honest.end_epoch(10, &plain);
-    let b = lied.end_epoch(10, &sybil);
+    honest.end_epoch(10, || plain.clone());
+    lied.end_epoch(10, || sybil.clone());
+    let a = honest.end_epoch(10, || plain.clone());
+    let b = lied.end_epoch(10, || sybil.clone());
     assert!(
         !matches!(a, Evaluated::Pending { .. } | Evaluated::NotDue),
         "{a:?}"
@@ -151,14 +157,14 @@ fn sybils_announcing_petabytes_grow_nothing_honest_nodes_would_not() {
 fn the_hashed_bytes_name_the_version_layout_and_evaluations() {
     let mut g = growth(&[2, 2]);
     let before = g.to_bytes();
-    g.end_epoch(10, &claims(10, 2));
+    g.end_epoch(10, || claims(10, 2));
     let pending = g.to_bytes();
     assert_ne!(pending, before);
-    g.end_epoch(10, &claims(10, 2));
+    g.end_epoch(10, || claims(10, 2));
     assert_ne!(g.to_bytes(), pending);
     let mut same = growth(&[2, 2]);
-    same.end_epoch(10, &claims(10, 2));
-    same.end_epoch(10, &claims(10, 2));
+    same.end_epoch(10, || claims(10, 2));
+    same.end_epoch(10, || claims(10, 2));
     assert_eq!(g.to_bytes(), same.to_bytes());
 }
 
@@ -181,11 +187,11 @@ fn the_claims_counted_are_those_final_an_epoch_after_the_crossing() {
         flops_per_s: 1_000_000_000_000,
     }));
     let mut small_then_large = growth(&[2, 2]);
-    small_then_large.end_epoch(10, &small);
-    small_then_large.end_epoch(19, &all);
+    small_then_large.end_epoch(10, || small.clone());
+    small_then_large.end_epoch(19, || all.clone());
     let mut all_at_once = growth(&[2, 2]);
-    all_at_once.end_epoch(19, &all);
-    all_at_once.end_epoch(19, &all);
+    all_at_once.end_epoch(19, || all.clone());
+    all_at_once.end_epoch(19, || all.clone());
     assert_eq!(
         all_at_once.architecture.version, 1,
         "the large claims allow growth"

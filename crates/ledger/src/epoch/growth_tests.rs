@@ -141,6 +141,21 @@ fn an_announcement_needs_stake_and_the_latest_one_counts() {
     );
     let counted: Vec<[u8; 32]> = s.registered_claims().iter().map(|c| c.node).collect();
     assert_eq!(counted, vec![test_identity(1).node_id().0]);
+    // A registered account that unstakes below the minimum stays a join, but its claim no
+    // longer counts: only stake-backed capacity does.
+    let mut u = network(2);
+    let mut items = joins(2, 2);
+    items.push(op(
+        &test_identity(2),
+        2,
+        Action::Unstake {
+            amount: Rules::default().min_stake,
+        },
+    ));
+    let e = apply_epoch(&mut u, items);
+    assert!(e.refused.is_empty(), "{:?}", e.refused);
+    assert_eq!(u.joins(), 1);
+    assert!(u.registered_claims().is_empty());
     // A join is a registration with an announcement: neither alone counts.
     assert_eq!(s.joins(), 1);
     let mut t = network(3);

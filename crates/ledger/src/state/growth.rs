@@ -58,9 +58,10 @@ impl LedgerState {
     /// registered capacity this state holds. `None` for a network that does not grow. Live
     /// ledgers never call it; their architecture stays the genesis's.
     pub fn end_epoch(&mut self) -> Option<Evaluated> {
-        let joins = self.joins();
-        let claims = self.registered_claims();
-        let growth = self.growth.as_mut()?;
-        Some(growth.end_epoch(joins, &claims))
+        // Out of the state while it runs, so the claims are read only when the rule asks.
+        let mut growth = self.growth.take()?;
+        let out = growth.end_epoch(self.joins(), || self.registered_claims());
+        self.growth = Some(growth);
+        Some(out)
     }
 }

@@ -207,6 +207,9 @@ impl NodeCore {
             return;
         };
         let seen = self.architecture_version;
+        if growth.architecture.version <= seen {
+            return;
+        }
         let new: Vec<neuroshard_growth::Upgrade> = growth
             .history
             .iter()
