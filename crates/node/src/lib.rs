@@ -12,6 +12,7 @@ pub mod economy;
 pub mod events;
 pub mod finality;
 pub mod genesis_source;
+pub mod layout;
 pub mod network;
 pub mod peers;
 pub mod pipeline;

@@ -170,30 +170,6 @@ pub fn shape_of(m: &ModelConfig) -> Shape {
     }
 }
 
-/// The stages of `arch` in pipeline order, with their ids: contiguous block ranges in the
-/// layout's order, the embedding on the first and the head on the last. What a growing
-/// network's nodes will serve at that version (version 0 is `StageSpec::split` of the genesis
-/// model).
-pub fn stage_specs(arch: &Architecture) -> Vec<(u16, neuroshard_model::StageSpec)> {
-    let last = arch.stages.len().saturating_sub(1);
-    let mut first = 0usize;
-    arch.stages
-        .iter()
-        .enumerate()
-        .map(|(i, s)| {
-            let len = usize::try_from(s.layers).unwrap_or(usize::MAX);
-            let spec = neuroshard_model::StageSpec {
-                first_layer: first,
-                end_layer: first.saturating_add(len),
-                embed: i == 0,
-                head: i == last,
-            };
-            first = spec.end_layer;
-            (s.id, spec)
-        })
-        .collect()
-}
-
 /// The network genesis document.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NetworkGenesis {
@@ -505,9 +481,26 @@ mod tests {
         };
         let growth = protocol.genesis_growth()?.expect("growth");
         let v0 = growth.architecture.clone();
-        let specs = |a: &Architecture| stage_specs(a).into_iter().map(|(_, s)| s).collect();
+        // The stages in pipeline order, each as its block count and ends (what the
+        // positional growth below makes; block names follow the stage ids instead).
+        let specs = |a: &Architecture| -> Vec<(usize, bool, bool)> {
+            let l = crate::layout::Layout::of(&settings.model, a).expect("layout");
+            l.order()
+                .iter()
+                .map(|&id| {
+                    let s = l.spec(id).expect("spec");
+                    (s.end_layer - s.first_layer, s.embed, s.head)
+                })
+                .collect()
+        };
+        let positional = |stages: &[neuroshard_model::StageSpec]| -> Vec<(usize, bool, bool)> {
+            stages
+                .iter()
+                .map(|s| (s.end_layer - s.first_layer, s.embed, s.head))
+                .collect()
+        };
         let split = neuroshard_model::StageSpec::split(&settings.model, 3)?;
-        assert_eq!(specs(&v0), split);
+        assert_eq!(specs(&v0), positional(&split));
         let target = |layers: u64, stages: u64| neuroshard_growth::Target {
             shape: Shape { layers, ..v0.shape },
             params: 0,
@@ -522,7 +515,19 @@ mod tests {
                 layers: old.shape.layers as usize,
                 ..settings.model.clone()
             };
-            let mut stages: Vec<neuroshard_model::StageSpec> = specs(old);
+            let mut first = 0;
+            let mut stages: Vec<neuroshard_model::StageSpec> = specs(old)
+                .into_iter()
+                .map(|(blocks, embed, head)| {
+                    first += blocks;
+                    neuroshard_model::StageSpec {
+                        first_layer: first - blocks,
+                        end_layer: first,
+                        embed,
+                        head,
+                    }
+                })
+                .collect();
             let at = old.stages.len().div_ceil(2);
             let added: Vec<u64> = new
                 .stages
@@ -541,7 +546,7 @@ mod tests {
                 config = g.config;
                 stages = g.stages;
             }
-            assert_eq!(stages, specs(new), "{new:?}");
+            assert_eq!(positional(&stages), specs(new), "{new:?}");
             assert_eq!(config.layers as u64, new.shape.layers);
         }
         Ok(())
