@@ -37,6 +37,7 @@ pub fn sample_msgs() -> Vec<Msg> {
     vec![
         Msg::Forward {
             mb: mb(),
+            version: 0,
             input: Payload::Tokens(Tokens {
                 batch: 2,
                 seq: 4,
@@ -58,6 +59,7 @@ pub fn sample_msgs() -> Vec<Msg> {
         },
         Msg::Forward {
             mb: mb(),
+            version: 0,
             input: Payload::Hidden(packed(
                 Activations {
                     batch: 1,
@@ -292,6 +294,7 @@ pub fn sample_heartbeat() -> Heartbeat {
         time_ms: T0,
         every_ms: 2_000,
         leaving: false,
+        arch: Default::default(),
     }
 }
 

@@ -160,8 +160,23 @@ pub fn continue_stage(
 /// The new stage of identity blocks, drawn from `seed` as a fresh model would be, with zero
 /// `W_o` and `W_down`.
 pub fn identity_stage(growth: &PipelineGrowth, seed: u64) -> Result<Stage, ModelError> {
-    let spec = growth.stages[growth.new_stage];
-    let mut params = ParamSet::init(spec.param_specs(&growth.config), seed);
+    identity_blocks(growth.config.clone(), growth.stages[growth.new_stage], seed)
+}
+
+/// A stage of `spec`'s blocks as identities: drawn from `seed` like a fresh model's, with
+/// zero `W_o` and `W_down` (a stage with the embedding or the head is refused: those are no
+/// identity).
+pub fn identity_blocks(
+    config: ModelConfig,
+    spec: StageSpec,
+    seed: u64,
+) -> Result<Stage, ModelError> {
+    if spec.embed || spec.head {
+        return Err(ModelError::Config(
+            "identity blocks hold neither the embedding nor the head".into(),
+        ));
+    }
+    let mut params = ParamSet::init(spec.param_specs(&config), seed);
     let zero: Vec<usize> = params
         .specs()
         .iter()
@@ -172,7 +187,7 @@ pub fn identity_stage(growth: &PipelineGrowth, seed: u64) -> Result<Stage, Model
     for i in zero {
         params.values_mut()[i].fill(0.0);
     }
-    Stage::from_params(growth.config.clone(), spec, params)
+    Stage::from_params(config, spec, params)
 }
 
 #[cfg(test)]

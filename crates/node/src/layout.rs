@@ -43,6 +43,8 @@ pub struct Layout {
     specs: BTreeMap<usize, StageSpec>,
     /// The whole model at this version.
     model: ModelConfig,
+    /// Blocks of the genesis model.
+    base_layers: usize,
 }
 
 impl Layout {
@@ -55,6 +57,7 @@ impl Layout {
             order: (0..split.len()).collect(),
             specs: split.into_iter().enumerate().collect(),
             model: model.clone(),
+            base_layers: model.layers,
         })
     }
 
@@ -128,6 +131,7 @@ impl Layout {
             order,
             specs,
             model,
+            base_layers: base.layers,
         })
     }
 
@@ -161,6 +165,17 @@ impl Layout {
     /// the head.
     pub fn spec(&self, stage: usize) -> Option<StageSpec> {
         self.specs.get(&stage).copied()
+    }
+
+    /// The model config a holder of `stage` runs: the genesis model, deep enough for the
+    /// stage's block indices. The same in every version (only the depth bounds the indices),
+    /// so a stage's checkpoints and config never change as the network grows.
+    pub fn stage_model(&self, stage: usize) -> Option<ModelConfig> {
+        let spec = self.spec(stage)?;
+        Some(ModelConfig {
+            layers: self.base_layers.max(spec.end_layer),
+            ..self.model.clone()
+        })
     }
 
     fn position(&self, stage: usize) -> Option<usize> {
@@ -277,13 +292,9 @@ impl Layouts {
         self.newest_first().find_map(|l| l.spec(stage))
     }
 
-    /// The model config a holder of `stage` runs: the model of the first version that has
-    /// it, so an existing stage's config never changes when the network grows.
-    pub fn model_of(&self, stage: usize) -> Option<&ModelConfig> {
-        self.by_version
-            .values()
-            .find(|l| l.contains(stage))
-            .map(|l| &l.model)
+    /// The model config a holder of `stage` runs (see [`Layout::stage_model`]).
+    pub fn model_of(&self, stage: usize) -> Option<ModelConfig> {
+        self.newest_first().find_map(|l| l.stage_model(stage))
     }
 }
 

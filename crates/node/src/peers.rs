@@ -248,6 +248,7 @@ mod tests {
             time_ms: 0,
             every_ms: 2_000,
             leaving,
+            arch: Default::default(),
         }
     }
 

@@ -17,6 +17,7 @@ use neuroshard_proof::{Hash32, NodeId};
 use crate::act_codec::{self, ActSpec, Expect, Scheme};
 use crate::core::TransferError;
 use crate::events::{Clock, NodeEvent};
+use crate::layout::{Layout, Layouts};
 use crate::peers::PeerTable;
 use crate::records::Role;
 use crate::router;
@@ -26,7 +27,11 @@ pub use refusal::Refusal;
 #[derive(Debug, Clone)]
 pub struct PipelineConfig {
     pub stage: usize,
-    pub stages: usize,
+    /// The stage orders of every architecture version this node knows (see `layout.rs`).
+    pub layouts: Layouts,
+    /// Driver: steps between the points where it may start a newer version (a DiLoCo round,
+    /// so no round of its pipeline mixes versions).
+    pub version_every: u64,
     pub model: ModelConfig,
     /// Backward passes a replica accumulates per optimizer step (= micro-batches per step).
     pub micro_batches: usize,
@@ -125,6 +130,8 @@ pub enum Action {
 
 #[derive(Debug, Clone)]
 struct Stashed {
+    /// The architecture version it runs under: where its output goes.
+    version: u32,
     input: StageInput,
     targets: Targets,
     /// Who sent the input and gets our input gradient (None on the driver).
@@ -195,7 +202,15 @@ pub struct Pipeline {
     /// Smoothed compute time of one job, the router's service-time estimate.
     service: Duration,
     job_started: Option<Instant>,
+    /// Driver: the version its new steps run under (it only ever moves up).
+    driving: u32,
+    /// The newest version seen from each driver, and at which of its steps: a later step
+    /// under an older version is a relabelled micro-batch (see `accept_forward`).
+    origin_versions: BTreeMap<[u8; 32], (u32, u64)>,
 }
+
+/// Drivers whose newest version a stage remembers.
+const MAX_ORIGINS: usize = 4096;
 
 impl Pipeline {
     /// `steps_done` is nonzero when the replica resumes from a checkpoint.
@@ -220,26 +235,90 @@ impl Pipeline {
             finished: false,
             service: Duration::from_millis(20),
             job_started: None,
+            driving: 0,
+            origin_versions: BTreeMap::new(),
         }
     }
 
+    /// The stage's place never changes as the network grows: new stages go between the
+    /// first and the last.
     pub fn role(&self) -> Role {
-        Role::of(self.cfg.stage, self.cfg.stages)
+        let l = self.cfg.layouts.newest();
+        Role::from_ends(l.is_first(self.cfg.stage), l.is_last(self.cfg.stage))
     }
 
     fn is_first(&self) -> bool {
-        self.cfg.stage == 0
+        self.cfg.layouts.newest().is_first(self.cfg.stage)
     }
 
     fn is_last(&self) -> bool {
-        self.cfg.stage + 1 == self.cfg.stages
+        self.cfg.layouts.newest().is_last(self.cfg.stage)
+    }
+
+    pub fn layouts(&self) -> &Layouts {
+        &self.cfg.layouts
+    }
+
+    /// A version the network agreed on; whether it was new here.
+    pub fn learn_layout(&mut self, layout: Layout) -> bool {
+        self.cfg.layouts.insert(layout)
+    }
+
+    /// Driver: the version its steps run under now.
+    pub fn driving(&self) -> u32 {
+        self.driving
+    }
+
+    /// Driver: the version step `step` runs under. At a round boundary it moves to the newest
+    /// version whose new stages each have a live replica (the driver hears those; the stages
+    /// it already trains through are in use); a version whose new stage nobody holds yet
+    /// waits, and training goes on at the old one meanwhile.
+    fn version_for(&mut self, step: u64) -> u32 {
+        if !step.is_multiple_of(self.cfg.version_every.max(1)) {
+            return self.driving;
+        }
+        let me = self.cfg.stage;
+        let Some(current) = self.cfg.layouts.get(self.driving) else {
+            return self.driving;
+        };
+        let live = |s: usize| self.peers.in_stage(s).any(|(_, p)| p.routable);
+        let ready = self
+            .cfg
+            .layouts
+            .newest_first()
+            .take_while(|l| l.version() > self.driving)
+            .find(|l| {
+                l.contains(me)
+                    && l.order()
+                        .iter()
+                        .filter(|s| !current.contains(**s))
+                        .all(|&s| live(s))
+            })
+            .map(Layout::version);
+        if let Some(v) = ready {
+            self.driving = v;
+        }
+        self.driving
+    }
+
+    /// The stage that may send `msg` to us: the one before ours in the forward's version, or
+    /// the one we sent the micro-batch to.
+    pub fn sender_stage(&self, msg: &Msg) -> Option<usize> {
+        let me = self.cfg.stage;
+        match msg {
+            Msg::Forward { version, .. } => self.cfg.layouts.get(*version)?.prev(me),
+            Msg::Backward { mb, .. } => {
+                let version = self.stash.get(mb).map(|s| s.version)?;
+                self.cfg.layouts.get(version)?.next(me)
+            }
+        }
     }
 
     /// How long a gradient may take to come back: its forward crosses every later stage and
     /// the gradient every one back, so a fixed wait would time out the early stages of a deep
     /// pipeline on every step and resend (cascading duplicate work through all later stages).
     fn grad_wait(&self) -> Duration {
-        let downstream = self.cfg.stages.saturating_sub(self.cfg.stage + 1).max(1);
+        let downstream = self.cfg.layouts.newest().after(self.cfg.stage).max(1);
         self.cfg
             .grad_timeout
             .saturating_mul(u32::try_from(downstream).unwrap_or(u32::MAX))
@@ -268,6 +347,7 @@ impl Pipeline {
     pub fn on_batch(&mut self, step: u64, batch: Batch, windows: Vec<TargetWindow>) -> Vec<Action> {
         let parts = batch.split_rows(self.cfg.micro_batches);
         let tokens = (batch.batch * batch.seq) as u64;
+        let version = self.version_for(step);
         self.driver_steps.insert(step, (Vec::new(), tokens));
         let now = Instant::now();
         let mut row = 0;
@@ -286,7 +366,7 @@ impl Pipeline {
             });
             let targets =
                 Targets::new(part.targets, windows.get(rows).unwrap_or_default().to_vec());
-            self.admit(mb, input, targets, None, now);
+            self.admit(mb, version, input, targets, None, now);
         }
         let mut actions = self.dispatch();
         actions.extend(self.ask_batches());
@@ -298,9 +378,12 @@ impl Pipeline {
         let kind = msg.kind();
         let mut answer = Vec::new();
         let result = match msg {
-            Msg::Forward { mb, input, targets } => {
-                self.accept_forward(from, mb, input, targets, now, &mut answer)
-            }
+            Msg::Forward {
+                mb,
+                version,
+                input,
+                targets,
+            } => self.accept_forward(from, (mb, version), input, targets, now, &mut answer),
             Msg::Backward { mb, grad, loss } => self.accept_backward(from, mb, grad, loss),
         };
         match result {
@@ -333,7 +416,7 @@ impl Pipeline {
     fn accept_forward(
         &mut self,
         from: NodeId,
-        mb: MicroBatchId,
+        (mb, version): (MicroBatchId, u32),
         input: Payload,
         targets: Targets,
         now: Instant,
@@ -341,6 +424,28 @@ impl Pipeline {
     ) -> Result<Ack, Refusal> {
         if self.is_first() {
             return Err(Refusal::ForwardToFirstStage(mb.short()));
+        }
+        let Some(layout) = self.cfg.layouts.get(version) else {
+            // Not final here yet (our ledger may lag the driver's): the sender tries again.
+            return Ok(Ack::Busy);
+        };
+        if !layout.contains(self.cfg.stage) {
+            return Err(Refusal::NotInVersion {
+                stage: self.cfg.stage,
+                version,
+            });
+        }
+        // A driver's versions only go up: a later step under an older version was relabelled
+        // on the way (to skip a stage); an earlier one is still draining.
+        if let Some(&(newest, at)) = self.origin_versions.get(&mb.origin)
+            && version < newest
+            && mb.step >= at
+        {
+            return Err(Refusal::OlderVersion {
+                version,
+                newest,
+                step: mb.step,
+            });
         }
         let Payload::Hidden(packed) = input else {
             return Err(Refusal::TokensToLaterStage(self.cfg.stage));
@@ -367,7 +472,15 @@ impl Pipeline {
         if self.forward_jobs.len() >= self.cfg.queue_capacity {
             return Ok(Ack::Busy);
         }
-        self.admit(mb, StageInput::Hidden(acts), targets, Some(from), now);
+        self.note_version(mb, version);
+        self.admit(
+            mb,
+            version,
+            StageInput::Hidden(acts),
+            targets,
+            Some(from),
+            now,
+        );
         Ok(Ack::Accepted)
     }
 
@@ -376,6 +489,7 @@ impl Pipeline {
     fn admit(
         &mut self,
         mb: MicroBatchId,
+        version: u32,
         input: StageInput,
         targets: Targets,
         upstream: Option<NodeId>,
@@ -384,6 +498,7 @@ impl Pipeline {
         self.stash.insert(
             mb,
             Stashed {
+                version,
                 input,
                 targets,
                 upstream,
@@ -393,6 +508,20 @@ impl Pipeline {
             },
         );
         self.forward_jobs.push_back(mb);
+    }
+
+    fn note_version(&mut self, mb: MicroBatchId, version: u32) {
+        let known = self.origin_versions.contains_key(&mb.origin);
+        if !known && self.origin_versions.len() >= MAX_ORIGINS {
+            return;
+        }
+        let entry = self
+            .origin_versions
+            .entry(mb.origin)
+            .or_insert((version, mb.step));
+        if version > entry.0 {
+            *entry = (version, mb.step);
+        }
     }
 
     fn accept_backward(
@@ -513,6 +642,7 @@ impl Pipeline {
                 if let Some(st) = self.stash.get(&mb) {
                     let msg = Msg::Forward {
                         mb,
+                        version: st.version,
                         input: Payload::Hidden(output),
                         targets: st.targets.clone(),
                     };

@@ -83,13 +83,10 @@ impl Topic {
         }
     }
 
-    /// What a node of `stage` (of `stages`) hears: heartbeats and proofs of its stage and of
-    /// the stages it sends to and receives from, and its own stage's rounds.
-    pub fn subscriptions(stage: usize, stages: usize) -> Vec<Topic> {
-        let near: Vec<u16> = (stage.saturating_sub(1)..=stage.saturating_add(1))
-            .filter(|s| *s < stages)
-            .filter_map(|s| u16::try_from(s).ok())
-            .collect();
+    /// What a node of `stage` hears: heartbeats and proofs of the stages in `near` (its own,
+    /// those it sends to and receives from), and its own stage's rounds.
+    pub fn subscriptions(stage: usize, near: &std::collections::BTreeSet<usize>) -> Vec<Topic> {
+        let near: Vec<u16> = near.iter().filter_map(|s| u16::try_from(*s).ok()).collect();
         let mut topics: Vec<Topic> = near.iter().copied().map(Topic::Heartbeat).collect();
         topics.extend(near.iter().copied().map(Topic::Proof));
         if let Ok(s) = u16::try_from(stage) {
@@ -98,11 +95,6 @@ impl Topic {
         topics.push(Topic::Ops);
         topics.push(Topic::Finality);
         topics
-    }
-
-    /// Whether a node of `stage` hears `self`.
-    pub fn heard_by(&self, stage: usize, stages: usize) -> bool {
-        Self::subscriptions(stage, stages).contains(self)
     }
 
     /// Every heartbeat topic of a network: what a starting node listens to before it knows
@@ -143,7 +135,12 @@ pub enum Role {
 
 impl Role {
     pub fn of(stage: usize, stages: usize) -> Role {
-        match (stage == 0, stage + 1 == stages) {
+        Self::from_ends(stage == 0, stage + 1 == stages)
+    }
+
+    /// The role of a stage that is (or is not) the first and the last of its pipeline.
+    pub fn from_ends(first: bool, last: bool) -> Role {
+        match (first, last) {
             (true, true) => Role::Solo,
             (true, false) => Role::Driver,
             (false, true) => Role::Validator,
@@ -174,10 +171,59 @@ pub struct Heartbeat {
     /// The sender's heartbeat period: it counts as gone after three silent ones.
     pub every_ms: u32,
     pub leaving: bool,
+    /// The newest architecture the sender's finalized ledger holds, for nodes that are
+    /// choosing a stage (they have no ledger yet). Version 0 carries no stages.
+    pub arch: ArchView,
+}
+
+/// An architecture version as heartbeats carry it: its stages in pipeline order, each as
+/// (id, blocks).
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ArchView {
+    pub version: u32,
+    pub stages: Vec<(u16, u32)>,
+}
+
+/// Most stages a heartbeat's architecture may list.
+pub const MAX_VIEW_STAGES: usize = 256;
+
+impl ArchView {
+    pub fn of(arch: &neuroshard_growth::Architecture) -> Self {
+        Self {
+            version: arch.version,
+            stages: arch
+                .stages
+                .iter()
+                .take(MAX_VIEW_STAGES)
+                .map(|s| (s.id, u32::try_from(s.layers).unwrap_or(u32::MAX)))
+                .collect(),
+        }
+    }
+
+    /// The architecture it names, for a network founded with `base`.
+    pub fn architecture(
+        &self,
+        base: &neuroshard_model::ModelConfig,
+    ) -> neuroshard_growth::Architecture {
+        let mut shape = crate::network::shape_of(base);
+        shape.layers = self.stages.iter().map(|s| u64::from(s.1)).sum();
+        neuroshard_growth::Architecture {
+            version: self.version,
+            shape,
+            stages: self
+                .stages
+                .iter()
+                .map(|&(id, layers)| neuroshard_growth::StageLayout {
+                    id,
+                    layers: u64::from(layers),
+                })
+                .collect(),
+        }
+    }
 }
 
 impl Canonical for Heartbeat {
-    const DOMAIN: &'static str = "neuroshard/heartbeat/v2";
+    const DOMAIN: &'static str = "neuroshard/heartbeat/v3";
 
     fn encode_body(&self, w: &mut Writer) {
         w.fixed(&self.node.0);
@@ -188,6 +234,12 @@ impl Canonical for Heartbeat {
         w.u64(self.time_ms);
         w.u32(self.every_ms);
         w.u8(u8::from(self.leaving));
+        w.u32(self.arch.version);
+        w.u32(self.arch.stages.len() as u32);
+        for (id, layers) in &self.arch.stages {
+            w.u16(*id);
+            w.u32(*layers);
+        }
     }
 
     fn decode_body(r: &mut Reader<'_>) -> Result<Self, CodecError> {
@@ -208,6 +260,21 @@ impl Canonical for Heartbeat {
                         reason: format!("{v}"),
                     });
                 }
+            },
+            arch: {
+                let version = r.u32()?;
+                let n = r.u32()? as usize;
+                if n > MAX_VIEW_STAGES {
+                    return Err(CodecError::Invalid {
+                        field: "architecture stages",
+                        reason: format!("{n} over {MAX_VIEW_STAGES}"),
+                    });
+                }
+                let mut stages = Vec::with_capacity(n);
+                for _ in 0..n {
+                    stages.push((r.u16()?, r.u32()?));
+                }
+                ArchView { version, stages }
             },
         })
     }

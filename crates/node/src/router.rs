@@ -51,6 +51,7 @@ mod tests {
             time_ms: 0,
             every_ms: 2_000,
             leaving: false,
+            arch: Default::default(),
         };
         table.on_heartbeat(peer, &hb, Instant::now());
     }

@@ -380,6 +380,17 @@ impl Driver {
                 });
             }
             Transmit::Penalize { peer, reason } => self.net.penalize(peer, &reason),
+            Transmit::Subscribe { topics } => {
+                let net = self.net.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = net
+                        .set_topics(topics.iter().map(Topic::name).collect())
+                        .await
+                    {
+                        tracing::warn!("subscribing to the grown stages' topics: {e}");
+                    }
+                });
+            }
         }
     }
 }

@@ -348,8 +348,6 @@ impl NodeSettings {
     /// moments (4 f32 per parameter) plus the stashed inputs of a full queue.
     pub fn stage_memory(&self) -> Result<Vec<u64>, neuroshard_model::ModelError> {
         let specs = StageSpec::split(&self.model, self.stages)?;
-        let rows = self.batch.div_ceil(self.micro_batches.max(1)) as u64;
-        let acts = rows * self.seq as u64 * self.model.d_model as u64 * 4;
         Ok(specs
             .iter()
             .map(|s| {
@@ -358,9 +356,16 @@ impl NodeSettings {
                     .iter()
                     .map(|p| p.numel() as u64)
                     .sum();
-                params * 16 + acts * (self.queue_capacity as u64 + self.micro_batches as u64) * 2
+                params * 16 + self.replica_overhead()
             })
             .collect())
+    }
+
+    /// Bytes a replica needs besides its parameters: the stashed inputs of a full queue.
+    pub fn replica_overhead(&self) -> u64 {
+        let rows = self.batch.div_ceil(self.micro_batches.max(1)) as u64;
+        let acts = rows * self.seq as u64 * self.model.d_model as u64 * 4;
+        acts * (self.queue_capacity as u64 + self.micro_batches as u64) * 2
     }
 }
 

@@ -11,6 +11,7 @@
 //! [`Startup::poll_outcome`]. It reads no clock and does no I/O; the runtime and the simulator
 //! execute its requests and answer each one.
 
+mod grown;
 mod join;
 #[cfg(test)]
 mod tests;
@@ -55,6 +56,12 @@ pub struct StartupConfig {
     pub sync: bool,
     /// The checkpoint found on disk, if any.
     pub saved: Option<Saved>,
+    /// The network grows (its genesis has a growth policy): stages past `specs` may exist,
+    /// and heartbeats say which.
+    pub grows: bool,
+    /// Bytes a replica needs besides 16 per parameter (stashed activations): what a stage the
+    /// network grew needs.
+    pub overhead: u64,
 }
 
 /// A checkpoint on disk.
@@ -148,6 +155,8 @@ pub struct Decision {
     pub hint: Option<Hint>,
     /// Peers heard of while starting (heartbeats, DHT providers).
     pub peers: PeerTable,
+    /// The grown architecture the node chose its stage in (None: version 0).
+    pub layout: Option<crate::layout::Layout>,
 }
 
 /// Why the node cannot start.
@@ -212,6 +221,10 @@ pub struct Startup {
     candidates: Vec<ThetaRecord>,
     join_started: Option<Instant>,
     joined: Option<Joined>,
+    /// A growing network: the newest architecture each peer's heartbeat names.
+    views: std::collections::BTreeMap<NodeId, crate::records::ArchView>,
+    /// The grown architecture chosen when the stage was.
+    layout: Option<crate::layout::Layout>,
     requests: VecDeque<Request>,
     events: VecDeque<NodeEvent>,
     outcome: Option<Result<Decision, StartError>>,
@@ -241,6 +254,8 @@ impl Startup {
             candidates: Vec::new(),
             join_started: None,
             joined: None,
+            views: std::collections::BTreeMap::new(),
+            layout: None,
             requests: VecDeque::new(),
             events: VecDeque::new(),
             outcome: None,
@@ -313,10 +328,13 @@ impl Startup {
             || hb.network != self.cfg.network
             || hb.node != author
             || author == self.me
-            || usize::from(hb.stage) >= self.cfg.specs.len()
+            || usize::from(hb.stage) >= self.stage_ids()
             || !self.has_room(&author)
         {
             return;
+        }
+        if self.cfg.grows && hb.arch.version > 0 {
+            self.views.insert(author, hb.arch.clone());
         }
         self.peers.on_heartbeat(author, hb, now);
     }
@@ -358,8 +376,8 @@ impl Startup {
     }
 
     fn numel(&self) -> usize {
-        self.cfg.specs.get(self.stage).map_or(0, |s| {
-            s.param_specs(&self.cfg.model)
+        self.stage_model(self.stage).map_or(0, |(model, s, _)| {
+            s.param_specs(&model)
                 .iter()
                 .map(|p| p.numel())
                 .fold(0usize, usize::saturating_add)
@@ -426,8 +444,8 @@ impl Startup {
             }
         }
         self.phase = Phase::Listening;
-        self.providers_pending = (0..self.cfg.specs.len()).collect();
-        for stage in 0..self.cfg.specs.len() {
+        self.providers_pending = (0..self.stage_ids()).collect();
+        for stage in 0..self.stage_ids() {
             self.requests.push_back(Request::GetProviders {
                 stage,
                 key: stage_key(&self.cfg.network, stage),
@@ -445,18 +463,20 @@ impl Startup {
         {
             return;
         }
-        let stages = self.cfg.specs.len();
-        let stage = match self.cfg.stage.or(resume_stage(&self.cfg)) {
-            Some(s) if s < stages => s,
+        self.choose_layout(now);
+        let stages = self.stage_count();
+        let need = self.need();
+        let stage = match self.cfg.stage.or(self.resume_in_layout()) {
+            Some(s) if s < stages && self.stage_model(s).is_some() => s,
             Some(stage) => return self.fail(StartError::NoSuchStage { stage, stages }),
             None => {
                 let counts = self.peers.replica_counts(stages);
-                match choose_stage(&counts, &self.cfg.need, self.cfg.budget) {
+                match choose_stage(&counts, &need, self.cfg.budget) {
                     Some(s) => s,
                     None => {
                         return self.fail(StartError::NoStageFits {
                             budget_mib: self.cfg.budget >> 20,
-                            need_mib: self.cfg.need.iter().map(|n| n >> 20).collect(),
+                            need_mib: need.iter().map(|n| n >> 20).collect(),
                         });
                     }
                 }
@@ -469,7 +489,8 @@ impl Startup {
             .as_ref()
             .and_then(|s| s.holds.as_ref())
             .is_some_and(|(m, spec)| {
-                *m == self.cfg.model && Some(spec) == self.cfg.specs.get(stage)
+                self.stage_model(stage)
+                    .is_some_and(|(model, s, _)| *m == model && *spec == s)
             });
         let init = if resumable { Init::Resume } else { Init::Fresh };
         self.load(init);
@@ -511,6 +532,7 @@ impl Startup {
             joined: self.joined,
             hint,
             peers: std::mem::take(&mut self.peers),
+            layout: self.layout.take(),
         }));
     }
 }

@@ -160,6 +160,9 @@ pub enum Msg {
     /// Forward pass input for the receiver's layers; `targets` ride along for the last stage.
     Forward {
         mb: MicroBatchId,
+        /// The architecture version its driver started it under: which stages it crosses,
+        /// in which order (0 in a network that never grew).
+        version: u32,
         input: Payload,
         targets: Targets,
     },
@@ -241,13 +244,19 @@ fn get_packed(r: &mut Reader<'_>) -> Result<Packed, CodecError> {
 }
 
 impl Canonical for Msg {
-    const DOMAIN: &'static str = "neuroshard/pipe/v3";
+    const DOMAIN: &'static str = "neuroshard/pipe/v4";
 
     fn encode_body(&self, w: &mut Writer) {
         match self {
-            Msg::Forward { mb, input, targets } => {
+            Msg::Forward {
+                mb,
+                version,
+                input,
+                targets,
+            } => {
                 w.u8(1);
                 mb.encode(w);
+                w.u32(*version);
                 match input {
                     Payload::Tokens(t) => {
                         w.u8(0);
@@ -275,6 +284,7 @@ impl Canonical for Msg {
         match r.u8()? {
             1 => {
                 let mb = MicroBatchId::decode(r)?;
+                let version = r.u32()?;
                 let input = match r.u8()? {
                     0 => {
                         let (batch, seq) = (dim(r, "batch")?, dim(r, "seq")?);
@@ -296,7 +306,12 @@ impl Canonical for Msg {
                     }
                 };
                 let targets = Targets::decode(r)?;
-                Ok(Msg::Forward { mb, input, targets })
+                Ok(Msg::Forward {
+                    mb,
+                    version,
+                    input,
+                    targets,
+                })
             }
             2 => {
                 let mb = MicroBatchId::decode(r)?;
@@ -382,6 +397,7 @@ mod tests {
     fn messages_round_trip() {
         let mut msgs = vec![Msg::Forward {
             mb: mb(),
+            version: 0,
             input: Payload::Tokens(Tokens {
                 batch: 2,
                 seq: 3,
@@ -403,6 +419,7 @@ mod tests {
             });
             msgs.push(Msg::Forward {
                 mb: mb(),
+                version: 0,
                 input: Payload::Hidden(grad(2, 1, 5, scheme)),
                 targets: vec![1, 2].into(),
             });

@@ -59,6 +59,7 @@ fn msg(kind: u8) -> Msg {
     match kind % 3 {
         0 => Msg::Forward {
             mb,
+            version: 0,
             input: Payload::Tokens(Tokens {
                 batch: 2,
                 seq: 4,
@@ -80,6 +81,7 @@ fn msg(kind: u8) -> Msg {
         },
         1 => Msg::Forward {
             mb,
+            version: 0,
             input: Payload::Hidden(packed(
                 Activations {
                     batch: 1,
@@ -220,6 +222,7 @@ fn heartbeat(node: NodeId) -> Heartbeat {
         time_ms: T0,
         every_ms: 2_000,
         leaving: false,
+        arch: Default::default(),
     }
 }
 

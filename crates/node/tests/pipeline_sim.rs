@@ -89,7 +89,9 @@ impl Sim {
                 let opt = AdamW::new(optim(), stage.params());
                 let pcfg = PipelineConfig {
                     stage: s,
-                    stages: layout.len(),
+                    layouts: neuroshard_node::layout::Layouts::fixed(&cfg, layout.len())
+                        .expect("layout"),
+                    version_every: 1,
                     model: cfg.clone(),
                     micro_batches: micro,
                     queue_capacity: 8,
@@ -390,7 +392,8 @@ fn forged_gradient_is_rejected_without_state_change() {
 fn a_full_queue_answers_busy() {
     let pcfg = PipelineConfig {
         stage: 1,
-        stages: 2,
+        layouts: neuroshard_node::layout::Layouts::fixed(&config(), 2).expect("layout"),
+        version_every: 1,
         model: config(),
         micro_batches: 1,
         queue_capacity: 1,
@@ -414,6 +417,7 @@ fn a_full_queue_answers_busy() {
             step: 0,
             index,
         },
+        version: 0,
         input: neuroshard_node::wire::Payload::Hidden(hidden(0.1)),
         targets: vec![1, 2, 3, 4].into(),
     };
@@ -469,6 +473,7 @@ fn heartbeat_of(stage: u16) -> Heartbeat {
         time_ms: 0,
         every_ms: 2_000,
         leaving: false,
+        arch: Default::default(),
     }
 }
 
@@ -476,7 +481,8 @@ fn heartbeat_of(stage: u16) -> Heartbeat {
 fn last_stage(spec: &str) -> (Pipeline, NodeId) {
     let pcfg = PipelineConfig {
         stage: 1,
-        stages: 2,
+        layouts: neuroshard_node::layout::Layouts::fixed(&config(), 2).expect("layout"),
+        version_every: 1,
         model: config(),
         micro_batches: 1,
         queue_capacity: 4,
@@ -503,6 +509,7 @@ fn forward_of(hidden: Packed, rows: usize) -> Msg {
             step: 0,
             index: 0,
         },
+        version: 0,
         input: neuroshard_node::wire::Payload::Hidden(hidden),
         targets: vec![1; rows * 4].into(),
     }

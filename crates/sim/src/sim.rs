@@ -586,6 +586,14 @@ impl Sim {
 
     fn transmit(&mut self, i: usize, t: Transmit) {
         match t {
+            Transmit::Subscribe { topics } => {
+                for subs in self.subscribers.values_mut() {
+                    subs.remove(&i);
+                }
+                for topic in topics {
+                    self.subscribers.entry(topic).or_default().insert(i);
+                }
+            }
             Transmit::Publish { topic, data } => {
                 let to: Vec<usize> = self
                     .subscribers

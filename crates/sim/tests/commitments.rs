@@ -49,6 +49,7 @@ fn run(attack: Attack) -> Sim {
             Attack::SendsOther => match msg {
                 Msg::Forward {
                     mb,
+                    version,
                     input: Payload::Hidden(p),
                     targets,
                 } => {
@@ -61,7 +62,12 @@ fn run(attack: Attack) -> Sim {
                     let mut a = p.unpack(&expect).unwrap();
                     a.data.iter_mut().for_each(|x| *x *= 0.5);
                     let input = Payload::Hidden(pack(&a, p.scheme()).unwrap());
-                    let msg = Msg::Forward { mb, input, targets };
+                    let msg = Msg::Forward {
+                        mb,
+                        version,
+                        input,
+                        targets,
+                    };
                     PipeRequest { msg, job }
                 }
                 msg => PipeRequest { msg, job },

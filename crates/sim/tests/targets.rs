@@ -29,6 +29,7 @@ fn run(lie: bool) -> Sim {
                             msg:
                                 Msg::Forward {
                                     mb,
+                                    version,
                                     input,
                                     mut targets,
                                 },
@@ -37,7 +38,12 @@ fn run(lie: bool) -> Sim {
                             for id in &mut targets.ids {
                                 *id = (*id + 1) % vocab;
                             }
-                            let msg = Msg::Forward { mb, input, targets };
+                            let msg = Msg::Forward {
+                                mb,
+                                version,
+                                input,
+                                targets,
+                            };
                             PipeRequest { msg, job }.to_canonical_bytes()
                         }
                         _ => data,

@@ -433,7 +433,13 @@ impl Engine {
         let mut stage = if spec == *self.stage.spec() {
             self.stage.clone()
         } else {
-            Stage::init(self.stage.config().clone(), spec, 0)?
+            // Another stage's blocks may lie past this one's model (a stage the network grew
+            // holds the newest block indices); the depth only bounds the indices.
+            let config = neuroshard_model::ModelConfig {
+                layers: self.stage.config().layers.max(spec.end_layer),
+                ..self.stage.config().clone()
+            };
+            Stage::init(config, spec, 0)?
         };
         let flat = weights_from_bytes(weights, stage.params().numel())?;
         stage.params_mut().set_flat(&flat)?;

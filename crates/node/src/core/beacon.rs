@@ -176,9 +176,13 @@ impl NodeCore {
     ) {
         let stage = u16::try_from(self.stage).unwrap_or(u16::MAX);
         let ledger = self.economy.ledger();
-        let neighbour = [stage.checked_sub(1), stage.checked_add(1)]
+        let neighbour = self
+            .pipeline
+            .layouts()
+            .near(self.stage)
             .into_iter()
-            .flatten()
+            .filter(|s| *s != self.stage)
+            .filter_map(|s| u16::try_from(s).ok())
             .any(|s| ledger.is_registered(&from, s));
         let answer = |why: Option<&str>| match why {
             Some(why) => AuditAnswer::Refused(why.into()),

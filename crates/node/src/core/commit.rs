@@ -297,11 +297,9 @@ impl NodeCore {
         if let Some(head) = self.long_final(c.epoch) {
             return Err(CommitRefusal::StaleEpoch { got: c.epoch, head });
         }
-        let sender = match req.msg {
-            Msg::Forward { .. } => self.stage.checked_sub(1),
-            Msg::Backward { .. } => self.stage.checked_add(1),
-        };
-        let want = sender
+        let want = self
+            .pipeline
+            .sender_stage(&req.msg)
             .and_then(|s| u16::try_from(s).ok())
             .unwrap_or(u16::MAX);
         if c.stage != want {

@@ -53,6 +53,9 @@ pub struct CoreConfig {
     pub network: Hash32,
     pub stage: usize,
     pub spec: StageSpec,
+    /// The stage orders the node knows at start (version 0, and for a joiner of a grown
+    /// network the version it joined); finalized upgrades add the rest.
+    pub layouts: crate::layout::Layouts,
     /// Parameters of the stage (bounds what peers may send).
     pub numel: usize,
     /// Optimizer steps already taken (resumed or borrowed by a joiner).

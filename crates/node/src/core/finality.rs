@@ -217,9 +217,20 @@ impl NodeCore {
             .cloned()
             .collect();
         let time_ms = self.unix_ms(now);
+        let mut learned = false;
         for up in new {
             let a = &up.architecture;
             self.architecture_version = a.version;
+            // Every node builds the same layout from the same finalized state; one it cannot
+            // build (a model it cannot hold) leaves it training the versions it has.
+            match crate::layout::Layout::of(&self.settings.model, a) {
+                Ok(l) => learned |= self.pipeline.learn_layout(l),
+                Err(e) => self.events.push_back(NodeEvent::Warning {
+                    stage: Some(self.stage),
+                    message: format!("architecture version {}: {e}", a.version),
+                    time_ms,
+                }),
+            }
             self.events.push_back(NodeEvent::Architecture {
                 epoch: up.epoch,
                 version: a.version,
@@ -231,6 +242,10 @@ impl NodeCore {
                 counted: up.counted,
                 time_ms,
             });
+        }
+        if learned {
+            let topics = self.topics();
+            self.transmits.push_back(Transmit::Subscribe { topics });
         }
     }
 

@@ -327,11 +327,9 @@ impl NodeCore {
         });
     }
 
+    /// What `stage` holds, in any version this node knows.
     pub(super) fn stage_spec(&self, stage: u16) -> Option<StageSpec> {
-        StageSpec::split(&self.settings.model, self.stages)
-            .ok()?
-            .get(usize::from(stage))
-            .copied()
+        self.pipeline.layouts().spec(usize::from(stage))
     }
 
     /// The weights of a reported job arrived (false: not a fetch of ours).

@@ -25,7 +25,7 @@ impl NodeCore {
         if hb.node != from
             || hb.network != self.network
             || hb.stage != topic
-            || !Topic::Heartbeat(topic).heard_by(self.stage, self.stages)
+            || !self.topics().contains(&Topic::Heartbeat(topic))
         {
             return;
         }
@@ -73,6 +73,11 @@ impl NodeCore {
             time_ms: self.unix_ms(now),
             every_ms: u32::try_from(self.heartbeat_every().as_millis()).unwrap_or(u32::MAX),
             leaving,
+            arch: self
+                .architecture()
+                .filter(|a| a.version > 0)
+                .map(crate::records::ArchView::of)
+                .unwrap_or_default(),
         };
         let data = Signed::sign(&self.identity, &hb).to_bytes();
         self.transmits.push_back(Transmit::Publish {
@@ -86,7 +91,7 @@ impl NodeCore {
                 step: self.pipeline.steps_done(),
                 queue: self.pipeline.queue_depth(),
                 peers: self.pipeline.peers.len(),
-                replicas: self.pipeline.peers.replica_counts(self.stages),
+                replicas: self.pipeline.peers.replica_counts(self.stage_count()),
                 net: None,
                 sync_round: self.rounds.syncer.round(),
                 theta: hex::encode(self.rounds.syncer.theta()),
@@ -383,7 +388,7 @@ impl NodeCore {
             })
             .collect();
         let ledger = self.economy.ledger();
-        let registered = (0..self.stages)
+        let registered = (0..self.stage_count())
             .filter_map(|s| u16::try_from(s).ok())
             .flat_map(|s| ledger.registered(s).map(move |n| (n.0, usize::from(s))))
             .take(MAX_NODES)
@@ -401,7 +406,7 @@ impl NodeCore {
             accounts.truncate(MAX_ACCOUNTS);
         }
         CoreSnapshot {
-            stages: self.stages,
+            stages: self.stage_count(),
             step: self.pipeline.steps_done(),
             sync_round: self.rounds.syncer.round(),
             ledger: self.ledger_summary(),

@@ -121,6 +121,11 @@ pub enum Inbound {
 /// What the transport must do.
 #[derive(Debug, Clone)]
 pub enum Transmit {
+    /// Hear exactly these topics from now on (the stages a node talks to changed: the network
+    /// grew a stage).
+    Subscribe {
+        topics: Vec<Topic>,
+    },
     /// Gossip signed bytes on a topic.
     Publish {
         topic: Topic,

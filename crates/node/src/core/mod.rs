@@ -143,7 +143,6 @@ pub struct NodeCore {
     me: NodeId,
     network: Hash32,
     stage: usize,
-    stages: usize,
     settings: NodeSettings,
     pipeline: Pipeline,
     rounds: RoundState,
@@ -194,7 +193,8 @@ impl NodeCore {
         let clock = Clock::new(cfg.start, cfg.start_unix_ms);
         let pcfg = PipelineConfig {
             stage: cfg.stage,
-            stages: s.stages,
+            layouts: cfg.layouts.clone(),
+            version_every: s.sync.every.max(1),
             model: s.model.clone(),
             micro_batches: s.micro_batches.max(1),
             queue_capacity: s.queue_capacity.max(1),
@@ -236,7 +236,6 @@ impl NodeCore {
             me,
             network: cfg.network,
             stage: cfg.stage,
-            stages: s.stages,
             tokens_per_mb: rows * s.seq as u64,
             settings: cfg.settings.clone(),
             clock,
@@ -333,7 +332,34 @@ impl NodeCore {
 
     /// The gossip topics this node must hear (the transport subscribes to exactly these).
     pub fn topics(&self) -> Vec<Topic> {
-        Topic::subscriptions(self.stage, self.stages)
+        let layouts = self.pipeline.layouts();
+        let mut heard = layouts.near(self.stage);
+        // A driver starts a new version only once every stage of it is live, so it hears
+        // the stages the network grew (few: the rest it never sends to).
+        if layouts.newest().is_first(self.stage) {
+            let genesis = layouts.oldest();
+            heard.extend(
+                layouts
+                    .stages()
+                    .into_iter()
+                    .filter(|s| !genesis.contains(*s)),
+            );
+        }
+        Topic::subscriptions(self.stage, &heard)
+    }
+
+    /// One more than the largest stage id of any version: how far per-stage tables reach.
+    pub fn stage_count(&self) -> usize {
+        self.pipeline
+            .layouts()
+            .stages()
+            .last()
+            .map_or(1, |s| s.saturating_add(1))
+    }
+
+    /// The stage orders of every version this node knows.
+    pub fn layouts(&self) -> &crate::layout::Layouts {
+        self.pipeline.layouts()
     }
 
     /// Live peers as the heartbeats tell (for the caller's start condition and reports).
@@ -565,15 +591,16 @@ impl NodeCore {
     /// Whether this stage and its neighbours each have `wait_replicas` live replicas.
     fn stages_ready(&self) -> bool {
         let want = self.settings.wait_replicas;
-        let counts = self.pipeline.peers.replica_counts(self.stages);
-        let first = self.stage.saturating_sub(1);
-        let last = self
-            .stage
-            .saturating_add(1)
-            .min(self.stages.saturating_sub(1));
-        (first..=last).all(|s| {
+        let newest = self.pipeline.layouts().newest();
+        let near = [
+            newest.prev(self.stage),
+            Some(self.stage),
+            newest.next(self.stage),
+        ];
+        near.into_iter().flatten().all(|s| {
             let me = usize::from(s == self.stage);
-            counts.get(s).copied().unwrap_or(0).saturating_add(me) >= want
+            let live = self.pipeline.peers.in_stage(s).count();
+            live.saturating_add(me) >= want
         })
     }
 

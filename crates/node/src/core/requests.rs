@@ -115,20 +115,20 @@ impl NodeCore {
     /// driver read them from: whoever forwards them cannot train in text of their own.
     fn check_targets(&self, msg: &Msg) -> Result<(), BatchError> {
         match msg {
-            Msg::Forward { mb, targets, .. } if self.stage + 1 == self.settings.stages => self
-                .data
-                .check_targets(&mb.origin, mb.step, self.settings.seq, targets),
+            Msg::Forward { mb, targets, .. }
+                if self.pipeline.layouts().newest().is_last(self.stage) =>
+            {
+                self.data
+                    .check_targets(&mb.origin, mb.step, self.settings.seq, targets)
+            }
             _ => Ok(()),
         }
     }
 
     /// Whether `from` may send `msg`: registered for the stage that sends this kind to us.
     fn sent_by_neighbour_stage(&self, from: NodeId, msg: &Msg) -> bool {
-        let sender = match msg {
-            Msg::Forward { .. } => self.stage.checked_sub(1),
-            Msg::Backward { .. } => self.stage.checked_add(1),
-        };
-        sender
+        self.pipeline
+            .sender_stage(msg)
             .and_then(|s| u16::try_from(s).ok())
             .is_some_and(|s| self.economy.ledger().is_registered(&from, s))
     }

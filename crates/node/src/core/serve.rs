@@ -65,7 +65,9 @@ struct Stream {
     max_tokens: usize,
     sample: SampleSpec,
     stop_token: Option<u32>,
-    /// Per stage: the inputs it was fed (replayed to a new replica), their positions, and the
+    /// The stage ids it crosses, in order (the architecture version it was opened under).
+    route: Vec<usize>,
+    /// Per stage of the route: the inputs it was fed (replayed to a new replica), their positions, and the
     /// replica holding the cache.
     history: Vec<Vec<Chunk>>,
     positions: Vec<u32>,
@@ -77,15 +79,17 @@ struct Stream {
 }
 
 impl Stream {
-    /// A stream of `prompt` through `stages` stages, nothing fed yet, free and sampling.
+    /// A stream of `prompt` through the stages of `route`, nothing fed yet, free and sampling.
     fn new(
         prompt: Vec<u32>,
         max_tokens: usize,
         sample: SampleSpec,
         stop_token: Option<u32>,
-        stages: usize,
+        route: Vec<usize>,
     ) -> Self {
+        let stages = route.len();
         Stream {
+            route,
             tokens: prompt,
             generated: 0,
             max_tokens,
@@ -200,7 +204,7 @@ impl NodeCore {
                 req.max_tokens,
                 sample,
                 req.stop_token,
-                self.stages,
+                self.serve_route(),
             )
         };
         Ok(self.launch(stream, now))
@@ -225,9 +229,25 @@ impl NodeCore {
         };
         let stream = Stream {
             score: Some(Scored { targets, nll: None }),
-            ..Stream::new(inputs, 1, greedy, None, self.stages)
+            ..Stream::new(inputs, 1, greedy, None, self.serve_route())
         };
         self.launch(stream, now)
+    }
+
+    /// The stages a new stream crosses: those of the newest version every stage of which
+    /// has a registered replica (a stage the network just grew may have none yet).
+    pub(super) fn serve_route(&self) -> Vec<usize> {
+        let ledger = self.economy.ledger();
+        let held = |s: usize| {
+            s == self.stage || u16::try_from(s).is_ok_and(|s| ledger.registered(s).next().is_some())
+        };
+        let layouts = self.pipeline.layouts();
+        layouts
+            .newest_first()
+            .find(|l| l.order().iter().all(|&s| held(s)))
+            .unwrap_or_else(|| layouts.oldest())
+            .order()
+            .to_vec()
     }
 
     /// Numbers `stream`, keeps it, and feeds its prompt to stage 0.
@@ -299,14 +319,17 @@ impl NodeCore {
             return;
         };
         let st = hop.stage;
+        let Some(&stage) = s.route.get(st) else {
+            return;
+        };
         let holder = s.holders[st].filter(|h| !hop.tried.contains(h));
         let choice = holder.map(|h| (h, false)).or_else(|| {
-            let me = (self.stage == st && !hop.tried.contains(&self.me)).then_some(self.me);
+            let me = (self.stage == stage && !hop.tried.contains(&self.me)).then_some(self.me);
             let live =
-                crate::router::candidates(&self.pipeline.peers, st, 1, &hop.tried, STEP_TIME);
+                crate::router::candidates(&self.pipeline.peers, stage, 1, &hop.tried, STEP_TIME);
             // Gossip is scoped to neighbouring stages, so far stages are known from the
             // ledger's registrations; a dead one fails over like any other.
-            let registered = u16::try_from(st).ok().and_then(|s16| {
+            let registered = u16::try_from(stage).ok().and_then(|s16| {
                 let all: Vec<NodeId> = self
                     .economy
                     .ledger()
@@ -320,7 +343,7 @@ impl NodeCore {
                 .map(|n| (n, true))
         });
         let Some((to, fresh)) = choice else {
-            self.end_stream(id, Err(StreamError::NoReplica(st)), now);
+            self.end_stream(id, Err(StreamError::NoReplica(stage)), now);
             return;
         };
         let s = self.serve.streams.get_mut(&id).expect("checked above");
@@ -330,7 +353,7 @@ impl NodeCore {
             (s.positions[st], Vec::new())
         };
         chunks.push(hop.input.clone());
-        let head = (st + 1 == self.stages).then(|| match &s.score {
+        let head = (st + 1 == s.route.len()).then(|| match &s.score {
             Some(sc) => Head::Score(sc.targets.clone()),
             None => Head::Sample(s.sample),
         });
@@ -378,15 +401,12 @@ impl NodeCore {
         answer: Result<InferReply, TransferError>,
         now: Instant,
     ) {
-        let (d, vocab, last) = (
-            self.settings.model.d_model,
-            self.settings.model.vocab,
-            self.stages - 1,
-        );
+        let (d, vocab) = (self.settings.model.d_model, self.settings.model.vocab);
         // Answers for streams that ended or hops given up on are dropped.
         let Some(s) = self.serve.streams.get_mut(&id) else {
             return;
         };
+        let last = s.route.len().saturating_sub(1);
         let Some(hop) = s.hop.clone().filter(|h| h.id == hop_id) else {
             return;
         };

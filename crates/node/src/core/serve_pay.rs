@@ -107,10 +107,11 @@ impl NodeCore {
         if entry != self.me {
             return Err(PaymentRefused::OtherEntry(entry));
         }
-        if usize::from(stages) != self.stages {
+        let route = self.serve_route().len();
+        if usize::from(stages) != route {
             return Err(PaymentRefused::Stages {
                 stages,
-                network: self.stages,
+                network: route,
             });
         }
         if per_stage == 0 || per_stage < limits.min_fee_per_stage {

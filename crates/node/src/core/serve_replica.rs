@@ -121,8 +121,8 @@ impl NodeCore {
             } => (stream, pos, chunks, head),
         };
         let model = &self.settings.model;
-        let embed = self.stage == 0;
-        let head = self.stage + 1 == self.stages;
+        let newest = self.pipeline.layouts().newest();
+        let (embed, head) = (newest.is_first(self.stage), newest.is_last(self.stage));
         let checked = chunk_rows(&chunks, embed, model.d_model, model.vocab).and_then(|rows| {
             let end = pos
                 .checked_add(rows)

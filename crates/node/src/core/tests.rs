@@ -128,6 +128,7 @@ pub(super) fn core_with(
             network: NETWORK,
             stage,
             spec,
+            layouts: crate::layout::Layouts::fixed(&s_model, stages).unwrap(),
             numel: 1000,
             steps_done: 0,
             sync_round: 0,
@@ -202,6 +203,7 @@ pub(super) fn heartbeat(from: &Identity, stage: u16) -> Vec<u8> {
         time_ms: 1_800_000_000_000,
         every_ms: 2_000,
         leaving: false,
+        arch: Default::default(),
     };
     Signed::sign(from, &hb).to_bytes()
 }

@@ -21,6 +21,16 @@ pub enum Refusal {
         batch: usize,
         seq: usize,
     },
+    #[error("stage {stage} is not part of architecture version {version}")]
+    NotInVersion { stage: usize, version: u32 },
+    #[error(
+        "micro-batch of step {step} under version {version}, after its driver ran version {newest}"
+    )]
+    OlderVersion {
+        version: u32,
+        newest: u32,
+        step: u64,
+    },
     #[error("target id {0} outside the vocabulary")]
     TargetOutsideVocabulary(u32),
     #[error("the last stage takes no gradient")]

@@ -10,8 +10,21 @@ use super::*;
 impl Pipeline {
     /// Sends (or re-sends) an outstanding micro-batch to the best replica not yet tried.
     pub(super) fn route(&mut self, mb: MicroBatchId, now: Instant) -> Vec<Action> {
-        let next = self.cfg.stage + 1;
         let Some(out) = self.outstanding.get_mut(&mb) else {
+            return Vec::new();
+        };
+        let version = match &out.msg {
+            Msg::Forward { version, .. } => *version,
+            Msg::Backward { .. } => 0,
+        };
+        // Versions are never forgotten and a stashed one is known; the last stage of a
+        // version has nowhere to send (it never sends forwards).
+        let Some(next) = self
+            .cfg
+            .layouts
+            .get(version)
+            .and_then(|l| l.next(self.cfg.stage))
+        else {
             return Vec::new();
         };
         let mut picks = router::candidates(

@@ -30,6 +30,15 @@ fn driver(micro_batches: usize) -> Pipeline {
     replica(0, 2, micro_batches)
 }
 
+/// Version 0 of a fixed network of `stages` stages (one block each at least).
+fn layouts(stages: usize) -> crate::layout::Layouts {
+    let m = ModelConfig {
+        layers: model().layers.max(stages),
+        ..model()
+    };
+    crate::layout::Layouts::fixed(&m, stages).unwrap()
+}
+
 /// Stage `stage` of `stages`.
 fn replica(stage: usize, stages: usize, micro_batches: usize) -> Pipeline {
     lagging(stage, stages, micro_batches, 0)
@@ -39,7 +48,8 @@ fn replica(stage: usize, stages: usize, micro_batches: usize) -> Pipeline {
 fn lagging(stage: usize, stages: usize, micro_batches: usize, weight_lag: u64) -> Pipeline {
     let cfg = PipelineConfig {
         stage,
-        stages,
+        layouts: layouts(stages),
+        version_every: 1,
         model: model(),
         micro_batches,
         queue_capacity: 8,
@@ -181,6 +191,7 @@ impl World {
             time_ms: 0,
             every_ms: 2_000,
             leaving: false,
+            arch: Default::default(),
         };
         self.p.peers.on_heartbeat(peer, &hb, self.now);
     }
@@ -321,6 +332,7 @@ fn forward_from(origin: u8, step: u64, index: u32) -> Msg {
             step,
             index,
         },
+        version: 0,
         input: Payload::Hidden(
             act_codec::pack(
                 &Activations {
@@ -560,3 +572,6 @@ fn a_lagging_stage_never_runs_a_later_steps_backward_before_the_current_step() {
     assert_consistent(&w.ran, 2, 1);
     assert_eq!(w.answers.len(), 12, "every sender gets its gradient");
 }
+
+#[path = "version_tests.rs"]
+mod versions;

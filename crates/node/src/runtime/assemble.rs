@@ -69,6 +69,7 @@ pub(super) fn core(
             network,
             stage: s.stage,
             spec: s.spec,
+            layouts: s.layouts.clone(),
             numel: s.numel,
             steps_done: s.steps_done,
             sync_round: s.sync_round,

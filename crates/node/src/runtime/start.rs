@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use neuroshard_data::Genesis;
-use neuroshard_model::{AdamW, AdamWConfig, ModelError, Stage, StageSpec, checkpoint};
+use neuroshard_model::{AdamW, AdamWConfig, ModelConfig, ModelError, Stage, StageSpec, checkpoint};
 use neuroshard_net::{Net, NetEvent, NetEvents};
 use neuroshard_proof::{Hash32, Identity, NodeId};
 
@@ -30,6 +30,8 @@ pub struct Started {
     pub sync_theta: Hash32,
     pub numel: usize,
     pub spec: StageSpec,
+    /// The stage orders known at start.
+    pub layouts: crate::layout::Layouts,
     pub peers: PeerTable,
     /// Network events heard while listening, for the core.
     pub pending: Vec<NetEvent>,
@@ -48,6 +50,8 @@ pub async fn start(
     network: &crate::network::Network,
 ) -> Result<Started, NodeError> {
     let specs = StageSpec::split(&settings.model, settings.stages)?;
+    let mut layouts = crate::layout::Layouts::fixed(&settings.model, settings.stages)
+        .map_err(|e| NodeError::Config(e.to_string()))?;
     let ckpt_dir = settings.data_dir.join(CHECKPOINT_DIR);
     let latest = compute::latest_checkpoint(&ckpt_dir);
     let saved = latest.as_deref().map(|d| Saved {
@@ -59,19 +63,20 @@ pub async fn start(
         network: network.id,
         genesis: network.signed.clone(),
         model: settings.model.clone(),
-        specs: specs.clone(),
+        specs,
         stage: settings.stage,
         need: settings.stage_memory()?,
         budget: settings.memory_budget,
         settle: Duration::from_millis(settings.settle_ms),
         sync: settings.sync.every > 0,
         saved,
+        grows: settings.growth.is_some(),
+        overhead: settings.replica_overhead(),
     };
     let mut machine = Startup::new(cfg, Instant::now(), now_ms());
     let mut io = StartIo {
         settings,
         net,
-        specs,
         latest,
         optim: settings.adamw(),
         dcfg: settings
@@ -105,6 +110,9 @@ pub async fn start(
             Err(_) => machine.handle_timeout(Instant::now()),
         }
     };
+    if let Some(l) = decision.layout.clone() {
+        layouts.insert(l);
+    }
     let Some(state) = io.state else {
         return Err(NodeError::Config("start-up ended without a stage".into()));
     };
@@ -139,6 +147,7 @@ pub async fn start(
         sync_theta,
         numel,
         spec,
+        layouts,
         peers: decision.peers,
         pending,
         hint: decision.hint,
@@ -173,7 +182,6 @@ struct State {
 struct StartIo<'a> {
     settings: &'a NodeSettings,
     net: &'a Net,
-    specs: Vec<StageSpec>,
     latest: Option<PathBuf>,
     optim: AdamWConfig,
     dcfg: DilocoConfig,
@@ -206,7 +214,8 @@ impl StartIo<'_> {
                 self.net.learn_key(key.as_bytes());
             }
             Request::Load { stage, init } => {
-                let result = self.load(stage, init)?;
+                let held = m.stage_model(stage);
+                let result = self.load(stage, init, held)?;
                 m.handle_loaded(result, Instant::now());
             }
             Request::FetchBlob { peer, hash, max } => {
@@ -231,16 +240,18 @@ impl StartIo<'_> {
 
     /// Builds the stage's state; a checkpoint that cannot be read is the machine's to judge,
     /// a fresh stage that cannot be built ends the node.
-    fn load(&mut self, stage: usize, init: Init) -> Result<Result<Local, ModelError>, NodeError> {
-        let spec = self
-            .specs
-            .get(stage)
-            .copied()
-            .ok_or_else(|| NodeError::Config(format!("stage {stage} does not exist")))?;
+    fn load(
+        &mut self,
+        stage: usize,
+        init: Init,
+        held: Option<(ModelConfig, StageSpec, bool)>,
+    ) -> Result<Result<Local, ModelError>, NodeError> {
+        let (model, spec, born) =
+            held.ok_or_else(|| NodeError::Config(format!("stage {stage} does not exist")))?;
         let state = match (init, self.latest.as_deref()) {
             (Init::Resume, Some(dir)) => match checkpoint::load(dir) {
                 // The files may have changed since the machine read their metadata.
-                Ok(ck) if ck.meta.stage != spec || ck.meta.model != self.settings.model => {
+                Ok(ck) if ck.meta.stage != spec || ck.meta.model != model => {
                     let why = "it now holds another model or stage";
                     return Ok(Err(ModelError::Checkpoint(why.into())));
                 }
@@ -251,7 +262,17 @@ impl StartIo<'_> {
                 return Ok(Err(ModelError::Checkpoint("no checkpoint".into())));
             }
             (Init::Fresh, _) => {
-                let stage = Stage::init(self.settings.model.clone(), spec, self.settings.seed)?;
+                // A stage the network grew starts as identity blocks: the grown model computes
+                // what the old one did until the stage trains.
+                let stage = if born {
+                    neuroshard_model::grow_pipeline::identity_blocks(
+                        model,
+                        spec,
+                        self.settings.seed,
+                    )?
+                } else {
+                    Stage::init(model, spec, self.settings.seed)?
+                };
                 let optimizer = AdamW::new(self.optim.clone(), stage.params());
                 let diloco = Diloco::new(self.dcfg.clone(), stage.params())
                     .map_err(|e| NodeError::Config(e.to_string()))?;

@@ -54,6 +54,8 @@ fn config(stages: usize) -> StartupConfig {
         settle: SETTLE,
         sync: true,
         saved: None,
+        grows: false,
+        overhead: 0,
     }
 }
 
@@ -125,6 +127,7 @@ fn heartbeat(signer: &Identity, network: Hash32, stage: u16) -> Vec<u8> {
         time_ms: UNIX,
         every_ms: 2_000,
         leaving: false,
+        arch: Default::default(),
     };
     Signed::sign(signer, &hb).to_bytes()
 }
@@ -328,6 +331,7 @@ fn heartbeats_count_only_when_signed_by_their_author_for_our_network() {
         time_ms: UNIX,
         every_ms: 2_000,
         leaving: false,
+        arch: Default::default(),
     };
     m.handle_gossip(a.node_id(), &Signed::sign(&a, &naming_b).to_bytes(), t0);
     m.handle_gossip(a.node_id(), &heartbeat(&a, [9; 32], 0), t0);

@@ -129,6 +129,7 @@ mod tests {
                     step: 5,
                     index: 6,
                 },
+                version: 0,
                 input: Payload::Tokens(Tokens {
                     batch: 1,
                     seq: 2,

@@ -88,6 +88,8 @@ impl Sim {
             settle: std::time::Duration::from_millis(s.settle_ms),
             sync: s.sync.every > 0,
             saved: None,
+            grows: s.growth.is_some(),
+            overhead: s.replica_overhead(),
         })
     }
 

@@ -71,6 +71,13 @@ impl Sim {
             ecfg,
             self.nodes[i].disk.clone(),
         );
+        let layouts = match neuroshard_node::layout::Layouts::fixed(
+            &self.settings.model,
+            self.settings.stages,
+        ) {
+            Ok(l) => l,
+            Err(e) => return self.cannot_start(i, &e.to_string()),
+        };
         let mut settings = self.settings.clone();
         settings.data_dir = format!("sim/{i}").into();
         let core = NodeCore::new(
@@ -80,6 +87,7 @@ impl Sim {
                 network: self.network,
                 stage,
                 spec: engine.spec(),
+                layouts,
                 numel: engine.numel(),
                 steps_done: steps,
                 sync_round: round,
