@@ -354,5 +354,7 @@ async fn run_node(mut settings: NodeSettings) -> Result<()> {
     let result =
         neuroshard_node::runtime::run_serving(settings, Some(commands), Some(telemetry)).await;
     api.abort();
-    Ok(result?)
+    // A node serving the API never moves stage (`core/migrate.rs`), so it only stops.
+    result?;
+    Ok(())
 }

@@ -227,6 +227,14 @@ pub enum NodeEvent {
         counted: u64,
         time_ms: u64,
     },
+    /// This replica leaves `from` to hold `to`, a stage the network grew that nobody holds
+    /// (see `core/migrate.rs`): it checkpoints, stops and starts again in the new stage.
+    Moving {
+        from: usize,
+        to: usize,
+        version: u32,
+        time_ms: u64,
+    },
     /// Anti-entropy brought proofs this ledger lacked.
     LedgerSync {
         peer: String,
@@ -315,6 +323,7 @@ impl NodeEvent {
             NodeEvent::LedgerSync { .. } => "ledger_sync",
             NodeEvent::Finalized { .. } => "finalized",
             NodeEvent::Architecture { .. } => "architecture",
+            NodeEvent::Moving { .. } => "moving",
             NodeEvent::Parked { .. } => "parked",
             NodeEvent::Audit { .. } => "audit",
             NodeEvent::Jury { .. } => "jury",

@@ -237,9 +237,10 @@ impl Layouts {
         Layout::fixed(model, stages).map(Self::new)
     }
 
-    /// Adds a version; whether it was new.
+    /// Adds a version, or replaces a different one of the same number (a joiner's guess from
+    /// heartbeats gives way to its own finalized ledger); whether anything changed.
     pub fn insert(&mut self, layout: Layout) -> bool {
-        if self.by_version.contains_key(&layout.version) {
+        if self.by_version.get(&layout.version) == Some(&layout) {
             return false;
         }
         self.by_version.insert(layout.version, layout);

@@ -77,10 +77,25 @@ async fn next_cmd(serve: &mut Option<mpsc::Receiver<ServeCmd>>) -> Option<ServeC
     }
 }
 
+/// How a node's run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    /// Ctrl-C or SIGTERM: it announced its departure and checkpointed.
+    Stopped,
+    /// It left its stage to hold `stage`, one the network grew (see `core/migrate.rs`):
+    /// start it again there.
+    Move { stage: usize },
+}
+
 /// Runs a node until Ctrl-C or SIGTERM; then it announces its departure, checkpoints its
-/// stage and exits.
-pub async fn run(settings: NodeSettings) -> Result<(), NodeError> {
-    run_serving(settings, None, None).await
+/// stage and exits. A node that moves to a stage the network grew starts again there.
+pub async fn run(mut settings: NodeSettings) -> Result<(), NodeError> {
+    loop {
+        match run_serving(settings.clone(), None, None).await? {
+            Exit::Stopped => return Ok(()),
+            Exit::Move { stage } => settings.stage = Some(stage),
+        }
+    }
 }
 
 /// Runs a node that also serves the streams its handle's front end opens, and folds its
@@ -89,7 +104,7 @@ pub async fn run_serving(
     mut settings: NodeSettings,
     mut serve: Option<mpsc::Receiver<ServeCmd>>,
     telemetry: Option<Telemetry>,
-) -> Result<(), NodeError> {
+) -> Result<Exit, NodeError> {
     std::fs::create_dir_all(&settings.data_dir)
         .map_err(|e| NodeError::io(&settings.data_dir, e))?;
     let identity = Identity::load_or_create(&settings.data_dir.join(neuroshard_proof::KEY_FILE))?;
@@ -170,6 +185,9 @@ pub async fn run_serving(
     let mut int = signal(tokio::signal::unix::SignalKind::interrupt())?;
     let result = loop {
         driver.flush(&mut core);
+        if core.moving().is_some() && driver.stopping.is_none() {
+            driver.stop(&mut core);
+        }
         let wake = core
             .poll_timeout()
             .unwrap_or_else(|| Instant::now() + Duration::from_secs(1));
@@ -183,7 +201,10 @@ pub async fn run_serving(
                 let saved = matches!(out, EngineOutput::Saved(_));
                 core.handle_engine_done(token, out, Instant::now());
                 if saved && driver.stopping == Some(token) {
-                    break Ok(());
+                    break Ok(match core.moving() {
+                        Some(stage) => Exit::Move { stage },
+                        None => Exit::Stopped,
+                    });
                 }
             }
             Some(done) = done_rx.recv() => core.handle_message(done.from, done.inbound, Instant::now()),

@@ -41,6 +41,7 @@ fn time_of(ev: &NodeEvent) -> u64 {
         | LedgerSync { time_ms, .. }
         | Finalized { time_ms, .. }
         | Architecture { time_ms, .. }
+        | Moving { time_ms, .. }
         | Parked { time_ms, .. }
         | Audit { time_ms, .. }
         | Jury { time_ms, .. }

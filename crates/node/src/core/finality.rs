@@ -195,6 +195,7 @@ impl NodeCore {
             self.on_new_beacon(now);
         }
         self.report_architecture(now);
+        self.consider_move(now);
     }
 
     /// Reports each upgrade the finalized state took since the last report (epochs fetched
@@ -246,6 +247,21 @@ impl NodeCore {
         if learned {
             let topics = self.topics();
             self.transmits.push_back(Transmit::Subscribe { topics });
+            // A joiner that took a version from lying heartbeats holds a stage the network
+            // does not have: nobody routes to it, and it says so.
+            let newest = self.pipeline.layouts().newest();
+            if !newest.contains(self.stage) {
+                self.events.push_back(NodeEvent::Warning {
+                    stage: Some(self.stage),
+                    message: format!(
+                        "stage {} is not part of the network's architecture version {}; \
+                         this node gets no work (restart it to choose again)",
+                        self.stage,
+                        newest.version()
+                    ),
+                    time_ms,
+                });
+            }
         }
     }
 

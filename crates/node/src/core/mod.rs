@@ -28,6 +28,7 @@ pub(crate) mod fraud_tests;
 mod gossip;
 mod io;
 mod jury;
+mod migrate;
 #[cfg(test)]
 mod jury_tests;
 mod paced;
@@ -184,6 +185,8 @@ pub struct NodeCore {
     architecture_version: u32,
     /// Measures the training throughput this node announces.
     meter: capacity::Meter,
+    /// The stage this node leaves for (see `migrate.rs`).
+    moving: Option<usize>,
 }
 
 impl NodeCore {
@@ -271,6 +274,7 @@ impl NodeCore {
             finality: None,
             architecture_version: 0,
             meter: capacity::Meter::default(),
+            moving: None,
         };
         core.serve_stored_verdict_weights();
         core.start_finality(start);

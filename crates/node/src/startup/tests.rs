@@ -701,3 +701,6 @@ proptest::proptest! {
         proptest::prop_assert!(m.poll_outcome().is_none());
     }
 }
+
+#[path = "grown_tests.rs"]
+mod grown;

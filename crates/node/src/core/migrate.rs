@@ -1,0 +1,148 @@
+//! Existing replicas move to a stage the network grew.
+//!
+//! The replicas whose joins triggered an upgrade chose their stages before it: the new stage
+//! starts empty, and drivers keep training the old version until someone holds it. Every node
+//! ranks the same candidates from its ledger: registered replicas of stages that keep at least
+//! one other replica, the most replicated stages first, then by a hash of (version, new
+//! stage, node) that no one picks. The first candidate moves at once; each later one moves
+//! only if the stage is still empty [`MOVE_GRACE_EPOCHS`] finalized epochs per rank after the
+//! upgrade, so a candidate that is down, or serves the HTTP API and stays, delays the move
+//! without blocking it. A mover checkpoints, stops, and starts again in the new stage (the
+//! runtime restarts it), where it starts as identity blocks or borrows a holder's θ₀.
+
+use std::cmp::Reverse;
+use std::time::Instant;
+
+use neuroshard_proof::NodeId;
+
+use super::NodeCore;
+use crate::events::NodeEvent;
+
+/// Finalized epochs a new stage waits for each better-ranked candidate to move.
+pub const MOVE_GRACE_EPOCHS: u64 = 5;
+
+/// Where each candidate stands for the move into `stage` of `version`: best first.
+pub fn move_ranking(
+    version: u32,
+    stage: usize,
+    replicas: &[(usize, Vec<NodeId>)],
+) -> Vec<NodeId> {
+    let mut ranked: Vec<(Reverse<usize>, [u8; 32], NodeId)> = replicas
+        .iter()
+        .filter(|(s, nodes)| *s != stage && nodes.len() >= 2)
+        .flat_map(|(s, nodes)| {
+            nodes.iter().map(move |n| {
+                let mut h = blake3::Hasher::new();
+                h.update(b"neuroshard/move/v1");
+                h.update(&version.to_le_bytes());
+                h.update(&(*s as u64).to_le_bytes());
+                h.update(&(stage as u64).to_le_bytes());
+                h.update(&n.0);
+                (Reverse(nodes.len()), *h.finalize().as_bytes(), *n)
+            })
+        })
+        .collect();
+    ranked.sort();
+    ranked.dedup_by_key(|r| r.2);
+    ranked.into_iter().map(|r| r.2).collect()
+}
+
+impl NodeCore {
+    /// The stage this node is leaving for, once it decided to move.
+    pub fn moving(&self) -> Option<usize> {
+        self.moving
+    }
+
+    /// Looks, after each finalized epoch, whether this node is the one to hold an empty stage
+    /// of the newest version.
+    pub(super) fn consider_move(&mut self, now: Instant) {
+        // A node serving the HTTP API keeps its place (its front end lives in this process).
+        if self.moving.is_some() || self.settings.http.is_some() {
+            return;
+        }
+        let Some(growth) = self
+            .finality
+            .as_ref()
+            .and_then(|f| f.finalized_state().growth())
+        else {
+            return;
+        };
+        let Some(upgrade) = growth.history.last() else {
+            return;
+        };
+        let since = growth.epochs.saturating_sub(upgrade.epoch);
+        let newest = self.pipeline.layouts().newest();
+        if newest.version() != upgrade.architecture.version || !newest.contains(self.stage) {
+            return;
+        }
+        let ledger = self.economy.ledger();
+        let replicas: Vec<(usize, Vec<NodeId>)> = newest
+            .order()
+            .iter()
+            .filter_map(|&s| {
+                let id = u16::try_from(s).ok()?;
+                Some((s, ledger.registered(id).collect()))
+            })
+            .collect();
+        let Some(empty) = replicas
+            .iter()
+            .find(|(_, nodes)| nodes.is_empty())
+            .map(|(s, _)| *s)
+        else {
+            return;
+        };
+        let version = newest.version();
+        let ranking = move_ranking(version, empty, &replicas);
+        let Some(rank) = ranking.iter().position(|n| *n == self.me) else {
+            return;
+        };
+        if since < (rank as u64).saturating_mul(MOVE_GRACE_EPOCHS) {
+            return;
+        }
+        self.moving = Some(empty);
+        let time_ms = self.unix_ms(now);
+        self.events.push_back(NodeEvent::Moving {
+            from: self.stage,
+            to: empty,
+            version,
+            time_ms,
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn n(i: u8) -> NodeId {
+        NodeId([i; 32])
+    }
+
+    #[test]
+    fn movers_come_from_the_most_replicated_stages_and_never_empty_one() {
+        let replicas = vec![
+            (0, vec![n(1), n(2), n(3)]),
+            (1, vec![n(4)]),
+            (3, vec![]),
+            (2, vec![n(5), n(6)]),
+        ];
+        let ranking = move_ranking(1, 3, &replicas);
+        assert_eq!(ranking.len(), 5, "stage 1's only replica never moves");
+        assert!(!ranking.contains(&n(4)));
+        let first: Vec<NodeId> = ranking[..3].to_vec();
+        for i in 1..=3 {
+            assert!(first.contains(&n(i)), "stage 0 (three replicas) goes first");
+        }
+        // The same inputs rank alike in any order; another version ranks anew.
+        let mut shuffled = replicas.clone();
+        shuffled.reverse();
+        assert_eq!(move_ranking(1, 3, &shuffled), ranking);
+        assert!((2..10).any(|v| move_ranking(v, 3, &replicas)[..3] != ranking[..3]));
+    }
+
+    #[test]
+    fn no_stage_with_a_single_replica_gives_one() {
+        let replicas = vec![(0, vec![n(1)]), (2, vec![]), (1, vec![n(2)])];
+        assert!(move_ranking(1, 2, &replicas).is_empty());
+    }
+}
