@@ -59,6 +59,11 @@ pub struct SwarmArgs {
     /// Start one more node once the drivers reach this step; it joins mid-run.
     #[arg(long)]
     join_at: Option<u64>,
+    /// Grow the model mid-run: once the drivers reach this step, two more nodes join, and
+    /// their joins (with `--grow-every`, by default every node that will have joined) make
+    /// the network's upgrade rule add a stage of identity blocks, which a replica moves to.
+    #[arg(long, conflicts_with = "join_at")]
+    grow_at: Option<u64>,
     /// After the drivers finish: wait up to this long for every ledger to agree.
     #[arg(long, default_value_t = 30)]
     settle_s: u64,
@@ -166,7 +171,17 @@ impl SwarmArgs {
             budgets: Default::default(),
             audit: self.sync.audit()?,
             epoch_ms: self.sync.epoch_ms,
-            growth: self.sync.growth()?,
+            growth: match (self.sync.growth()?, self.grow_at) {
+                (None, Some(_)) => {
+                    // Every node that will have joined: the joiners' registrations trigger it.
+                    let mut policy =
+                        neuroshard_growth::GrowthPolicy::depth(self.sync.grow_max_layers);
+                    policy.rule.every_joins = (self.nodes + GROW_JOINERS) as u64;
+                    policy.rule.min_gain_pct = self.sync.grow_min_gain;
+                    Some(policy)
+                }
+                (policy, _) => policy,
+            },
             capacity: self.sync.capacity(self.nodes),
         };
         let kill = self
@@ -183,7 +198,12 @@ impl SwarmArgs {
             lazy: self.lazy.clone(),
             withhold: self.withhold.clone(),
             attack: self.attack.clone(),
-            join_at: self.join_at,
+            join_at: self.join_at.or(self.grow_at),
+            joiners: if self.grow_at.is_some() {
+                GROW_JOINERS
+            } else {
+                1
+            },
             kill,
             settle: Duration::from_secs(self.settle_s),
             timeout: (self.timeout_s > 0).then(|| Duration::from_secs(self.timeout_s)),
@@ -196,6 +216,9 @@ impl SwarmArgs {
         Ok(cfg)
     }
 }
+
+/// Nodes that join at `--grow-at`.
+const GROW_JOINERS: usize = 2;
 
 /// Node lines before training, then a progress bar.
 #[derive(Default)]

@@ -20,6 +20,8 @@ pub mod shape;
 
 pub use claims::{Capacity, Claim, ClaimLimits};
 pub use error::GrowthError;
-pub use network::{Architecture, Evaluated, GrowthPolicy, NetworkGrowth, StageLayout, Upgrade};
+pub use network::{
+    Architecture, Evaluated, GrowthPolicy, MAX_STAGES, NetworkGrowth, StageLayout, Upgrade,
+};
 pub use scaler::{Candidates, Decision, ScalerConfig, Target, UpgradeRule, decide, target};
 pub use shape::Shape;

@@ -227,6 +227,15 @@ pub enum NodeEvent {
         counted: u64,
         time_ms: u64,
     },
+    /// A driver's steps from `step` on run under architecture version `version` (it moves
+    /// at a round boundary once every new stage of the version is held).
+    Driving {
+        step: u64,
+        version: u32,
+        /// (stage id, blocks) in pipeline order.
+        stages: Vec<(u16, u64)>,
+        time_ms: u64,
+    },
     /// This replica leaves `from` to hold `to`, a stage the network grew that nobody holds
     /// (see `core/migrate.rs`): it checkpoints, stops and starts again in the new stage.
     Moving {
@@ -324,6 +333,7 @@ impl NodeEvent {
             NodeEvent::Finalized { .. } => "finalized",
             NodeEvent::Architecture { .. } => "architecture",
             NodeEvent::Moving { .. } => "moving",
+            NodeEvent::Driving { .. } => "driving",
             NodeEvent::Parked { .. } => "parked",
             NodeEvent::Audit { .. } => "audit",
             NodeEvent::Jury { .. } => "jury",

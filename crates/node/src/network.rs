@@ -147,6 +147,13 @@ impl Protocol {
                 "a growing network needs untied embeddings (the scaler counts both)".into(),
             )));
         }
+        if self.stages < 2 {
+            return Err(NetworkError::Growth(GrowthError::Config(
+                "a growing network needs at least two stages (new blocks form a stage between \
+                 the embedding's and the head's)"
+                    .into(),
+            )));
+        }
         let shape = shape_of(m);
         let split = neuroshard_model::StageSpec::split(m, self.stages)?;
         let layers: Vec<u64> = split

@@ -347,7 +347,28 @@ impl Pipeline {
     pub fn on_batch(&mut self, step: u64, batch: Batch, windows: Vec<TargetWindow>) -> Vec<Action> {
         let parts = batch.split_rows(self.cfg.micro_batches);
         let tokens = (batch.batch * batch.seq) as u64;
+        let before = self.driving;
         let version = self.version_for(step);
+        let mut actions = Vec::new();
+        if version != before
+            && let Some(l) = self.cfg.layouts.get(version)
+        {
+            let stages = l
+                .order()
+                .iter()
+                .filter_map(|&s| {
+                    let id = u16::try_from(s).ok()?;
+                    let spec = l.spec(s)?;
+                    Some((id, (spec.end_layer - spec.first_layer) as u64))
+                })
+                .collect();
+            actions.push(Action::Event(NodeEvent::Driving {
+                step,
+                version,
+                stages,
+                time_ms: self.cfg.clock.unix_ms(Instant::now()),
+            }));
+        }
         self.driver_steps.insert(step, (Vec::new(), tokens));
         let now = Instant::now();
         let mut row = 0;
@@ -368,7 +389,7 @@ impl Pipeline {
                 Targets::new(part.targets, windows.get(rows).unwrap_or_default().to_vec());
             self.admit(mb, version, input, targets, None, now);
         }
-        let mut actions = self.dispatch();
+        actions.extend(self.dispatch());
         actions.extend(self.ask_batches());
         actions
     }

@@ -134,7 +134,7 @@ pub async fn run_serving(
     .await?;
 
     let (store, economy) = assemble::ledger(&settings, &identity, &the_network)?;
-    let ready = assemble::ready(&settings, &identity, network, &net, &s, &addrs);
+    let ready = assemble::ready(&identity, network, &net, &s, &addrs);
     let mut core = assemble::core(
         &settings, &identity, network, genesis, &mut s, &addrs, economy,
     );

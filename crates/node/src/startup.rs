@@ -12,6 +12,7 @@
 //! execute its requests and answer each one.
 
 mod grown;
+pub use grown::EXTRA_STAGE_IDS;
 mod join;
 #[cfg(test)]
 mod tests;

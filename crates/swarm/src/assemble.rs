@@ -19,10 +19,11 @@ pub struct Assembly {
     pub sources: BTreeMap<usize, String>,
 }
 
-/// Checkpoints of the replica of each stage with the most steps, from clean `stopped` events.
+/// Checkpoints of the replica of each of `stages` with the most steps, from clean `stopped`
+/// events.
 fn best_replicas(
     members: &[Member],
-    stages: usize,
+    stages: &[usize],
 ) -> Result<BTreeMap<usize, PathBuf>, SwarmError> {
     let mut best: BTreeMap<usize, (u64, PathBuf)> = BTreeMap::new();
     for m in members {
@@ -36,18 +37,36 @@ fn best_replicas(
         else {
             continue;
         };
+        if !stages.contains(stage) {
+            continue;
+        }
         let entry = best.entry(*stage).or_insert((0, PathBuf::new()));
         if entry.1.as_os_str().is_empty() || *step > entry.0 {
             *entry = (*step, PathBuf::from(checkpoint));
         }
     }
-    if best.len() != stages {
+    if best.len() != stages.len() {
         return Err(SwarmError::MissingStages {
             have: best.keys().copied().collect(),
-            stages,
+            stages: stages.len(),
         });
     }
     Ok(best.into_iter().map(|(s, (_, p))| (s, p)).collect())
+}
+
+/// `model.layers.{block}.…` under the block's place in the pipeline; other names as they are.
+fn renamed(name: &str, place: &HashMap<usize, usize>) -> String {
+    const PREFIX: &str = "model.layers.";
+    let Some(rest) = name.strip_prefix(PREFIX) else {
+        return name.to_string();
+    };
+    let Some((block, tail)) = rest.split_once('.') else {
+        return name.to_string();
+    };
+    match block.parse::<usize>().ok().and_then(|b| place.get(&b)) {
+        Some(pos) => format!("{PREFIX}{pos}.{tail}"),
+        None => name.to_string(),
+    }
 }
 
 fn checkpoint_error(dir: &Path, message: impl ToString) -> SwarmError {
@@ -58,19 +77,72 @@ fn checkpoint_error(dir: &Path, message: impl ToString) -> SwarmError {
 }
 
 /// Merges the best replica of every stage into one checkpoint in `out`, with the tokenizer.
+/// A network that grew is assembled as the newest version a driver trained (`trained`: its
+/// version and stages in pipeline order as (id, blocks)): each stage's blocks keep the names
+/// of their stage id's range, so they are renamed to their place in the pipeline.
 pub fn assemble(
     members: &[Member],
     config: &ModelConfig,
     out: &Path,
     genesis: &Genesis,
     stages: usize,
+    trained: &[crate::architecture::Trained],
 ) -> Result<Assembly, SwarmError> {
-    let best = best_replicas(members, stages)?;
+    use neuroshard_node::layout::Layout;
+    let base = Layout::fixed(config, stages).map_err(|e| checkpoint_error(out, e))?;
+    // The growth history the checkpoint carries: per version trained, the blocks it added
+    // (those past the previous version's indices) at their places in its pipeline.
+    let mut layout = base;
+    let mut history = Vec::new();
+    for (version, step, order) in trained {
+        let view = neuroshard_node::records::ArchView {
+            version: *version,
+            stages: order
+                .iter()
+                .map(|&(id, b)| (id, u32::try_from(b).unwrap_or(u32::MAX)))
+                .collect(),
+        };
+        let next =
+            Layout::of(config, &view.architecture(config)).map_err(|e| checkpoint_error(out, e))?;
+        let from_layers = layout.model().layers;
+        history.push(neuroshard_model::grow::Growth {
+            step: *step,
+            from_layers,
+            to_layers: next.model().layers,
+            inserted: next
+                .block_order()
+                .iter()
+                .enumerate()
+                .filter(|(_, b)| **b >= from_layers)
+                .map(|(pos, _)| pos)
+                .collect(),
+            ffn: None,
+        });
+        layout = next;
+    }
+    let architecture = neuroshard_model::grow::Architecture {
+        version: u32::try_from(history.len()).unwrap_or(u32::MAX),
+        history,
+    };
+    let best = best_replicas(members, layout.order())?;
+    // Block `i` of the assembled model is block `block_order[i]` of the stages' names.
+    let place: HashMap<usize, usize> = layout
+        .block_order()
+        .into_iter()
+        .enumerate()
+        .map(|(pos, block)| (block, pos))
+        .collect();
+    let config = layout.model();
     let mut values: HashMap<String, Vec<f32>> = HashMap::new();
     let mut step = 0;
     for dir in best.values() {
         let ck = checkpoint::load(dir).map_err(|e| checkpoint_error(dir, e))?;
-        if ck.meta.model != *config {
+        // A stage's config is the genesis model deep enough for its block indices.
+        let same_model = ModelConfig {
+            layers: config.layers,
+            ..ck.meta.model.clone()
+        } == *config;
+        if !same_model {
             return Err(checkpoint_error(dir, "holds another model"));
         }
         step = step.max(ck.meta.step);
@@ -84,7 +156,7 @@ pub fn assemble(
             }
         }
         for (spec, v) in params.specs().iter().zip(params.values()) {
-            values.insert(spec.name.clone(), v.clone());
+            values.insert(renamed(&spec.name, &place), v.clone());
         }
     }
     let full = StageSpec::full(config);
@@ -112,8 +184,10 @@ pub fn assemble(
         "tokens": special,
         "dataset": { "root": hex::encode(genesis.root()), "name": genesis.manifest().name },
         "assembled_from": sources,
+        // The network's version (its growth history above counts only versions trained).
+        "network_architecture_version": trained.last().map_or(0, |t| t.0),
     });
-    let meta = checkpoint::save(out, &stage, None, step, extra)?;
+    let meta = checkpoint::save_with_architecture(out, &stage, None, step, &architecture, extra)?;
     let tokenizer = out.join(checkpoint::TOKENIZER_FILE);
     std::fs::copy(genesis.tokenizer_path(), &tokenizer)
         .map_err(|e| SwarmError::io(&tokenizer, e))?;

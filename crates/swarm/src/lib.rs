@@ -123,8 +123,10 @@ pub struct SwarmConfig {
     /// Withholding workers: nodes that serve no evidence of their jobs (see
     /// `AuditSettings::withhold`), for the committee's jurors' real-process test.
     pub withhold: Vec<usize>,
-    /// Start one more node once the drivers reach this step.
+    /// Start `joiners` more nodes once the drivers reach this step.
     pub join_at: Option<u64>,
+    /// How many nodes join at `join_at` (at least one when it is set).
+    pub joiners: usize,
     pub kill: Option<Kill>,
     /// After the drivers finish: how long to wait for every ledger to agree.
     pub settle: Duration,
@@ -195,7 +197,16 @@ impl SwarmConfig {
 
     /// The hostile process's slot: after the nodes (and the joiner).
     pub fn hostile_index(&self) -> usize {
-        self.nodes + usize::from(self.join_at.is_some())
+        self.nodes + self.joiner_count()
+    }
+
+    /// Nodes that join mid-run.
+    pub fn joiner_count(&self) -> usize {
+        if self.join_at.is_some() {
+            self.joiners.max(1)
+        } else {
+            0
+        }
     }
 }
 
@@ -286,6 +297,7 @@ pub fn run(
         &cfg.out,
         genesis,
         cfg.node.stages,
+        &swarm.report.architecture.trained(),
     )?;
     Ok(Outcome {
         report: swarm.report,
@@ -302,7 +314,7 @@ fn found_network(
     root: &Path,
 ) -> Result<(PathBuf, neuroshard_proof::Hash32), SwarmError> {
     use neuroshard_node::network::{FOUNDER_STAKE, Network, NetworkGenesis, Protocol};
-    let members = cfg.nodes + usize::from(cfg.join_at.is_some());
+    let members = cfg.nodes + cfg.joiner_count();
     let mut keys = Vec::with_capacity(members);
     for index in 0..members {
         let dir = root.join(format!("node-{index}"));
@@ -375,8 +387,17 @@ impl Swarm<'_> {
                 self.api = Some(http);
             }
             Line::Event(ev) => {
-                if let (NodeEvent::Ready { addrs, .. }, Some(m)) = (&ev, self.members.get_mut(i)) {
+                if let (NodeEvent::Ready { addrs, stage, .. }, Some(m)) =
+                    (&ev, self.members.get_mut(i))
+                {
                     m.addrs = addrs.clone();
+                    // A replica that moved to a stage the network grew is ready again there.
+                    if m.stage.is_some() {
+                        m.stage = Some(*stage);
+                    }
+                }
+                if let (NodeEvent::Moving { from, to, .. }, Some(_)) = (&ev, self.members.get(i)) {
+                    observer.note(&format!("node {i} moves from stage {from} to stage {to}"));
                 }
                 self.report.on_event(i, &ev)
             }
@@ -545,11 +566,16 @@ impl Swarm<'_> {
         if self.report.joiner.is_some() || self.report.max_driver_step() < at {
             return Ok(());
         }
-        let index = self.members.len();
-        let member = self.launch.member(index, self.bootstrap.as_deref())?;
-        self.members.push(member);
-        self.report.joiner = Some((index, now_ms()));
-        observer.note(&format!("node {index} joins at step {at}"));
+        for k in 0..self.cfg.joiner_count() {
+            let index = self.members.len();
+            let member = self.launch.member(index, self.bootstrap.as_deref())?;
+            self.members.push(member);
+            // The report follows the first joiner's catch-up.
+            if k == 0 {
+                self.report.joiner = Some((index, now_ms()));
+            }
+            observer.note(&format!("node {index} joins at step {at}"));
+        }
         Ok(())
     }
 }

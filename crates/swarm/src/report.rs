@@ -42,6 +42,7 @@ fn time_of(ev: &NodeEvent) -> u64 {
         | Finalized { time_ms, .. }
         | Architecture { time_ms, .. }
         | Moving { time_ms, .. }
+        | Driving { time_ms, .. }
         | Parked { time_ms, .. }
         | Audit { time_ms, .. }
         | Jury { time_ms, .. }
@@ -120,7 +121,7 @@ pub struct Report {
     /// Finality latencies (ms) every node measured for the epochs it took part in.
     finality_ms: Vec<f64>,
     /// A growing network's upgrades, per node.
-    architecture: crate::architecture::ArchitectureLog,
+    pub architecture: crate::architecture::ArchitectureLog,
 }
 
 impl Report {

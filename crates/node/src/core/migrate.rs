@@ -22,11 +22,7 @@ use crate::events::NodeEvent;
 pub const MOVE_GRACE_EPOCHS: u64 = 5;
 
 /// Where each candidate stands for the move into `stage` of `version`: best first.
-pub fn move_ranking(
-    version: u32,
-    stage: usize,
-    replicas: &[(usize, Vec<NodeId>)],
-) -> Vec<NodeId> {
+pub fn move_ranking(version: u32, stage: usize, replicas: &[(usize, Vec<NodeId>)]) -> Vec<NodeId> {
     let mut ranked: Vec<(Reverse<usize>, [u8; 32], NodeId)> = replicas
         .iter()
         .filter(|(s, nodes)| *s != stage && nodes.len() >= 2)
@@ -91,6 +87,12 @@ impl NodeCore {
         else {
             return;
         };
+        // A node that already holds the empty stage (its registration not final yet) stays,
+        // and only a registered replica of a stage that keeps another one may leave it.
+        let mine = replicas.iter().find(|(s, _)| *s == self.stage);
+        if empty == self.stage || !mine.is_some_and(|(_, n)| n.len() >= 2 && n.contains(&self.me)) {
+            return;
+        }
         let version = newest.version();
         let ranking = move_ranking(version, empty, &replicas);
         let Some(rank) = ranking.iter().position(|n| *n == self.me) else {

@@ -28,9 +28,9 @@ pub(crate) mod fraud_tests;
 mod gossip;
 mod io;
 mod jury;
-mod migrate;
 #[cfg(test)]
 mod jury_tests;
+mod migrate;
 mod paced;
 mod pull;
 #[cfg(test)]

@@ -90,7 +90,6 @@ pub(super) fn core(
 
 /// The event that says the node runs: who, where, and what start-up resumed.
 pub(super) fn ready(
-    settings: &NodeSettings,
     identity: &Identity,
     network: Hash32,
     net: &Net,
@@ -103,7 +102,12 @@ pub(super) fn ready(
         network: hex::encode(network),
         peer: Some(net.transport_id()),
         stage: s.stage,
-        role: Role::of(s.stage, settings.stages).name().into(),
+        role: {
+            let newest = s.layouts.newest();
+            Role::from_ends(newest.is_first(s.stage), newest.is_last(s.stage))
+                .name()
+                .into()
+        },
         addrs: addrs.iter().map(|a| a.to_string()).collect(),
         resumed_step: s.steps_done,
         model_hash: hex::encode(s.engine.model_hash()),

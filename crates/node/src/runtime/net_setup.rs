@@ -36,7 +36,14 @@ pub(super) fn net_config(
     cfg.request_burst = b.request_burst;
     cfg.request_timeout = settings.grad_timeout();
     // Every stage's heartbeats while the node chooses its stage; then only what it needs.
-    cfg.topics = Topic::all_heartbeats(settings.stages)
+    // A growing network's joiner also hears the stages it grew (ids after the genesis ones).
+    let heard = match settings.growth {
+        Some(_) => settings
+            .stages
+            .saturating_add(crate::startup::EXTRA_STAGE_IDS),
+        None => settings.stages,
+    };
+    cfg.topics = Topic::all_heartbeats(heard)
         .iter()
         .map(Topic::name)
         .collect();
@@ -45,7 +52,11 @@ pub(super) fn net_config(
     cfg.gossip_validator = Arc::new(validate_gossip);
     cfg.record_validator =
         Arc::new(|k: &[u8], v: &[u8], p: Option<&NodeId>| validate_record(k, v, p, now_ms()));
-    let stages = settings.stages;
+    // Stage ids a provider record may name: a growing network's new stages take fresh ids.
+    let stages = match settings.growth {
+        Some(_) => neuroshard_growth::MAX_STAGES,
+        None => settings.stages,
+    };
     cfg.provider_validator = Arc::new(move |key: &[u8], _provider: &NodeId| {
         crate::records::validate_provider_key(key, network.get(), stages)
     });

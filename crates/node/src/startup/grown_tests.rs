@@ -78,7 +78,10 @@ fn a_joiner_takes_the_new_stage_nobody_holds_and_starts_it_as_identity_blocks() 
     assert!(!spec.embed && !spec.head);
     assert_eq!(model.layers, 5);
     // The genesis stages are what they always were.
-    assert_eq!(m.stage_model(1), Some((super::model(), config(2).specs[1], false)));
+    assert_eq!(
+        m.stage_model(1),
+        Some((super::model(), config(2).specs[1], false))
+    );
 }
 
 #[test]
