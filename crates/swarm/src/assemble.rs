@@ -198,3 +198,51 @@ pub fn assemble(
         sources,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Version 1 of a 2-stage, 4-block model with a stage of 4 new blocks between the two:
+    /// the head's blocks 2 and 3 sit after the new ones (named 4 to 7) in the pipeline.
+    #[test]
+    fn blocks_are_renamed_to_their_place_in_the_grown_pipeline() {
+        let mut config = ModelConfig::tiny(64);
+        config.layers = 4;
+        let view = neuroshard_node::records::ArchView {
+            version: 1,
+            stages: vec![(0, 2), (2, 4), (1, 2)],
+        };
+        let layout = neuroshard_node::layout::Layout::of(&config, &view.architecture(&config))
+            .expect("layout");
+        let place: HashMap<usize, usize> = layout
+            .block_order()
+            .into_iter()
+            .enumerate()
+            .map(|(pos, block)| (block, pos))
+            .collect();
+        let r = |n: &str| renamed(n, &place);
+        assert_eq!(
+            r("model.layers.1.mlp.down_proj.weight"),
+            "model.layers.1.mlp.down_proj.weight"
+        );
+        assert_eq!(
+            r("model.layers.4.self_attn.o_proj.weight"),
+            "model.layers.2.self_attn.o_proj.weight"
+        );
+        assert_eq!(
+            r("model.layers.7.input_layernorm.weight"),
+            "model.layers.5.input_layernorm.weight"
+        );
+        assert_eq!(
+            r("model.layers.2.mlp.up_proj.weight"),
+            "model.layers.6.mlp.up_proj.weight"
+        );
+        assert_eq!(
+            r("model.layers.3.mlp.up_proj.weight"),
+            "model.layers.7.mlp.up_proj.weight"
+        );
+        assert_eq!(r("model.norm.weight"), "model.norm.weight");
+        assert_eq!(r("lm_head.weight"), "lm_head.weight");
+    }
+}
