@@ -447,6 +447,13 @@ mod tests {
         let fixed = Network::found(&founder, g.clone())?;
         assert!(fixed.ledger_genesis()?.growth.is_none());
         g.protocol.growth = Some(neuroshard_growth::GrowthPolicy::depth(16));
+        // New blocks form a stage between the embedding's and the head's: one stage cannot.
+        g.protocol.stages = 1;
+        assert!(matches!(
+            Network::found(&founder, g.clone()),
+            Err(NetworkError::Growth(_))
+        ));
+        g.protocol.stages = 2;
         let grows = Network::found(&founder, g.clone())?;
         let ledger = grows.ledger_genesis()?;
         let arch = &ledger.growth.as_ref().expect("growth").architecture;
