@@ -54,6 +54,16 @@ fn best_replicas(
     Ok(best.into_iter().map(|(s, (_, p))| (s, p)).collect())
 }
 
+/// Each block's place in the assembled model: block `block_order[i]` goes to place `i`.
+fn places(layout: &neuroshard_node::layout::Layout) -> HashMap<usize, usize> {
+    layout
+        .block_order()
+        .into_iter()
+        .enumerate()
+        .map(|(pos, block)| (block, pos))
+        .collect()
+}
+
 /// `model.layers.{block}.…` under the block's place in the pipeline; other names as they are.
 fn renamed(name: &str, place: &HashMap<usize, usize>) -> String {
     const PREFIX: &str = "model.layers.";
@@ -125,13 +135,7 @@ pub fn assemble(
         history,
     };
     let best = best_replicas(members, layout.order())?;
-    // Block `i` of the assembled model is block `block_order[i]` of the stages' names.
-    let place: HashMap<usize, usize> = layout
-        .block_order()
-        .into_iter()
-        .enumerate()
-        .map(|(pos, block)| (block, pos))
-        .collect();
+    let place = places(&layout);
     let config = layout.model();
     let mut values: HashMap<String, Vec<f32>> = HashMap::new();
     let mut step = 0;
@@ -215,12 +219,7 @@ mod tests {
         };
         let layout = neuroshard_node::layout::Layout::of(&config, &view.architecture(&config))
             .expect("layout");
-        let place: HashMap<usize, usize> = layout
-            .block_order()
-            .into_iter()
-            .enumerate()
-            .map(|(pos, block)| (block, pos))
-            .collect();
+        let place = places(&layout);
         let r = |n: &str| renamed(n, &place);
         assert_eq!(
             r("model.layers.1.mlp.down_proj.weight"),

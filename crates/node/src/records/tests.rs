@@ -411,3 +411,19 @@ fn fee_claims_are_forwarded_only_from_the_auditor_they_pay() {
         Validation::Reject
     );
 }
+
+/// A heartbeat's architecture view travels signed; a view listing more stages than any
+/// architecture may have is refused before anything is allocated for it.
+#[test]
+fn a_heartbeats_architecture_round_trips_and_an_oversized_one_is_refused() {
+    let id = Identity::generate();
+    let mut hb = heartbeat(&id);
+    hb.arch = ArchView {
+        version: 2,
+        stages: vec![(0, 2), (3, 1), (2, 4), (1, 2)],
+    };
+    let bytes = hb.to_canonical_bytes();
+    assert_eq!(Heartbeat::from_canonical_bytes(&bytes).unwrap(), hb);
+    hb.arch.stages = vec![(7, 1); MAX_VIEW_STAGES + 1];
+    assert!(Heartbeat::from_canonical_bytes(&hb.to_canonical_bytes()).is_err());
+}

@@ -41,14 +41,7 @@ fn choose(cfg: StartupConfig, beats: &[(u8, u16, ArchView)]) -> (Startup, Reques
     let t0 = Instant::now();
     let mut m = Startup::new(cfg, t0, UNIX);
     drain(&mut m);
-    m.handle_record(NETWORK_KEY, Vec::new(), t0);
-    let asked: Vec<usize> = drain(&mut m)
-        .into_iter()
-        .filter_map(|r| match r {
-            Request::GetProviders { stage, .. } => Some(stage),
-            _ => None,
-        })
-        .collect();
+    let asked = providers_asked(&mut m, t0);
     for (i, stage, arch) in beats {
         let id = test_identity(u64::from(*i));
         m.handle_gossip(id.node_id(), &beat_with(&id, *stage, arch.clone()), t0);

@@ -90,19 +90,24 @@ fn listening(cfg: StartupConfig, providers: &[Vec<NodeId>]) -> (Startup, Instant
             key: NETWORK_KEY.to_vec()
         }]
     );
-    m.handle_record(NETWORK_KEY, Vec::new(), t0);
-    let asked: Vec<usize> = drain(&mut m)
-        .into_iter()
-        .filter_map(|r| match r {
-            Request::GetProviders { stage, .. } => Some(stage),
-            _ => None,
-        })
-        .collect();
+    let asked = providers_asked(&mut m, t0);
     assert_eq!(asked, (0..stages).collect::<Vec<_>>());
     for s in 0..stages {
         m.handle_providers(s, providers.get(s).cloned().unwrap_or_default(), t0);
     }
     (m, t0)
+}
+
+/// The network record is empty: the stages whose providers the machine then looks up.
+fn providers_asked(m: &mut Startup, t0: Instant) -> Vec<usize> {
+    m.handle_record(NETWORK_KEY, Vec::new(), t0);
+    drain(m)
+        .into_iter()
+        .filter_map(|r| match r {
+            Request::GetProviders { stage, .. } => Some(stage),
+            _ => None,
+        })
+        .collect()
 }
 
 /// Listens to the end of the settle period; returns the load request.
