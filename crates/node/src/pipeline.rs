@@ -302,15 +302,17 @@ impl Pipeline {
     }
 
     /// The stage that may send `msg` to us: the one before ours in the forward's version, or
-    /// the one we sent the micro-batch to.
+    /// the one after ours in the version of the micro-batch we sent. A gradient for a
+    /// micro-batch no longer here (answered elsewhere first) names the stage after ours in the
+    /// newest version that has one: the pipeline declines it without penalty.
     pub fn sender_stage(&self, msg: &Msg) -> Option<usize> {
         let me = self.cfg.stage;
         match msg {
             Msg::Forward { version, .. } => self.cfg.layouts.get(*version)?.prev(me),
-            Msg::Backward { mb, .. } => {
-                let version = self.stash.get(mb).map(|s| s.version)?;
-                self.cfg.layouts.get(version)?.next(me)
-            }
+            Msg::Backward { mb, .. } => match self.stash.get(mb) {
+                Some(s) => self.cfg.layouts.get(s.version)?.next(me),
+                None => self.cfg.layouts.newest_first().find_map(|l| l.next(me)),
+            },
         }
     }
 

@@ -107,6 +107,9 @@ fn a_middle_stage_routes_each_micro_batch_by_its_own_version() {
         assert_eq!(w.answer(0), Ack::Accepted);
     }
     assert!(w.penalties.is_empty(), "{:?}", w.penalties);
+    // A gradient for a micro-batch no longer here: the newest version's next stage.
+    let gone = gradient(&versioned(forward_from(1, 9, 0), 0));
+    assert_eq!(w.p.sender_stage(&gone), Some(3));
 }
 
 #[test]
