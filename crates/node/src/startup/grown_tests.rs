@@ -21,21 +21,6 @@ fn growing() -> StartupConfig {
     }
 }
 
-fn beat_with(signer: &Identity, stage: u16, arch: ArchView) -> Vec<u8> {
-    let hb = Heartbeat {
-        node: signer.node_id(),
-        network: NET,
-        stage,
-        step: 3,
-        queue: 0,
-        time_ms: UNIX,
-        every_ms: 2_000,
-        leaving: false,
-        arch,
-    };
-    Signed::sign(signer, &hb).to_bytes()
-}
-
 /// Listens (providers: `held[s]` for each stage id looked up), hears `beats`, settles.
 fn choose(cfg: StartupConfig, beats: &[(u8, u16, ArchView)]) -> (Startup, Request) {
     let t0 = Instant::now();
@@ -44,7 +29,11 @@ fn choose(cfg: StartupConfig, beats: &[(u8, u16, ArchView)]) -> (Startup, Reques
     let asked = providers_asked(&mut m, t0);
     for (i, stage, arch) in beats {
         let id = test_identity(u64::from(*i));
-        m.handle_gossip(id.node_id(), &beat_with(&id, *stage, arch.clone()), t0);
+        m.handle_gossip(
+            id.node_id(),
+            &heartbeat_naming(&id, NET, *stage, arch.clone()),
+            t0,
+        );
     }
     for s in asked {
         m.handle_providers(s, Vec::new(), t0);

@@ -123,6 +123,16 @@ fn node(i: u8) -> NodeId {
 }
 
 fn heartbeat(signer: &Identity, network: Hash32, stage: u16) -> Vec<u8> {
+    heartbeat_naming(signer, network, stage, Default::default())
+}
+
+/// A heartbeat whose sender names `arch` as its network's newest architecture.
+fn heartbeat_naming(
+    signer: &Identity,
+    network: Hash32,
+    stage: u16,
+    arch: crate::records::ArchView,
+) -> Vec<u8> {
     let hb = Heartbeat {
         node: signer.node_id(),
         network,
@@ -132,7 +142,7 @@ fn heartbeat(signer: &Identity, network: Hash32, stage: u16) -> Vec<u8> {
         time_ms: UNIX,
         every_ms: 2_000,
         leaving: false,
-        arch: Default::default(),
+        arch,
     };
     Signed::sign(signer, &hb).to_bytes()
 }
