@@ -7,7 +7,7 @@
 //! stage, node) that no one picks. The first candidate moves at once; each later one moves
 //! only if the stage is still empty [`MOVE_GRACE_EPOCHS`] finalized epochs per rank after the
 //! upgrade, so a candidate that is down, or serves the HTTP API and stays, delays the move
-//! without blocking it. A mover checkpoints, stops, and starts again in the new stage (the
+//! without blocking it. Several empty stages fill at once ([`move_plan`]). A mover checkpoints, stops, and starts again in the new stage (the
 //! runtime restarts it), where it starts as identity blocks or borrows a holder's θ₀.
 
 use std::cmp::Reverse;
@@ -41,6 +41,24 @@ pub fn move_ranking(version: u32, stage: usize, replicas: &[(usize, Vec<NodeId>)
     ranked.sort();
     ranked.dedup_by_key(|r| r.2);
     ranked.into_iter().map(|r| r.2).collect()
+}
+
+/// Who moves where when several stages are empty: for each empty stage in pipeline order,
+/// its candidates ranked ([`move_ranking`]), without the first choices of the stages before
+/// it, and counting each source stage without them (so concurrent moves never empty one).
+pub fn move_plan(version: u32, replicas: &[(usize, Vec<NodeId>)]) -> Vec<(usize, Vec<NodeId>)> {
+    let mut left: Vec<(usize, Vec<NodeId>)> = replicas.to_vec();
+    let mut plan = Vec::new();
+    for (empty, _) in replicas.iter().filter(|(_, nodes)| nodes.is_empty()) {
+        let ranking = move_ranking(version, *empty, &left);
+        if let Some(first) = ranking.first() {
+            for (_, nodes) in &mut left {
+                nodes.retain(|n| n != first);
+            }
+        }
+        plan.push((*empty, ranking));
+    }
+    plan
 }
 
 impl NodeCore {
@@ -80,27 +98,28 @@ impl NodeCore {
                 Some((s, ledger.registered(id).collect()))
             })
             .collect();
-        let Some(empty) = replicas
-            .iter()
-            .find(|(_, nodes)| nodes.is_empty())
-            .map(|(s, _)| *s)
-        else {
-            return;
-        };
-        // A node that already holds the empty stage (its registration not final yet) stays,
+        // A node that already holds an empty stage (its registration not final yet) stays,
         // and only a registered replica of a stage that keeps another one may leave it.
+        let holds_empty = replicas
+            .iter()
+            .any(|(s, nodes)| nodes.is_empty() && *s == self.stage);
         let mine = replicas.iter().find(|(s, _)| *s == self.stage);
-        if empty == self.stage || !mine.is_some_and(|(_, n)| n.len() >= 2 && n.contains(&self.me)) {
+        if holds_empty || !mine.is_some_and(|(_, n)| n.len() >= 2 && n.contains(&self.me)) {
             return;
         }
         let version = newest.version();
-        let ranking = move_ranking(version, empty, &replicas);
-        let Some(rank) = ranking.iter().position(|n| *n == self.me) else {
+        // The first empty stage whose turn for this node has come.
+        let due = move_plan(version, &replicas)
+            .into_iter()
+            .find(|(_, ranking)| {
+                ranking
+                    .iter()
+                    .position(|n| *n == self.me)
+                    .is_some_and(|rank| since >= (rank as u64).saturating_mul(MOVE_GRACE_EPOCHS))
+            });
+        let Some((empty, _)) = due else {
             return;
         };
-        if since < (rank as u64).saturating_mul(MOVE_GRACE_EPOCHS) {
-            return;
-        }
         self.moving = Some(empty);
         let time_ms = self.unix_ms(now);
         self.events.push_back(NodeEvent::Moving {
@@ -140,6 +159,43 @@ mod tests {
         shuffled.reverse();
         assert_eq!(move_ranking(1, 3, &shuffled), ranking);
         assert!((2..10).any(|v| move_ranking(v, 3, &replicas)[..3] != ranking[..3]));
+    }
+
+    /// Two new stages: each gets its own first mover, and the two never come from a stage
+    /// that they would leave empty together.
+    #[test]
+    fn several_empty_stages_fill_at_once_without_emptying_a_source() {
+        let replicas = vec![
+            (0, vec![n(1), n(2), n(3)]),
+            (3, vec![]),
+            (4, vec![]),
+            (1, vec![n(4), n(5)]),
+            (2, vec![n(6)]),
+        ];
+        let plan = move_plan(2, &replicas);
+        assert_eq!(plan.iter().map(|(s, _)| *s).collect::<Vec<_>>(), [3, 4]);
+        let (a, b) = (plan[0].1[0], plan[1].1[0]);
+        assert_ne!(a, b, "one node cannot fill both");
+        assert!(
+            !plan[1].1.contains(&a),
+            "the first stage's mover is not counted again"
+        );
+        // Stage 1 keeps a replica: at most one of its two moves first.
+        let from_one = [a, b].iter().filter(|m| [n(4), n(5)].contains(m)).count();
+        assert!(from_one <= 1);
+        // Stage 2's only replica never moves.
+        assert!(plan.iter().all(|(_, r)| !r.contains(&n(6))));
+        // With one replica left in stage 0 after the first move, a three-replica source
+        // gives at most two.
+        let tight = vec![
+            (0, vec![n(1), n(2)]),
+            (3, vec![]),
+            (4, vec![]),
+            (1, vec![n(4)]),
+        ];
+        let plan = move_plan(1, &tight);
+        assert_eq!(plan[0].1.len(), 2);
+        assert!(plan[1].1.is_empty(), "stage 0 cannot give a second replica");
     }
 
     #[test]
