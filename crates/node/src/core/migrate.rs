@@ -7,8 +7,9 @@
 //! stage, node) that no one picks. The first candidate moves at once; each later one moves
 //! only if the stage is still empty [`MOVE_GRACE_EPOCHS`] finalized epochs per rank after the
 //! upgrade, so a candidate that is down, or serves the HTTP API and stays, delays the move
-//! without blocking it. Several empty stages fill at once ([`move_plan`]). A mover checkpoints, stops, and starts again in the new stage (the
-//! runtime restarts it), where it starts as identity blocks or borrows a holder's θ₀.
+//! without blocking it. Several empty stages fill at once ([`move_plan`]). A mover
+//! checkpoints, stops, and starts again in the new stage (the runtime restarts it), where it
+//! starts as identity blocks or borrows a holder's θ₀.
 
 use std::cmp::Reverse;
 use std::time::Instant;
