@@ -144,14 +144,6 @@ impl Layout {
         &self.order
     }
 
-    pub fn len(&self) -> usize {
-        self.order.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.order.is_empty()
-    }
-
     /// The whole model at this version.
     pub fn model(&self) -> &ModelConfig {
         &self.model
@@ -291,11 +283,6 @@ impl Layouts {
     /// What `stage` holds (the same in every version that has it).
     pub fn spec(&self, stage: usize) -> Option<StageSpec> {
         self.newest_first().find_map(|l| l.spec(stage))
-    }
-
-    /// The model config a holder of `stage` runs (see [`Layout::stage_model`]).
-    pub fn model_of(&self, stage: usize) -> Option<ModelConfig> {
-        self.newest_first().find_map(|l| l.stage_model(stage))
     }
 }
 

@@ -77,9 +77,10 @@ fn layouts_route_by_version_and_know_every_neighbour() {
     assert_eq!(all.near(1), BTreeSet::from([0, 1, 2, 3]));
     assert_eq!(all.near(2), BTreeSet::from([1, 2, 3]));
     assert_eq!(all.stages(), BTreeSet::from([0, 1, 2, 3]));
-    assert_eq!(all.model_of(2).unwrap().layers, 4);
-    assert_eq!(all.model_of(3).unwrap().layers, 7);
-    assert_eq!(all.model_of(9), None);
+    let model_of = |s| all.newest().stage_model(s);
+    assert_eq!(model_of(2).unwrap().layers, 4);
+    assert_eq!(model_of(3).unwrap().layers, 7);
+    assert_eq!(model_of(9), None);
 }
 
 #[test]

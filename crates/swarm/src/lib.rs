@@ -396,7 +396,7 @@ impl Swarm<'_> {
                         m.stage = Some(*stage);
                     }
                 }
-                if let (NodeEvent::Moving { from, to, .. }, Some(_)) = (&ev, self.members.get(i)) {
+                if let NodeEvent::Moving { from, to, .. } = &ev {
                     observer.note(&format!("node {i} moves from stage {from} to stage {to}"));
                 }
                 self.report.on_event(i, &ev)

@@ -632,7 +632,13 @@ impl Report {
             "losses": losses,
             "network_validation": self.validation.iter()
                 .map(|(i, v)| (i.to_string(), v.iter()
-                    .map(|(round, step, loss)| json!({"round": round, "step": step, "loss": loss}))
+                    .map(|(round, step, loss)| json!({
+                        "round": round,
+                        "step": step,
+                        "loss": loss,
+                        // The architecture version this driver trained at that step.
+                        "version": self.architecture.version_at(*i, *step),
+                    }))
                     .collect::<Vec<_>>()))
                 .collect::<BTreeMap<_, _>>(),
             "initial_val_loss": self.initial_val,

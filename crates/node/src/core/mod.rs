@@ -361,11 +361,6 @@ impl NodeCore {
             .map_or(1, |s| s.saturating_add(1))
     }
 
-    /// The stage orders of every version this node knows.
-    pub fn layouts(&self) -> &crate::layout::Layouts {
-        self.pipeline.layouts()
-    }
-
     /// Live peers as the heartbeats tell (for the caller's start condition and reports).
     pub fn peer_count(&self) -> usize {
         self.pipeline.peers.len()
