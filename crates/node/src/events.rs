@@ -244,6 +244,15 @@ pub enum NodeEvent {
         version: u32,
         time_ms: u64,
     },
+    /// A mover's drain is over (`complete`: no audit of its jobs can come any more; false
+    /// when it gave up after `core::migrate::MAX_DRAIN`): it stops and starts again in `to`.
+    Drained {
+        from: usize,
+        to: usize,
+        waited_ms: u64,
+        complete: bool,
+        time_ms: u64,
+    },
     /// Anti-entropy brought proofs this ledger lacked.
     LedgerSync {
         peer: String,
@@ -333,6 +342,7 @@ impl NodeEvent {
             NodeEvent::Finalized { .. } => "finalized",
             NodeEvent::Architecture { .. } => "architecture",
             NodeEvent::Moving { .. } => "moving",
+            NodeEvent::Drained { .. } => "drained",
             NodeEvent::Driving { .. } => "driving",
             NodeEvent::Parked { .. } => "parked",
             NodeEvent::Audit { .. } => "audit",

@@ -207,6 +207,9 @@ pub struct Pipeline {
     /// The newest version seen from each driver, and at which of its steps: a later step
     /// under an older version is a relabelled micro-batch (see `accept_forward`).
     origin_versions: BTreeMap<[u8; 32], (u32, u64)>,
+    /// Leaving the stage (a mover, see `core/migrate.rs`): finish what is in progress, take
+    /// nothing new.
+    draining: bool,
 }
 
 /// Drivers whose newest version a stage remembers.
@@ -237,6 +240,7 @@ impl Pipeline {
             job_started: None,
             driving: 0,
             origin_versions: BTreeMap::new(),
+            draining: false,
         }
     }
 
@@ -334,6 +338,25 @@ impl Pipeline {
         self.finished
     }
 
+    /// Stops taking work: the driver asks for no new batch and later stages answer new
+    /// forwards Busy (their senders route them elsewhere, unpenalised), while every
+    /// micro-batch in progress finishes.
+    pub fn drain(&mut self) {
+        self.draining = true;
+    }
+
+    /// Nothing in progress here: no micro-batch stashed, queued, running or waiting for a
+    /// gradient, and no optimizer step due. (A step whose micro-batches stopped coming is
+    /// left unstepped.)
+    pub fn idle(&self) -> bool {
+        self.stash.is_empty()
+            && self.outstanding.is_empty()
+            && self.forward_jobs.is_empty()
+            && self.backward_jobs.is_empty()
+            && self.step_job.is_none()
+            && !self.busy
+    }
+
     /// Work waiting here, reported in heartbeats.
     pub fn queue_depth(&self) -> usize {
         self.backward_jobs.len() + self.forward_jobs.len() + usize::from(self.busy)
@@ -347,6 +370,10 @@ impl Pipeline {
     /// Driver: the batch of `step` arrived, with the genesis window of each row; split it
     /// and start the forward passes.
     pub fn on_batch(&mut self, step: u64, batch: Batch, windows: Vec<TargetWindow>) -> Vec<Action> {
+        if self.draining {
+            // Asked for before the drain began: its step is not started.
+            return Vec::new();
+        }
         let parts = batch.split_rows(self.cfg.micro_batches);
         let tokens = (batch.batch * batch.seq) as u64;
         let before = self.driving;
@@ -492,7 +519,7 @@ impl Pipeline {
         if let Some(ack) = self.repeated_forward(from, mb, &acts, &targets, answer) {
             return Ok(ack);
         }
-        if self.forward_jobs.len() >= self.cfg.queue_capacity {
+        if self.draining || self.forward_jobs.len() >= self.cfg.queue_capacity {
             return Ok(Ack::Busy);
         }
         self.note_version(mb, version);

@@ -185,7 +185,7 @@ pub async fn run_serving(
     let mut int = signal(tokio::signal::unix::SignalKind::interrupt())?;
     let result = loop {
         driver.flush(&mut core);
-        if core.moving().is_some() && driver.stopping.is_none() {
+        if core.ready_to_move().is_some() && driver.stopping.is_none() {
             driver.stop(&mut core);
         }
         let wake = core

@@ -396,8 +396,25 @@ impl Swarm<'_> {
                         m.stage = Some(*stage);
                     }
                 }
-                if let NodeEvent::Moving { from, to, .. } = &ev {
-                    observer.note(&format!("node {i} moves from stage {from} to stage {to}"));
+                match &ev {
+                    NodeEvent::Moving { from, to, .. } => observer.note(&format!(
+                        "node {i} moves from stage {from} to stage {to}: draining"
+                    )),
+                    NodeEvent::Drained {
+                        to,
+                        waited_ms,
+                        complete,
+                        ..
+                    } => observer.note(&format!(
+                        "node {i} drained in {:.1} s{}; starting in stage {to}",
+                        *waited_ms as f64 / 1e3,
+                        if *complete {
+                            ""
+                        } else {
+                            " (audits still open)"
+                        }
+                    )),
+                    _ => {}
                 }
                 self.report.on_event(i, &ev)
             }

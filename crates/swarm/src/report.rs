@@ -42,6 +42,7 @@ fn time_of(ev: &NodeEvent) -> u64 {
         | Finalized { time_ms, .. }
         | Architecture { time_ms, .. }
         | Moving { time_ms, .. }
+        | Drained { time_ms, .. }
         | Driving { time_ms, .. }
         | Parked { time_ms, .. }
         | Audit { time_ms, .. }

@@ -15,7 +15,7 @@ use crate::wire::{AuditAnswer, AuditRequest, MicroBatchId};
 
 /// A stage-0 core holding one commitment of round 0 (a driver's backward pass, committed at
 /// once, naming epoch 0), and the audit rate `per_million`; the seed its beacon will give.
-fn unbeaconed_worker(per_million: u32) -> (NodeCore, JobKey, ChallengeSeed) {
+pub(super) fn unbeaconed_worker(per_million: u32) -> (NodeCore, JobKey, ChallengeSeed) {
     let now = Instant::now();
     let mut c = core_at(&test_identity(0), now, 0, 2);
     c.settings.audit.per_million = per_million;
@@ -44,7 +44,7 @@ fn unbeaconed_worker(per_million: u32) -> (NodeCore, JobKey, ChallengeSeed) {
     (c, logged.key(), seed)
 }
 
-const BEACON: [u8; 32] = [5; 32];
+pub(super) const BEACON: [u8; 32] = [5; 32];
 
 /// The same, with the job's beacon epoch final.
 fn worker(per_million: u32) -> (NodeCore, JobKey, ChallengeSeed) {
@@ -54,7 +54,7 @@ fn worker(per_million: u32) -> (NodeCore, JobKey, ChallengeSeed) {
 }
 
 /// (refused, an evidence job started) after `from` asks for `key`'s evidence.
-fn ask(c: &mut NodeCore, from: NodeId, key: JobKey) -> (bool, bool) {
+pub(super) fn ask(c: &mut NodeCore, from: NodeId, key: JobKey) -> (bool, bool) {
     let data = AuditRequest::Evidence {
         network: NETWORK,
         round: 0,

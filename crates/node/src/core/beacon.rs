@@ -225,12 +225,9 @@ impl NodeCore {
         self.audit.deferred.push((from, token, req));
     }
 
-    /// Drops the evidence and served weights of rounds no audit needs any more: rounds at
-    /// least `KEEP_ROUNDS` behind the current one whose jobs' beacons were final here an
-    /// epoch and `EVIDENCE_GRACE` ago (their auditors had that long to ask).
-    pub(super) fn forget_audited(&mut self, now: Instant) {
-        let round = self.rounds.syncer.round();
-        // The latest epoch final here for an epoch and the grace period.
+    /// The first round kept whose jobs' beacons an auditor may still be waiting for: a job's
+    /// beacon epoch is after the latest epoch final here for an epoch and `EVIDENCE_GRACE`.
+    fn first_round_awaiting_audit(&self, now: Instant) -> Option<u64> {
         let head = self
             .audit
             .final_times
@@ -240,14 +237,28 @@ impl NodeCore {
             .map_or(0, |(e, _)| *e)
             .min(self.finalized_epoch().saturating_sub(1));
         let kept_from = self.audit.kept_from;
-        // The first round kept whose jobs' beacons an auditor may still be waiting for.
-        let waiting = self
-            .job_log
+        self.job_log
             .iter()
             .filter(|l| l.commitment.round >= kept_from)
             .filter(|l| l.commitment.beacon_epoch().is_some_and(|b| b > head))
             .map(|l| l.commitment.round)
-            .min();
+            .min()
+    }
+
+    /// No audit of this node's jobs can come any more: every job's beacon has been final for
+    /// an epoch and the grace period, and no demand keeps a round for the jurors. (What a
+    /// mover waits for before its restart empties its job log.)
+    pub(super) fn audits_over(&mut self, now: Instant) -> bool {
+        self.first_round_awaiting_audit(now).is_none() && self.audit.juries.kept_from(now).is_none()
+    }
+
+    /// Drops the evidence and served weights of rounds no audit needs any more: rounds at
+    /// least `KEEP_ROUNDS` behind the current one whose jobs' beacons were final here an
+    /// epoch and `EVIDENCE_GRACE` ago (their auditors had that long to ask).
+    pub(super) fn forget_audited(&mut self, now: Instant) {
+        let round = self.rounds.syncer.round();
+        let kept_from = self.audit.kept_from;
+        let waiting = self.first_round_awaiting_audit(now);
         let last = round.saturating_sub(KEEP_ROUNDS);
         // Rounds with a demanded job stay while the committee's jurors may ask.
         let demanded = self.audit.juries.kept_from(now);

@@ -7,12 +7,20 @@
 //! stage, node) that no one picks. The first candidate moves at once; each later one moves
 //! only if the stage is still empty [`MOVE_GRACE_EPOCHS`] finalized epochs per rank after the
 //! upgrade, so a candidate that is down, or serves the HTTP API and stays, delays the move
-//! without blocking it. Several empty stages fill at once ([`move_plan`]). A mover
-//! checkpoints, stops, and starts again in the new stage (the runtime restarts it), where it
-//! starts as identity blocks or borrows a holder's θ₀.
+//! without blocking it. Several empty stages fill at once ([`move_plan`]).
+//!
+//! A mover first drains: it takes no new work, finishes what it holds, says it is leaving
+//! once nothing of it is in flight (so no co-replica fails over work it still answers), and
+//! keeps answering its auditors and the committee's jurors until every job it did has had its
+//! beacon for an epoch and `EVIDENCE_GRACE`, as any worker keeps evidence, and no demand
+//! holds a round: a restarted node's job log and evidence start empty, and an auditor's
+//! "no such job" is a refusal the jurors slash. Then it checkpoints, stops, and starts again
+//! in the new stage (the runtime restarts it), where it starts as identity blocks or borrows
+//! a holder's θ₀. A drain that cannot end (finality stalled, a stage downstream holding a
+//! gradient back) ends after [`MAX_DRAIN`].
 
 use std::cmp::Reverse;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use neuroshard_proof::NodeId;
 
@@ -21,6 +29,21 @@ use crate::events::NodeEvent;
 
 /// Finalized epochs a new stage waits for each better-ranked candidate to move.
 pub const MOVE_GRACE_EPOCHS: u64 = 5;
+
+/// Longest a mover drains: past it, it leaves even with audits of its jobs still possible (a
+/// network whose finality stalls slashes no one meanwhile either).
+pub const MAX_DRAIN: Duration = Duration::from_secs(600);
+
+/// A move under way.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Move {
+    to: usize,
+    since: Instant,
+    /// The leaving heartbeat went out: peers route nothing here.
+    departed: bool,
+    /// Drained: the runtime may stop the node and start it in `to`.
+    ready: bool,
+}
 
 /// Where each candidate stands for the move into `stage` of `version`: best first.
 pub fn move_ranking(version: u32, stage: usize, replicas: &[(usize, Vec<NodeId>)]) -> Vec<NodeId> {
@@ -65,7 +88,55 @@ pub fn move_plan(version: u32, replicas: &[(usize, Vec<NodeId>)]) -> Vec<(usize,
 impl NodeCore {
     /// The stage this node is leaving for, once it decided to move.
     pub fn moving(&self) -> Option<usize> {
-        self.moving
+        self.moving.map(|m| m.to)
+    }
+
+    /// The stage to start again in, once the move's drain is over.
+    pub fn ready_to_move(&self) -> Option<usize> {
+        self.moving.filter(|m| m.ready).map(|m| m.to)
+    }
+
+    /// Whether this node said it is leaving (it sends no more heartbeats).
+    pub(super) fn departed(&self) -> bool {
+        self.moving.is_some_and(|m| m.departed)
+    }
+
+    /// A mover's drain goes on: once nothing is in flight it says it is leaving; once no
+    /// audit of its jobs can come it is ready to go.
+    pub(super) fn progress_move(&mut self, now: Instant) {
+        let Some(mut m) = self.moving.filter(|m| !m.ready) else {
+            return;
+        };
+        if !m.departed && self.pipeline.idle() {
+            m.departed = true;
+            self.moving = Some(m);
+            self.heartbeat(true, now);
+        }
+        let waited = now.saturating_duration_since(m.since);
+        let complete = m.departed && self.audits_over(now);
+        if !complete && waited < MAX_DRAIN {
+            return;
+        }
+        m.ready = true;
+        self.moving = Some(m);
+        if !complete {
+            self.warn(
+                format!(
+                    "leaving stage {} after {} s of draining with audits of its jobs still open",
+                    self.stage,
+                    waited.as_secs()
+                ),
+                now,
+            );
+        }
+        let time_ms = self.unix_ms(now);
+        self.events.push_back(NodeEvent::Drained {
+            from: self.stage,
+            to: m.to,
+            waited_ms: u64::try_from(waited.as_millis()).unwrap_or(u64::MAX),
+            complete,
+            time_ms,
+        });
     }
 
     /// Looks, after each finalized epoch, whether this node is the one to hold an empty stage
@@ -118,17 +189,28 @@ impl NodeCore {
                     .position(|n| *n == self.me)
                     .is_some_and(|rank| since >= (rank as u64).saturating_mul(MOVE_GRACE_EPOCHS))
             });
-        let Some((empty, _)) = due else {
-            return;
-        };
-        self.moving = Some(empty);
+        if let Some((empty, _)) = due {
+            self.begin_move(empty, version, now);
+        }
+    }
+
+    /// Leaves this stage for `to` of `version`: the drain starts.
+    pub(super) fn begin_move(&mut self, to: usize, version: u32, now: Instant) {
+        self.moving = Some(Move {
+            to,
+            since: now,
+            departed: false,
+            ready: false,
+        });
+        self.pipeline.drain();
         let time_ms = self.unix_ms(now);
         self.events.push_back(NodeEvent::Moving {
             from: self.stage,
-            to: empty,
+            to,
             version,
             time_ms,
         });
+        self.progress_move(now);
     }
 }
 

@@ -31,6 +31,8 @@ mod jury;
 #[cfg(test)]
 mod jury_tests;
 mod migrate;
+#[cfg(test)]
+mod migrate_tests;
 mod paced;
 mod pull;
 #[cfg(test)]
@@ -185,8 +187,8 @@ pub struct NodeCore {
     architecture_version: u32,
     /// Measures the training throughput this node announces.
     meter: capacity::Meter,
-    /// The stage this node leaves for (see `migrate.rs`).
-    moving: Option<usize>,
+    /// The stage this node leaves for, and its drain (see `migrate.rs`).
+    moving: Option<migrate::Move>,
 }
 
 impl NodeCore {
@@ -457,6 +459,7 @@ impl NodeCore {
         // A step or an applied round moves what the evaluation is keyed by.
         self.poll_evaluation(now);
         self.finality_step(now, false);
+        self.progress_move(now);
     }
 
     /// Timers: heartbeats, re-publication, anti-entropy, checkpoints, proofs, pipeline and
@@ -465,7 +468,9 @@ impl NodeCore {
         self.last_now = self.last_now.max(now);
         if now >= self.next_beat {
             self.next_beat = now + self.heartbeat_every();
-            self.heartbeat(false, now);
+            if !self.departed() {
+                self.heartbeat(false, now);
+            }
         }
         if now >= self.next_anti_entropy {
             self.next_anti_entropy = now + ANTI_ENTROPY_EVERY;
@@ -495,6 +500,7 @@ impl NodeCore {
         self.poll_juries(now);
         self.flush_fee_claims(now);
         self.finality_step(now, true);
+        self.progress_move(now);
     }
 
     /// A clean shutdown: the deathrattle, then a final checkpoint job, whose token this

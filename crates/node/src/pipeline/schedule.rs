@@ -220,7 +220,7 @@ impl Pipeline {
     /// Driver: asks for the batches of the steps it may start now: the current one and, with
     /// a weight lag, the next (never past its last step).
     pub(super) fn ask_batches(&mut self) -> Vec<Action> {
-        if !self.is_first() || self.finished {
+        if !self.is_first() || self.finished || self.draining {
             return Vec::new();
         }
         let mut actions = Vec::new();

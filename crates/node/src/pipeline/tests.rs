@@ -575,3 +575,51 @@ fn a_lagging_stage_never_runs_a_later_steps_backward_before_the_current_step() {
 
 #[path = "version_tests.rs"]
 mod versions;
+
+/// A replica leaving its stage (a mover) finishes what it holds and takes nothing new: the
+/// driver asks for no further batch and drops one asked for earlier; a later stage answers
+/// new forwards Busy, which costs their sender nothing.
+#[test]
+fn a_draining_replica_finishes_its_work_and_takes_no_more() {
+    let mut w = World::new(lagging(0, 2, 2, 1));
+    let next = NodeId([7; 32]);
+    w.beat(next);
+    let start = w.p.start();
+    w.handle(start);
+    assert_eq!(w.asked, [0, 1], "a weight lag of 1 asks one step ahead");
+    let actions = w.p.on_batch(0, batch(0), Vec::new());
+    w.handle(actions);
+    assert_eq!(w.sent.len(), 2);
+    w.p.drain();
+    assert!(!w.p.idle(), "step 0's micro-batches are downstream");
+    // Step 1's batch, asked for before the drain, starts nothing.
+    let late = w.p.on_batch(1, batch(1), Vec::new());
+    assert!(late.is_empty(), "{late:?}");
+    while !w.sent.is_empty() {
+        w.beat(next);
+        assert_eq!(w.answer(0), Ack::Accepted);
+    }
+    assert_eq!(w.p.steps_done(), 1, "step 0 completes");
+    assert!(w.p.idle());
+    assert_eq!(w.asked, [0, 1], "no batch asked for after the drain");
+    w.tick(TIMEOUT * 4);
+    assert!(w.sent.is_empty() && w.p.idle());
+
+    // The last stage: Accepted before, Busy after (no penalty), and what it admitted before
+    // is answered.
+    let mut w = World::new(replica(1, 2, 2));
+    let a = NodeId([1; 32]);
+    let (ack, actions) = w.p.on_message(a, forward_from(1, 0, 0), w.now);
+    assert_eq!(ack, Ack::Accepted);
+    w.p.drain();
+    w.handle(actions);
+    assert_eq!(w.answers.len(), 1, "admitted before the drain: answered");
+    let (ack, actions) = w.p.on_message(a, forward_from(1, 0, 1), w.now);
+    assert_eq!(ack, Ack::Busy);
+    assert!(actions.is_empty(), "{actions:?}");
+    assert!(w.penalties.is_empty());
+    assert!(
+        w.p.idle(),
+        "step 0 waits for a micro-batch that will not come"
+    );
+}
