@@ -229,4 +229,31 @@ impl NodeFactory for Factory {
     fn data(&mut self, _node: NodeId, _stage: usize) -> Box<dyn BatchSource> {
         Box::new(self.patterns())
     }
+
+    /// The stand-in only: a real grown stage starts as identity blocks drawn from the
+    /// network's seed (`grow_pipeline::identity_blocks`), which the simulator's real engine
+    /// does not build.
+    fn grown_engine(
+        &mut self,
+        node: NodeId,
+        _stage: usize,
+        model: neuroshard_model::ModelConfig,
+        spec: StageSpec,
+    ) -> Result<Built, FactoryError> {
+        let s = &self.settings;
+        let dcfg = (s.sync.every > 0)
+            .then(|| s.diloco(node))
+            .transpose()
+            .map_err(|e| FactoryError(e.to_string()))?;
+        match self.kind {
+            EngineKind::StandIn => {
+                let engine = StandIn::new(model, spec, s.seed, dcfg)
+                    .map_err(|e| FactoryError(e.to_string()))?;
+                Ok((Box::new(engine), Box::new(self.patterns())))
+            }
+            EngineKind::Real => Err(FactoryError(
+                "the simulator's real engine does not build grown stages".into(),
+            )),
+        }
+    }
 }

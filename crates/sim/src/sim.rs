@@ -5,6 +5,7 @@
 mod genesis;
 mod inject;
 mod joiner;
+mod mover;
 mod serve;
 mod start;
 
@@ -49,6 +50,15 @@ pub trait NodeFactory {
     fn engine(&mut self, node: NodeId, stage: usize) -> Result<Built, FactoryError>;
     /// The data source of a restarted node (its engine comes from its checkpoint).
     fn data(&mut self, node: NodeId, stage: usize) -> Box<dyn BatchSource>;
+    /// A fresh engine for `stage`, one the network grew: its blocks `spec` of `model` (the
+    /// genesis model deep enough for them). For a replica that moves there.
+    fn grown_engine(
+        &mut self,
+        node: NodeId,
+        stage: usize,
+        model: neuroshard_model::ModelConfig,
+        spec: neuroshard_model::StageSpec,
+    ) -> Result<Built, FactoryError>;
     /// Whether its engines keep evidence and replay jobs. Without, audits are off: every
     /// audit would end refused, and the committee's jurors would slash honest workers.
     fn audits(&self) -> bool {
@@ -121,6 +131,9 @@ struct SimNode {
     joining: Option<joiner::Joining>,
     /// What a joiner's start-up built and heard, for its first start.
     prepared: Option<(Built, PeerTable)>,
+    /// The architecture versions a mover knew when it left its stage (its ledger settles
+    /// them again once it runs).
+    layouts: Option<neuroshard_node::layout::Layouts>,
 }
 
 /// A simulated network.
@@ -262,6 +275,7 @@ impl Sim {
             tamper: None,
             joining: None,
             prepared: None,
+            layouts: None,
         });
         self.push(self.base + at, Ev::Start { node: i });
         i
@@ -479,6 +493,13 @@ impl Sim {
             self.nodes[i].engine_queue.push_back((token, job));
         }
         self.run_engine(i);
+        if let Some(to) = self.nodes[i]
+            .core
+            .as_ref()
+            .and_then(NodeCore::ready_to_move)
+        {
+            return self.move_node(i, to);
+        }
         if let Some(t) = timeout {
             let n = &mut self.nodes[i];
             // One timer event per earlier deadline; later ones are re-armed when it fires.

@@ -1,6 +1,8 @@
 //! A growing network: nodes joining over time (10 → 60 → 120) trigger the upgrades the growth
 //! rule predicts, in the finalized ledger state, and every node reports the same version,
-//! layout and epoch for each; training and finality go on throughout.
+//! layout and epoch for each; a replica moves to each new stage (it drains, stops and starts
+//! again there) and the drivers then train the grown version; training and finality go on
+//! throughout.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -58,7 +60,11 @@ fn network(seed: u64) -> Sim {
     sim.keep_events(|e| {
         matches!(
             e,
-            NodeEvent::Architecture { .. } | NodeEvent::Finalized { .. }
+            NodeEvent::Architecture { .. }
+                | NodeEvent::Finalized { .. }
+                | NodeEvent::Moving { .. }
+                | NodeEvent::Drained { .. }
+                | NodeEvent::Driving { .. }
         )
     });
     for i in 0..NODES {
@@ -73,7 +79,9 @@ fn network(seed: u64) -> Sim {
 /// One reported upgrade: (epoch, version, layers, stages, joins, counted).
 type Reported = (u64, u32, u64, Vec<(u16, u64)>, u64, u64);
 
+/// Each once: a mover reports its ledger's upgrades again after its restart.
 fn upgrades(sim: &Sim, i: usize) -> Vec<Reported> {
+    let mut seen = std::collections::BTreeSet::new();
     sim.events(i)
         .iter()
         .filter_map(|e| match e {
@@ -88,6 +96,7 @@ fn upgrades(sim: &Sim, i: usize) -> Vec<Reported> {
             } => Some((*epoch, *version, *layers, stages.clone(), *joins, *counted)),
             _ => None,
         })
+        .filter(|r| seen.insert(r.1))
         .collect()
 }
 
@@ -161,6 +170,38 @@ fn nodes_joining_over_time_trigger_the_predicted_upgrades_and_every_node_agrees(
             }
         }
     }
+    // Each new stage got a replica: a node of a stage with others drained, left, and runs
+    // it now; the drivers moved to the newest version once its stages were held.
+    for (v, new_stage) in [(1u32, 3usize), (2, 4)] {
+        let movers: Vec<usize> = (0..NODES)
+            .filter(|&i| {
+                sim.events(i).iter().any(|e| {
+                    matches!(e, NodeEvent::Drained { to, complete: true, .. } if *to == new_stage)
+                })
+            })
+            .collect();
+        eprintln!("v{v}: stage {new_stage} moved to by {movers:?}");
+
+        assert!(!movers.is_empty(), "nobody moved to stage {new_stage}");
+        for &m in &movers {
+            let core = sim.core(m).expect("the mover runs again");
+            assert_eq!(core.stage(), new_stage);
+            assert!(
+                core.steps_done() > 0,
+                "node {m} trained in stage {new_stage}"
+            );
+        }
+        let drivers = (0..NODES)
+            .filter(|&i| {
+                sim.events(i)
+                    .iter()
+                    .any(|e| matches!(e, NodeEvent::Driving { version, .. } if *version == v))
+            })
+            .count();
+        eprintln!("v{v}: {drivers} drivers trained it");
+        assert!(drivers > 0, "no driver trained version {v}");
+    }
+
     // Finality kept going through the joins, and training did.
     assert!(states.len() > 60, "{} epochs finalized", states.len());
     for i in 0..FOUNDERS {

@@ -249,7 +249,9 @@ impl NodeCore {
     /// an epoch and the grace period, and no demand keeps a round for the jurors. (What a
     /// mover waits for before its restart empties its job log.)
     pub(super) fn audits_over(&mut self, now: Instant) -> bool {
-        self.first_round_awaiting_audit(now).is_none() && self.audit.juries.kept_from(now).is_none()
+        let none_challenged = self.audit_rate().per_million == 0;
+        (none_challenged || self.first_round_awaiting_audit(now).is_none())
+            && self.audit.juries.kept_from(now).is_none()
     }
 
     /// Drops the evidence and served weights of rounds no audit needs any more: rounds at

@@ -2,12 +2,16 @@
 //!
 //! The replicas whose joins triggered an upgrade chose their stages before it: the new stage
 //! starts empty, and drivers keep training the old version until someone holds it. Every node
-//! ranks the same candidates from its ledger: registered replicas of stages that keep at least
-//! one other replica, the most replicated stages first, then by a hash of (version, new
-//! stage, node) that no one picks. The first candidate moves at once; each later one moves
-//! only if the stage is still empty [`MOVE_GRACE_EPOCHS`] finalized epochs per rank after the
-//! upgrade, so a candidate that is down, or serves the HTTP API and stays, delays the move
-//! without blocking it. Several empty stages fill at once ([`move_plan`]).
+//! ranks the same candidates from its finalized ledger state: registered replicas of stages
+//! that keep at least one other replica, the most replicated stages first, then by a hash of
+//! (version, new stage, node) that no one picks. The first candidate moves at once; each
+//! later one moves only if the stage is still empty [`MOVE_GRACE_EPOCHS`] finalized epochs
+//! plus a drain ([`drain_epochs`]) per rank after the upgrade, so a candidate that is down,
+//! or serves the HTTP API and stays, delays the move without blocking it. Several empty
+//! stages fill at once ([`move_plan`]). A candidate leaves only if its stage keeps a live
+//! replica besides the candidates ranked before it ([`may_leave`]). Joins that change which
+//! stages are most replicated while the first mover drains can change the ranking, so a
+//! stage may get a second mover; it then has two replicas.
 //!
 //! A mover first drains: it takes no new work, finishes what it holds, says it is leaving
 //! once nothing of it is in flight (so no co-replica fails over work it still answers), and
@@ -27,8 +31,38 @@ use neuroshard_proof::NodeId;
 use super::NodeCore;
 use crate::events::NodeEvent;
 
-/// Finalized epochs a new stage waits for each better-ranked candidate to move.
+/// Finalized epochs a new stage waits for each better-ranked candidate to move, past the
+/// time that candidate drains ([`drain_epochs`]).
 pub const MOVE_GRACE_EPOCHS: u64 = 5;
+
+/// Finalized epochs a mover's drain and restart take at most (its registration in the new
+/// stage is final only after them): its last jobs name the epoch final when it stopped, their
+/// beacon comes `BEACON_LAG` epochs later, the evidence stays an epoch and `EVIDENCE_GRACE`
+/// past it, and the restart's registration takes about two epochs to be final.
+pub fn drain_epochs(epoch: Duration) -> u64 {
+    let grace_ms = super::beacon::EVIDENCE_GRACE.as_millis();
+    let epoch_ms = epoch.as_millis().max(1);
+    let grace = u64::try_from(grace_ms.div_ceil(epoch_ms)).unwrap_or(u64::MAX);
+    neuroshard_audit::BEACON_LAG
+        .saturating_add(2)
+        .saturating_add(grace)
+        .saturating_add(2)
+}
+
+/// Whether `me`, a candidate to leave `source` (its registered replicas), may: the
+/// candidates ranked before it (`ahead`) are moving or down, so at least one live replica of
+/// the source other than those must stay. Registrations are never withdrawn, so a moved or
+/// dead replica still counts as registered: the source's own heartbeats decide.
+pub fn may_leave(
+    me: NodeId,
+    source: &[NodeId],
+    ahead: &[NodeId],
+    live: impl Fn(&NodeId) -> bool,
+) -> bool {
+    source
+        .iter()
+        .any(|n| *n != me && !ahead.contains(n) && live(n))
+}
 
 /// Longest a mover drains: past it, it leaves even with audits of its jobs still possible (a
 /// network whose finality stalls slashes no one meanwhile either).
@@ -146,11 +180,12 @@ impl NodeCore {
         if self.moving.is_some() || self.settings.http.is_some() {
             return;
         }
-        let Some(growth) = self
-            .finality
-            .as_ref()
-            .and_then(|f| f.finalized_state().growth())
-        else {
+        // Every node ranks from the same finalized state (live ledgers differ by what
+        // arrived where: two nodes could each rank themselves first).
+        let Some(finalized) = self.finality.as_ref().map(|f| f.finalized_state()) else {
+            return;
+        };
+        let Some(growth) = finalized.growth() else {
             return;
         };
         let Some(upgrade) = growth.history.last() else {
@@ -161,13 +196,12 @@ impl NodeCore {
         if newest.version() != upgrade.architecture.version || !newest.contains(self.stage) {
             return;
         }
-        let ledger = self.economy.ledger();
         let replicas: Vec<(usize, Vec<NodeId>)> = newest
             .order()
             .iter()
             .filter_map(|&s| {
                 let id = u16::try_from(s).ok()?;
-                Some((s, ledger.registered(id).collect()))
+                Some((s, finalized.registered(id).collect()))
             })
             .collect();
         // A node that already holds an empty stage (its registration not final yet) stays,
@@ -180,16 +214,25 @@ impl NodeCore {
             return;
         }
         let version = newest.version();
-        // The first empty stage whose turn for this node has come.
+        let per_rank = MOVE_GRACE_EPOCHS
+            .saturating_add(drain_epochs(Duration::from_millis(self.settings.epoch_ms)));
+        let source = mine.map(|(_, n)| n.as_slice()).unwrap_or_default();
+        let live = |n: &NodeId| {
+            self.pipeline
+                .peers
+                .get(n)
+                .is_some_and(|p| p.routable && p.stage == self.stage)
+        };
+        // The first empty stage whose turn for this node has come, and that leaves its
+        // source a live replica.
         let due = move_plan(version, &replicas)
             .into_iter()
-            .find(|(_, ranking)| {
-                ranking
-                    .iter()
-                    .position(|n| *n == self.me)
-                    .is_some_and(|rank| since >= (rank as u64).saturating_mul(MOVE_GRACE_EPOCHS))
+            .find_map(|(empty, ranking)| {
+                let rank = ranking.iter().position(|n| *n == self.me)?;
+                let turn = since >= (rank as u64).saturating_mul(per_rank);
+                (turn && may_leave(self.me, source, &ranking[..rank], live)).then_some(empty)
             });
-        if let Some((empty, _)) = due {
+        if let Some(empty) = due {
             self.begin_move(empty, version, now);
         }
     }
@@ -279,6 +322,32 @@ mod tests {
         let plan = move_plan(1, &tight);
         assert_eq!(plan[0].1.len(), 2);
         assert!(plan[1].1.is_empty(), "stage 0 cannot give a second replica");
+    }
+
+    /// A later-ranked candidate moves only if its source keeps a live replica besides the
+    /// candidates ranked before it: registrations stay after a move, so two replicas of a
+    /// two-replica stage would otherwise both leave it.
+    #[test]
+    fn a_backup_mover_never_leaves_its_source_without_a_live_replica() {
+        let source = [n(1), n(2)];
+        let everyone = |_: &NodeId| true;
+        assert!(may_leave(n(1), &source, &[], everyone), "the first of two");
+        assert!(
+            !may_leave(n(2), &source, &[n(1)], everyone),
+            "the second would empty it"
+        );
+        let three = [n(1), n(2), n(3)];
+        assert!(may_leave(n(2), &three, &[n(1)], everyone));
+        // The third replica is down: its registration does not keep the stage held.
+        assert!(!may_leave(n(2), &three, &[n(1)], |p| *p != n(3)));
+    }
+
+    #[test]
+    fn a_backup_waits_for_the_first_movers_drain() {
+        // 10-second epochs: BEACON_LAG (4) + 2, 40 s of grace, 2 for the restart.
+        assert_eq!(drain_epochs(Duration::from_secs(10)), 12);
+        assert_eq!(drain_epochs(Duration::from_secs(60)), 9);
+        assert!(drain_epochs(Duration::ZERO) > 40_000);
     }
 
     #[test]

@@ -301,6 +301,11 @@ impl NodeCore {
         self.stage
     }
 
+    /// Every architecture version this node knows, with its layout.
+    pub fn layouts(&self) -> &crate::layout::Layouts {
+        self.pipeline.layouts()
+    }
+
     pub fn steps_done(&self) -> u64 {
         self.pipeline.steps_done()
     }
