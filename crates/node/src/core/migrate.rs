@@ -6,8 +6,9 @@
 //! that keep at least one other replica, the most replicated stages first, then by a hash of
 //! (version, new stage, node) that no one picks. The first candidate moves at once; each
 //! later one moves only if the stage is still empty [`MOVE_GRACE_EPOCHS`] finalized epochs
-//! plus a drain ([`drain_epochs`]) per rank after the upgrade, so a candidate that is down,
-//! or serves the HTTP API and stays, delays the move without blocking it. Several empty
+//! per rank after the upgrade, so a candidate that is down, or serves the HTTP API and stays,
+//! delays the move without blocking it. A mover registers for the new stage as its drain
+//! begins, so the stage is taken in the ledger while it drains. Several empty
 //! stages fill at once ([`move_plan`]). A candidate leaves only if its stage keeps a live
 //! replica besides the candidates ranked before it ([`may_leave`]). Joins that change which
 //! stages are most replicated while the first mover drains can change the ranking, so a
@@ -28,26 +29,13 @@ use std::time::{Duration, Instant};
 
 use neuroshard_proof::NodeId;
 
-use super::NodeCore;
+use super::{NodeCore, Transmit};
 use crate::events::NodeEvent;
 
-/// Finalized epochs a new stage waits for each better-ranked candidate to move, past the
-/// time that candidate drains ([`drain_epochs`]).
+/// Finalized epochs a new stage waits for each better-ranked candidate to move: a mover
+/// registers for the new stage when its drain begins, so the stage is no longer empty an
+/// epoch or two later.
 pub const MOVE_GRACE_EPOCHS: u64 = 5;
-
-/// Finalized epochs a mover's drain and restart take at most (its registration in the new
-/// stage is final only after them): its last jobs name the epoch final when it stopped, their
-/// beacon comes `BEACON_LAG` epochs later, the evidence stays an epoch and `EVIDENCE_GRACE`
-/// past it, and the restart's registration takes about two epochs to be final.
-pub fn drain_epochs(epoch: Duration) -> u64 {
-    let grace_ms = super::beacon::EVIDENCE_GRACE.as_millis();
-    let epoch_ms = epoch.as_millis().max(1);
-    let grace = u64::try_from(grace_ms.div_ceil(epoch_ms)).unwrap_or(u64::MAX);
-    neuroshard_audit::BEACON_LAG
-        .saturating_add(2)
-        .saturating_add(grace)
-        .saturating_add(2)
-}
 
 /// Whether `me`, a candidate to leave `source` (its registered replicas), may: the
 /// candidates ranked before it (`ahead`) are moving or down, so at least one live replica of
@@ -214,8 +202,6 @@ impl NodeCore {
             return;
         }
         let version = newest.version();
-        let per_rank = MOVE_GRACE_EPOCHS
-            .saturating_add(drain_epochs(Duration::from_millis(self.settings.epoch_ms)));
         let source = mine.map(|(_, n)| n.as_slice()).unwrap_or_default();
         let live = |n: &NodeId| {
             self.pipeline
@@ -229,7 +215,7 @@ impl NodeCore {
             .into_iter()
             .find_map(|(empty, ranking)| {
                 let rank = ranking.iter().position(|n| *n == self.me)?;
-                let turn = since >= (rank as u64).saturating_mul(per_rank);
+                let turn = since >= (rank as u64).saturating_mul(MOVE_GRACE_EPOCHS);
                 (turn && may_leave(self.me, source, &ranking[..rank], live)).then_some(empty)
             });
         if let Some(empty) = due {
@@ -237,7 +223,8 @@ impl NodeCore {
         }
     }
 
-    /// Leaves this stage for `to` of `version`: the drain starts.
+    /// Leaves this stage for `to` of `version`: the drain starts, and the registration for
+    /// `to` goes out (the stage is taken: the next candidates stay).
     pub(super) fn begin_move(&mut self, to: usize, version: u32, now: Instant) {
         self.moving = Some(Move {
             to,
@@ -246,6 +233,17 @@ impl NodeCore {
             ready: false,
         });
         self.pipeline.drain();
+        let registration = u16::try_from(to)
+            .ok()
+            .and_then(|stage| self.economy.register(stage, self.unix_ms(now)));
+        match registration {
+            Some(Ok(data)) => self.transmits.push_back(Transmit::Publish {
+                topic: crate::records::Topic::Ops,
+                data,
+            }),
+            Some(Err(e)) => self.warn(format!("registration for stage {to}: {e}"), now),
+            None => {}
+        }
         let time_ms = self.unix_ms(now);
         self.events.push_back(NodeEvent::Moving {
             from: self.stage,
@@ -340,14 +338,6 @@ mod tests {
         assert!(may_leave(n(2), &three, &[n(1)], everyone));
         // The third replica is down: its registration does not keep the stage held.
         assert!(!may_leave(n(2), &three, &[n(1)], |p| *p != n(3)));
-    }
-
-    #[test]
-    fn a_backup_waits_for_the_first_movers_drain() {
-        // 10-second epochs: BEACON_LAG (4) + 2, 40 s of grace, 2 for the restart.
-        assert_eq!(drain_epochs(Duration::from_secs(10)), 12);
-        assert_eq!(drain_epochs(Duration::from_secs(60)), 9);
-        assert!(drain_epochs(Duration::ZERO) > 40_000);
     }
 
     #[test]

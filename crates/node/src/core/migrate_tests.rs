@@ -59,14 +59,27 @@ fn a_mover_answers_its_auditors_until_no_audit_of_its_jobs_can_come() {
     let (mut c, key, seed) = unbeaconed_worker(1_000_000);
     let t0 = Instant::now();
     c.begin_move(3, 1, t0);
-    // Nothing in flight: it says it is leaving at once, so no one routes work to it.
-    assert_eq!(heartbeats(&drain(&mut c)), [true]);
+    // Nothing in flight: it says it is leaving at once, so no one routes work to it; and it
+    // takes the new stage in the ledger, so the next candidates stay where they are.
+    let sent = drain(&mut c);
+    assert_eq!(heartbeats(&sent), [true]);
+    let me = test_identity(0).node_id();
+    assert!(
+        sent.iter().any(|t| matches!(
+            t,
+            Transmit::Publish {
+                topic: Topic::Ops,
+                ..
+            }
+        )),
+        "its registration for stage 3 goes out"
+    );
+    assert!(c.economy.ledger().is_registered(&me, 3));
     assert_eq!(c.moving(), Some(3));
     assert_eq!(c.ready_to_move(), None, "its job is not audited yet");
 
     finalize_beacon(&mut c, t0);
     // The auditor the beacon names gets the evidence from the draining node.
-    let me = test_identity(0).node_id();
     let validators: Vec<NodeId> = (0..32).map(|i| test_identity(i).node_id()).collect();
     let assigned = auditor_for(&seed, &key, me, &validators).unwrap();
     assert_eq!(ask(&mut c, assigned, key), (false, true));

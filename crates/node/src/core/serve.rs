@@ -237,11 +237,18 @@ impl NodeCore {
     /// The stages a new stream crosses: those of the newest version every stage of which
     /// has a registered replica (a stage the network just grew may have none yet).
     pub(super) fn serve_route(&self) -> Vec<usize> {
+        let layouts = self.pipeline.layouts();
+        // A driver serves through the version it trains: its new stages have live replicas
+        // (a mover registers for its new stage while it still drains).
+        if layouts.newest().is_first(self.stage)
+            && let Some(l) = layouts.get(self.pipeline.driving())
+        {
+            return l.order().to_vec();
+        }
         let ledger = self.economy.ledger();
         let held = |s: usize| {
             s == self.stage || u16::try_from(s).is_ok_and(|s| ledger.registered(s).next().is_some())
         };
-        let layouts = self.pipeline.layouts();
         layouts
             .newest_first()
             .find(|l| l.order().iter().all(|&s| held(s)))
