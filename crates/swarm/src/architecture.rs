@@ -18,8 +18,18 @@ pub struct ArchitectureLog {
     nodes: BTreeMap<usize, Vec<Value>>,
     /// Per driver: (first step, version, stages in pipeline order as (id, blocks)).
     driving: BTreeMap<usize, Vec<(u64, u32, StageOrder)>>,
-    /// Replicas that moved to a new stage: (node, from, to, version).
-    moves: Vec<(usize, usize, usize, u32)>,
+    /// Replicas that moved to a new stage.
+    moves: Vec<Move>,
+}
+
+/// A replica leaving its stage for a new one, and its drain once over.
+struct Move {
+    node: usize,
+    from: usize,
+    to: usize,
+    version: u32,
+    /// (milliseconds drained, whether every audit of its jobs was over).
+    drained: Option<(u64, bool)>,
 }
 
 impl ArchitectureLog {
@@ -40,7 +50,29 @@ impl ArchitectureLog {
             NodeEvent::Moving {
                 from, to, version, ..
             } => {
-                self.moves.push((i, *from, *to, *version));
+                self.moves.push(Move {
+                    node: i,
+                    from: *from,
+                    to: *to,
+                    version: *version,
+                    drained: None,
+                });
+                return;
+            }
+            NodeEvent::Drained {
+                to,
+                waited_ms,
+                complete,
+                ..
+            } => {
+                if let Some(m) = self
+                    .moves
+                    .iter_mut()
+                    .rev()
+                    .find(|m| m.node == i && m.to == *to)
+                {
+                    m.drained = Some((*waited_ms, *complete));
+                }
                 return;
             }
             _ => {}
@@ -123,7 +155,16 @@ impl ArchitectureLog {
         let moves: Vec<Value> = self
             .moves
             .iter()
-            .map(|(i, from, to, v)| json!({"node": i, "from": from, "to": to, "version": v}))
+            .map(|m| {
+                json!({
+                    "node": m.node,
+                    "from": m.from,
+                    "to": m.to,
+                    "version": m.version,
+                    "drained_ms": m.drained.map(|d| d.0),
+                    "drain_complete": m.drained.map(|d| d.1),
+                })
+            })
             .collect();
         let agree = self.nodes.values().all(|t| longest.starts_with(t));
         let versions: BTreeMap<String, Value> = self
@@ -166,9 +207,17 @@ impl ArchitectureLog {
                 )
             })
             .collect();
-        for (i, from, to, v) in &self.moves {
+        for m in &self.moves {
+            let drained = match m.drained {
+                Some((ms, true)) => format!(", drained in {:.1} s", ms as f64 / 1e3),
+                Some((ms, false)) => {
+                    format!(", left after {:.1} s with audits open", ms as f64 / 1e3)
+                }
+                None => ", still draining".into(),
+            };
             out.push(format!(
-                "node {i} moves from stage {from} to stage {to} (v{v})"
+                "node {} moves from stage {} to stage {} (v{}){drained}",
+                m.node, m.from, m.to, m.version
             ));
         }
         for (i, d) in &self.driving {
@@ -238,5 +287,42 @@ mod tests {
         assert_eq!(log.trained(), vec![(1, 40, vec![(0, 2), (2, 1), (1, 2)])]);
         assert_eq!((log.version_at(0, 39), log.version_at(0, 40)), (0, 1));
         assert_eq!(log.figures()["driving"]["1"][0]["from_step"], json!(45));
+    }
+
+    #[test]
+    fn a_move_reports_its_drain() {
+        let mut log = ArchitectureLog::default();
+        log.on_event(0, &upgrade(1, 5));
+        let moving = NodeEvent::Moving {
+            from: 0,
+            to: 3,
+            version: 1,
+            time_ms: 1,
+        };
+        log.on_event(2, &moving);
+        assert!(
+            log.lines()[1].ends_with("still draining"),
+            "{:?}",
+            log.lines()
+        );
+        log.on_event(
+            2,
+            &NodeEvent::Drained {
+                from: 0,
+                to: 3,
+                waited_ms: 80_500,
+                complete: true,
+                time_ms: 2,
+            },
+        );
+        assert_eq!(
+            log.lines()[1],
+            "node 2 moves from stage 0 to stage 3 (v1), drained in 80.5 s"
+        );
+        let m = &log.figures()["moves"][0];
+        assert_eq!(
+            (&m["drained_ms"], &m["drain_complete"]),
+            (&json!(80_500), &json!(true))
+        );
     }
 }
