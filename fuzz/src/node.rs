@@ -15,10 +15,10 @@ use neuroshard_node::replica::{Diloco, DilocoConfig, encode_adamw};
 use neuroshard_node::serve::{Chunk, Head, InferMsg, InferReply, SampleSpec};
 use neuroshard_node::sync::{SyncDone, SyncMsg, SyncOffer, ThetaRecord};
 use neuroshard_node::wire::{
-    Ack, MicroBatchId, Msg, Payload, PipeAnswer, PipeRequest, TargetWindow, Targets,
+    Ack, DriverStamp, MicroBatchId, Msg, Payload, PipeAnswer, PipeRequest, TargetWindow, Targets,
 };
 use neuroshard_proof::fixtures::{TEST_NETWORK, training_proof};
-use neuroshard_proof::{Hash32, LayerRange, NodeId, Receipt, ReceiptKind, Roles};
+use neuroshard_proof::{Hash32, LayerRange, NodeId, Receipt, ReceiptKind, Roles, Signed};
 
 use crate::{ALICE, BOB, NEIGHBOUR, T0};
 
@@ -38,6 +38,7 @@ pub fn sample_msgs() -> Vec<Msg> {
         Msg::Forward {
             mb: mb(),
             version: 0,
+            stamp: None,
             input: Payload::Tokens(Tokens {
                 batch: 2,
                 seq: 4,
@@ -60,6 +61,14 @@ pub fn sample_msgs() -> Vec<Msg> {
         Msg::Forward {
             mb: mb(),
             version: 0,
+            stamp: Some(Signed::sign(
+                &ALICE,
+                &DriverStamp {
+                    network: NETWORK,
+                    mb: mb(),
+                    version: 0,
+                },
+            )),
             input: Payload::Hidden(packed(
                 Activations {
                     batch: 1,

@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use neuroshard_model::{Activations, Batch, ModelConfig, StageInput, Tokens, Upstream};
-use neuroshard_proof::{Hash32, NodeId};
+use neuroshard_proof::{Hash32, NodeId, Signed};
 
 use crate::act_codec::{self, ActSpec, Expect, Scheme};
 use crate::core::TransferError;
@@ -21,7 +21,7 @@ use crate::layout::{Layout, Layouts};
 use crate::peers::PeerTable;
 use crate::records::Role;
 use crate::router;
-use crate::wire::{Ack, MicroBatchId, Msg, Payload, TargetWindow, Targets};
+use crate::wire::{Ack, DriverStamp, MicroBatchId, Msg, Payload, TargetWindow, Targets};
 pub use refusal::Refusal;
 
 #[derive(Debug, Clone)]
@@ -132,6 +132,9 @@ pub enum Action {
 struct Stashed {
     /// The architecture version it runs under: where its output goes.
     version: u32,
+    /// Its driver's signature of it and its version, passed on with our output (None on
+    /// the driver, whose node signs as it sends).
+    stamp: Option<Signed<DriverStamp>>,
     input: StageInput,
     targets: Targets,
     /// Who sent the input and gets our input gradient (None on the driver).
@@ -204,16 +207,10 @@ pub struct Pipeline {
     job_started: Option<Instant>,
     /// Driver: the version its new steps run under (it only ever moves up).
     driving: u32,
-    /// The newest version seen from each driver, and at which of its steps: a later step
-    /// under an older version is a relabelled micro-batch (see `accept_forward`).
-    origin_versions: BTreeMap<[u8; 32], (u32, u64)>,
     /// Leaving the stage (a mover, see `core/migrate.rs`): finish what is in progress, take
     /// nothing new.
     draining: bool,
 }
-
-/// Drivers whose newest version a stage remembers.
-const MAX_ORIGINS: usize = 4096;
 
 impl Pipeline {
     /// `steps_done` is nonzero when the replica resumes from a checkpoint.
@@ -239,7 +236,6 @@ impl Pipeline {
             service: Duration::from_millis(20),
             job_started: None,
             driving: 0,
-            origin_versions: BTreeMap::new(),
             draining: false,
         }
     }
@@ -416,7 +412,7 @@ impl Pipeline {
             });
             let targets =
                 Targets::new(part.targets, windows.get(rows).unwrap_or_default().to_vec());
-            self.admit(mb, version, input, targets, None, now);
+            self.admit((mb, version, None), input, targets, None, now);
         }
         actions.extend(self.dispatch());
         actions.extend(self.ask_batches());
@@ -431,9 +427,10 @@ impl Pipeline {
             Msg::Forward {
                 mb,
                 version,
+                stamp,
                 input,
                 targets,
-            } => self.accept_forward(from, (mb, version), input, targets, now, &mut answer),
+            } => self.accept_forward(from, (mb, version, stamp), input, targets, now, &mut answer),
             Msg::Backward { mb, grad, loss } => self.accept_backward(from, mb, grad, loss),
         };
         match result {
@@ -466,7 +463,7 @@ impl Pipeline {
     fn accept_forward(
         &mut self,
         from: NodeId,
-        (mb, version): (MicroBatchId, u32),
+        (mb, version, stamp): (MicroBatchId, u32, Option<Signed<DriverStamp>>),
         input: Payload,
         targets: Targets,
         now: Instant,
@@ -483,18 +480,6 @@ impl Pipeline {
             return Err(Refusal::NotInVersion {
                 stage: self.cfg.stage,
                 version,
-            });
-        }
-        // A driver's versions only go up: a later step under an older version was relabelled
-        // on the way (to skip a stage); an earlier one is still draining.
-        if let Some(&(newest, at)) = self.origin_versions.get(&mb.origin)
-            && version < newest
-            && mb.step >= at
-        {
-            return Err(Refusal::OlderVersion {
-                version,
-                newest,
-                step: mb.step,
             });
         }
         let Payload::Hidden(packed) = input else {
@@ -522,10 +507,8 @@ impl Pipeline {
         if self.draining || self.forward_jobs.len() >= self.cfg.queue_capacity {
             return Ok(Ack::Busy);
         }
-        self.note_version(mb, version);
         self.admit(
-            mb,
-            version,
+            (mb, version, stamp),
             StageInput::Hidden(acts),
             targets,
             Some(from),
@@ -538,8 +521,7 @@ impl Pipeline {
     /// first job: the forward pass, or forward and backward at once on the last stage.
     fn admit(
         &mut self,
-        mb: MicroBatchId,
-        version: u32,
+        (mb, version, stamp): (MicroBatchId, u32, Option<Signed<DriverStamp>>),
         input: StageInput,
         targets: Targets,
         upstream: Option<NodeId>,
@@ -549,6 +531,7 @@ impl Pipeline {
             mb,
             Stashed {
                 version,
+                stamp,
                 input,
                 targets,
                 upstream,
@@ -558,20 +541,6 @@ impl Pipeline {
             },
         );
         self.forward_jobs.push_back(mb);
-    }
-
-    fn note_version(&mut self, mb: MicroBatchId, version: u32) {
-        let known = self.origin_versions.contains_key(&mb.origin);
-        if !known && self.origin_versions.len() >= MAX_ORIGINS {
-            return;
-        }
-        let entry = self
-            .origin_versions
-            .entry(mb.origin)
-            .or_insert((version, mb.step));
-        if version > entry.0 {
-            *entry = (version, mb.step);
-        }
     }
 
     fn accept_backward(
@@ -693,6 +662,7 @@ impl Pipeline {
                     let msg = Msg::Forward {
                         mb,
                         version: st.version,
+                        stamp: st.stamp.clone(),
                         input: Payload::Hidden(output),
                         targets: st.targets.clone(),
                     };

@@ -6,7 +6,7 @@
 //! reaches its engine.
 
 use neuroshard_model::Tokens;
-use neuroshard_proof::{Canonical, CodecError, Reader, Writer};
+use neuroshard_proof::{Canonical, CodecError, Hash32, Reader, Signed, Writer};
 
 use crate::act_codec::{Packed, Scheme};
 pub use audit::{
@@ -154,6 +154,38 @@ pub enum Payload {
     Hidden(Packed),
 }
 
+/// What a driver signs about each micro-batch it starts: which one, in which network, and
+/// under which architecture version. Every stage checks it, so no stage on the way can
+/// relabel a micro-batch's version (to send it past a new stage), and no key can claim a
+/// version for a driver's micro-batches that the driver did not start them under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DriverStamp {
+    pub network: Hash32,
+    pub mb: MicroBatchId,
+    pub version: u32,
+}
+
+impl Canonical for DriverStamp {
+    const DOMAIN: &'static str = "neuroshard/driver-stamp/v1";
+
+    fn encode_body(&self, w: &mut Writer) {
+        w.fixed(&self.network);
+        self.mb.encode(w);
+        w.u32(self.version);
+    }
+
+    fn decode_body(r: &mut Reader<'_>) -> Result<Self, CodecError> {
+        Ok(Self {
+            network: r.array()?,
+            mb: MicroBatchId::decode(r)?,
+            version: r.u32()?,
+        })
+    }
+}
+
+/// A driver's stamp is a couple of hundred bytes; 1 KiB bounds it.
+const MAX_STAMP: usize = 1024;
+
 /// A request from one replica to another.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Msg {
@@ -163,6 +195,9 @@ pub enum Msg {
         /// The architecture version its driver started it under: which stages it crosses,
         /// in which order (0 in a network that never grew).
         version: u32,
+        /// The driver's signature of (network, `mb`, `version`). Required on the wire; None
+        /// only inside the driver, whose node signs it as the message leaves.
+        stamp: Option<Signed<DriverStamp>>,
         input: Payload,
         targets: Targets,
     },
@@ -244,19 +279,27 @@ fn get_packed(r: &mut Reader<'_>) -> Result<Packed, CodecError> {
 }
 
 impl Canonical for Msg {
-    const DOMAIN: &'static str = "neuroshard/pipe/v4";
+    const DOMAIN: &'static str = "neuroshard/pipe/v5";
 
     fn encode_body(&self, w: &mut Writer) {
         match self {
             Msg::Forward {
                 mb,
                 version,
+                stamp,
                 input,
                 targets,
             } => {
                 w.u8(1);
                 mb.encode(w);
                 w.u32(*version);
+                match stamp {
+                    None => w.u8(0),
+                    Some(s) => {
+                        w.u8(1);
+                        w.bytes(&s.to_bytes());
+                    }
+                }
                 match input {
                     Payload::Tokens(t) => {
                         w.u8(0);
@@ -285,6 +328,21 @@ impl Canonical for Msg {
             1 => {
                 let mb = MicroBatchId::decode(r)?;
                 let version = r.u32()?;
+                let stamp = match r.u8()? {
+                    0 => None,
+                    1 => Some(Signed::from_bytes(r.bytes(MAX_STAMP)?).map_err(|e| {
+                        CodecError::Invalid {
+                            field: "driver stamp",
+                            reason: e.to_string(),
+                        }
+                    })?),
+                    k => {
+                        return Err(CodecError::Invalid {
+                            field: "driver stamp flag",
+                            reason: format!("{k}"),
+                        });
+                    }
+                };
                 let input = match r.u8()? {
                     0 => {
                         let (batch, seq) = (dim(r, "batch")?, dim(r, "seq")?);
@@ -309,6 +367,7 @@ impl Canonical for Msg {
                 Ok(Msg::Forward {
                     mb,
                     version,
+                    stamp,
                     input,
                     targets,
                 })
@@ -398,6 +457,7 @@ mod tests {
         let mut msgs = vec![Msg::Forward {
             mb: mb(),
             version: 0,
+            stamp: None,
             input: Payload::Tokens(Tokens {
                 batch: 2,
                 seq: 3,
@@ -420,10 +480,24 @@ mod tests {
             msgs.push(Msg::Forward {
                 mb: mb(),
                 version: 0,
+                stamp: None,
                 input: Payload::Hidden(grad(2, 1, 5, scheme)),
                 targets: vec![1, 2].into(),
             });
         }
+        let stamp = DriverStamp {
+            network: [3; 32],
+            mb: mb(),
+            version: 4,
+        };
+        let signer = neuroshard_proof::fixtures::test_identity(2);
+        msgs.push(Msg::Forward {
+            mb: mb(),
+            version: 4,
+            stamp: Some(Signed::sign(&signer, &stamp)),
+            input: Payload::Hidden(grad(2, 1, 5, Scheme::F32)),
+            targets: vec![1, 2].into(),
+        });
         for m in msgs {
             let bytes = m.to_canonical_bytes();
             assert_eq!(Msg::from_canonical_bytes(&bytes), Ok(m));

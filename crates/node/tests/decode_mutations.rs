@@ -24,7 +24,7 @@ use neuroshard_node::serve::{Chunk, Head, InferMsg, InferReply, SampleSpec};
 use neuroshard_node::sync::{
     SyncDone, SyncMsg, SyncOffer, SyncPull, SyncPullAnswer, ThetaRecord, theta_key,
 };
-use neuroshard_node::wire::{Ack, MicroBatchId, Msg, Payload, TargetWindow, Targets};
+use neuroshard_node::wire::{Ack, DriverStamp, MicroBatchId, Msg, Payload, TargetWindow, Targets};
 use neuroshard_proof::fixtures::{TEST_NETWORK, test_identity, training_proof};
 use neuroshard_proof::{Canonical, Hash32, Identity, NodeId, Receipt, ReceiptKind, Signed};
 use neuroshard_proof::{LayerRange, Roles};
@@ -60,6 +60,7 @@ fn msg(kind: u8) -> Msg {
         0 => Msg::Forward {
             mb,
             version: 0,
+            stamp: None,
             input: Payload::Tokens(Tokens {
                 batch: 2,
                 seq: 4,
@@ -81,7 +82,15 @@ fn msg(kind: u8) -> Msg {
         },
         1 => Msg::Forward {
             mb,
-            version: 0,
+            version: 2,
+            stamp: Some(Signed::sign(
+                &test_identity(7),
+                &DriverStamp {
+                    network: TEST_NETWORK,
+                    mb,
+                    version: 2,
+                },
+            )),
             input: Payload::Hidden(packed(
                 Activations {
                     batch: 1,

@@ -418,6 +418,7 @@ fn a_full_queue_answers_busy() {
             index,
         },
         version: 0,
+        stamp: None,
         input: neuroshard_node::wire::Payload::Hidden(hidden(0.1)),
         targets: vec![1, 2, 3, 4].into(),
     };
@@ -510,6 +511,7 @@ fn forward_of(hidden: Packed, rows: usize) -> Msg {
             index: 0,
         },
         version: 0,
+        stamp: None,
         input: neuroshard_node::wire::Payload::Hidden(hidden),
         targets: vec![1; rows * 4].into(),
     }

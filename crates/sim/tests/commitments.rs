@@ -9,15 +9,15 @@ use neuroshard_audit::{JobKind, SignedJob};
 use neuroshard_node::act_codec::{Expect, pack};
 use neuroshard_node::core::Transmit;
 use neuroshard_node::events::NodeEvent;
-use neuroshard_node::wire::{Msg, Payload, PipeAnswer, PipeRequest};
-use neuroshard_proof::Canonical;
+use neuroshard_node::wire::{DriverStamp, Msg, Payload, PipeAnswer, PipeRequest};
 use neuroshard_proof::fixtures::test_identity;
+use neuroshard_proof::{Canonical, Signed};
 use neuroshard_sim::{EngineKind, Sim, network, settings, tiny_model};
 
 /// A driver (stage 0); nodes alternate stages, so 1 and 3 are the stage-1 replicas.
 const LIAR: usize = 2;
 
-#[derive(Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 enum Attack {
     None,
     /// Commits to its forward output but sends other values (half of them).
@@ -30,6 +30,13 @@ enum Attack {
     WithholdsCountersign,
     /// Names the genesis epoch in every commitment, whose beacon it knows once epochs run.
     StaleEpoch,
+    /// Sends its micro-batches under another architecture version than it stamped them
+    /// with (a relay relabelling a micro-batch to send it past a stage does the same).
+    RelabelsVersion,
+    /// Stamps its micro-batches with a Sybil key: a claim about a driver it is not.
+    SybilStamp,
+    /// Sends its micro-batches without a stamp.
+    Unstamped,
 }
 
 fn run(attack: Attack) -> Sim {
@@ -50,6 +57,7 @@ fn run(attack: Attack) -> Sim {
                 Msg::Forward {
                     mb,
                     version,
+                    stamp,
                     input: Payload::Hidden(p),
                     targets,
                 } => {
@@ -65,6 +73,7 @@ fn run(attack: Attack) -> Sim {
                     let msg = Msg::Forward {
                         mb,
                         version,
+                        stamp,
                         input,
                         targets,
                     };
@@ -72,6 +81,49 @@ fn run(attack: Attack) -> Sim {
                 }
                 msg => PipeRequest { msg, job },
             },
+            Attack::RelabelsVersion | Attack::SybilStamp | Attack::Unstamped => {
+                let msg = match msg {
+                    Msg::Forward {
+                        mb,
+                        version,
+                        stamp,
+                        input,
+                        targets,
+                    } => {
+                        let network = stamp.unwrap().verify().unwrap().network;
+                        let stamp = match attack {
+                            // Stamped under version 1 and sent under 0: what a relay that
+                            // relabels a driver's new-version micro-batch sends.
+                            Attack::RelabelsVersion => {
+                                let s = DriverStamp {
+                                    network,
+                                    mb,
+                                    version: version + 1,
+                                };
+                                Some(Signed::sign(&liar_key, &s))
+                            }
+                            Attack::SybilStamp => {
+                                let s = DriverStamp {
+                                    network,
+                                    mb,
+                                    version,
+                                };
+                                Some(Signed::sign(&sybil, &s))
+                            }
+                            _ => None,
+                        };
+                        Msg::Forward {
+                            mb,
+                            version,
+                            stamp,
+                            input,
+                            targets,
+                        }
+                    }
+                    other => other,
+                };
+                PipeRequest { msg, job }
+            }
             Attack::SybilSigned => {
                 let mut c = job.verify().unwrap();
                 c.worker = sybil.node_id();
@@ -145,12 +197,15 @@ fn steps(sim: &Sim, i: usize) -> usize {
 
 /// Messages stage 1 refused for their commitment.
 fn refused(sim: &Sim) -> usize {
+    refused_for(sim, "commitment")
+}
+
+/// Messages stage 1 refused for a reason starting with `why`.
+fn refused_for(sim: &Sim, why: &str) -> usize {
     [1, 3]
         .iter()
         .flat_map(|&i| sim.events(i))
-        .filter(
-            |e| matches!(e, NodeEvent::Dropped { reason, .. } if reason.starts_with("commitment")),
-        )
+        .filter(|e| matches!(e, NodeEvent::Dropped { reason, .. } if reason.starts_with(why)))
         .count()
 }
 
@@ -267,5 +322,24 @@ fn a_receiver_that_withholds_its_countersignature_is_reported() {
             signed > 0 && signed < sent,
             "driver {driver}: {signed} of {sent}"
         );
+    }
+}
+
+/// A micro-batch's version is its driver's signed word: a relabelled version, a stamp by
+/// another key, or none, is refused at the next stage and nothing of it is trained; the
+/// honest driver beside it trains on. (Without the stamp a relay could send a driver's
+/// micro-batches past a stage the network grew, or claim a version for them that made
+/// later stages refuse the driver's honest ones.)
+#[test]
+fn a_micro_batch_whose_version_its_driver_did_not_sign_is_refused() {
+    for attack in [
+        Attack::RelabelsVersion,
+        Attack::SybilStamp,
+        Attack::Unstamped,
+    ] {
+        let sim = run(attack);
+        assert!(refused_for(&sim, "driver stamp") > 0, "{attack:?}");
+        assert_eq!(steps(&sim, LIAR), 0, "{attack:?}: trained in");
+        assert!(steps(&sim, 0) >= 20, "{attack:?}: {}", steps(&sim, 0));
     }
 }

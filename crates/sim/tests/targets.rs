@@ -30,6 +30,7 @@ fn run(lie: bool) -> Sim {
                                 Msg::Forward {
                                     mb,
                                     version,
+                                    stamp,
                                     input,
                                     mut targets,
                                 },
@@ -41,6 +42,7 @@ fn run(lie: bool) -> Sim {
                             let msg = Msg::Forward {
                                 mb,
                                 version,
+                                stamp,
                                 input,
                                 targets,
                             };

@@ -143,6 +143,7 @@ fn forward(index: u32) -> Msg {
             index,
         },
         version: 0,
+        stamp: None,
         input: Payload::Hidden(act_codec::pack(&acts, ActSpec::default().forward).unwrap()),
         targets: vec![1; 8].into(),
     }

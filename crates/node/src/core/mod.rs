@@ -627,7 +627,21 @@ impl NodeCore {
         let mut queue: VecDeque<Action> = actions.into();
         while let Some(action) = queue.pop_front() {
             match action {
-                Action::Send { to, msg } => {
+                Action::Send { to, mut msg } => {
+                    // Our own micro-batch leaves with our stamp of it and its version.
+                    if let crate::wire::Msg::Forward {
+                        mb, version, stamp, ..
+                    } = &mut msg
+                        && stamp.is_none()
+                        && mb.origin == self.me.0
+                    {
+                        let s = crate::wire::DriverStamp {
+                            network: self.network,
+                            mb: *mb,
+                            version: *version,
+                        };
+                        *stamp = Some(neuroshard_proof::Signed::sign(&self.identity, &s));
+                    }
                     let (mb, kind, job) = (msg.mb(), msg.kind(), commit::job_kind(&msg));
                     let signed = match self.commitment_for(&msg) {
                         Ok(signed) => signed,

@@ -56,20 +56,24 @@ impl NodeCore {
                 match (
                     self.check_commitment(from, &req),
                     self.check_targets(&req.msg),
+                    check_stamp(&self.network, &req.msg),
                 ) {
-                    (Err(why), _) if !why.blames_sender() => {
+                    (_, _, Err(why)) => {
+                        self.refuse_request(from, what, format!("driver stamp: {why}"), now)
+                    }
+                    (Err(why), ..) if !why.blames_sender() => {
                         // Busy, not refused: the sender may lag one finalized epoch behind
                         // the network and will commit again at a later one.
                         self.dropped_request(from, what, format!("commitment: {why}"), now);
                         Ack::Busy
                     }
-                    (Err(why), _) => {
+                    (Err(why), ..) => {
                         self.refuse_request(from, what, format!("commitment: {why}"), now)
                     }
-                    (_, Err(why)) => {
+                    (_, Err(why), _) => {
                         self.refuse_request(from, what, format!("targets: {why}"), now)
                     }
-                    (Ok((cs, c)), Ok(())) => {
+                    (Ok((cs, c)), Ok(()), Ok(())) => {
                         let (ack, actions) = self.pipeline.on_message(from, req.msg, now);
                         self.run_actions(actions, now);
                         if ack == Ack::Accepted {
@@ -131,5 +135,137 @@ impl NodeCore {
             .sender_stage(msg)
             .and_then(|s| u16::try_from(s).ok())
             .is_some_and(|s| self.economy.ledger().is_registered(&from, s))
+    }
+}
+
+/// Why a forward's driver stamp is refused.
+#[derive(Debug, thiserror::Error)]
+pub enum StampError {
+    #[error("missing")]
+    Missing,
+    #[error("{0}")]
+    Signature(#[from] neuroshard_proof::EnvelopeError),
+    #[error("not signed by the micro-batch's driver")]
+    NotTheDriver,
+    #[error("signed for another network, micro-batch or version")]
+    Mismatch,
+}
+
+/// A forward carries its driver's signature of exactly this micro-batch, network and
+/// version: no stage on the way can relabel the version (to send the micro-batch past a
+/// stage), and no key can claim a version for another driver's micro-batches.
+pub fn check_stamp(network: &neuroshard_proof::Hash32, msg: &Msg) -> Result<(), StampError> {
+    let Msg::Forward {
+        mb, version, stamp, ..
+    } = msg
+    else {
+        return Ok(());
+    };
+    let stamp = stamp.as_ref().ok_or(StampError::Missing)?;
+    let signed = stamp.verify()?;
+    if stamp.signer().node_id().0 != mb.origin {
+        return Err(StampError::NotTheDriver);
+    }
+    let expected = crate::wire::DriverStamp {
+        network: *network,
+        mb: *mb,
+        version: *version,
+    };
+    if signed != expected {
+        return Err(StampError::Mismatch);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod stamp_tests {
+    use neuroshard_proof::Signed;
+    use neuroshard_proof::fixtures::test_identity;
+
+    use super::*;
+    use crate::act_codec::{ActSpec, pack};
+    use crate::wire::{DriverStamp, MicroBatchId, Payload};
+
+    const NETWORK: [u8; 32] = [9; 32];
+
+    /// Driver 1's micro-batch under `version`, stamped by `signer` with `stamp`.
+    fn forward(version: u32, stamp: Option<(u8, DriverStamp)>) -> Msg {
+        let acts = neuroshard_model::Activations {
+            batch: 1,
+            seq: 2,
+            dim: 4,
+            data: vec![0.5; 8],
+        };
+        Msg::Forward {
+            mb: mb(),
+            version,
+            stamp: stamp.map(|(k, s)| Signed::sign(&test_identity(k.into()), &s)),
+            input: Payload::Hidden(pack(&acts, ActSpec::default().forward).unwrap()),
+            targets: vec![1, 2].into(),
+        }
+    }
+
+    fn mb() -> MicroBatchId {
+        MicroBatchId {
+            origin: test_identity(1).node_id().0,
+            step: 5,
+            index: 0,
+        }
+    }
+
+    fn stamp(version: u32) -> DriverStamp {
+        DriverStamp {
+            network: NETWORK,
+            mb: mb(),
+            version,
+        }
+    }
+
+    /// Only the driver's own signature of exactly this micro-batch, network and version
+    /// passes: a relay cannot relabel the version, and no other key can claim one.
+    #[test]
+    fn only_the_drivers_stamp_of_this_micro_batch_and_version_passes() {
+        assert!(check_stamp(&NETWORK, &forward(1, Some((1, stamp(1))))).is_ok());
+        // A relay relabels the version it was stamped with.
+        assert!(matches!(
+            check_stamp(&NETWORK, &forward(0, Some((1, stamp(1))))),
+            Err(StampError::Mismatch)
+        ));
+        // Another key claims a version for driver 1's micro-batch.
+        assert!(matches!(
+            check_stamp(&NETWORK, &forward(1, Some((4, stamp(1))))),
+            Err(StampError::NotTheDriver)
+        ));
+        // The stamp of another micro-batch, or of another network.
+        let other = DriverStamp {
+            mb: MicroBatchId { step: 6, ..mb() },
+            ..stamp(1)
+        };
+        assert!(matches!(
+            check_stamp(&NETWORK, &forward(1, Some((1, other)))),
+            Err(StampError::Mismatch)
+        ));
+        assert!(matches!(
+            check_stamp(&[8; 32], &forward(1, Some((1, stamp(1))))),
+            Err(StampError::Mismatch)
+        ));
+        assert!(matches!(
+            check_stamp(&NETWORK, &forward(1, None)),
+            Err(StampError::Missing)
+        ));
+        // A forged signature (the stamp's bytes altered).
+        let Msg::Forward { stamp: Some(s), .. } = forward(1, Some((1, stamp(1)))) else {
+            unreachable!()
+        };
+        let mut bytes = s.to_bytes();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 1;
+        if let Ok(forged) = Signed::<DriverStamp>::from_bytes(&bytes) {
+            let mut msg = forward(1, None);
+            if let Msg::Forward { stamp, .. } = &mut msg {
+                *stamp = Some(forged);
+            }
+            assert!(check_stamp(&NETWORK, &msg).is_err());
+        }
     }
 }

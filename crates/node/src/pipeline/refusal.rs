@@ -23,14 +23,6 @@ pub enum Refusal {
     },
     #[error("stage {stage} is not part of architecture version {version}")]
     NotInVersion { stage: usize, version: u32 },
-    #[error(
-        "micro-batch of step {step} under version {version}, after its driver ran version {newest}"
-    )]
-    OlderVersion {
-        version: u32,
-        newest: u32,
-        step: u64,
-    },
     #[error("target id {0} outside the vocabulary")]
     TargetOutsideVocabulary(u32),
     #[error("the last stage takes no gradient")]

@@ -333,6 +333,7 @@ fn forward_from(origin: u8, step: u64, index: u32) -> Msg {
             index,
         },
         version: 0,
+        stamp: None,
         input: Payload::Hidden(
             act_codec::pack(
                 &Activations {

@@ -144,31 +144,3 @@ fn a_version_not_final_here_yet_is_busy_and_one_without_this_stage_is_refused() 
         w.p.on_message(from, versioned(forward_from(1, 0, 0), 0), w.now);
     assert!(matches!(ack, Ack::Rejected(r) if r.contains("not part of architecture version 0")));
 }
-
-/// A stage-1 replica relabels a driver's version-1 micro-batch as version 0 to send it past
-/// the new stage: once the head saw version 1 from that driver, a later step under version 0
-/// is refused (and its sender penalised); earlier steps still draining are not.
-#[test]
-fn a_relabelled_older_version_is_refused() {
-    let mut w = World::new(stage(2, 1));
-    let (new_stage, liar) = (NodeId([3; 32]), NodeId([4; 32]));
-    let (ack, _) =
-        w.p.on_message(new_stage, versioned(forward_from(1, 4, 0), 1), w.now);
-    assert_eq!(ack, Ack::Accepted);
-    let (ack, actions) =
-        w.p.on_message(liar, versioned(forward_from(1, 5, 0), 0), w.now);
-    assert!(matches!(ack, Ack::Rejected(r) if r.contains("after its driver ran version 1")));
-    assert!(
-        actions
-            .iter()
-            .any(|a| matches!(a, Action::Penalize { peer, .. } if *peer == liar))
-    );
-    // Step 3 ran under version 0 before the driver moved: still welcome.
-    let (ack, _) =
-        w.p.on_message(liar, versioned(forward_from(1, 3, 0), 0), w.now);
-    assert_eq!(ack, Ack::Accepted);
-    // Another driver's versions are its own.
-    let (ack, _) =
-        w.p.on_message(liar, versioned(forward_from(2, 9, 0), 0), w.now);
-    assert_eq!(ack, Ack::Accepted);
-}

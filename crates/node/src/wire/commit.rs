@@ -37,7 +37,7 @@ fn envelope<T: Canonical>(
 }
 
 impl Canonical for PipeRequest {
-    const DOMAIN: &'static str = "neuroshard/pipe/v4";
+    const DOMAIN: &'static str = "neuroshard/pipe/v5";
 
     fn encode_body(&self, w: &mut Writer) {
         self.msg.encode_body(w);
@@ -130,6 +130,7 @@ mod tests {
                     index: 6,
                 },
                 version: 0,
+                stamp: None,
                 input: Payload::Tokens(Tokens {
                     batch: 1,
                     seq: 2,
