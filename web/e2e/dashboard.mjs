@@ -88,6 +88,12 @@ try {
   const model = await page.textContent('#f-model');
   check(/\d+ × \d+ · /.test(model ?? ''), `the model is shown: ${JSON.stringify(model)}`);
   if (mock) check(model?.startsWith('v1 · 8 × 256 · 6.7M') === true, 'with its architecture version');
+  if (mock) {
+    // Each round names the architecture version it trained: the newest first.
+    await page.waitForFunction(() => document.querySelectorAll('#rounds tr').length >= 2);
+    const versions = await page.$$eval('#rounds tr', (rows) => rows.map((r) => r.children[2]?.textContent));
+    check(versions[0] === 'v1' && versions.at(-1) === 'v0', `rounds name their version: ${versions.join(' ')}`);
+  }
   console.log(`       ${nodes.filter((n) => n.alive).length} of them alive`);
   await page.waitForFunction(() => Number(document.querySelector('svg.chart')?.getAttribute('data-points') ?? 0) >= 2);
   const points = await page.$eval('svg.chart', (el) => Number(el.getAttribute('data-points')));

@@ -34,6 +34,8 @@ function fixtures(start) {
   const rounds = Array.from({ length: 7 }, (_, r) => ({
     stage: r % 2,
     round: Math.floor(r / 2) + 1,
+    // The network grew after round 2: its later rounds trained version 1.
+    version: r >= 4 ? 1 : 0,
     contributors: r === 5 ? 1 : 2,
     expected: 2,
     wall_ms: 180 + r * 37,

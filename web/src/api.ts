@@ -49,6 +49,8 @@ export interface Loss {
 export interface Round {
   stage: number;
   round: number;
+  /** The architecture version the round trained (a growing network's); null otherwise. */
+  version: number | null;
   contributors: number;
   expected: number;
   wall_ms: number;

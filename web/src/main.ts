@@ -144,6 +144,7 @@ function renderRounds(rounds: Round[]): void {
         {},
         h('td', {}, r.stage),
         h('td', { class: 'num' }, int(r.round)),
+        h('td', { class: 'num' }, r.version === null ? '—' : `v${int(r.version)}`),
         h('td', {}, h('span', { class: partial ? 'warn' : '' }, `${r.contributors} / ${r.expected}`)),
         h('td', { class: 'r num' }, duration(r.wall_ms)),
         h('td', { class: 'r num' }, bytes(r.sent_bytes)),

@@ -109,6 +109,10 @@ impl LossSeries {
 pub struct RoundPoint {
     pub stage: usize,
     pub round: u64,
+    /// The architecture version of a growing network the round trained: on a driver the
+    /// version its steps ran under (a round never mixes two), elsewhere the newest version
+    /// its finalized state held. None for a network of one fixed model.
+    pub version: Option<u32>,
     pub contributors: usize,
     pub expected: usize,
     pub wall_ms: f64,
@@ -223,6 +227,8 @@ pub struct TelemetryFold {
     sync_round: u64,
     ledger: LedgerSummary,
     model: ModelView,
+    /// The version a driver's steps run under, once it moved to one.
+    driving: Option<u32>,
     train: LossSeries,
     validation: LossSeries,
     rounds: VecDeque<RoundPoint>,
@@ -274,6 +280,7 @@ impl TelemetryFold {
             sync_round: 0,
             ledger: LedgerSummary::default(),
             model: ModelView::default(),
+            driving: None,
             train: LossSeries::new(MAX_LOSS_POINTS),
             validation: LossSeries::new(MAX_LOSS_POINTS),
             rounds: VecDeque::new(),
@@ -284,8 +291,20 @@ impl TelemetryFold {
     }
 
     /// Folds one event of this node.
+    /// The version a round of this node trained (see [`RoundPoint::version`]): a driver
+    /// trains version 0 until it moves.
+    fn round_version(&self) -> Option<u32> {
+        let driver = self.me.as_ref().is_some_and(|m| m.role == "driver");
+        match (self.model.version, driver) {
+            (None, _) => None,
+            (Some(_), true) => Some(self.driving.unwrap_or(0)),
+            (newest, false) => newest,
+        }
+    }
+
     pub fn on_event(&mut self, ev: &NodeEvent) {
         match ev {
+            NodeEvent::Driving { version, .. } => self.driving = Some(*version),
             NodeEvent::Ready {
                 node,
                 network,
@@ -345,6 +364,7 @@ impl TelemetryFold {
                 ..
             } => {
                 self.sync_round = self.sync_round.max(round.saturating_add(1));
+                let version = self.round_version();
                 if wall_ms.is_finite() {
                     push_bounded(
                         &mut self.rounds,
@@ -352,6 +372,7 @@ impl TelemetryFold {
                         RoundPoint {
                             stage: *stage,
                             round: *round,
+                            version,
                             contributors: *contributors,
                             expected: *expected,
                             wall_ms: *wall_ms,

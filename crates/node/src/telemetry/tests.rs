@@ -347,3 +347,53 @@ fn transport_refusals_over_a_budget_are_counted_by_budget() {
         "{text}"
     );
 }
+
+/// The dashboard's rounds say which architecture version each trained: a driver's the
+/// version it drove (0 until it moves, even once the network's newest is later), another
+/// stage's the newest its finalized state holds; a fixed network's none.
+#[test]
+fn rounds_name_the_architecture_version_they_trained() {
+    let mut f = TelemetryFold::new();
+    f.on_event(&ready());
+    f.on_event(&sync(0));
+    assert_eq!(f.rounds()[0].version, None, "a fixed network");
+    let grown = CoreSnapshot {
+        model: ModelView {
+            version: Some(1),
+            layers: 6,
+            d_model: 16,
+            params: 900,
+            stages: vec![(0, 2), (2, 2), (1, 2)],
+        },
+        stages: 3,
+        step: 4,
+        sync_round: 1,
+        ledger: LedgerSummary::default(),
+        peers: Vec::new(),
+        registered: Vec::new(),
+        accounts: Vec::new(),
+    };
+    f.on_snapshot(grown.clone());
+    f.on_event(&sync(1));
+    assert_eq!(f.rounds()[1].version, Some(0), "the driver still trains v0");
+    f.on_event(&NodeEvent::Driving {
+        step: 20,
+        version: 1,
+        stages: vec![(0, 2), (2, 2), (1, 2)],
+        time_ms: 3,
+    });
+    f.on_event(&sync(2));
+    assert_eq!(f.rounds()[2].version, Some(1));
+
+    // A later stage: the finalized state's newest.
+    let mut f = TelemetryFold::new();
+    let mut r = ready();
+    if let NodeEvent::Ready { role, stage, .. } = &mut r {
+        *role = "validator".into();
+        *stage = 1;
+    }
+    f.on_event(&r);
+    f.on_snapshot(grown);
+    f.on_event(&sync(0));
+    assert_eq!(f.rounds()[0].version, Some(1));
+}
