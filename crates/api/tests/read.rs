@@ -220,8 +220,8 @@ async fn loss_rounds_balances_and_proofs_have_the_dashboard_schema() {
     let rounds = get_json(state.clone(), "/api/rounds").await;
     assert_eq!(
         rounds["rounds"],
-        json!([{"stage": 0, "round": 0, "contributors": 2, "expected": 2, "wall_ms": 30.0,
-                "sent_bytes": 1_000, "dense_bytes": 8_000, "time_ms": 2_000}])
+        json!([{"stage": 0, "round": 0, "version": null, "contributors": 2, "expected": 2,
+                "wall_ms": 30.0, "sent_bytes": 1_000, "dense_bytes": 8_000, "time_ms": 2_000}])
     );
 
     let balances = get_json(state.clone(), "/api/balances").await;
