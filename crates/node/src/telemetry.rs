@@ -290,7 +290,6 @@ impl TelemetryFold {
         }
     }
 
-    /// Folds one event of this node.
     /// The version a round of this node trained (see [`RoundPoint::version`]): a driver
     /// trains version 0 until it moves.
     fn round_version(&self) -> Option<u32> {
@@ -302,6 +301,7 @@ impl TelemetryFold {
         }
     }
 
+    /// Folds one event of this node.
     pub fn on_event(&mut self, ev: &NodeEvent) {
         match ev {
             NodeEvent::Driving { version, .. } => self.driving = Some(*version),

@@ -169,6 +169,45 @@ impl Factory {
 }
 
 impl Factory {
+    /// An engine of the blocks `spec` of `model` for `node` (an attacker's replica sends its
+    /// attack, a lazy worker cheats), and its data source.
+    fn build(
+        &self,
+        node: NodeId,
+        model: ModelConfig,
+        spec: StageSpec,
+    ) -> Result<Built, FactoryError> {
+        let mut s = self.settings.clone();
+        if self.attackers.lock().is_ok_and(|a| a.contains(&node)) {
+            s.sync.attack = self.attack.clone();
+        }
+        let dcfg = (s.sync.every > 0)
+            .then(|| s.diloco(node))
+            .transpose()
+            .map_err(|e| FactoryError(e.to_string()))?;
+        let engine: Box<dyn SimEngine> = match self.kind {
+            EngineKind::StandIn => Box::new(
+                StandIn::new(model, spec, s.seed, dcfg).map_err(|e| FactoryError(e.to_string()))?,
+            ),
+            EngineKind::Real => {
+                let cheat = self.cheats.lock().ok().and_then(|c| c.get(&node).copied());
+                Box::new(
+                    RealEngine::new(
+                        model,
+                        spec,
+                        s.seed,
+                        s.adamw(),
+                        dcfg,
+                        s.weight_lag,
+                        s.activations,
+                    )?
+                    .cheating(cheat),
+                )
+            }
+        };
+        Ok((engine, Box::new(self.patterns())))
+    }
+
     fn patterns(&self) -> PatternBatches {
         let s = &self.settings;
         PatternBatches {
@@ -193,37 +232,7 @@ impl NodeFactory for Factory {
         let spec = *specs
             .get(stage)
             .ok_or_else(|| FactoryError(format!("no stage {stage}")))?;
-        let mut s = s.clone();
-        if self.attackers.lock().is_ok_and(|a| a.contains(&node)) {
-            s.sync.attack = self.attack.clone();
-        }
-        let s = &s;
-        let dcfg = (s.sync.every > 0)
-            .then(|| s.diloco(node))
-            .transpose()
-            .map_err(|e| FactoryError(e.to_string()))?;
-        let engine: Box<dyn SimEngine> = match self.kind {
-            EngineKind::StandIn => Box::new(
-                StandIn::new(s.model.clone(), spec, s.seed, dcfg)
-                    .map_err(|e| FactoryError(e.to_string()))?,
-            ),
-            EngineKind::Real => {
-                let cheat = self.cheats.lock().ok().and_then(|c| c.get(&node).copied());
-                Box::new(
-                    RealEngine::new(
-                        s.model.clone(),
-                        spec,
-                        s.seed,
-                        s.adamw(),
-                        dcfg,
-                        s.weight_lag,
-                        s.activations,
-                    )?
-                    .cheating(cheat),
-                )
-            }
-        };
-        Ok((engine, Box::new(self.patterns())))
+        self.build(node, s.model.clone(), spec)
     }
 
     fn data(&mut self, _node: NodeId, _stage: usize) -> Box<dyn BatchSource> {
@@ -237,20 +246,11 @@ impl NodeFactory for Factory {
         &mut self,
         node: NodeId,
         _stage: usize,
-        model: neuroshard_model::ModelConfig,
+        model: ModelConfig,
         spec: StageSpec,
     ) -> Result<Built, FactoryError> {
-        let s = &self.settings;
-        let dcfg = (s.sync.every > 0)
-            .then(|| s.diloco(node))
-            .transpose()
-            .map_err(|e| FactoryError(e.to_string()))?;
         match self.kind {
-            EngineKind::StandIn => {
-                let engine = StandIn::new(model, spec, s.seed, dcfg)
-                    .map_err(|e| FactoryError(e.to_string()))?;
-                Ok((Box::new(engine), Box::new(self.patterns())))
-            }
+            EngineKind::StandIn => self.build(node, model, spec),
             EngineKind::Real => Err(FactoryError(
                 "the simulator's real engine does not build grown stages".into(),
             )),

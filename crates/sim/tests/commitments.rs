@@ -82,46 +82,30 @@ fn run(attack: Attack) -> Sim {
                 msg => PipeRequest { msg, job },
             },
             Attack::RelabelsVersion | Attack::SybilStamp | Attack::Unstamped => {
-                let msg = match msg {
-                    Msg::Forward {
-                        mb,
-                        version,
-                        stamp,
-                        input,
-                        targets,
-                    } => {
-                        let network = stamp.unwrap().verify().unwrap().network;
-                        let stamp = match attack {
-                            // Stamped under version 1 and sent under 0: what a relay that
-                            // relabels a driver's new-version micro-batch sends.
-                            Attack::RelabelsVersion => {
-                                let s = DriverStamp {
-                                    network,
-                                    mb,
-                                    version: version + 1,
-                                };
-                                Some(Signed::sign(&liar_key, &s))
-                            }
-                            Attack::SybilStamp => {
-                                let s = DriverStamp {
-                                    network,
-                                    mb,
-                                    version,
-                                };
-                                Some(Signed::sign(&sybil, &s))
-                            }
-                            _ => None,
-                        };
-                        Msg::Forward {
-                            mb,
-                            version,
-                            stamp,
-                            input,
-                            targets,
-                        }
-                    }
-                    other => other,
-                };
+                let mut msg = msg;
+                if let Msg::Forward {
+                    mb, version, stamp, ..
+                } = &mut msg
+                {
+                    let s = DriverStamp {
+                        network: stamp.take().unwrap().verify().unwrap().network,
+                        mb: *mb,
+                        version: *version,
+                    };
+                    *stamp = match attack {
+                        // Stamped under version 1 and sent under 0: what a relay that
+                        // relabels a driver's new-version micro-batch sends.
+                        Attack::RelabelsVersion => Some(Signed::sign(
+                            &liar_key,
+                            &DriverStamp {
+                                version: s.version + 1,
+                                ..s
+                            },
+                        )),
+                        Attack::SybilStamp => Some(Signed::sign(&sybil, &s)),
+                        _ => None,
+                    };
+                }
                 PipeRequest { msg, job }
             }
             Attack::SybilSigned => {

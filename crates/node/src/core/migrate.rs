@@ -192,17 +192,16 @@ impl NodeCore {
                 Some((s, finalized.registered(id).collect()))
             })
             .collect();
-        // A node that already holds an empty stage (its registration not final yet) stays,
-        // and only a registered replica of a stage that keeps another one may leave it.
-        let holds_empty = replicas
+        // Only a registered replica of its stage may leave it (a node that holds an empty
+        // stage, its registration not final yet, is none); `may_leave` keeps another there.
+        let Some(source) = replicas
             .iter()
-            .any(|(s, nodes)| nodes.is_empty() && *s == self.stage);
-        let mine = replicas.iter().find(|(s, _)| *s == self.stage);
-        if holds_empty || !mine.is_some_and(|(_, n)| n.len() >= 2 && n.contains(&self.me)) {
+            .find(|(s, nodes)| *s == self.stage && nodes.contains(&self.me))
+            .map(|(_, nodes)| nodes.as_slice())
+        else {
             return;
-        }
+        };
         let version = newest.version();
-        let source = mine.map(|(_, n)| n.as_slice()).unwrap_or_default();
         let live = |n: &NodeId| {
             self.pipeline
                 .peers

@@ -71,11 +71,13 @@ impl Sim {
             ecfg,
             self.nodes[i].disk.clone(),
         );
-        let fixed =
-            neuroshard_node::layout::Layouts::fixed(&self.settings.model, self.settings.stages);
-        let layouts = match (self.nodes[i].layouts.clone(), fixed) {
-            (Some(l), _) | (None, Ok(l)) => l,
-            (None, Err(e)) => return self.cannot_start(i, &e.to_string()),
+        // A mover starts with the versions it knew; anyone else with the genesis split.
+        let layouts = match self.nodes[i].layouts.clone().map_or_else(
+            || neuroshard_node::layout::Layouts::fixed(&self.settings.model, self.settings.stages),
+            Ok,
+        ) {
+            Ok(l) => l,
+            Err(e) => return self.cannot_start(i, &e.to_string()),
         };
         let mut settings = self.settings.clone();
         settings.data_dir = format!("sim/{i}").into();
