@@ -353,6 +353,7 @@ pub fn sample_network_genesis() -> NetworkGenesis {
             round_reward: 1,
             min_round_ms: 0,
             min_receipts: 1,
+            round_lead: 8,
             audit_per_million: 50_000,
             growth: None,
         },

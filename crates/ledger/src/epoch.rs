@@ -47,6 +47,17 @@ impl EpochItem {
         self.key().1
     }
 
+    /// The round a training proof claims (0 for anything else): what orders proofs in an
+    /// epoch.
+    fn round(&self) -> u64 {
+        match self {
+            Self::Proof(p) if p.proof().kind == neuroshard_proof::ProofKind::Training => {
+                p.proof().round
+            }
+            _ => 0,
+        }
+    }
+
     /// The signed time that places it in an epoch's window.
     pub fn timestamp_ms(&self) -> u64 {
         match self {
@@ -152,28 +163,44 @@ pub fn apply_epoch_admitted(
     items.sort_by_key(EpochItem::key);
     items.dedup_by_key(|i| i.key());
     let keys: Vec<(u8, Hash32)> = items.iter().map(EpochItem::key).collect();
+    // Within a kind, lower rounds first (a stable sort keeps the id order among equals): a
+    // prover's first paid round of a stage is then the lowest it claims in the epoch, which
+    // the round floor is judged from (`LedgerState::check_round_floor`).
+    items.sort_by_key(|i| (i.key().0, i.round()));
     let mut applied = 0;
     let mut refused = Vec::new();
+    // Proofs of rounds past their stage's certified round wait for the rest of the epoch:
+    // the proofs that certify a round can sort after it, and the epoch pays them all. Each
+    // pass goes through the waiting ones in the canonical order again, until one applies none.
+    let mut ahead: Vec<EpochItem> = Vec::new();
     for item in items {
-        let (_, id) = item.key();
-        if let Err(reason) = admit(state, &item) {
-            refused.push((id, LedgerError::NotAdmitted(reason)));
-            continue;
+        match apply_one(state, &item, &mut admit) {
+            Ok(true) => applied += 1,
+            Ok(false) => {}
+            Err(LedgerError::RoundUncertified { .. }) => ahead.push(item),
+            Err(e) => refused.push((item.key().1, e)),
         }
-        let result = match item {
-            EpochItem::Op(o) => state.apply_op(o),
-            EpochItem::Proof(p) => state.apply_proof(&p),
-            EpochItem::Slash(s) => state.apply_slash(&s),
-            EpochItem::Verdict(v) => state.apply_verdict(&v),
-            EpochItem::AuditFee(f) => state.apply_audit_fee(&f),
-        };
-        match result {
-            Ok(Outcome::Applied(_) | Outcome::Duplicate) => applied += 1,
-            // An op ahead of its predecessor waits in the pending queue, which is part of the
-            // state every node reaches alike: counted as applied when it does.
-            Ok(Outcome::Queued) => {}
-            Err(e) => refused.push((id, e)),
+    }
+    loop {
+        let before = ahead.len();
+        let mut still = Vec::new();
+        let mut last = Vec::new();
+        for item in ahead {
+            match apply_one(state, &item, &mut admit) {
+                Ok(true) => applied += 1,
+                Ok(false) => {}
+                Err(e @ LedgerError::RoundUncertified { .. }) => {
+                    last.push((item.key().1, e));
+                    still.push(item);
+                }
+                Err(e) => refused.push((item.key().1, e)),
+            }
         }
+        if still.is_empty() || still.len() == before {
+            refused.extend(last);
+            break;
+        }
+        ahead = still;
     }
     // After every item: the rule reads the joins and announcements the epoch brought.
     let growth = state.end_epoch();
@@ -184,6 +211,26 @@ pub fn apply_epoch_admitted(
         refused,
         growth,
     }
+}
+
+/// Applies one item (admission first): whether it applied (false: an op queued behind its
+/// predecessor), or what refused it.
+fn apply_one(
+    state: &mut LedgerState,
+    item: &EpochItem,
+    admit: &mut impl FnMut(&LedgerState, &EpochItem) -> Result<(), String>,
+) -> Result<bool, LedgerError> {
+    admit(state, item).map_err(LedgerError::NotAdmitted)?;
+    let outcome = match item {
+        EpochItem::Op(o) => state.apply_op(o.clone()),
+        EpochItem::Proof(p) => state.apply_proof(p),
+        EpochItem::Slash(s) => state.apply_slash(s),
+        EpochItem::Verdict(v) => state.apply_verdict(v),
+        EpochItem::AuditFee(f) => state.apply_audit_fee(f),
+    }?;
+    // An op ahead of its predecessor waits in the pending queue, which is part of the state
+    // every node reaches alike: counted as applied when it does.
+    Ok(!matches!(outcome, Outcome::Queued))
 }
 
 #[cfg(test)]

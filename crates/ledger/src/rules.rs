@@ -19,6 +19,9 @@ pub const DEFAULT_ROUND_REWARD: u64 = UNITS_PER_NEURO;
 /// Shortest possible DiLoCo round unless the genesis says otherwise: a proof for round r is
 /// refused before `founded_ms + r × min_round_ms`.
 pub const DEFAULT_MIN_ROUND_MS: u64 = 250;
+/// How many rounds past its stage's certified round (see `LedgerState::certified_round`) a
+/// training proof may claim unless the genesis says otherwise.
+pub const DEFAULT_ROUND_LEAD: u64 = 8;
 
 /// Numbers every ledger of one network applies alike.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,6 +36,10 @@ pub struct Rules {
     pub round_reward: u64,
     /// Rounds cannot be faster than this (0: no bound).
     pub min_round_ms: u64,
+    /// A training proof may claim at most this many rounds past the round that half of its
+    /// stage's recently active provers reached (0: no bound). Encoded only when set, so
+    /// rules written before it existed keep their bytes and hash.
+    pub round_lead: u64,
 }
 
 impl Default for Rules {
@@ -44,12 +51,14 @@ impl Default for Rules {
             min_stake: DEFAULT_MIN_STAKE,
             round_reward: DEFAULT_ROUND_REWARD,
             min_round_ms: 0,
+            round_lead: 0,
         }
     }
 }
 
-/// Encoded length of [`Rules`].
+/// Encoded length of [`Rules`] without a round lead, and with one.
 const RULES_LEN: usize = 32 + 4 * 8;
+const RULES_LEN_LEAD: usize = RULES_LEN + 8;
 
 impl Rules {
     /// The highest round a proof signed at `timestamp_ms` can claim.
@@ -61,7 +70,7 @@ impl Rules {
     }
 
     pub fn to_bytes(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(RULES_LEN);
+        let mut out = Vec::with_capacity(RULES_LEN_LEAD);
         out.extend_from_slice(&self.network);
         for v in [
             self.founded_ms,
@@ -71,11 +80,15 @@ impl Rules {
         ] {
             out.extend_from_slice(&v.to_le_bytes());
         }
+        if self.round_lead != 0 {
+            out.extend_from_slice(&self.round_lead.to_le_bytes());
+        }
         out
     }
 
+    /// Reads [`Self::to_bytes`]; a zero round lead written out is not its canonical form.
     pub fn from_bytes(bytes: &[u8]) -> Option<Self> {
-        if bytes.len() != RULES_LEN {
+        if bytes.len() != RULES_LEN && bytes.len() != RULES_LEN_LEAD {
             return None;
         }
         let (network, rest) = bytes.split_at(32);
@@ -90,6 +103,11 @@ impl Rules {
             min_stake: word(1)?,
             round_reward: word(2)?,
             min_round_ms: word(3)?,
+            round_lead: match word(4) {
+                Some(0) => return None,
+                Some(lead) => lead,
+                None => 0,
+            },
         })
     }
 }
@@ -175,9 +193,20 @@ mod tests {
             min_stake: 5,
             round_reward: 9,
             min_round_ms: 100,
+            round_lead: 0,
         };
         assert_eq!(Rules::from_bytes(&rules.to_bytes()), Some(rules));
         assert_eq!(Rules::from_bytes(&rules.to_bytes()[1..]), None);
+        // A round lead adds a word; without one the bytes are what they were before it.
+        assert_eq!(rules.to_bytes().len(), RULES_LEN);
+        let led = Rules {
+            round_lead: 8,
+            ..rules
+        };
+        assert_eq!(Rules::from_bytes(&led.to_bytes()), Some(led));
+        let mut zero = rules.to_bytes();
+        zero.extend_from_slice(&0u64.to_le_bytes());
+        assert_eq!(Rules::from_bytes(&zero), None, "not the canonical form");
         assert_eq!(rules.max_round_at(0), 0);
         assert_eq!(rules.max_round_at(1_099), 0);
         assert_eq!(rules.max_round_at(1_100), 1);

@@ -26,6 +26,7 @@ mod equivocation;
 mod fee;
 mod growth;
 mod ops;
+mod progress;
 mod records;
 mod restore;
 mod round_key;
@@ -33,6 +34,7 @@ mod verdict;
 
 use equivocation::Slot;
 pub use equivocation::evidence_hash;
+pub use progress::ACTIVE_MS;
 pub use records::{Account, Changes, Entry, EntryKind, Outcome, Record};
 pub(crate) use restore::{Restored, RestoredProof};
 pub use round_key::{round_key, round_key_of};
@@ -108,6 +110,17 @@ pub enum LedgerError {
         timestamp_ms: u64,
         max: u64,
     },
+    #[error(
+        "round {round} is more than {lead} past its stage's certified round {certified:?}: \
+         half of the stage's active provers have not reached it"
+    )]
+    RoundUncertified {
+        round: u64,
+        certified: Option<u64>,
+        lead: u64,
+    },
+    #[error("round {round} is long gone: a claim now must be of round {floor} or later")]
+    RoundBehind { round: u64, floor: u64 },
     #[error("node {node} was already paid for round {round} of this stage")]
     RoundPaid { node: NodeId, round: u64 },
     #[error("registering needs a stake of {needed}, the account has {available}")]
@@ -154,6 +167,9 @@ pub struct LedgerState {
     claims: BTreeMap<NodeId, (u64, u64)>,
     /// The network's architecture, for a network that grows (see `state/growth.rs`).
     growth: Option<NetworkGrowth>,
+    /// Each stage's provers' latest paid rounds: what bounds the round a proof may claim.
+    /// Not hashed on its own: it follows from the paid proofs.
+    progress: progress::StageProgress,
 }
 
 /// A number no other ledger state in this process has had: drawn afresh at every change, so
@@ -378,6 +394,14 @@ impl LedgerState {
                         Slot::Round(key),
                     );
                 }
+                let claimable = self.max_claimable_round(proof.layers, proof.timestamp_ms);
+                if proof.round > claimable {
+                    return Err(LedgerError::RoundUncertified {
+                        round: proof.round,
+                        certified: self.certified_round(proof.layers, proof.timestamp_ms),
+                        lead: self.rules.round_lead,
+                    });
+                }
                 self.reward_for(proof)
             }
             None => {
@@ -410,6 +434,7 @@ impl LedgerState {
             Some(key) => {
                 self.paid_rounds.insert(key, (hash, amount));
                 self.digest.insert(Set::Round, &key);
+                self.progress.note(proof);
             }
             None => {
                 self.proof_nonces

@@ -18,6 +18,7 @@ fn rules() -> Rules {
         min_stake: 10 * UNITS_PER_NEURO,
         round_reward: 2 * UNITS_PER_NEURO,
         min_round_ms: 1_000,
+        round_lead: 0,
     }
 }
 

@@ -132,6 +132,8 @@ pub enum EconomyError {
     Receipt(#[from] ReceiptRefused),
     #[error("op: {0}")]
     Op(#[from] OpError),
+    #[error("own proof refused: {0}")]
+    OwnRound(String),
 }
 
 /// What happened to one proof or op from the network.
@@ -370,6 +372,8 @@ pub struct Economy {
     early: Vec<(u64, Receipt)>,
     last_nonce: Option<u64>,
     parked: VecDeque<ParkedProof>,
+    /// Proofs of rounds past their stage's certified round.
+    ahead: ahead::Ahead,
     /// Applied ops by their anti-entropy id.
     op_ids: BTreeMap<Hash32, (NodeId, u64)>,
     sync: antientropy::SyncState,
@@ -421,6 +425,7 @@ impl Economy {
             early: Vec::new(),
             last_nonce,
             parked: VecDeque::new(),
+            ahead: Default::default(),
             op_ids,
             sync: antientropy::SyncState::default(),
             verdict_weights: snapshot.verdict_weights.into_iter().collect(),
@@ -430,6 +435,15 @@ impl Economy {
         };
         for wire in snapshot.reports {
             economy.sync.reports.keep(Arc::new(wire));
+        }
+        // The store keeps paid rounds by key only; the stage progress that bounds the next
+        // claims comes from the stored proofs themselves.
+        for wire in economy.wires.values() {
+            if let Some(proof) = SignedProof::from_bytes(wire).ok().and_then(|s| {
+                <Proof as neuroshard_proof::Canonical>::from_canonical_bytes(s.payload_bytes()).ok()
+            }) {
+                economy.ledger.restore_progress(&proof);
+            }
         }
         economy
     }
@@ -528,6 +542,9 @@ impl Economy {
         if self.parked.iter().any(|p| p.hash == hash) {
             return ProofOutcome::Parked("already waiting for a registration".into());
         }
+        if self.ahead.contains(&hash) {
+            return ProofOutcome::Parked("already waiting for its stage to reach its round".into());
+        }
         let verified = match self.verifier.check_content(&signed, now_ms) {
             Ok(v) => v,
             Err(e) => return ProofOutcome::Rejected(e.to_string()),
@@ -537,7 +554,7 @@ impl Economy {
             Err(reason) => return ProofOutcome::Rejected(reason.to_string()),
         };
         match self.standing(verified.proof(), stage) {
-            Standing::Ready => self.apply(&verified, wire),
+            Standing::Ready => self.apply_or_hold(&verified, wire),
             Standing::Refuse(reason) => ProofOutcome::Rejected(reason),
             Standing::Wait(nodes) => {
                 let reason = format!(
@@ -608,8 +625,9 @@ impl Economy {
         Ok(outcome)
     }
 
-    fn apply(&mut self, verified: &VerifiedProof, wire: &[u8]) -> ProofOutcome {
-        match self.apply_verified(verified, wire) {
+    /// What applying `verified` gave, as the outcome its sender is told.
+    fn outcome_of(verified: &VerifiedProof, result: Result<Outcome, EconomyError>) -> ProofOutcome {
+        match result {
             Ok(Outcome::Applied(changes)) => {
                 let reward = changes.records.iter().find_map(|r| match r {
                     Record::Proof { reward, .. } => Some(*reward),
@@ -640,8 +658,9 @@ impl Economy {
         self.ledger.proof_count()
     }
 
+    /// Proofs waiting for a registration or for their stage to reach their round.
     pub fn parked_count(&self) -> usize {
-        self.parked.len()
+        self.parked.len() + self.ahead.len()
     }
 
     pub fn balance(&self, node: &NodeId) -> u64 {
@@ -717,6 +736,9 @@ impl Economy {
     }
 }
 
+mod ahead;
+#[cfg(test)]
+mod ahead_tests;
 mod antientropy;
 #[cfg(test)]
 mod antientropy_tests;

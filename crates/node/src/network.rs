@@ -64,6 +64,11 @@ pub struct Protocol {
     pub round_reward: u64,
     pub min_round_ms: u64,
     pub min_receipts: usize,
+    /// Rounds a training proof may claim past its stage's certified round
+    /// (`LedgerState::certified_round`). Geneses written before the field set no bound; a
+    /// genesis without one leaves it out, so its bytes and network id stay what they were.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub round_lead: u64,
     /// Jobs audited, in parts per million (`neuroshard_audit::AuditRate`): which jobs are
     /// challenged, so which validator fees and demands every node takes. Geneses written
     /// before the field audited at the default rate.
@@ -75,6 +80,10 @@ pub struct Protocol {
     /// bytes, and the network id, are what they were before the field existed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub growth: Option<neuroshard_growth::GrowthPolicy>,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 fn default_audit_per_million() -> u32 {
@@ -103,6 +112,7 @@ impl Protocol {
             round_reward: neuroshard_ledger::rules::DEFAULT_ROUND_REWARD,
             min_round_ms: neuroshard_ledger::rules::DEFAULT_MIN_ROUND_MS,
             min_receipts: 1,
+            round_lead: neuroshard_ledger::rules::DEFAULT_ROUND_LEAD,
             audit_per_million: s.audit.per_million,
             growth: s.growth.clone(),
         }
@@ -332,6 +342,7 @@ impl Network {
             min_stake: p.min_stake,
             round_reward: p.round_reward,
             min_round_ms: p.min_round_ms,
+            round_lead: p.round_lead,
         };
         let genesis = LedgerGenesis::new(rules, self.genesis.stakes.clone())?;
         Ok(match p.genesis_growth()? {

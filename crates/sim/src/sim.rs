@@ -159,6 +159,8 @@ pub struct Sim {
     spare_keys: VecDeque<Identity>,
     /// How many spare keys the genesis stakes (for joiners).
     spares: usize,
+    /// The genesis's round lead instead of the protocol default (`Sim::set_round_lead`).
+    round_lead: Option<u64>,
     nodes: Vec<SimNode>,
     index: HashMap<NodeId, usize>,
     factory: Box<dyn NodeFactory>,
@@ -205,6 +207,7 @@ impl Sim {
             stake_of: BTreeMap::new(),
             spare_keys: VecDeque::new(),
             spares: SPARE_STAKED,
+            round_lead: None,
             nodes: Vec::new(),
             index: HashMap::new(),
             factory,
@@ -297,6 +300,7 @@ impl Sim {
                 &mut rng,
                 &mut self.spare_keys,
                 self.spares,
+                self.round_lead,
             )
         })
     }

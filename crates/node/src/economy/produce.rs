@@ -260,13 +260,14 @@ impl Economy {
         };
         let signed = proof.sign(&self.identity);
         let wire = signed.to_bytes();
-        let applied = self
-            .verifier
-            .check_content(&signed, now_ms)
-            .map_err(EconomyError::from)
-            .and_then(|v| self.apply_verified(&v, &wire).map(|_| ()));
-        if let Err(e) = applied {
-            return Some(Err(e));
+        let verified = match self.verifier.check_content(&signed, now_ms) {
+            Ok(v) => v,
+            Err(e) => return Some(Err(e.into())),
+        };
+        // A round past what the stage's other provers have been paid for waits here as
+        // theirs does elsewhere; it is still gossiped, and paid once they catch up.
+        if let super::ProofOutcome::Rejected(reason) = self.apply_or_hold(&verified, &wire) {
+            return Some(Err(EconomyError::OwnRound(reason)));
         }
         self.last_nonce = Some(nonce);
         Some(Ok(wire))

@@ -27,6 +27,7 @@ pub(crate) fn rules() -> Rules {
         min_stake: 10 * UNITS_PER_NEURO,
         round_reward: UNITS_PER_NEURO,
         min_round_ms: 1_000,
+        round_lead: 0,
     }
 }
 
@@ -50,7 +51,11 @@ pub(crate) fn config() -> EconomyConfig {
 }
 
 pub(crate) fn economy(seed: u64) -> Economy {
-    match Economy::in_memory(test_identity(seed), config(), &genesis()) {
+    economy_with(seed, &genesis())
+}
+
+pub(crate) fn economy_with(seed: u64, genesis: &LedgerGenesis) -> Economy {
+    match Economy::in_memory(test_identity(seed), config(), genesis) {
         Ok(e) => e,
         Err(err) => panic!("in-memory economy: {err}"),
     }

@@ -15,7 +15,8 @@ pub const SPARE_STAKED: usize = 8;
 
 /// The simulated network's genesis: the settings' protocol, every node added so far staked
 /// with `stake_of` its index (none: left out) and [`SPARE_STAKED`] keys for later joiners
-/// staked, founded at the start of virtual time.
+/// staked, founded at the start of virtual time, with `round_lead` where given.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn freeze_genesis(
     settings: &NodeSettings,
     tag: &Hash32,
@@ -24,6 +25,7 @@ pub(super) fn freeze_genesis(
     rng: &mut ChaCha8Rng,
     spare: &mut VecDeque<Identity>,
     spares: usize,
+    round_lead: Option<u64>,
 ) -> Network {
     spare.extend((0..spares).map(|_| Identity::generate_with(&mut *rng)));
     let stakes = nodes
@@ -33,10 +35,14 @@ pub(super) fn freeze_genesis(
         .chain(spare.iter().map(|id| (id.public_key(), FOUNDER_STAKE)))
         .collect();
     let founder = Identity::generate_with(&mut *rng);
+    let mut protocol = Protocol::from_settings(settings);
+    if let Some(lead) = round_lead {
+        protocol.round_lead = lead;
+    }
     let genesis = NetworkGenesis {
         dataset_root: *tag,
         founded_ms: UNIX_START_MS,
-        protocol: Protocol::from_settings(settings),
+        protocol,
         stakes,
         description: "simulated network".into(),
     };

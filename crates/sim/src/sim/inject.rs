@@ -26,6 +26,12 @@ impl Sim {
         self.spares = n;
     }
 
+    /// Founds the network with this round lead (`Protocol::round_lead`; 0: none) instead of
+    /// the default (call before the first start).
+    pub fn set_round_lead(&mut self, lead: u64) {
+        self.round_lead = Some(lead);
+    }
+
     /// Makes node `i` an adversary: everything it sends passes through `tamper`.
     pub fn set_tamper(&mut self, i: usize, tamper: Tamper) {
         self.nodes[i].tamper = Some(tamper);

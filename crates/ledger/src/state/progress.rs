@@ -1,0 +1,341 @@
+//! How far each stage has got: the rounds a training proof may claim.
+//!
+//! A round is paid once per (node, stage, round), but nothing else tied a claimed round to
+//! the stage's real progress: two staked keys of one stage could receipt each other's proofs
+//! for every round up to the founding's time bound (`Rules::min_round_ms`, four a second by
+//! default) and be paid for all of them at once. Now a proof may claim at most
+//! `Rules::round_lead` rounds past the stage's *certified round*: the highest round that at
+//! least half of the stage's recently active provers have been paid for. Keys that are fewer
+//! than half of a stage's active provers cannot move it, so they are paid for the rounds the
+//! stage really reached, as an honest replica is, and no more.
+//!
+//! Derived from the paid proofs (their layers, round and signed time) and so not part of the
+//! state hash; a restored ledger rebuilds it from its proofs ([`LedgerState::restore_progress`]).
+
+use std::collections::BTreeMap;
+
+use neuroshard_proof::{LayerRange, NodeId, Proof, ProofKind};
+
+use super::{LedgerError, LedgerState, round_key};
+
+/// A prover counts toward its stage's certified round while its latest paid proof is at most
+/// this much older than the proof being judged (10 min): replicas that left stop holding the
+/// stage back, and an attacker that post-dates its own proofs (by at most the verifier's
+/// five-minute skew) still leaves every replica that proved in the last five minutes active.
+pub const ACTIVE_MS: u64 = 10 * 60 * 1000;
+
+/// One prover's paid rounds of a stage: the first and the latest, and the latest signed time
+/// it proved at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Latest {
+    first: u64,
+    round: u64,
+    at_ms: u64,
+}
+
+/// Per stage (named by its layers, as round keys name it), each prover's latest paid round.
+#[derive(Debug, Clone, Default)]
+pub(super) struct StageProgress {
+    stages: BTreeMap<(u32, u32), BTreeMap<NodeId, Latest>>,
+}
+
+fn stage_key(layers: LayerRange) -> (u32, u32) {
+    (layers.start, layers.end)
+}
+
+impl StageProgress {
+    /// Counts a paid training proof.
+    pub(super) fn note(&mut self, proof: &Proof) {
+        let e = self
+            .stages
+            .entry(stage_key(proof.layers))
+            .or_default()
+            .entry(proof.node_id)
+            .or_insert(Latest {
+                first: proof.round,
+                round: proof.round,
+                at_ms: proof.timestamp_ms,
+            });
+        e.first = e.first.min(proof.round);
+        e.round = e.round.max(proof.round);
+        e.at_ms = e.at_ms.max(proof.timestamp_ms);
+    }
+
+    /// The lowest round of `layers` `node` was paid for.
+    pub(super) fn first(&self, node: &NodeId, layers: LayerRange) -> Option<u64> {
+        Some(self.stages.get(&stage_key(layers))?.get(node)?.first)
+    }
+
+    /// The highest round that at least half of the provers of `layers` active at `at_ms`
+    /// (paid for a proof signed at most [`ACTIVE_MS`] before it) have been paid for; `None`
+    /// when none is active. With an odd count that is a majority, with an even one half: the
+    /// median, rounded up, so that of two replicas the one ahead is not held back by one that
+    /// stopped.
+    pub(super) fn certified(&self, layers: LayerRange, at_ms: u64) -> Option<u64> {
+        let provers = self.stages.get(&stage_key(layers))?;
+        let mut rounds: Vec<u64> = provers
+            .values()
+            .filter(|l| l.at_ms.saturating_add(ACTIVE_MS) >= at_ms)
+            .map(|l| l.round)
+            .collect();
+        rounds.sort_unstable_by(|a, b| b.cmp(a));
+        let last = rounds.len().checked_sub(1)?;
+        rounds.get(last / 2).copied()
+    }
+}
+
+impl LedgerState {
+    /// The certified round of the stage holding `layers`, as judged for a proof signed at
+    /// `at_ms` (see the module docs).
+    pub fn certified_round(&self, layers: LayerRange, at_ms: u64) -> Option<u64> {
+        self.progress.certified(layers, at_ms)
+    }
+
+    /// The highest round a training proof of `layers` signed at `at_ms` may claim under the
+    /// network's round lead (`u64::MAX` where the rules set none).
+    pub fn max_claimable_round(&self, layers: LayerRange, at_ms: u64) -> u64 {
+        if self.rules.round_lead == 0 {
+            return u64::MAX;
+        }
+        self.certified_round(layers, at_ms)
+            .unwrap_or(0)
+            .saturating_add(self.rules.round_lead)
+    }
+
+    /// The lowest round of `layers` `node` was paid for.
+    pub fn first_paid_round(&self, node: &NodeId, layers: LayerRange) -> Option<u64> {
+        self.progress.first(node, layers)
+    }
+
+    /// Refuses a claim of a round long gone, in the finalized state (where items apply in one
+    /// order, so it is judged alike on every node; a live ledger cannot, since which of a
+    /// prover's proofs it saw first depends on arrival): a prover's first paid round of a
+    /// stage must be at most `round_lead` behind the stage's certified round, and each later
+    /// claim at most `round_lead` before that first one. Without it, two keys registering
+    /// in a stage that ran a million rounds could receipt each other's claims of every one.
+    /// An epoch applies proofs lowest round first, so a prover's first paid round there is
+    /// the lowest it claims.
+    pub fn check_round_floor(&self, proof: &Proof) -> Result<(), LedgerError> {
+        let lead = self.rules.round_lead;
+        if lead == 0 || proof.kind != ProofKind::Training {
+            return Ok(());
+        }
+        let floor = match self.first_paid_round(&proof.node_id, proof.layers) {
+            Some(first) => first.saturating_sub(lead),
+            None => self
+                .certified_round(proof.layers, proof.timestamp_ms)
+                .map_or(0, |c| c.saturating_sub(lead)),
+        };
+        if proof.round < floor {
+            return Err(LedgerError::RoundBehind {
+                round: proof.round,
+                floor,
+            });
+        }
+        Ok(())
+    }
+
+    /// Counts `proof` in its stage's progress if this ledger paid it: a store that reopened
+    /// keeps paid rounds by key only, and its node passes its stored proofs back through
+    /// here (a proof not paid here, or not for training, changes nothing).
+    pub fn restore_progress(&mut self, proof: &Proof) {
+        if proof.kind != ProofKind::Training {
+            return;
+        }
+        if self.paid_rounds.contains_key(&round_key(proof)) {
+            self.progress.note(proof);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use crate::state::{LedgerError, Outcome};
+    use neuroshard_proof::fixtures::{test_identity, training_proof};
+
+    const STAGE: LayerRange = LayerRange { start: 0, end: 4 };
+    /// The layers the fixtures' training proofs claim.
+    const FIXTURES: LayerRange = LayerRange { start: 4, end: 8 };
+
+    fn noted(p: &mut StageProgress, who: u64, round: u64, at_ms: u64) {
+        let id = test_identity(who);
+        let mut proof = training_proof(&id, &id, round, at_ms);
+        proof.layers = STAGE;
+        p.note(&proof);
+    }
+
+    #[test]
+    fn the_certified_round_is_what_half_the_active_provers_reached() {
+        let mut p = StageProgress::default();
+        assert_eq!(p.certified(STAGE, 0), None);
+        noted(&mut p, 1, 10, 1_000);
+        assert_eq!(p.certified(STAGE, 1_000), Some(10), "a lone prover");
+        noted(&mut p, 2, 12, 1_000);
+        assert_eq!(p.certified(STAGE, 1_000), Some(12), "of two, the one ahead");
+        noted(&mut p, 3, 11, 1_000);
+        assert_eq!(p.certified(STAGE, 1_000), Some(11), "of three, the median");
+        // Two provers far ahead among five: three are not, so they decide.
+        noted(&mut p, 4, 1_000, 1_000);
+        noted(&mut p, 5, 2_000, 1_000);
+        assert_eq!(p.certified(STAGE, 1_000), Some(12));
+        // Another stage is another count.
+        let other = LayerRange { start: 4, end: 8 };
+        assert_eq!(p.certified(other, 1_000), None);
+    }
+
+    #[test]
+    fn provers_that_stopped_stop_counting_and_a_prover_never_goes_back() {
+        let mut p = StageProgress::default();
+        noted(&mut p, 1, 5, 0);
+        noted(&mut p, 2, 5, 0);
+        noted(&mut p, 3, 40, ACTIVE_MS);
+        assert_eq!(p.certified(STAGE, ACTIVE_MS), Some(5));
+        assert_eq!(p.certified(STAGE, ACTIVE_MS + 1), Some(40), "1 and 2 left");
+        noted(&mut p, 3, 7, ACTIVE_MS);
+        assert_eq!(
+            p.certified(STAGE, ACTIVE_MS + 1),
+            Some(40),
+            "a lower round later"
+        );
+    }
+
+    /// A ledger with a round lead of 8 where three replicas proved rounds 1 to 10 of stage
+    /// 4..8 (the fixtures' layers); the ids: three honest, then two Sybils.
+    fn stage_at_ten() -> (LedgerState, Vec<neuroshard_proof::Identity>) {
+        let rules = crate::Rules {
+            round_lead: 8,
+            ..crate::Rules::default()
+        };
+        let genesis = crate::LedgerGenesis::new(rules, Vec::new()).expect("genesis");
+        let (mut state, _) = LedgerState::from_genesis(&genesis).expect("state");
+        let ids: Vec<_> = (0..5).map(|i| test_identity(200 + i)).collect();
+        for round in 1..=10 {
+            for id in &ids[..3] {
+                let p = proof(id, &ids[4], round, 1_000);
+                assert!(state.apply_proof(&p).is_ok(), "honest round {round}");
+            }
+        }
+        (state, ids)
+    }
+
+    /// `id`'s training proof of `round`, receipted by `witness`, run through a verifier.
+    fn proof(
+        id: &neuroshard_proof::Identity,
+        witness: &neuroshard_proof::Identity,
+        round: u64,
+        at_ms: u64,
+    ) -> neuroshard_proof::VerifiedProof {
+        let mut p = training_proof(id, witness, round, at_ms);
+        p.nonce = round;
+        super::super::tests::verified(&p, id, witness)
+    }
+
+    /// Two staked keys of a stage receipting each other's proofs were paid for every round
+    /// the founding's time bound allowed; now for no round more than the lead past what the
+    /// three honest replicas reached, and what they do pay for counts toward nothing.
+    #[test]
+    fn two_keys_cannot_claim_rounds_their_stage_did_not_reach() {
+        let (mut state, ids) = stage_at_ten();
+        let (s1, s2) = (&ids[3], &ids[4]);
+        let far = proof(s1, s2, 500, 2_000);
+        match state.apply_proof(&far) {
+            Err(LedgerError::RoundUncertified {
+                round: 500,
+                certified: Some(10),
+                lead: 8,
+            }) => {}
+            other => panic!("round 500 was {other:?}"),
+        }
+        assert_eq!(state.account(&s1.node_id()).balance, 0);
+        let near = proof(s1, s2, 18, 2_000);
+        assert!(matches!(state.apply_proof(&near), Ok(Outcome::Applied(_))));
+        // The Sybils are two of five: their rounds do not move the certified round.
+        let next = proof(s2, s1, 18, 2_000);
+        assert!(matches!(state.apply_proof(&next), Ok(Outcome::Applied(_))));
+        assert_eq!(state.certified_round(FIXTURES, 2_000), Some(10));
+        let beyond = proof(s1, s2, 19, 2_000);
+        assert!(matches!(
+            state.apply_proof(&beyond),
+            Err(LedgerError::RoundUncertified { .. })
+        ));
+        // The honest replicas go on, and the Sybils' bound with them.
+        for id in &ids[..2] {
+            let p = proof(id, s1, 11, 3_000);
+            assert!(state.apply_proof(&p).is_ok());
+        }
+        assert!(state.apply_proof(&beyond).is_ok());
+    }
+
+    /// In an epoch, proofs apply in the order of their ids, not of their rounds: a round the
+    /// epoch's other proofs certify is paid whatever sorts first, and the Sybils' far round is
+    /// not, the same on every node.
+    #[test]
+    fn an_epoch_pays_the_rounds_its_own_proofs_certify_and_no_further() {
+        let (base, ids) = stage_at_ten();
+        let mut items = Vec::new();
+        for round in 11..=40 {
+            for id in &ids[..3] {
+                let p = proof(id, &ids[4], round, 5_000);
+                items.push(crate::EpochItem::Proof(p));
+            }
+        }
+        let (s1, s2) = (&ids[3], &ids[4]);
+        let far = proof(s1, s2, 100, 5_000);
+        items.push(crate::EpochItem::Proof(far.clone()));
+        let mut state = base.clone();
+        let out = crate::apply_epoch(&mut state, items.clone());
+        assert_eq!(out.applied, 90, "every honest round is paid");
+        assert_eq!(out.refused.len(), 1);
+        assert_eq!(out.refused[0].0, far.hash());
+        assert_eq!(state.certified_round(FIXTURES, 5_000), Some(40));
+        items.reverse();
+        let mut again = base;
+        assert_eq!(crate::apply_epoch(&mut again, items).state, out.state);
+    }
+
+    /// Two keys registering in a stage at round 10 claim its rounds 1 to 10, which it ran
+    /// before them: the finalized state's floor refuses a first claim more than the lead
+    /// behind the stage, and any later one more than the lead before the key's first.
+    #[test]
+    fn a_newcomer_cannot_claim_the_rounds_its_stage_ran_before_it_came() {
+        let (mut state, ids) = stage_at_ten();
+        let (s1, s2) = (&ids[3], &ids[4]);
+        let floor = |state: &LedgerState, round| {
+            state.check_round_floor(proof(s1, s2, round, 2_000).proof())
+        };
+        assert_eq!(
+            floor(&state, 1),
+            Err(LedgerError::RoundBehind { round: 1, floor: 2 })
+        );
+        assert_eq!(floor(&state, 2), Ok(()));
+        assert!(state.apply_proof(&proof(s1, s2, 9, 2_000)).is_ok());
+        assert_eq!(state.first_paid_round(&s1.node_id(), FIXTURES), Some(9));
+        assert_eq!(floor(&state, 1), Ok(()), "the lead before its first claim");
+        // An epoch applies a key's claims lowest round first, so its first claim is the one
+        // judged against the stage: of rounds 1 to 10, only 1 is too far behind.
+        let mut items: Vec<_> = (1..=10)
+            .map(|r| crate::EpochItem::Proof(proof(s2, s1, r, 2_000)))
+            .collect();
+        items.reverse();
+        let (base, _) = stage_at_ten();
+        let mut epoch = base.clone();
+        let out = crate::apply_epoch_admitted(&mut epoch, items, |state, item| match item {
+            crate::EpochItem::Proof(p) => state
+                .check_round_floor(p.proof())
+                .map_err(|e| e.to_string()),
+            _ => Ok(()),
+        });
+        assert_eq!(out.applied, 9, "rounds 2 to 10");
+        assert_eq!(out.refused.len(), 1);
+        // With no lead set, nothing is judged.
+        let rules = crate::Rules::default();
+        let genesis = crate::LedgerGenesis::new(rules, Vec::new()).expect("genesis");
+        let (open, _) = LedgerState::from_genesis(&genesis).expect("state");
+        assert_eq!(
+            open.check_round_floor(proof(s1, s2, 0, 2_000).proof()),
+            Ok(())
+        );
+    }
+}
