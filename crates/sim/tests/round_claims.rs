@@ -1,30 +1,37 @@
 //! Two staked replicas of one stage receipting each other's claims of rounds the stage never
 //! ran. Before the round lead every ledger paid them for every such round the founding's time
 //! bound allowed (four a second); now no ledger, live or finalized, pays a round more than
-//! the lead past what the stage's other replicas reached.
+//! the lead past what the stage's other replicas reached. And two keys that join a stage late
+//! claiming the rounds it ran before them: the finalized state pays none.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use neuroshard_ledger::round_key_of;
+use neuroshard_ledger::{LedgerState, round_key_of};
 use neuroshard_node::core::Transmit;
 use neuroshard_node::records::Topic;
-use neuroshard_proof::{Canonical, Proof, Receipt, ReceiptKind, SignedProof};
+use neuroshard_proof::{Canonical, LayerRange, Proof, Receipt, ReceiptKind, SignedProof};
 use neuroshard_sim::{EngineKind, Sim, network, settings, tiny_model};
 
 /// Stage 0 of 2 × 5 holds nodes 0, 2, 4, 6 and 8: the Sybils are 2 and 4.
 const SYBIL: usize = 2;
 const ACCOMPLICE: usize = 4;
 
-/// Claims of rounds `first..first + 200` (every tenth) by the Sybil, each receipted by its
-/// accomplice, modelled on the Sybil's latest genuine proof.
-fn forged_claims(sim: &Sim, genuine: &[u8], first: u64) -> Vec<(u64, Vec<u8>)> {
+/// Claims of `rounds` by node `sybil`, each receipted by node `accomplice`, modelled on the
+/// Sybil's latest genuine proof.
+fn forged_claims(
+    sim: &Sim,
+    genuine: &[u8],
+    (sybil, accomplice): (usize, usize),
+    rounds: impl Iterator<Item = u64>,
+) -> Vec<(u64, Vec<u8>)> {
     let signed = SignedProof::from_bytes(genuine).expect("the Sybil's own proof");
     let template = Proof::from_canonical_bytes(signed.payload_bytes()).expect("decodes");
-    (0..20)
-        .map(|k| {
-            let round = first + 10 * k;
+    rounds
+        .enumerate()
+        .map(|(k, round)| {
+            let k = k as u64;
             let mut p = template.clone();
             p.round = round;
             p.nonce = template.nonce + 1 + k;
@@ -33,31 +40,24 @@ fn forged_claims(sim: &Sim, genuine: &[u8], first: u64) -> Vec<(u64, Vec<u8>)> {
             p.timestamp_ms = template.timestamp_ms + 60_000;
             p.pseudo_gradient_hash = *blake3::hash(&round.to_le_bytes()).as_bytes();
             p.receipts = vec![Receipt::sign(
-                sim.identity(ACCOMPLICE),
+                sim.identity(accomplice),
                 p.network,
                 p.node_id,
                 round,
                 ReceiptKind::Gradients,
                 p.pseudo_gradient_hash,
             )];
-            (round, p.sign(sim.identity(SYBIL)).to_bytes())
+            (round, p.sign(sim.identity(sybil)).to_bytes())
         })
         .collect()
 }
 
-/// Runs the attack under `round_lead`: the rounds of the claims each node's live ledger and
-/// finalized state paid, and every node's live state hash.
-fn attack(round_lead: u64) -> (Vec<BTreeSet<u64>>, Vec<BTreeSet<u64>>, BTreeSet<String>) {
-    let mut s = settings(tiny_model(), 2, 5);
-    s.steps = 60;
-    let mut sim = network(17, s, 5, EngineKind::StandIn);
-    sim.set_round_lead(round_lead);
-    // No offline founders: the ten nodes are the whole finality committee.
-    sim.set_spare_keys(0);
+/// Keeps the latest proof node `i` publishes.
+fn keep_latest_proof(sim: &mut Sim, i: usize) -> Arc<Mutex<Option<Vec<u8>>>> {
     let latest: Arc<Mutex<Option<Vec<u8>>>> = Arc::default();
     let slot = Arc::clone(&latest);
     sim.set_tamper(
-        SYBIL,
+        i,
         Box::new(move |t| {
             if let Transmit::Publish {
                 topic: Topic::Proof(_),
@@ -69,6 +69,49 @@ fn attack(round_lead: u64) -> (Vec<BTreeSet<u64>>, Vec<BTreeSet<u64>>, BTreeSet<
             Some(t)
         }),
     );
+    latest
+}
+
+/// 2 stages × 5 replicas on the stand-in under `round_lead`, drivers stopping after `steps`
+/// (0: never), with `spares` keys staked for joiners (each one not running counts against
+/// finality's quorum).
+fn stage_of_five(round_lead: u64, steps: u64, spares: usize) -> Sim {
+    let mut s = settings(tiny_model(), 2, 5);
+    s.steps = steps;
+    let mut sim = network(17, s, 5, EngineKind::StandIn);
+    sim.set_round_lead(round_lead);
+    sim.set_spare_keys(spares);
+    sim
+}
+
+/// The rounds of `claims` by node `who` that node `i`'s live ledger and finalized state paid.
+fn paid_to(
+    sim: &Sim,
+    i: usize,
+    who: usize,
+    claims: &[(u64, Vec<u8>)],
+    layers: LayerRange,
+) -> (BTreeSet<u64>, BTreeSet<u64>) {
+    let who = sim.node_id(who);
+    let paid = |state: &LedgerState| -> BTreeSet<u64> {
+        claims
+            .iter()
+            .map(|(r, _)| *r)
+            .filter(|r| state.round_claimed(&round_key_of(&who, layers, *r)))
+            .collect()
+    };
+    let core = sim.core(i).expect("every node runs");
+    let state = core.finalized_state().expect("finality runs");
+    assert!(state.proof_count() > 50, "node {i}: finality stalled");
+    (paid(core.economy().ledger()), paid(state))
+}
+
+/// Runs the attack under `round_lead`: the rounds of the claims each node's live ledger and
+/// finalized state paid, and every node's live state hash.
+fn attack(round_lead: u64) -> (Vec<BTreeSet<u64>>, Vec<BTreeSet<u64>>, BTreeSet<String>) {
+    // No offline founders: the ten nodes are the whole finality committee.
+    let mut sim = stage_of_five(round_lead, 60, 0);
+    let latest = keep_latest_proof(&mut sim, SYBIL);
     sim.run_until(Duration::from_secs(30));
     let genuine = latest
         .lock()
@@ -81,36 +124,24 @@ fn attack(round_lead: u64) -> (Vec<BTreeSet<u64>>, Vec<BTreeSet<u64>>, BTreeSet<
             .payload_bytes(),
     )
     .expect("decodes");
-    let claims = forged_claims(&sim, &genuine, template.round + 20);
+    let first = template.round + 20;
+    let claims = forged_claims(
+        &sim,
+        &genuine,
+        (SYBIL, ACCOMPLICE),
+        (0..20).map(|k| first + 10 * k),
+    );
     for (_, wire) in &claims {
         for j in (0..sim.len()).filter(|j| *j != SYBIL) {
             sim.gossip_to(SYBIL, j, &Topic::Proof(0), wire.clone());
         }
     }
     sim.run_until(Duration::from_secs(100));
-    let sybil = sim.node_id(SYBIL);
-    let paid = |state: &neuroshard_ledger::LedgerState| -> BTreeSet<u64> {
-        claims
-            .iter()
-            .map(|(r, _)| *r)
-            .filter(|r| state.round_claimed(&round_key_of(&sybil, template.layers, *r)))
-            .collect()
-    };
-    let nodes: Vec<_> = (0..sim.len())
-        .map(|i| sim.core(i).expect("every node runs"))
-        .collect();
-    let live = nodes.iter().map(|c| paid(c.economy().ledger())).collect();
-    let fin = nodes
-        .iter()
-        .map(|c| {
-            let state = c.finalized_state().expect("finality runs");
-            assert!(state.proof_count() > 50, "finality stalled");
-            paid(state)
-        })
-        .collect();
-    let hashes = nodes
-        .iter()
-        .map(|c| hex::encode(c.economy().state_hash()))
+    let (live, fin) = (0..sim.len())
+        .map(|i| paid_to(&sim, i, SYBIL, &claims, template.layers))
+        .unzip();
+    let hashes = (0..sim.len())
+        .map(|i| hex::encode(sim.core(i).expect("runs").economy().state_hash()))
         .collect();
     (live, fin, hashes)
 }
@@ -129,5 +160,68 @@ fn two_staked_replicas_are_not_paid_for_rounds_their_stage_never_ran() {
     for (i, (l, f)) in live.iter().zip(&fin).enumerate() {
         assert_eq!(l.len(), 20, "node {i}: without the lead, paid {l:?}");
         assert_eq!(f.len(), 20, "node {i}: without the lead, finalized {f:?}");
+    }
+}
+
+/// Two keys join stage 0 once it ran well past the lead and claim its rounds from round 1,
+/// receipting each other: what every finalized state paid of those claims.
+fn late_claims(round_lead: u64) -> Vec<BTreeSet<u64>> {
+    // Two spare keys, for the joiners.
+    let mut sim = stage_of_five(round_lead, 0, 2);
+    sim.run_until(Duration::from_secs(90));
+    let (a, b) = (
+        sim.add_node(0, Duration::from_secs(90)),
+        sim.add_node(0, Duration::from_secs(90)),
+    );
+    let latest = keep_latest_proof(&mut sim, a);
+    let mut at = Duration::from_secs(100);
+    let genuine = loop {
+        sim.run_until(at);
+        if let Some(g) = latest.lock().unwrap().clone() {
+            break g;
+        }
+        at += Duration::from_secs(5);
+        assert!(
+            at < Duration::from_secs(200),
+            "the joiner never proved a round"
+        );
+    };
+    let template = Proof::from_canonical_bytes(
+        SignedProof::from_bytes(&genuine)
+            .expect("signed")
+            .payload_bytes(),
+    )
+    .expect("decodes");
+    assert!(
+        template.round > 12,
+        "the stage is at round {}",
+        template.round
+    );
+    let claims = forged_claims(&sim, &genuine, (a, b), 1..template.round - 10);
+    for (_, wire) in &claims {
+        for j in (0..sim.len()).filter(|j| *j != a) {
+            sim.gossip_to(a, j, &Topic::Proof(0), wire.clone());
+        }
+    }
+    sim.run_until(at + Duration::from_secs(60));
+    (0..10)
+        .map(|i| paid_to(&sim, i, a, &claims, template.layers).1)
+        .collect()
+}
+
+#[test]
+fn keys_that_join_late_are_not_paid_for_the_rounds_their_stage_ran_before_them() {
+    for (i, f) in late_claims(neuroshard_ledger::rules::DEFAULT_ROUND_LEAD)
+        .iter()
+        .enumerate()
+    {
+        assert!(f.is_empty(), "node {i}'s finalized state paid rounds {f:?}");
+    }
+    // Without the round lead every finalized state pays every claim.
+    for (i, f) in late_claims(0).iter().enumerate() {
+        assert!(
+            f.len() > 1,
+            "node {i}: without the lead, finalized only {f:?}"
+        );
     }
 }
