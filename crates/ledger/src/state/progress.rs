@@ -24,8 +24,9 @@ use super::{LedgerError, LedgerState, round_key};
 /// five-minute skew) still leaves every replica that proved in the last five minutes active.
 pub const ACTIVE_MS: u64 = 10 * 60 * 1000;
 
-/// One prover's paid rounds of a stage: the first and the latest, and the latest signed time
-/// it proved at.
+/// One prover's paid rounds of a stage: the first one paid (never lowered: the round floor
+/// is measured from it, and a floor that followed the lowest paid round would walk down
+/// `round_lead` rounds an epoch), the highest, and the latest signed time it proved at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Latest {
     first: u64,
@@ -56,12 +57,11 @@ impl StageProgress {
                 round: proof.round,
                 at_ms: proof.timestamp_ms,
             });
-        e.first = e.first.min(proof.round);
         e.round = e.round.max(proof.round);
         e.at_ms = e.at_ms.max(proof.timestamp_ms);
     }
 
-    /// The lowest round of `layers` `node` was paid for.
+    /// The round of `node`'s first paid proof of `layers`.
     pub(super) fn first(&self, node: &NodeId, layers: LayerRange) -> Option<u64> {
         Some(self.stages.get(&stage_key(layers))?.get(node)?.first)
     }
@@ -102,7 +102,8 @@ impl LedgerState {
             .saturating_add(self.rules.round_lead)
     }
 
-    /// The lowest round of `layers` `node` was paid for.
+    /// The round of `node`'s first paid proof of `layers` (in the finalized state, where an
+    /// epoch pays a key's claims lowest first, the lowest of its first epoch).
     pub fn first_paid_round(&self, node: &NodeId, layers: LayerRange) -> Option<u64> {
         self.progress.first(node, layers)
     }
@@ -313,6 +314,13 @@ mod tests {
         assert!(state.apply_proof(&proof(s1, s2, 9, 2_000)).is_ok());
         assert_eq!(state.first_paid_round(&s1.node_id(), FIXTURES), Some(9));
         assert_eq!(floor(&state, 1), Ok(()), "the lead before its first claim");
+        // Paid for round 1, its floor stays the lead before round 9: it cannot walk down.
+        assert!(state.apply_proof(&proof(s1, s2, 1, 2_000)).is_ok());
+        assert_eq!(state.first_paid_round(&s1.node_id(), FIXTURES), Some(9));
+        assert_eq!(
+            floor(&state, 0),
+            Err(LedgerError::RoundBehind { round: 0, floor: 1 })
+        );
         // An epoch applies a key's claims lowest round first, so its first claim is the one
         // judged against the stage: of rounds 1 to 10, only 1 is too far behind.
         let mut items: Vec<_> = (1..=10)
