@@ -374,6 +374,8 @@ pub struct Economy {
     parked: VecDeque<ParkedProof>,
     /// Proofs of rounds past their stage's certified round.
     ahead: ahead::Ahead,
+    /// The finalized state's first paid rounds, and the claims waiting for one.
+    floor: floor::Floor,
     /// Applied ops by their anti-entropy id.
     op_ids: BTreeMap<Hash32, (NodeId, u64)>,
     sync: antientropy::SyncState,
@@ -426,6 +428,7 @@ impl Economy {
             last_nonce,
             parked: VecDeque::new(),
             ahead: Default::default(),
+            floor: Default::default(),
             op_ids,
             sync: antientropy::SyncState::default(),
             verdict_weights: snapshot.verdict_weights.into_iter().collect(),
@@ -545,6 +548,9 @@ impl Economy {
         if self.ahead.contains(&hash) {
             return ProofOutcome::Parked("already waiting for its stage to reach its round".into());
         }
+        if self.floor.contains(&hash) {
+            return ProofOutcome::Parked("already waiting for its prover's first claim".into());
+        }
         let verified = match self.verifier.check_content(&signed, now_ms) {
             Ok(v) => v,
             Err(e) => return ProofOutcome::Rejected(e.to_string()),
@@ -554,7 +560,7 @@ impl Economy {
             Err(reason) => return ProofOutcome::Rejected(reason.to_string()),
         };
         match self.standing(verified.proof(), stage) {
-            Standing::Ready => self.apply_or_hold(&verified, wire),
+            Standing::Ready => self.apply_claim(&verified, wire),
             Standing::Refuse(reason) => ProofOutcome::Rejected(reason),
             Standing::Wait(nodes) => {
                 let reason = format!(
@@ -658,9 +664,10 @@ impl Economy {
         self.ledger.proof_count()
     }
 
-    /// Proofs waiting for a registration or for their stage to reach their round.
+    /// Proofs waiting for a registration, for their stage to reach their round or for their
+    /// prover's first claim of the stage to be final.
     pub fn parked_count(&self) -> usize {
-        self.parked.len() + self.ahead.len()
+        self.parked.len() + self.ahead.len() + self.floor.held()
     }
 
     pub fn balance(&self, node: &NodeId) -> u64 {
@@ -748,6 +755,8 @@ mod fee_tests;
 pub use epochs::{FinalityStart, FinalityWrite};
 mod fees;
 pub use fees::{FEE_BEACONS, FeeRefused};
+mod floor;
+pub use floor::{HELD_PER_KEY, MAX_FIRST_HELD};
 mod intern;
 mod ops;
 mod produce;

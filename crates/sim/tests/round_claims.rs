@@ -164,8 +164,8 @@ fn two_staked_replicas_are_not_paid_for_rounds_their_stage_never_ran() {
 }
 
 /// Two keys join stage 0 once it ran well past the lead and claim its rounds from round 1,
-/// receipting each other: what every finalized state paid of those claims.
-fn late_claims(round_lead: u64) -> Vec<BTreeSet<u64>> {
+/// receipting each other: what every live ledger and finalized state paid of those claims.
+fn late_claims(round_lead: u64) -> Vec<(BTreeSet<u64>, BTreeSet<u64>)> {
     // Two spare keys, for the joiners.
     let mut sim = stage_of_five(round_lead, 0, 2);
     sim.run_until(Duration::from_secs(90));
@@ -197,7 +197,9 @@ fn late_claims(round_lead: u64) -> Vec<BTreeSet<u64>> {
         "the stage is at round {}",
         template.round
     );
-    let claims = forged_claims(&sim, &genuine, (a, b), 1..template.round - 10);
+    // The joiner's first proof is the one kept: its rounds from the lead before it on are
+    // its to claim; these are all older.
+    let claims = forged_claims(&sim, &genuine, (a, b), 1..template.round - 12);
     for (_, wire) in &claims {
         for j in (0..sim.len()).filter(|j| *j != a) {
             sim.gossip_to(a, j, &Topic::Proof(0), wire.clone());
@@ -205,23 +207,22 @@ fn late_claims(round_lead: u64) -> Vec<BTreeSet<u64>> {
     }
     sim.run_until(at + Duration::from_secs(60));
     (0..10)
-        .map(|i| paid_to(&sim, i, a, &claims, template.layers).1)
+        .map(|i| paid_to(&sim, i, a, &claims, template.layers))
         .collect()
 }
 
 #[test]
 fn keys_that_join_late_are_not_paid_for_the_rounds_their_stage_ran_before_them() {
-    for (i, f) in late_claims(neuroshard_ledger::rules::DEFAULT_ROUND_LEAD)
+    for (i, (l, f)) in late_claims(neuroshard_ledger::rules::DEFAULT_ROUND_LEAD)
         .iter()
         .enumerate()
     {
+        assert!(l.is_empty(), "node {i}'s live ledger paid rounds {l:?}");
         assert!(f.is_empty(), "node {i}'s finalized state paid rounds {f:?}");
     }
-    // Without the round lead every finalized state pays every claim.
-    for (i, f) in late_claims(0).iter().enumerate() {
-        assert!(
-            f.len() > 1,
-            "node {i}: without the lead, finalized only {f:?}"
-        );
+    // Without the round lead every ledger pays every claim.
+    for (i, (l, f)) in late_claims(0).iter().enumerate() {
+        assert!(l.len() > 1, "node {i}: without the lead, paid only {l:?}");
+        assert_eq!(l, f, "node {i}: without the lead");
     }
 }

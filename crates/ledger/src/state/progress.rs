@@ -61,6 +61,19 @@ impl StageProgress {
         e.at_ms = e.at_ms.max(proof.timestamp_ms);
     }
 
+    /// Every (prover, stage layers, round of its first paid proof there).
+    pub(super) fn firsts(&self) -> impl Iterator<Item = (NodeId, LayerRange, u64)> + '_ {
+        self.stages.iter().flat_map(|((start, end), provers)| {
+            provers.iter().map(move |(id, l)| {
+                let layers = LayerRange {
+                    start: *start,
+                    end: *end,
+                };
+                (*id, layers, l.first)
+            })
+        })
+    }
+
     /// The round of `node`'s first paid proof of `layers`.
     pub(super) fn first(&self, node: &NodeId, layers: LayerRange) -> Option<u64> {
         Some(self.stages.get(&stage_key(layers))?.get(node)?.first)
@@ -106,6 +119,12 @@ impl LedgerState {
     /// epoch pays a key's claims lowest first, the lowest of its first epoch).
     pub fn first_paid_round(&self, node: &NodeId, layers: LayerRange) -> Option<u64> {
         self.progress.first(node, layers)
+    }
+
+    /// Every (prover, stage layers, round of its first paid proof there): what a live ledger
+    /// takes from the finalized state to judge claims by the same floor.
+    pub fn first_paid_rounds(&self) -> impl Iterator<Item = (NodeId, LayerRange, u64)> + '_ {
+        self.progress.firsts()
     }
 
     /// Refuses a claim of a round long gone, in the finalized state (where items apply in one

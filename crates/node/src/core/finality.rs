@@ -61,6 +61,9 @@ impl NodeCore {
                 finality.add_item(item, wire);
             }
         }
+        if !links.is_empty() {
+            self.economy.on_finalized(finality.finalized_state());
+        }
         self.finality = Some(finality);
         self.drain_finality(now);
     }
@@ -132,6 +135,7 @@ impl NodeCore {
     /// Carries out what finality asks for.
     fn drain_finality(&mut self, now: Instant) {
         let mut finalized = false;
+        let mut proofs: Vec<Vec<u8>> = Vec::new();
         while let Some(out) = self.finality.as_mut().and_then(LedgerFinality::poll_out) {
             match out {
                 FinalityOut::Publish(data) => self.transmits.push_back(Transmit::Publish {
@@ -156,6 +160,10 @@ impl NodeCore {
                     latency,
                 } => {
                     finalized = true;
+                    proofs.extend(link.body.items.iter().filter_map(|i| match i {
+                        crate::finality::ItemWire::Proof(w) => Some(w.clone()),
+                        _ => None,
+                    }));
                     self.apply_finalized_verdicts(&link, now);
                     let value = link.certified.value;
                     self.economy.note_beacon(value.epoch, value.id_hash());
@@ -192,6 +200,25 @@ impl NodeCore {
             }
         }
         if finalized {
+            // The live ledger takes each key's first paid round from the finalized state
+            // (`economy/floor.rs`), then every finalized proof it lacks: a first claim it held,
+            // or one that reached finality through other nodes only.
+            let mut applied = self
+                .finality
+                .as_ref()
+                .map_or(0, |f| self.economy.on_finalized(f.finalized_state()));
+            let now_ms = self.unix_ms(now);
+            for wire in &proofs {
+                if matches!(
+                    self.economy.on_proof(wire, now_ms),
+                    crate::economy::ProofOutcome::Applied { .. }
+                ) {
+                    applied += 1;
+                }
+            }
+            if applied > 0 {
+                self.ledger_applied_event(now);
+            }
             self.on_new_beacon(now);
         }
         self.report_architecture(now);

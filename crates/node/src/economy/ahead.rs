@@ -109,6 +109,15 @@ impl Economy {
             }
             let mut any = false;
             for (verified, wire) in due {
+                // Within its stage's reach now, it meets the round floor (`floor.rs`).
+                match self.judge_floor(&verified) {
+                    super::floor::Judged::Pass => {}
+                    super::floor::Judged::Behind(_) => continue,
+                    super::floor::Judged::Unknown => {
+                        self.hold_first(&verified, &wire);
+                        continue;
+                    }
+                }
                 match self.apply_verified(&verified, &wire) {
                     Ok(neuroshard_ledger::Outcome::Applied(_)) => {
                         applied += 1;

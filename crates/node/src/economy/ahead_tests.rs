@@ -3,7 +3,9 @@
 
 use neuroshard_ledger::LedgerGenesis;
 
-use super::tests::{T, economy_with, genesis, prove, registered, rules};
+use neuroshard_proof::fixtures::test_identity;
+
+use super::tests::{T, decode, economy_with, genesis, prove, registered, rules};
 use super::*;
 
 /// Economies under a round lead of 8 (the default for new networks).
@@ -141,5 +143,84 @@ fn finality_refuses_a_newcomers_claims_of_rounds_its_stage_ran_before_it() {
             epochs::Admit::Yes if round >= 22 => {}
             other => panic!("round {round}: {other:?}"),
         }
+    }
+}
+
+/// Live ledgers judge the floor too, by the first paid rounds of the finalized state: a
+/// newcomer's claims wait until one of them is final, only those within reach of the stage
+/// go to finality, and then the live ledger pays from the lead before that first one, the
+/// same whatever order the claims came in.
+#[test]
+fn a_live_ledger_pays_a_newcomer_only_from_the_lead_before_its_first_final_claim() {
+    let (mut h1, mut h2, mut h3) = (led(31), led(32), led(33));
+    let (mut s1, mut s2, mut x, mut y) = (led(34), led(35), led(36), led(37));
+    registered(&mut [&mut h1, &mut h2, &mut h3, &mut s1, &mut s2, &mut x, &mut y]);
+    for round in 1..=30 {
+        let at = T + round * 1_000;
+        for w in [
+            prove(&mut h1, &h2, round, at),
+            prove(&mut h2, &h3, round, at),
+            prove(&mut h3, &h1, round, at),
+        ] {
+            x.on_proof(&w, at);
+            y.on_proof(&w, at);
+        }
+    }
+    // Finality runs: the honest replicas' first rounds are final.
+    let finalized = x.ledger().clone();
+    x.on_finalized(&finalized);
+    y.on_finalized(&finalized);
+    while x.poll_epoch_item().is_some() {}
+    while y.poll_epoch_item().is_some() {}
+    let at = T + 31_000;
+    let claims: Vec<Vec<u8>> = (1..=30).map(|r| prove(&mut s1, &s2, r, at)).collect();
+    for w in &claims {
+        x.on_proof(w, at);
+    }
+    for w in claims.iter().rev() {
+        y.on_proof(w, at);
+    }
+    let fed = |e: &mut Economy| {
+        let mut rounds = Vec::new();
+        while let Some((neuroshard_ledger::EpochItem::Proof(p), _)) = e.poll_epoch_item() {
+            rounds.push(p.proof().round);
+        }
+        rounds
+    };
+    assert_eq!(fed(&mut x), (22..=30).collect::<Vec<_>>());
+    assert_eq!(fed(&mut y), vec![30]);
+    for e in [&x, &y] {
+        assert_eq!(e.balance(&s1.node_id()), 0, "paid before a claim was final");
+        assert_eq!(e.parked_count(), HELD_PER_KEY);
+    }
+    // An epoch pays the newcomer's lowest claim it was handed, 22: the floor is 14.
+    let mut verifier = ProofVerifier::new();
+    let first = SignedProof::from_bytes(&claims[21]).expect("signed");
+    let first = verifier.check_content(&first, at).expect("verifies");
+    let mut finalized = finalized;
+    assert!(finalized.apply_proof(&first).is_ok());
+    x.on_finalized(&finalized);
+    y.on_finalized(&finalized);
+    for e in [&x, &y] {
+        // The sixteen highest were held: 15 to 30.
+        assert_eq!(e.balance(&s1.node_id()) / rules().round_reward, 16);
+        assert_eq!(e.parked_count(), 0);
+        match e.ledger().check_round_floor(first.proof()) {
+            Ok(()) => {}
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(x.state_hash(), y.state_hash());
+    match x.on_proof(&prove(&mut s1, &s2, 31, at), at) {
+        ProofOutcome::Applied { .. } => {}
+        other => panic!("round 31: {other:?}"),
+    }
+    let mut late = decode(&claims[0]);
+    late.round = 13;
+    late.nonce += 1_000;
+    late.receipts = vec![s2.receipt_for(s1.node_id(), 13, late.pseudo_gradient_hash)];
+    match x.on_proof(&late.sign(&test_identity(34)).to_bytes(), at) {
+        ProofOutcome::Rejected(why) => assert!(why.contains("long gone"), "{why}"),
+        other => panic!("round 13: {other:?}"),
     }
 }

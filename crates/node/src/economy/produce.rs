@@ -264,9 +264,9 @@ impl Economy {
             Ok(v) => v,
             Err(e) => return Some(Err(e.into())),
         };
-        // A round past what the stage's other provers have been paid for waits here as
-        // theirs does elsewhere; it is still gossiped, and paid once they catch up.
-        if let super::ProofOutcome::Rejected(reason) = self.apply_or_hold(&verified, &wire) {
+        // A round past what the stage's other provers have been paid for, or a first claim of
+        // the stage not final yet, waits here as it does elsewhere; it is still gossiped.
+        if let super::ProofOutcome::Rejected(reason) = self.apply_claim(&verified, &wire) {
             return Some(Err(EconomyError::OwnRound(reason)));
         }
         self.last_nonce = Some(nonce);
