@@ -34,7 +34,7 @@ pub use ops::{
 pub use rules::{GenesisError, LedgerGenesis, Rules};
 pub use state::{
     AUDIT_FEE_BPS, Account, Changes, Entry, EntryKind, Generation, LedgerError, LedgerState,
-    Outcome, Record, SupplyMismatch, round_key, round_key_of,
+    Outcome, Record, StageProgress, SupplyMismatch, round_key, round_key_of,
 };
 pub use store::{
     ApplyError, AuditSummary, ChangeLog, FeeLine, HistoryLine, LEDGER_FILE, Ledger, Message,

@@ -448,6 +448,9 @@ impl Economy {
                 economy.ledger.restore_progress(&proof);
             }
         }
+        // Claims are judged by the finalized state's progress (`economy/floor.rs`), not by
+        // what reached this ledger first.
+        economy.ledger.set_judge_rounds(false);
         economy
     }
 
@@ -632,7 +635,10 @@ impl Economy {
     }
 
     /// What applying `verified` gave, as the outcome its sender is told.
-    fn outcome_of(verified: &VerifiedProof, result: Result<Outcome, EconomyError>) -> ProofOutcome {
+    pub(super) fn outcome_of(
+        verified: &VerifiedProof,
+        result: Result<Outcome, EconomyError>,
+    ) -> ProofOutcome {
         match result {
             Ok(Outcome::Applied(changes)) => {
                 let reward = changes.records.iter().find_map(|r| match r {
@@ -756,7 +762,7 @@ pub use epochs::{FinalityStart, FinalityWrite};
 mod fees;
 pub use fees::{FEE_BEACONS, FeeRefused};
 mod floor;
-pub use floor::{HELD_PER_KEY, MAX_FIRST_HELD};
+pub use floor::{FEED_AHEAD, HELD_PER_KEY, MAX_FIRST_HELD};
 mod intern;
 mod ops;
 mod produce;

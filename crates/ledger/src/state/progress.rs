@@ -34,9 +34,10 @@ struct Latest {
     at_ms: u64,
 }
 
-/// Per stage (named by its layers, as round keys name it), each prover's latest paid round.
-#[derive(Debug, Clone, Default)]
-pub(super) struct StageProgress {
+/// Per stage (named by its layers, as round keys name it), each prover's first and latest
+/// paid rounds: what a live ledger copies from the finalized state to judge claims by.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StageProgress {
     stages: BTreeMap<(u32, u32), BTreeMap<NodeId, Latest>>,
 }
 
@@ -61,6 +62,17 @@ impl StageProgress {
         e.at_ms = e.at_ms.max(proof.timestamp_ms);
     }
 
+    /// The highest round a claim of `layers` signed at `at_ms` may name under `lead`
+    /// (`u64::MAX` for no lead).
+    pub fn max_claimable(&self, layers: LayerRange, at_ms: u64, lead: u64) -> u64 {
+        if lead == 0 {
+            return u64::MAX;
+        }
+        self.certified(layers, at_ms)
+            .unwrap_or(0)
+            .saturating_add(lead)
+    }
+
     /// Every (prover, stage layers, round of its first paid proof there).
     pub(super) fn firsts(&self) -> impl Iterator<Item = (NodeId, LayerRange, u64)> + '_ {
         self.stages.iter().flat_map(|((start, end), provers)| {
@@ -75,7 +87,7 @@ impl StageProgress {
     }
 
     /// The round of `node`'s first paid proof of `layers`.
-    pub(super) fn first(&self, node: &NodeId, layers: LayerRange) -> Option<u64> {
+    pub fn first(&self, node: &NodeId, layers: LayerRange) -> Option<u64> {
         Some(self.stages.get(&stage_key(layers))?.get(node)?.first)
     }
 
@@ -84,7 +96,7 @@ impl StageProgress {
     /// when none is active. With an odd count that is a majority, with an even one half: the
     /// median, rounded up, so that of two replicas the one ahead is not held back by one that
     /// stopped.
-    pub(super) fn certified(&self, layers: LayerRange, at_ms: u64) -> Option<u64> {
+    pub fn certified(&self, layers: LayerRange, at_ms: u64) -> Option<u64> {
         let provers = self.stages.get(&stage_key(layers))?;
         let mut rounds: Vec<u64> = provers
             .values()
@@ -98,6 +110,20 @@ impl StageProgress {
 }
 
 impl LedgerState {
+    /// Each stage's progress (what the round lead and the round floor are judged by).
+    pub fn progress(&self) -> &StageProgress {
+        &self.progress
+    }
+
+    /// Whether `apply_proof` refuses a claim past its stage's certified round (the default).
+    /// A node's live ledger turns it off and judges claims by the finalized state's progress
+    /// instead, which every node reaches alike: its own progress depends on which proofs
+    /// arrived first, and a node that heard two keys' claims before any other replica's
+    /// proof would let them lift the stage for it alone.
+    pub fn set_judge_rounds(&mut self, on: bool) {
+        self.skip_rounds = !on;
+    }
+
     /// The certified round of the stage holding `layers`, as judged for a proof signed at
     /// `at_ms` (see the module docs).
     pub fn certified_round(&self, layers: LayerRange, at_ms: u64) -> Option<u64> {
@@ -107,12 +133,8 @@ impl LedgerState {
     /// The highest round a training proof of `layers` signed at `at_ms` may claim under the
     /// network's round lead (`u64::MAX` where the rules set none).
     pub fn max_claimable_round(&self, layers: LayerRange, at_ms: u64) -> u64 {
-        if self.rules.round_lead == 0 {
-            return u64::MAX;
-        }
-        self.certified_round(layers, at_ms)
-            .unwrap_or(0)
-            .saturating_add(self.rules.round_lead)
+        self.progress
+            .max_claimable(layers, at_ms, self.rules.round_lead)
     }
 
     /// The round of `node`'s first paid proof of `layers` (in the finalized state, where an

@@ -1,12 +1,26 @@
-//! Claims past a stage's certified round: held, not paid, and paid alike in any order once
-//! the stage reaches them.
+//! The round rules on live ledgers, judged by the finalized state's progress: claims past a
+//! stage's certified round, or of keys with no final claim of the stage, are held and paid
+//! alike in any order once an epoch allows them; claims long gone are refused.
 
 use neuroshard_ledger::LedgerGenesis;
+use proptest::prelude::*;
 
 use neuroshard_proof::fixtures::test_identity;
 
 use super::tests::{T, decode, economy_with, genesis, prove, registered, rules};
 use super::*;
+
+/// What finality would hold after paying `wires` onto `state` (judged with the round rules on,
+/// as a finalized state is).
+fn finalize(state: &mut LedgerState, wires: &[Vec<u8>], at: u64) {
+    state.set_judge_rounds(true);
+    let mut verifier = ProofVerifier::new();
+    for w in wires {
+        let signed = SignedProof::from_bytes(w).expect("signed");
+        let proof = verifier.check_content(&signed, at).expect("verifies");
+        state.apply_proof(&proof).expect("finality pays it");
+    }
+}
 
 /// Economies under a round lead of 8 (the default for new networks).
 fn led(seed: u64) -> Economy {
@@ -18,99 +32,123 @@ fn led(seed: u64) -> Economy {
     economy_with(seed, &genesis)
 }
 
-/// Three honest replicas of stage 0 prove rounds 1 to 10; two staked keys of the same
-/// stage receipt each other's claims of rounds 11 to 500. Before the round lead the observer
-/// paid every one of them (490 NEURO a key, at once); now it pays rounds up to 18, the
-/// lead past what the honest majority reached, holds the rest, and none of those reaches
-/// finality. A second observer that gets everything in the reverse order ends on the same
-/// state.
+/// Three honest replicas of stage 0 prove rounds 1 to 10; two staked keys of the same stage
+/// receipt each other's claims of rounds 11 to 500. Before the round lead every ledger paid
+/// every one of them (70 NEURO a key, at once). Now a live ledger pays neither key before one of
+/// its claims is final, hands finality none more than 64 rounds past the stage, and pays what
+/// finality allows: rounds 11 and 18, the lead past what the honest majority reached. A
+/// second node that gets everything in the reverse order ends on the same state.
 #[test]
 fn two_staked_keys_receipting_each_other_are_paid_only_as_far_as_their_stage_got() {
     let (mut h1, mut h2, mut h3) = (led(1), led(2), led(3));
     let (mut s1, mut s2) = (led(4), led(5));
     let (mut x, mut y) = (led(6), led(7));
     registered(&mut [&mut h1, &mut h2, &mut h3, &mut s1, &mut s2, &mut x, &mut y]);
-    let mut wires = Vec::new();
+    let mut honest = Vec::new();
     for round in 1..=10 {
         let at = T + round * 1_000;
-        wires.push(prove(&mut h1, &h2, round, at));
-        wires.push(prove(&mut h2, &h3, round, at));
-        wires.push(prove(&mut h3, &h1, round, at));
+        honest.push(prove(&mut h1, &h2, round, at));
+        honest.push(prove(&mut h2, &h3, round, at));
+        honest.push(prove(&mut h3, &h1, round, at));
     }
-    let honest = wires.len();
-    let at = T + 20_000;
-    for round in (11..=500).step_by(7) {
-        wires.push(prove(&mut s1, &s2, round, at));
-        wires.push(prove(&mut s2, &s1, round, at));
+    for w in &honest {
+        x.on_proof(w, T + 10_000);
+        y.on_proof(w, T + 10_000);
     }
+    let mut fin = x.ledger().clone();
+    fin.set_judge_rounds(true);
+    x.on_finalized(&fin);
+    y.on_finalized(&fin);
     while x.poll_epoch_item().is_some() {}
-    for w in &wires {
+    let at = T + 20_000;
+    let mut claims = Vec::new();
+    for round in (11..=500).step_by(7) {
+        claims.push((round, prove(&mut s1, &s2, round, at)));
+        claims.push((round, prove(&mut s2, &s1, round, at)));
+    }
+    for (_, w) in &claims {
         x.on_proof(w, at);
     }
-    for w in wires.iter().rev() {
+    for (_, w) in claims.iter().rev() {
         y.on_proof(w, at);
     }
     let paid = |e: &Economy, who: &Economy| e.balance(&who.node_id()) / rules().round_reward;
     for e in [&x, &y] {
-        assert_eq!(paid(e, &h1), 10);
-        // Rounds 11 and 18 of the Sybils' claims are within the lead of round 10.
-        assert_eq!(paid(e, &s1), 2, "the Sybil was paid past its stage");
-        assert_eq!(paid(e, &s2), 2);
-        assert_eq!(e.parked_count(), wires.len() - honest - 4);
+        assert_eq!(paid(e, &s1), 0, "paid before a claim of the key was final");
+        assert_eq!(e.parked_count(), claims.len());
     }
     assert_eq!(x.state_hash(), y.state_hash());
-    let mut finalized = 0;
     while let Some((item, _)) = x.poll_epoch_item() {
         if let neuroshard_ledger::EpochItem::Proof(p) = item {
-            assert!(
-                p.proof().round <= 18,
-                "round {} went to finality",
-                p.proof().round
-            );
-            finalized += 1;
+            let round = p.proof().round;
+            assert!(round <= 10 + FEED_AHEAD, "round {round} went to finality");
         }
     }
-    assert_eq!(finalized, honest + 4);
+    // An epoch pays the keys' rounds 11 and 18 (finality's own judgement is tested in the
+    // ledger and in the simulator).
+    let within: Vec<Vec<u8>> = claims
+        .iter()
+        .filter(|(r, _)| *r <= 18)
+        .map(|(_, w)| w.clone())
+        .collect();
+    finalize(&mut fin, &within, at);
+    x.on_finalized(&fin);
+    y.on_finalized(&fin);
+    for e in [&x, &y] {
+        assert_eq!(paid(e, &s1), 2, "the key was paid past its stage");
+        assert_eq!(paid(e, &s2), 2);
+        assert_eq!(e.parked_count(), claims.len() - 4);
+    }
+    assert_eq!(x.state_hash(), y.state_hash());
 
-    // The honest replicas go on to round 30: the held claims up to round 38 are paid.
+    // The honest replicas go on to round 30, and an epoch pays them: the held claims up to
+    // round 38 are paid.
+    let mut more = Vec::new();
     for round in 11..=30 {
         let at = T + 20_000 + round * 1_000;
-        for w in [
-            prove(&mut h1, &h2, round, at),
-            prove(&mut h2, &h3, round, at),
-            prove(&mut h3, &h1, round, at),
-        ] {
-            x.on_proof(&w, at);
-        }
+        more.push(prove(&mut h1, &h2, round, at));
+        more.push(prove(&mut h2, &h3, round, at));
+        more.push(prove(&mut h3, &h1, round, at));
     }
+    finalize(&mut fin, &more, T + 60_000);
+    x.on_finalized(&fin);
     assert_eq!(paid(&x, &s1), 4, "rounds 11, 18, 25 and 32 of the claims");
 }
 
-/// A replica's own proof of a round its co-replicas have not proved yet is held at home too,
-/// and still handed out to be gossiped.
+/// A replica's own proof of a round its stage has not reached in the finalized state is held
+/// at home too, still handed out to be gossiped, and paid once an epoch allows it.
 #[test]
 fn an_own_proof_ahead_of_the_stage_is_gossiped_and_paid_once_the_stage_gets_there() {
     let (mut a, mut b, mut c) = (led(11), led(12), led(13));
     registered(&mut [&mut a, &mut b, &mut c]);
+    let first = prove(&mut a, &b, 1, T + 1_000);
+    let mut fin = a.ledger().clone();
+    let mut others = Vec::new();
     for round in 1..=3 {
         let at = T + round * 1_000;
-        let wb = prove(&mut b, &c, round, at);
-        let wc = prove(&mut c, &b, round, at);
-        a.on_proof(&wb, at);
-        a.on_proof(&wc, at);
+        others.push(prove(&mut b, &c, round, at));
+        others.push(prove(&mut c, &b, round, at));
     }
-    // Round 12 is nine past the stage's 3: held, not paid.
+    finalize(&mut fin, &others, T + 4_000);
+    a.on_finalized(&fin);
+    // Round 12 is nine past the stage's 3: held, not paid, but gossiped.
+    let before = a.own_balance();
     let wire = prove(&mut a, &b, 12, T + 5_000);
-    assert_eq!(a.own_balance(), 0);
-    assert_eq!(a.parked_count(), 1);
-    for round in 4..=4 {
-        let at = T + 6_000;
-        a.on_proof(&prove(&mut b, &c, round, at), at);
-        a.on_proof(&prove(&mut c, &b, round, at), at);
-    }
-    assert_eq!(a.own_balance(), rules().round_reward);
-    assert_eq!(a.parked_count(), 0);
     assert!(!wire.is_empty());
+    assert_eq!(a.own_balance(), before);
+    assert_eq!(a.parked_count(), 1);
+    let mut next = Vec::new();
+    for w in [
+        prove(&mut b, &c, 4, T + 6_000),
+        prove(&mut c, &b, 4, T + 6_000),
+    ] {
+        next.push(w);
+    }
+    next.push(first);
+    finalize(&mut fin, &next, T + 6_000);
+    a.on_finalized(&fin);
+    assert_eq!(a.own_balance(), before + rules().round_reward);
+    assert_eq!(a.parked_count(), 0);
 }
 
 /// Two keys that register once their stage ran 30 rounds receipt each other's claims of all
@@ -222,5 +260,76 @@ fn a_live_ledger_pays_a_newcomer_only_from_the_lead_before_its_first_final_claim
     match x.on_proof(&late.sign(&test_identity(34)).to_bytes(), at) {
         ProofOutcome::Rejected(why) => assert!(why.contains("long gone"), "{why}"),
         other => panic!("round 13: {other:?}"),
+    }
+}
+
+/// Three replicas proving rounds 1 to 6 and two staked keys of their stage claiming rounds 3
+/// to 39 (each receipting the other's), once, for every arrival order below.
+fn mixed_claims() -> &'static (Vec<Vec<u8>>, NodeId) {
+    static WIRES: std::sync::OnceLock<(Vec<Vec<u8>>, NodeId)> = std::sync::OnceLock::new();
+    WIRES.get_or_init(|| {
+        let (mut h1, mut h2, mut h3) = (led(41), led(42), led(43));
+        let (mut s1, mut s2) = (led(44), led(45));
+        registered(&mut [&mut h1, &mut h2, &mut h3, &mut s1, &mut s2]);
+        let mut wires = Vec::new();
+        for round in 1..=6 {
+            let at = T + round * 1_000;
+            wires.push(prove(&mut h1, &h2, round, at));
+            wires.push(prove(&mut h2, &h3, round, at));
+            wires.push(prove(&mut h3, &h1, round, at));
+        }
+        for round in (3..=40).step_by(3) {
+            wires.push(prove(&mut s1, &s2, round, T + 7_000));
+            wires.push(prove(&mut s2, &s1, round, T + 7_000));
+        }
+        (wires, s1.node_id())
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    /// Whatever order the proofs arrive in, two nodes at the same finalized state pay the
+    /// same ones and hold the same ones, before and after the next epoch: the honest rounds,
+    /// then, of the keys' claims, those within the lead of round 6.
+    #[test]
+    fn any_arrival_order_pays_the_same_claims(
+        order in Just((0..44usize).collect::<Vec<_>>()).prop_shuffle(),
+    ) {
+        let (wires, s1) = mixed_claims();
+        let (mut x, mut y, mut z) = (led(46), led(47), led(48));
+        registered(&mut [&mut x, &mut y, &mut z]);
+        for id in [41, 42, 43, 44, 45] {
+            // The provers' registrations (the same ops their economies signed).
+            let mut e = led(id);
+            let op = super::tests::register(&mut e);
+            for n in [&mut x, &mut y, &mut z] {
+                n.on_op(&op, T);
+            }
+        }
+        // Finalized: the honest replicas' round 1.
+        let mut fin = z.ledger().clone();
+        finalize(&mut fin, &wires[..3], T + 8_000);
+        x.on_finalized(&fin);
+        y.on_finalized(&fin);
+        for w in wires {
+            x.on_proof(w, T + 8_000);
+        }
+        for &i in &order {
+            y.on_proof(&wires[i], T + 8_000);
+        }
+        prop_assert_eq!(x.state_hash(), y.state_hash());
+        prop_assert_eq!(y.balance(s1), 0);
+        prop_assert_eq!(y.parked_count(), 26);
+        // An epoch pays the honest rounds 2 to 6 and the keys' round 3.
+        let mut next: Vec<Vec<u8>> = wires[3..18].to_vec();
+        next.extend(wires[18..20].iter().cloned());
+        finalize(&mut fin, &next, T + 8_000);
+        x.on_finalized(&fin);
+        y.on_finalized(&fin);
+        prop_assert_eq!(x.state_hash(), y.state_hash());
+        // Rounds 3, 6, 9, 12 of the keys' claims: 14 is the lead past 6.
+        prop_assert_eq!(y.balance(s1) / rules().round_reward, 4);
+        prop_assert_eq!(y.parked_count(), 18);
     }
 }

@@ -1,26 +1,30 @@
-//! The round floor on the live ledger: a claim of a round long gone is refused here too, not
-//! only in the finalized state (`LedgerState::check_round_floor`).
+//! The round rules on the live ledger, judged by the finalized state's progress.
 //!
-//! A live ledger cannot judge a claim's age from its own contents, since which of a key's
-//! claims it saw first depends on arrival order. So it takes each key's first paid round of a
-//! stage from the finalized state, which every node reaches alike, and fixes for good: a claim
-//! more than `round_lead` before it is refused, on every node. A key whose first claim of a
-//! stage is not final yet has its claims held here; the highest is handed to finality, which
-//! judges it against the stage, and once an epoch pays one the rest are judged by it. An
-//! honest replica's first proof of a stage is paid one epoch later than before; two keys that
-//! join a stage late are paid, live as finalized, for at most `round_lead` rounds before their
-//! first.
+//! A training proof may claim at most `round_lead` rounds past its stage's certified round,
+//! and none long gone: not more than `round_lead` before its key's first paid round of the
+//! stage (`LedgerState::check_round_floor`). Finality applies both in one order on every node.
+//! A live ledger cannot judge them from its own progress: which proofs reached it first
+//! depends on arrival order, and a node that heard two keys' claims before any other
+//! replica's proof of the stage would let them lift the stage for it alone. So it judges every
+//! claim by the progress of the latest state this node finalized, which every node reaches
+//! alike, and holds what that state does not allow yet:
+//! - a claim past the stage ([`super::ahead`]) waits; one within [`FEED_AHEAD`] rounds is
+//!   handed to finality, so the stage's progress is never held back by the live ledger;
+//! - a claim of a key with no paid round of the stage yet waits here (its 16 highest), and
+//!   the highest within reach of the stage is handed to finality, which judges it as a first
+//!   claim; once an epoch pays one, the rest are judged by it;
+//! - a claim more than `round_lead` before its key's first paid round is refused.
 //!
-//! Until this node has finalized an epoch (or replayed one at start-up), the live ledger judges
-//! no floor: a network whose finality never ran (more than a third of its first committee
-//! offline) pays as it did before the floor, and economies without finality (tests, tools)
-//! never judge one. Once it has, a key without a final claim is paid live only once one is,
-//! which a halt of finality delays; what an epoch finalizes the live ledger then applies.
+//! Every finalized epoch re-judges what waits, and the proofs it finalized are applied to the
+//! live ledger. Until this node has finalized an epoch (or replayed one at start-up) the live
+//! ledger judges no round rule: a network whose finality never ran (more than a third of its
+//! first committee offline) pays as before these rules, and economies without finality
+//! (tests, tools) never judge them.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use neuroshard_ledger::{EpochItem, LedgerError, LedgerState};
+use neuroshard_ledger::{EpochItem, LedgerError, StageProgress};
 use neuroshard_proof::{NodeId, ProofKind, VerifiedProof};
 
 use super::{Economy, ProofOutcome};
@@ -30,6 +34,9 @@ use crate::finality::ItemWire;
 pub const HELD_PER_KEY: usize = 16;
 /// Claims held for keys whose first claim is not final, at most.
 pub const MAX_FIRST_HELD: usize = 1024;
+/// Rounds past the finalized certified round a held claim may be to be handed to finality:
+/// an epoch then moves a stage up to this far, whatever the lead.
+pub const FEED_AHEAD: u64 = 64;
 
 /// (prover, stage layers).
 type KeyStage = (NodeId, (u32, u32));
@@ -38,19 +45,20 @@ type Claims = BTreeMap<u64, (VerifiedProof, Arc<[u8]>)>;
 
 #[derive(Debug, Default)]
 pub(super) struct Floor {
-    /// Each key's first paid round of each stage in the finalized state; `None` until the
-    /// node has finalized state.
-    firsts: Option<BTreeMap<KeyStage, u64>>,
+    /// The latest finalized state's progress; `None` until this node finalized an epoch.
+    finalized: Option<StageProgress>,
     held: BTreeMap<KeyStage, Claims>,
     count: usize,
 }
 
-/// What the floor says of a claim.
+/// What the round rules say of a claim, by the finalized progress.
 pub(super) enum Judged {
-    /// Apply it (no floor yet, no lead, not a training proof, or at or above the floor).
+    /// Apply it.
     Pass,
     Behind(LedgerError),
-    /// Its key's first claim of the stage is not final: hold it.
+    /// Past its stage: hold it (`ahead.rs`).
+    Ahead,
+    /// Its key has no final claim of the stage: hold it here.
     Unknown,
 }
 
@@ -74,30 +82,33 @@ impl Floor {
 
     fn judge(&self, v: &VerifiedProof, lead: u64) -> Judged {
         let p = v.proof();
-        let Some(firsts) = &self.firsts else {
+        let Some(progress) = &self.finalized else {
             return Judged::Pass;
         };
         if lead == 0 || p.kind != ProofKind::Training {
             return Judged::Pass;
         }
-        match firsts.get(&key_stage(v)) {
-            Some(first) => {
-                let floor = first.saturating_sub(lead);
-                if p.round < floor {
-                    Judged::Behind(LedgerError::RoundBehind {
-                        round: p.round,
-                        floor,
-                    })
-                } else {
-                    Judged::Pass
-                }
+        let first = progress.first(&p.node_id, p.layers);
+        if let Some(first) = first {
+            let floor = first.saturating_sub(lead);
+            if p.round < floor {
+                return Judged::Behind(LedgerError::RoundBehind {
+                    round: p.round,
+                    floor,
+                });
             }
+        }
+        if p.round > progress.max_claimable(p.layers, p.timestamp_ms, lead) {
+            return Judged::Ahead;
+        }
+        match first {
+            Some(_) => Judged::Pass,
             None => Judged::Unknown,
         }
     }
 
-    /// Holds a claim; whether it is now the highest held for its key and stage (the one to
-    /// hand to finality). The lowest rounds go first when a key or the whole hold is full.
+    /// Holds a claim; whether it is now the highest held for its key and stage. The lowest
+    /// rounds go first when a key or the whole hold is full.
     fn hold(&mut self, v: &VerifiedProof, wire: &[u8]) -> bool {
         let ks = key_stage(v);
         let round = v.proof().round;
@@ -130,21 +141,51 @@ impl Floor {
 }
 
 impl Economy {
-    /// Applies a claim whose prover and receipts stand, by the round floor first (see the
-    /// module docs), then by the stage's progress ([`Economy::apply_or_hold`]).
+    /// Applies a claim whose prover and receipts stand, or holds or refuses it by the round
+    /// rules (see the module docs).
     pub(super) fn apply_claim(&mut self, verified: &VerifiedProof, wire: &[u8]) -> ProofOutcome {
-        let p = verified.proof();
-        match self.judge_floor(verified) {
-            Judged::Pass => self.apply_or_hold(verified, wire),
+        self.claim(verified, wire, true)
+    }
+
+    /// [`Self::apply_claim`]; a claim judged again after an epoch (`feed` false) is not handed
+    /// to finality again, which has it already.
+    fn claim(&mut self, verified: &VerifiedProof, wire: &[u8], feed: bool) -> ProofOutcome {
+        let lead = self.ledger.rules().round_lead;
+        match self.floor.judge(verified, lead) {
+            Judged::Pass => Self::outcome_of(verified, self.apply_verified(verified, wire)),
             Judged::Behind(e) => ProofOutcome::Rejected(e.to_string()),
-            Judged::Unknown
-                if p.round > self.ledger.max_claimable_round(p.layers, p.timestamp_ms) =>
-            {
-                // Past its stage too: it waits for the stage first (and then comes back here).
-                self.apply_or_hold(verified, wire)
+            Judged::Ahead => {
+                let p = verified.proof();
+                let reach = self
+                    .floor
+                    .finalized
+                    .as_ref()
+                    .map_or(0, |f| f.max_claimable(p.layers, p.timestamp_ms, FEED_AHEAD));
+                let held = self.ahead.hold(verified, wire);
+                if feed && held && p.round <= reach {
+                    self.feed(verified, wire);
+                }
+                if held {
+                    ProofOutcome::Parked("its stage has not reached its round yet".into())
+                } else {
+                    ProofOutcome::Rejected(
+                        "its stage has not reached its round, and it is further ahead than \
+                         any held"
+                            .into(),
+                    )
+                }
             }
             Judged::Unknown => {
-                self.hold_first(verified, wire);
+                let p = verified.proof();
+                let floor = self
+                    .floor
+                    .finalized
+                    .as_ref()
+                    .and_then(|f| f.certified(p.layers, p.timestamp_ms))
+                    .map_or(0, |c| c.saturating_sub(lead));
+                if self.floor.hold(verified, wire) && feed && p.round >= floor {
+                    self.feed(verified, wire);
+                }
                 ProofOutcome::Parked(
                     "waits for its prover's first claim of the stage to be final".into(),
                 )
@@ -152,58 +193,31 @@ impl Economy {
         }
     }
 
-    /// What the floor says of a claim.
-    pub(super) fn judge_floor(&self, verified: &VerifiedProof) -> Judged {
-        self.floor.judge(verified, self.ledger.rules().round_lead)
+    /// Hands a held claim to finality, which judges it in one order on every node.
+    fn feed(&mut self, verified: &VerifiedProof, wire: &[u8]) {
+        self.epoch_feed.push(
+            EpochItem::Proof(verified.clone()),
+            ItemWire::Proof(wire.to_vec()),
+        );
     }
 
-    /// Holds a claim whose key's first claim of the stage is not final. The highest held is
-    /// handed to finality, unless the stage is already more than the lead past it (finality
-    /// would refuse it as a first claim): so a key sending claims of every past round in
-    /// rising order hands finality at most about twice the lead of them, not every one.
-    pub(super) fn hold_first(&mut self, verified: &VerifiedProof, wire: &[u8]) {
-        let p = verified.proof();
-        let lead = self.ledger.rules().round_lead;
-        let floor = self
-            .ledger
-            .certified_round(p.layers, p.timestamp_ms)
-            .map_or(0, |c| c.saturating_sub(lead));
-        if self.floor.hold(verified, wire) && p.round >= floor {
-            self.epoch_feed.push(
-                EpochItem::Proof(verified.clone()),
-                ItemWire::Proof(wire.to_vec()),
-            );
-        }
-    }
-
-    /// Takes every key's first paid round from a newly finalized state and judges the claims
-    /// held for keys whose first claim it made final. How many applied.
-    pub fn on_finalized(&mut self, state: &LedgerState) -> usize {
-        let firsts: BTreeMap<KeyStage, u64> = state
-            .first_paid_rounds()
-            .map(|(id, layers, first)| ((id, (layers.start, layers.end)), first))
+    /// Takes the progress of a newly finalized state and judges again every claim held. How
+    /// many applied.
+    pub fn on_finalized(&mut self, state: &neuroshard_ledger::LedgerState) -> usize {
+        self.floor.finalized = Some(state.progress().clone());
+        let mut waiting: Vec<(VerifiedProof, Arc<[u8]>)> = std::mem::take(&mut self.floor.held)
+            .into_values()
+            .flat_map(BTreeMap::into_values)
             .collect();
-        let due: Vec<KeyStage> = self
-            .floor
-            .held
-            .keys()
-            .filter(|k| firsts.contains_key(k))
-            .copied()
-            .collect();
-        self.floor.firsts = Some(firsts);
+        self.floor.count = 0;
+        waiting.extend(self.ahead.take_all());
         let mut applied = 0;
-        for k in due {
-            let Some(group) = self.floor.held.remove(&k) else {
-                continue;
-            };
-            self.floor.count -= group.len();
-            for (verified, wire) in group.into_values() {
-                if matches!(
-                    self.apply_claim(&verified, &wire),
-                    ProofOutcome::Applied { .. }
-                ) {
-                    applied += 1;
-                }
+        for (verified, wire) in waiting {
+            if matches!(
+                self.claim(&verified, &wire, false),
+                ProofOutcome::Applied { .. }
+            ) {
+                applied += 1;
             }
         }
         applied
