@@ -10,11 +10,13 @@
 //!   stage (a signed, stake-backed ledger op), and carries gradient receipts from at least the
 //!   network's `min_receipts` distinct co-replicas registered there;
 //! - the ledger pays a fixed reward once per (node, stage, round), for a round that can have
-//!   happened by the proof's timestamp.
+//!   happened by the proof's timestamp, that its stage has reached and that is not long gone
+//!   (the round rules, judged by the finalized state's progress: `economy/floor.rs`).
 //!
 //! Registrations only ever accumulate, so a proof's verdict does not depend on what arrives
 //! after it: a proof whose prover or signers are not registered *yet* is parked until their
-//! Register op arrives (by gossip or anti-entropy), then applied.
+//! Register op arrives (by gossip or anti-entropy), then applied; one the round rules hold
+//! waits for the epoch that allows it.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::Path;
