@@ -80,6 +80,12 @@ impl Floor {
             .any(|(v, _)| v.hash() == *hash)
     }
 
+    /// The certified round of `v`'s stage in the finalized state, as judged for `v`.
+    fn certified(&self, v: &VerifiedProof) -> Option<u64> {
+        let p = v.proof();
+        self.finalized.as_ref()?.certified(p.layers, p.timestamp_ms)
+    }
+
     fn judge(&self, v: &VerifiedProof, lead: u64) -> Judged {
         let p = v.proof();
         let Some(progress) = &self.finalized else {
@@ -158,9 +164,9 @@ impl Economy {
                 let p = verified.proof();
                 let reach = self
                     .floor
-                    .finalized
-                    .as_ref()
-                    .map_or(0, |f| f.max_claimable(p.layers, p.timestamp_ms, FEED_AHEAD));
+                    .certified(verified)
+                    .unwrap_or(0)
+                    .saturating_add(FEED_AHEAD);
                 let held = self.ahead.hold(verified, wire);
                 if feed && held && p.round <= reach {
                     self.feed(verified, wire);
@@ -176,14 +182,11 @@ impl Economy {
                 }
             }
             Judged::Unknown => {
-                let p = verified.proof();
                 let floor = self
                     .floor
-                    .finalized
-                    .as_ref()
-                    .and_then(|f| f.certified(p.layers, p.timestamp_ms))
+                    .certified(verified)
                     .map_or(0, |c| c.saturating_sub(lead));
-                if self.floor.hold(verified, wire) && feed && p.round >= floor {
+                if self.floor.hold(verified, wire) && feed && verified.proof().round >= floor {
                     self.feed(verified, wire);
                 }
                 ProofOutcome::Parked(
