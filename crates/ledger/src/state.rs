@@ -34,7 +34,7 @@ mod verdict;
 
 use equivocation::Slot;
 pub use equivocation::evidence_hash;
-pub use progress::{ACTIVE_MS, StageProgress};
+pub use progress::{ACTIVE_EPOCHS, StageProgress};
 pub use records::{Account, Changes, Entry, EntryKind, Outcome, Record};
 pub(crate) use restore::{Restored, RestoredProof};
 pub use round_key::{round_key, round_key_of};
@@ -396,11 +396,11 @@ impl LedgerState {
                         Slot::Round(key),
                     );
                 }
-                let claimable = self.max_claimable_round(proof.layers, proof.timestamp_ms);
+                let claimable = self.max_claimable_round(proof.layers);
                 if proof.round > claimable && !self.skip_rounds {
                     return Err(LedgerError::RoundUncertified {
                         round: proof.round,
-                        certified: self.certified_round(proof.layers, proof.timestamp_ms),
+                        certified: self.certified_round(proof.layers),
                         lead: self.rules.round_lead,
                     });
                 }

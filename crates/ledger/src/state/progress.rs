@@ -5,7 +5,8 @@
 //! for every round up to the founding's time bound (`Rules::min_round_ms`, four a second by
 //! default) and be paid for all of them at once. Now a proof may claim at most
 //! `Rules::round_lead` rounds past the stage's *certified round*: the highest round that at
-//! least half of the stage's recently active provers have been paid for. Keys that are fewer
+//! least half of the stage's recently active provers (paid in the last [`ACTIVE_EPOCHS`]
+//! finalized epochs) have been paid for. Keys that are fewer
 //! than half of a stage's active provers cannot move it, so they are paid for the rounds the
 //! stage really reached, as an honest replica is, and no more.
 //!
@@ -18,20 +19,24 @@ use neuroshard_proof::{LayerRange, NodeId, Proof, ProofKind};
 
 use super::{LedgerError, LedgerState, round_key};
 
-/// A prover counts toward its stage's certified round while its latest paid proof is at most
-/// this much older than the proof being judged (10 min): replicas that left stop holding the
-/// stage back, and an attacker that post-dates its own proofs (by at most the verifier's
-/// five-minute skew) still leaves every replica that proved in the last five minutes active.
-pub const ACTIVE_MS: u64 = 10 * 60 * 1000;
+/// A prover counts toward its stage's certified round while it was paid in the last this many
+/// epochs of the finalized state (10 minutes at the default 10-s epochs): replicas that left,
+/// moved to another stage or stopped stop holding the stage back once that many epochs have
+/// passed, whatever the stage does meanwhile. Counted in finalized epochs, not signed times:
+/// epochs go on without any proof of the stage (a clock taken from the stage's own paid proofs
+/// stops with them, and its survivors' proofs then wait for good), and no prover can move them
+/// by dating its proofs. A state that never ends an epoch (a live ledger, tests) counts every
+/// prover.
+pub const ACTIVE_EPOCHS: u64 = 60;
 
 /// One prover's paid rounds of a stage: the first one paid (never lowered: the round floor
 /// is measured from it, and a floor that followed the lowest paid round would walk down
-/// `round_lead` rounds an epoch), the highest, and the latest signed time it proved at.
+/// `round_lead` rounds an epoch), the highest, and the epoch it was last paid in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Latest {
     first: u64,
     round: u64,
-    at_ms: u64,
+    epoch: u64,
 }
 
 /// Per stage (named by its layers, as round keys name it), each prover's first and latest
@@ -39,6 +44,8 @@ struct Latest {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct StageProgress {
     stages: BTreeMap<(u32, u32), BTreeMap<NodeId, Latest>>,
+    /// Epochs ended (a finalized state's epoch).
+    epoch: u64,
 }
 
 fn stage_key(layers: LayerRange) -> (u32, u32) {
@@ -56,21 +63,23 @@ impl StageProgress {
             .or_insert(Latest {
                 first: proof.round,
                 round: proof.round,
-                at_ms: proof.timestamp_ms,
+                epoch: self.epoch,
             });
         e.round = e.round.max(proof.round);
-        e.at_ms = e.at_ms.max(proof.timestamp_ms);
+        e.epoch = self.epoch;
     }
 
-    /// The highest round a claim of `layers` signed at `at_ms` may name under `lead`
-    /// (`u64::MAX` for no lead).
-    pub fn max_claimable(&self, layers: LayerRange, at_ms: u64, lead: u64) -> u64 {
+    /// Ends an epoch of a finalized state.
+    pub(super) fn end_epoch(&mut self) {
+        self.epoch = self.epoch.saturating_add(1);
+    }
+
+    /// The highest round a claim of `layers` may name under `lead` (`u64::MAX` for no lead).
+    pub fn max_claimable(&self, layers: LayerRange, lead: u64) -> u64 {
         if lead == 0 {
             return u64::MAX;
         }
-        self.certified(layers, at_ms)
-            .unwrap_or(0)
-            .saturating_add(lead)
+        self.certified(layers).unwrap_or(0).saturating_add(lead)
     }
 
     /// Every (prover, stage layers, round of its first paid proof there).
@@ -91,18 +100,24 @@ impl StageProgress {
         Some(self.stages.get(&stage_key(layers))?.get(node)?.first)
     }
 
-    /// The highest round that at least half of the provers of `layers` active at `at_ms`
-    /// (paid for a proof signed at most [`ACTIVE_MS`] before it) have been paid for; `None`
-    /// when none is active. With an odd count that is a majority, with an even one half: the
-    /// median, rounded up, so that of two replicas the one ahead is not held back by one that
-    /// stopped.
-    pub fn certified(&self, layers: LayerRange, at_ms: u64) -> Option<u64> {
+    /// The highest round that at least half of the provers of `layers` active now (paid in
+    /// the last [`ACTIVE_EPOCHS`] epochs) have been paid for; when none is active, the highest
+    /// any was paid for; `None` for a stage no one was paid in. With
+    /// an odd count that is a majority, with an even one half: the median, rounded up, so that
+    /// of two replicas the one ahead is not held back by one that stopped.
+    pub fn certified(&self, layers: LayerRange) -> Option<u64> {
         let provers = self.stages.get(&stage_key(layers))?;
         let mut rounds: Vec<u64> = provers
             .values()
-            .filter(|l| l.at_ms.saturating_add(ACTIVE_MS) >= at_ms)
+            .filter(|l| l.epoch.saturating_add(ACTIVE_EPOCHS) >= self.epoch)
             .map(|l| l.round)
             .collect();
+        // A stage no one was paid in for that long (its replicas stopped, or are all held
+        // back) starts again from where it got, not from round 0: else its next claims, far
+        // past the lead, would wait for good.
+        if rounds.is_empty() {
+            return provers.values().map(|l| l.round).max();
+        }
         rounds.sort_unstable_by(|a, b| b.cmp(a));
         let last = rounds.len().checked_sub(1)?;
         rounds.get(last / 2).copied()
@@ -124,17 +139,15 @@ impl LedgerState {
         self.skip_rounds = !on;
     }
 
-    /// The certified round of the stage holding `layers`, as judged for a proof signed at
-    /// `at_ms` (see the module docs).
-    pub fn certified_round(&self, layers: LayerRange, at_ms: u64) -> Option<u64> {
-        self.progress.certified(layers, at_ms)
+    /// The certified round of the stage holding `layers` (see the module docs).
+    pub fn certified_round(&self, layers: LayerRange) -> Option<u64> {
+        self.progress.certified(layers)
     }
 
-    /// The highest round a training proof of `layers` signed at `at_ms` may claim under the
-    /// network's round lead (`u64::MAX` where the rules set none).
-    pub fn max_claimable_round(&self, layers: LayerRange, at_ms: u64) -> u64 {
-        self.progress
-            .max_claimable(layers, at_ms, self.rules.round_lead)
+    /// The highest round a training proof of `layers` may claim under the network's round
+    /// lead (`u64::MAX` where the rules set none).
+    pub fn max_claimable_round(&self, layers: LayerRange) -> u64 {
+        self.progress.max_claimable(layers, self.rules.round_lead)
     }
 
     /// The round of `node`'s first paid proof of `layers` (in the finalized state, where an
@@ -165,7 +178,7 @@ impl LedgerState {
         let floor = match self.first_paid_round(&proof.node_id, proof.layers) {
             Some(first) => first.saturating_sub(lead),
             None => self
-                .certified_round(proof.layers, proof.timestamp_ms)
+                .certified_round(proof.layers)
                 .map_or(0, |c| c.saturating_sub(lead)),
         };
         if proof.round < floor {
@@ -194,6 +207,7 @@ impl LedgerState {
 mod tests {
     use super::*;
 
+    use super::ACTIVE_EPOCHS;
     use crate::state::{LedgerError, Outcome};
     use neuroshard_proof::fixtures::{test_identity, training_proof};
 
@@ -201,9 +215,9 @@ mod tests {
     /// The layers the fixtures' training proofs claim.
     const FIXTURES: LayerRange = LayerRange { start: 4, end: 8 };
 
-    fn noted(p: &mut StageProgress, who: u64, round: u64, at_ms: u64) {
+    fn noted(p: &mut StageProgress, who: u64, round: u64) {
         let id = test_identity(who);
-        let mut proof = training_proof(&id, &id, round, at_ms);
+        let mut proof = training_proof(&id, &id, round, 0);
         proof.layers = STAGE;
         p.note(&proof);
     }
@@ -211,36 +225,61 @@ mod tests {
     #[test]
     fn the_certified_round_is_what_half_the_active_provers_reached() {
         let mut p = StageProgress::default();
-        assert_eq!(p.certified(STAGE, 0), None);
-        noted(&mut p, 1, 10, 1_000);
-        assert_eq!(p.certified(STAGE, 1_000), Some(10), "a lone prover");
-        noted(&mut p, 2, 12, 1_000);
-        assert_eq!(p.certified(STAGE, 1_000), Some(12), "of two, the one ahead");
-        noted(&mut p, 3, 11, 1_000);
-        assert_eq!(p.certified(STAGE, 1_000), Some(11), "of three, the median");
+        assert_eq!(p.certified(STAGE), None);
+        noted(&mut p, 1, 10);
+        assert_eq!(p.certified(STAGE), Some(10), "a lone prover");
+        noted(&mut p, 2, 12);
+        assert_eq!(p.certified(STAGE), Some(12), "of two, the one ahead");
+        noted(&mut p, 3, 11);
+        assert_eq!(p.certified(STAGE), Some(11), "of three, the median");
         // Two provers far ahead among five: three are not, so they decide.
-        noted(&mut p, 4, 1_000, 1_000);
-        noted(&mut p, 5, 2_000, 1_000);
-        assert_eq!(p.certified(STAGE, 1_000), Some(12));
+        noted(&mut p, 4, 1_000);
+        noted(&mut p, 5, 2_000);
+        assert_eq!(p.certified(STAGE), Some(12));
         // Another stage is another count.
         let other = LayerRange { start: 4, end: 8 };
-        assert_eq!(p.certified(other, 1_000), None);
+        assert_eq!(p.certified(other), None);
     }
 
     #[test]
     fn provers_that_stopped_stop_counting_and_a_prover_never_goes_back() {
         let mut p = StageProgress::default();
-        noted(&mut p, 1, 5, 0);
-        noted(&mut p, 2, 5, 0);
-        noted(&mut p, 3, 40, ACTIVE_MS);
-        assert_eq!(p.certified(STAGE, ACTIVE_MS), Some(5));
-        assert_eq!(p.certified(STAGE, ACTIVE_MS + 1), Some(40), "1 and 2 left");
-        noted(&mut p, 3, 7, ACTIVE_MS);
+        noted(&mut p, 1, 5);
+        noted(&mut p, 2, 5);
+        noted(&mut p, 3, 40);
+        for _ in 0..ACTIVE_EPOCHS {
+            p.end_epoch();
+        }
+        assert_eq!(p.certified(STAGE), Some(5));
+        noted(&mut p, 3, 41);
+        p.end_epoch();
+        assert_eq!(p.certified(STAGE), Some(41), "1 and 2 left");
+        noted(&mut p, 3, 7);
+        assert_eq!(p.certified(STAGE), Some(41), "a lower round later");
+    }
+
+    /// Two of a stage's three replicas stop (they moved, or left): the survivor's rounds past
+    /// the lead wait only until the two stop counting, epochs later, even though no proof of
+    /// the stage is paid meanwhile; then the survivor's held rounds climb, an epoch at a time.
+    #[test]
+    fn a_stage_most_of_whose_provers_stopped_pays_its_survivor_again() {
+        let (mut state, ids) = stage_at_ten();
+        let survivor = &ids[0];
+        let claims: Vec<_> = (11..=60)
+            .map(|r| crate::EpochItem::Proof(proof(survivor, &ids[1], r, 3_000)))
+            .collect();
+        let out = crate::apply_epoch(&mut state, claims.clone());
+        assert_eq!(out.applied, 8, "rounds 11 to 18");
+        for _ in 0..ACTIVE_EPOCHS {
+            crate::apply_epoch(&mut state, Vec::new());
+        }
+        let out = crate::apply_epoch(&mut state, claims);
         assert_eq!(
-            p.certified(STAGE, ACTIVE_MS + 1),
-            Some(40),
-            "a lower round later"
+            out.applied, 50,
+            "the rest, climbing the lead a proof at a time"
         );
+        assert!(out.refused.is_empty());
+        assert_eq!(state.certified_round(FIXTURES), Some(60));
     }
 
     /// A ledger with a round lead of 8 where three replicas proved rounds 1 to 10 of stage
@@ -296,7 +335,7 @@ mod tests {
         // The Sybils are two of five: their rounds do not move the certified round.
         let next = proof(s2, s1, 18, 2_000);
         assert!(matches!(state.apply_proof(&next), Ok(Outcome::Applied(_))));
-        assert_eq!(state.certified_round(FIXTURES, 2_000), Some(10));
+        assert_eq!(state.certified_round(FIXTURES), Some(10));
         let beyond = proof(s1, s2, 19, 2_000);
         assert!(matches!(
             state.apply_proof(&beyond),
@@ -331,7 +370,7 @@ mod tests {
         assert_eq!(out.applied, 90, "every honest round is paid");
         assert_eq!(out.refused.len(), 1);
         assert_eq!(out.refused[0].0, far.hash());
-        assert_eq!(state.certified_round(FIXTURES, 5_000), Some(40));
+        assert_eq!(state.certified_round(FIXTURES), Some(40));
         items.reverse();
         let mut again = base;
         assert_eq!(crate::apply_epoch(&mut again, items).state, out.state);

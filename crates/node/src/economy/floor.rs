@@ -83,7 +83,7 @@ impl Floor {
     /// The certified round of `v`'s stage in the finalized state, as judged for `v`.
     fn certified(&self, v: &VerifiedProof) -> Option<u64> {
         let p = v.proof();
-        self.finalized.as_ref()?.certified(p.layers, p.timestamp_ms)
+        self.finalized.as_ref()?.certified(p.layers)
     }
 
     fn judge(&self, v: &VerifiedProof, lead: u64) -> Judged {
@@ -104,7 +104,7 @@ impl Floor {
                 });
             }
         }
-        if p.round > progress.max_claimable(p.layers, p.timestamp_ms, lead) {
+        if p.round > progress.max_claimable(p.layers, lead) {
             return Judged::Ahead;
         }
         match first {
@@ -149,13 +149,10 @@ impl Floor {
 impl Economy {
     /// Applies a claim whose prover and receipts stand, or holds or refuses it by the round
     /// rules (see the module docs).
+    /// A held claim judged again after an epoch is handed to finality again where it is now
+    /// within reach (finality takes an item it holds once): so a stage whose certified round
+    /// was held back climbs again, up to [`FEED_AHEAD`] rounds an epoch.
     pub(super) fn apply_claim(&mut self, verified: &VerifiedProof, wire: &[u8]) -> ProofOutcome {
-        self.claim(verified, wire, true)
-    }
-
-    /// [`Self::apply_claim`]; a claim judged again after an epoch (`feed` false) is not handed
-    /// to finality again, which has it already.
-    fn claim(&mut self, verified: &VerifiedProof, wire: &[u8], feed: bool) -> ProofOutcome {
         let lead = self.ledger.rules().round_lead;
         match self.floor.judge(verified, lead) {
             Judged::Pass => Self::outcome_of(verified, self.apply_verified(verified, wire)),
@@ -168,7 +165,7 @@ impl Economy {
                     .unwrap_or(0)
                     .saturating_add(FEED_AHEAD);
                 let held = self.ahead.hold(verified, wire);
-                if feed && held && p.round <= reach {
+                if held && p.round <= reach {
                     self.feed(verified, wire);
                 }
                 if held {
@@ -186,7 +183,7 @@ impl Economy {
                     .floor
                     .certified(verified)
                     .map_or(0, |c| c.saturating_sub(lead));
-                if self.floor.hold(verified, wire) && feed && verified.proof().round >= floor {
+                if self.floor.hold(verified, wire) && verified.proof().round >= floor {
                     self.feed(verified, wire);
                 }
                 ProofOutcome::Parked(
@@ -217,7 +214,7 @@ impl Economy {
         let mut applied = 0;
         for (verified, wire) in waiting {
             if matches!(
-                self.claim(&verified, &wire, false),
+                self.apply_claim(&verified, &wire),
                 ProofOutcome::Applied { .. }
             ) {
                 applied += 1;
