@@ -165,7 +165,7 @@ pub fn apply_epoch_admitted(
     let keys: Vec<(u8, Hash32)> = items.iter().map(EpochItem::key).collect();
     // Within a kind, lower rounds first (a stable sort keeps the id order among equals): a
     // prover's first paid round of a stage is then the lowest it claims in the epoch, which
-    // the round floor is judged from (`LedgerState::check_round_floor`).
+    // the round floor is judged from (`StageProgress::check`).
     items.sort_by_key(|i| (i.key().0, i.round()));
     let mut applied = 0;
     let mut refused = Vec::new();
@@ -223,7 +223,10 @@ fn apply_one(
     admit(state, item).map_err(LedgerError::NotAdmitted)?;
     let outcome = match item {
         EpochItem::Op(o) => state.apply_op(o.clone()),
-        EpochItem::Proof(p) => state.apply_proof(p),
+        EpochItem::Proof(p) => {
+            state.check_round_rules(p)?;
+            state.apply_proof(p)
+        }
         EpochItem::Slash(s) => state.apply_slash(s),
         EpochItem::Verdict(v) => state.apply_verdict(v),
         EpochItem::AuditFee(f) => state.apply_audit_fee(f),

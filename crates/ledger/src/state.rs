@@ -170,8 +170,6 @@ pub struct LedgerState {
     /// Each stage's provers' latest paid rounds: what bounds the round a proof may claim.
     /// Not hashed on its own: it follows from the paid proofs.
     progress: progress::StageProgress,
-    /// Claims past their stage are not refused here (`set_judge_rounds`).
-    skip_rounds: bool,
 }
 
 /// A number no other ledger state in this process has had: drawn afresh at every change, so
@@ -395,14 +393,6 @@ impl LedgerState {
                         first_reward,
                         Slot::Round(key),
                     );
-                }
-                let claimable = self.max_claimable_round(proof.layers);
-                if proof.round > claimable && !self.skip_rounds {
-                    return Err(LedgerError::RoundUncertified {
-                        round: proof.round,
-                        certified: self.certified_round(proof.layers),
-                        lead: self.rules.round_lead,
-                    });
                 }
                 self.reward_for(proof)
             }

@@ -441,18 +441,6 @@ impl Economy {
         for wire in snapshot.reports {
             economy.sync.reports.keep(Arc::new(wire));
         }
-        // The store keeps paid rounds by key only; the stage progress that bounds the next
-        // claims comes from the stored proofs themselves.
-        for wire in economy.wires.values() {
-            if let Some(proof) = SignedProof::from_bytes(wire).ok().and_then(|s| {
-                <Proof as neuroshard_proof::Canonical>::from_canonical_bytes(s.payload_bytes()).ok()
-            }) {
-                economy.ledger.restore_progress(&proof);
-            }
-        }
-        // Claims are judged by the finalized state's progress (`economy/floor.rs`), not by
-        // what reached this ledger first.
-        economy.ledger.set_judge_rounds(false);
         economy
     }
 
@@ -764,6 +752,7 @@ pub use epochs::{FinalityStart, FinalityWrite};
 mod fees;
 pub use fees::{FEE_BEACONS, FeeRefused};
 mod floor;
+pub use ahead::MAX_AHEAD;
 pub use floor::{FEED_AHEAD, HELD_PER_KEY, MAX_FIRST_HELD};
 mod intern;
 mod ops;

@@ -10,12 +10,14 @@
 //! than half of a stage's active provers cannot move it, so they are paid for the rounds the
 //! stage really reached, as an honest replica is, and no more.
 //!
-//! Derived from the paid proofs (their layers, round and signed time) and so not part of the
-//! state hash; a restored ledger rebuilds it from its proofs ([`LedgerState::restore_progress`]).
+//! Derived from the paid proofs (their layers and round) and the epochs ended, and so not part
+//! of the state hash. Only a finalized state judges by it (`LedgerState::check_round_rules`,
+//! which epochs apply); a finalized state is rebuilt by replaying its epochs, and a live
+//! ledger judges claims by its node's finalized progress (`node/src/economy/floor.rs`).
 
 use std::collections::BTreeMap;
 
-use neuroshard_proof::{LayerRange, NodeId, Proof, ProofKind};
+use neuroshard_proof::{LayerRange, NodeId, Proof, ProofKind, VerifiedProof};
 
 use super::{LedgerError, LedgerState, round_key};
 
@@ -74,27 +76,6 @@ impl StageProgress {
         self.epoch = self.epoch.saturating_add(1);
     }
 
-    /// The highest round a claim of `layers` may name under `lead` (`u64::MAX` for no lead).
-    pub fn max_claimable(&self, layers: LayerRange, lead: u64) -> u64 {
-        if lead == 0 {
-            return u64::MAX;
-        }
-        self.certified(layers).unwrap_or(0).saturating_add(lead)
-    }
-
-    /// Every (prover, stage layers, round of its first paid proof there).
-    pub(super) fn firsts(&self) -> impl Iterator<Item = (NodeId, LayerRange, u64)> + '_ {
-        self.stages.iter().flat_map(|((start, end), provers)| {
-            provers.iter().map(move |(id, l)| {
-                let layers = LayerRange {
-                    start: *start,
-                    end: *end,
-                };
-                (*id, layers, l.first)
-            })
-        })
-    }
-
     /// The round of `node`'s first paid proof of `layers`.
     pub fn first(&self, node: &NodeId, layers: LayerRange) -> Option<u64> {
         Some(self.stages.get(&stage_key(layers))?.get(node)?.first)
@@ -124,62 +105,27 @@ impl StageProgress {
     }
 }
 
-impl LedgerState {
-    /// Each stage's progress (what the round lead and the round floor are judged by).
-    pub fn progress(&self) -> &StageProgress {
-        &self.progress
-    }
-
-    /// Whether `apply_proof` refuses a claim past its stage's certified round (the default).
-    /// A node's live ledger turns it off and judges claims by the finalized state's progress
-    /// instead, which every node reaches alike: its own progress depends on which proofs
-    /// arrived first, and a node that heard two keys' claims before any other replica's
-    /// proof would let them lift the stage for it alone.
-    pub fn set_judge_rounds(&mut self, on: bool) {
-        self.skip_rounds = !on;
-    }
-
-    /// The certified round of the stage holding `layers` (see the module docs).
-    pub fn certified_round(&self, layers: LayerRange) -> Option<u64> {
-        self.progress.certified(layers)
-    }
-
-    /// The highest round a training proof of `layers` may claim under the network's round
-    /// lead (`u64::MAX` where the rules set none).
-    pub fn max_claimable_round(&self, layers: LayerRange) -> u64 {
-        self.progress.max_claimable(layers, self.rules.round_lead)
-    }
-
-    /// The round of `node`'s first paid proof of `layers` (in the finalized state, where an
-    /// epoch pays a key's claims lowest first, the lowest of its first epoch).
-    pub fn first_paid_round(&self, node: &NodeId, layers: LayerRange) -> Option<u64> {
-        self.progress.first(node, layers)
-    }
-
-    /// Every (prover, stage layers, round of its first paid proof there): what a live ledger
-    /// takes from the finalized state to judge claims by the same floor.
-    pub fn first_paid_rounds(&self) -> impl Iterator<Item = (NodeId, LayerRange, u64)> + '_ {
-        self.progress.firsts()
-    }
-
-    /// Refuses a claim of a round long gone, in the finalized state (where items apply in one
-    /// order, so it is judged alike on every node; a live ledger cannot, since which of a
-    /// prover's proofs it saw first depends on arrival): a prover's first paid round of a
-    /// stage must be at most `round_lead` behind the stage's certified round, and each later
-    /// claim at most `round_lead` before that first one. Without it, two keys registering
-    /// in a stage that ran a million rounds could receipt each other's claims of every one.
-    /// An epoch applies proofs lowest round first, so a prover's first paid round there is
-    /// the lowest it claims.
-    pub fn check_round_floor(&self, proof: &Proof) -> Result<(), LedgerError> {
-        let lead = self.rules.round_lead;
+impl StageProgress {
+    /// The round rules for a training claim under `lead` (none without one): at most `lead`
+    /// rounds past its stage's certified round, and not long gone, that is a key's first claim
+    /// of a stage at most `lead` behind the certified round and each later one at most `lead`
+    /// before that first one. Without the floor, two keys registering in a stage that ran a
+    /// million rounds could receipt each other's claims of every one.
+    pub fn check(&self, proof: &Proof, lead: u64) -> Result<(), LedgerError> {
         if lead == 0 || proof.kind != ProofKind::Training {
             return Ok(());
         }
-        let floor = match self.first_paid_round(&proof.node_id, proof.layers) {
+        let certified = self.certified(proof.layers);
+        if proof.round > certified.unwrap_or(0).saturating_add(lead) {
+            return Err(LedgerError::RoundUncertified {
+                round: proof.round,
+                certified,
+                lead,
+            });
+        }
+        let floor = match self.first(&proof.node_id, proof.layers) {
             Some(first) => first.saturating_sub(lead),
-            None => self
-                .certified_round(proof.layers)
-                .map_or(0, |c| c.saturating_sub(lead)),
+            None => certified.map_or(0, |c| c.saturating_sub(lead)),
         };
         if proof.round < floor {
             return Err(LedgerError::RoundBehind {
@@ -189,17 +135,38 @@ impl LedgerState {
         }
         Ok(())
     }
+}
 
-    /// Counts `proof` in its stage's progress if this ledger paid it: a store that reopened
-    /// keeps paid rounds by key only, and its node passes its stored proofs back through
-    /// here (a proof not paid here, or not for training, changes nothing).
-    pub fn restore_progress(&mut self, proof: &Proof) {
-        if proof.kind != ProofKind::Training {
-            return;
+impl LedgerState {
+    /// Each stage's progress (what the round rules are judged by).
+    pub fn progress(&self) -> &StageProgress {
+        &self.progress
+    }
+
+    /// The certified round of the stage holding `layers` (see the module docs).
+    pub fn certified_round(&self, layers: LayerRange) -> Option<u64> {
+        self.progress.certified(layers)
+    }
+
+    /// The round of `node`'s first paid proof of `layers` (in the finalized state, where an
+    /// epoch pays a key's claims lowest first, the lowest of its first epoch).
+    pub fn first_paid_round(&self, node: &NodeId, layers: LayerRange) -> Option<u64> {
+        self.progress.first(node, layers)
+    }
+
+    /// The round rules ([`StageProgress::check`]) for `proof`, as an epoch applies them: in
+    /// one order on every node (a live ledger judges them by its node's finalized state,
+    /// since which proofs reached it first depends on arrival order). A proof of a round
+    /// already paid or void is left to `apply_proof`, which settles it as a duplicate or an
+    /// equivocation.
+    pub fn check_round_rules(&self, proof: &VerifiedProof) -> Result<(), LedgerError> {
+        let p = proof.proof();
+        if self.has_proof(&proof.hash())
+            || (p.kind == ProofKind::Training && self.round_claimed(&round_key(p)))
+        {
+            return Ok(());
         }
-        if self.paid_rounds.contains_key(&round_key(proof)) {
-            self.progress.note(proof);
-        }
+        self.progress.check(p, self.rules.round_lead)
     }
 }
 
@@ -313,6 +280,15 @@ mod tests {
         super::super::tests::verified(&p, id, witness)
     }
 
+    /// What an epoch does with one claim: the round rules, then the ledger.
+    fn claim(
+        state: &mut LedgerState,
+        p: &neuroshard_proof::VerifiedProof,
+    ) -> Result<Outcome, LedgerError> {
+        state.check_round_rules(p)?;
+        state.apply_proof(p)
+    }
+
     /// Two staked keys of a stage receipting each other's proofs were paid for every round
     /// the founding's time bound allowed; now for no round more than the lead past what the
     /// three honest replicas reached, and what they do pay for counts toward nothing.
@@ -321,7 +297,7 @@ mod tests {
         let (mut state, ids) = stage_at_ten();
         let (s1, s2) = (&ids[3], &ids[4]);
         let far = proof(s1, s2, 500, 2_000);
-        match state.apply_proof(&far) {
+        match claim(&mut state, &far) {
             Err(LedgerError::RoundUncertified {
                 round: 500,
                 certified: Some(10),
@@ -331,22 +307,22 @@ mod tests {
         }
         assert_eq!(state.account(&s1.node_id()).balance, 0);
         let near = proof(s1, s2, 18, 2_000);
-        assert!(matches!(state.apply_proof(&near), Ok(Outcome::Applied(_))));
+        assert!(matches!(claim(&mut state, &near), Ok(Outcome::Applied(_))));
         // The Sybils are two of five: their rounds do not move the certified round.
         let next = proof(s2, s1, 18, 2_000);
-        assert!(matches!(state.apply_proof(&next), Ok(Outcome::Applied(_))));
+        assert!(matches!(claim(&mut state, &next), Ok(Outcome::Applied(_))));
         assert_eq!(state.certified_round(FIXTURES), Some(10));
         let beyond = proof(s1, s2, 19, 2_000);
         assert!(matches!(
-            state.apply_proof(&beyond),
+            claim(&mut state, &beyond),
             Err(LedgerError::RoundUncertified { .. })
         ));
         // The honest replicas go on, and the Sybils' bound with them.
         for id in &ids[..2] {
             let p = proof(id, s1, 11, 3_000);
-            assert!(state.apply_proof(&p).is_ok());
+            assert!(claim(&mut state, &p).is_ok());
         }
-        assert!(state.apply_proof(&beyond).is_ok());
+        assert!(claim(&mut state, &beyond).is_ok());
     }
 
     /// In an epoch, proofs apply in the order of their ids, not of their rounds: a round the
@@ -383,9 +359,8 @@ mod tests {
     fn a_newcomer_cannot_claim_the_rounds_its_stage_ran_before_it_came() {
         let (mut state, ids) = stage_at_ten();
         let (s1, s2) = (&ids[3], &ids[4]);
-        let floor = |state: &LedgerState, round| {
-            state.check_round_floor(proof(s1, s2, round, 2_000).proof())
-        };
+        let floor =
+            |state: &LedgerState, round| state.check_round_rules(&proof(s1, s2, round, 2_000));
         assert_eq!(
             floor(&state, 1),
             Err(LedgerError::RoundBehind { round: 1, floor: 2 })
@@ -409,21 +384,13 @@ mod tests {
         items.reverse();
         let (base, _) = stage_at_ten();
         let mut epoch = base.clone();
-        let out = crate::apply_epoch_admitted(&mut epoch, items, |state, item| match item {
-            crate::EpochItem::Proof(p) => state
-                .check_round_floor(p.proof())
-                .map_err(|e| e.to_string()),
-            _ => Ok(()),
-        });
+        let out = crate::apply_epoch(&mut epoch, items);
         assert_eq!(out.applied, 9, "rounds 2 to 10");
         assert_eq!(out.refused.len(), 1);
         // With no lead set, nothing is judged.
         let rules = crate::Rules::default();
         let genesis = crate::LedgerGenesis::new(rules, Vec::new()).expect("genesis");
         let (open, _) = LedgerState::from_genesis(&genesis).expect("state");
-        assert_eq!(
-            open.check_round_floor(proof(s1, s2, 0, 2_000).proof()),
-            Ok(())
-        );
+        assert_eq!(open.check_round_rules(&proof(s1, s2, 0, 2_000)), Ok(()));
     }
 }

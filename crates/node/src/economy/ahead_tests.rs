@@ -13,11 +13,11 @@ use super::*;
 /// What finality would hold after paying `wires` onto `state` (judged with the round rules on,
 /// as a finalized state is).
 fn finalize(state: &mut LedgerState, wires: &[Vec<u8>], at: u64) {
-    state.set_judge_rounds(true);
     let mut verifier = ProofVerifier::new();
     for w in wires {
         let signed = SignedProof::from_bytes(w).expect("signed");
         let proof = verifier.check_content(&signed, at).expect("verifies");
+        state.check_round_rules(&proof).expect("finality admits it");
         state.apply_proof(&proof).expect("finality pays it");
     }
 }
@@ -68,7 +68,6 @@ fn two_staked_keys_receipting_each_other_are_paid_only_as_far_as_their_stage_got
         y.on_proof(w, T + 10_000);
     }
     let mut fin = x.ledger().clone();
-    fin.set_judge_rounds(true);
     x.on_finalized(&fin);
     y.on_finalized(&fin);
     while x.poll_epoch_item().is_some() {}
@@ -159,7 +158,7 @@ fn an_own_proof_ahead_of_the_stage_is_gossiped_and_paid_once_the_stage_gets_ther
 }
 
 /// Two keys that register once their stage ran 30 rounds receipt each other's claims of all
-/// 30: finality admits none more than the lead behind the stage.
+/// 30: a finalized epoch pays none more than the lead behind the stage.
 #[test]
 fn finality_refuses_a_newcomers_claims_of_rounds_its_stage_ran_before_it() {
     let (mut h1, mut h2, mut h3) = (led(21), led(22), led(23));
@@ -178,9 +177,20 @@ fn finality_refuses_a_newcomers_claims_of_rounds_its_stage_ran_before_it() {
         let signed = SignedProof::from_bytes(&wire).expect("signed");
         let verified = verifier.check_content(&signed, at).expect("verifies");
         let item = neuroshard_ledger::EpochItem::Proof(verified);
-        match x.admit(x.ledger(), &item, at) {
-            epochs::Admit::No(why) if round < 22 => assert!(why.contains("long gone"), "{why}"),
-            epochs::Admit::Yes if round >= 22 => {}
+        let mut epoch = x.ledger().clone();
+        let out =
+            neuroshard_ledger::apply_epoch_admitted(&mut epoch, vec![item.clone()], |s, i| match x
+                .admit(s, i, at)
+            {
+                epochs::Admit::Yes => Ok(()),
+                other => Err(format!("{other:?}")),
+            });
+        match out.refused.first() {
+            Some((_, why)) if round < 22 => {
+                let why = why.to_string();
+                assert!(why.contains("long gone"), "{why}");
+            }
+            None if round >= 22 => assert_eq!(out.applied, 1),
             other => panic!("round {round}: {other:?}"),
         }
     }
@@ -241,7 +251,7 @@ fn a_live_ledger_pays_a_newcomer_only_from_the_lead_before_its_first_final_claim
         // The sixteen highest were held: 15 to 30.
         assert_eq!(e.balance(&s1.node_id()) / rules().round_reward, 16);
         assert_eq!(e.parked_count(), 0);
-        match e.ledger().check_round_floor(first.proof()) {
+        match e.ledger().check_round_rules(&first) {
             Ok(()) => {}
             other => panic!("{other:?}"),
         }
@@ -328,4 +338,53 @@ proptest! {
         prop_assert_eq!(y.balance(s1) / rules().round_reward, 4);
         prop_assert_eq!(y.parked_count(), 18);
     }
+}
+
+/// A key that floods a node with claims far past the stage holds at most [`MAX_AHEAD`] of
+/// them, the furthest dropped first: an honest replica's claim just past the lead stays held
+/// and is paid once an epoch allows it.
+#[test]
+fn a_flood_of_far_claims_holds_a_bounded_number_and_keeps_the_nearest() {
+    let (mut h1, mut h2, mut h3) = (led(51), led(52), led(53));
+    let (mut s1, mut s2, mut x) = (led(54), led(55), led(56));
+    registered(&mut [&mut h1, &mut h2, &mut h3, &mut s1, &mut s2, &mut x]);
+    let mut honest = Vec::new();
+    for round in 1..=3 {
+        honest.extend(round_of_three(
+            &mut h1,
+            &mut h2,
+            &mut h3,
+            round,
+            T + round * 1_000,
+        ));
+    }
+    for w in &honest {
+        x.on_proof(w, T + 4_000);
+    }
+    let mut fin = x.ledger().clone();
+    x.on_finalized(&fin);
+    // Round 12 is one past the lead of the finalized stage's 3.
+    let near = prove(&mut h1, &h2, 12, T + 5_000);
+    assert!(matches!(
+        x.on_proof(&near, T + 5_000),
+        ProofOutcome::Parked(_)
+    ));
+    let flood = MAX_AHEAD as u64 + 40;
+    for round in 100..100 + flood {
+        x.on_proof(&prove(&mut s1, &s2, round, T + 6_000), T + 6_000);
+    }
+    assert_eq!(x.parked_count(), MAX_AHEAD);
+    let next: Vec<Vec<u8>> = [
+        prove(&mut h2, &h3, 4, T + 7_000),
+        prove(&mut h3, &h1, 4, T + 7_000),
+    ]
+    .into();
+    finalize(&mut fin, &next, T + 7_000);
+    x.on_finalized(&fin);
+    assert_eq!(
+        x.balance(&h1.node_id()) / rules().round_reward,
+        4,
+        "rounds 1 to 3 and 12"
+    );
+    assert_eq!(x.balance(&s1.node_id()), 0);
 }

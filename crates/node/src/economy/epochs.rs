@@ -140,8 +140,8 @@ impl Economy {
     /// Whether `item` may be applied onto `state` (an epoch's state, as the items before it
     /// left it), by the rules gossip is judged by: a proof of this network's stages whose
     /// prover and enough receipt signers are registered in `state`; an op or proof not
-    /// signed for a time ahead of `now_ms`; a verdict only as this node reached it. One rule
-    /// only finality can apply: no claim of a round long gone (`check_round_floor`).
+    /// signed for a time ahead of `now_ms`; a verdict only as this node reached it. (The
+    /// round rules are the ledger's own: `apply_epoch_admitted` judges them.)
     pub fn admit(&self, state: &LedgerState, item: &EpochItem, now_ms: u64) -> Admit {
         if item.timestamp_ms() > now_ms.saturating_add(MAX_CLOCK_SKEW_MS) {
             return Admit::No(format!(
@@ -155,9 +155,6 @@ impl Economy {
                     Ok(stage) => stage,
                     Err(e) => return Admit::No(e.to_string()),
                 };
-                if let Err(e) = state.check_round_floor(p.proof()) {
-                    return Admit::No(e.to_string());
-                }
                 match self.standing_in(state, p.proof(), stage) {
                     Standing::Ready => Admit::Yes,
                     Standing::Wait(_) => Admit::No("waits for a registration".into()),

@@ -2,7 +2,7 @@
 //!
 //! A training proof may claim at most `round_lead` rounds past its stage's certified round,
 //! and none long gone: not more than `round_lead` before its key's first paid round of the
-//! stage (`LedgerState::check_round_floor`). Finality applies both in one order on every node.
+//! stage (`StageProgress::check`). Finality applies both in one order on every node.
 //! A live ledger cannot judge them from its own progress: which proofs reached it first
 //! depends on arrival order, and a node that heard two keys' claims before any other
 //! replica's proof of the stage would let them lift the stage for it alone. So it judges every
@@ -94,22 +94,15 @@ impl Floor {
         if lead == 0 || p.kind != ProofKind::Training {
             return Judged::Pass;
         }
+        // A key's first claim is judged against the stage only by finality: the certified
+        // round it is judged by here moves with this node's finalized epoch, and nodes at
+        // different epochs would refuse different claims. So it waits for a final first one.
         let first = progress.first(&p.node_id, p.layers);
-        if let Some(first) = first {
-            let floor = first.saturating_sub(lead);
-            if p.round < floor {
-                return Judged::Behind(LedgerError::RoundBehind {
-                    round: p.round,
-                    floor,
-                });
-            }
-        }
-        if p.round > progress.max_claimable(p.layers, lead) {
-            return Judged::Ahead;
-        }
-        match first {
-            Some(_) => Judged::Pass,
-            None => Judged::Unknown,
+        match progress.check(p, lead) {
+            Err(LedgerError::RoundUncertified { .. }) => Judged::Ahead,
+            _ if first.is_none() => Judged::Unknown,
+            Err(e) => Judged::Behind(e),
+            Ok(()) => Judged::Pass,
         }
     }
 
