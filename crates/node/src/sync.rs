@@ -15,6 +15,8 @@
 //! shift of the replica's parameters, so inner progress made during the round is kept.
 
 mod behind;
+#[cfg(test)]
+mod behind_tests;
 pub mod msgs;
 #[cfg(test)]
 mod outcome_tests;
@@ -36,8 +38,9 @@ pub use pull::{SyncPull, SyncPullAnswer};
 /// Contributors, each with the offer (blob) of it that went into an outcome.
 pub type Named = Vec<(NodeId, Hash32)>;
 
-/// Round timeouts without finishing a round after which a replica that is behind takes a
-/// single live voucher for a later state (see `Syncer::behind`).
+/// Round timeouts without finishing a round after which a replica that is behind follows the
+/// largest group of its live co-replicas to a later state, not only a majority (see
+/// `Syncer::behind`).
 pub const STALLED_TIMEOUTS: u32 = 4;
 
 /// Round parameters.

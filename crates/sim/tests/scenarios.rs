@@ -236,12 +236,12 @@ fn one_seed_gives_one_trace_and_another_seed_another() {
 fn assert_honest_kept_their_state(
     sim: &Sim,
     stages: usize,
-    liar: usize,
+    liars: &[usize],
     bogus: [u8; 32],
     min_round: u64,
 ) -> usize {
     let honest: Vec<usize> = (0..sim.len())
-        .filter(|i| i % stages == 1 && *i != liar)
+        .filter(|i| i % stages == 1 && !liars.contains(i))
         .collect();
     let bogus_hex = hex::encode(bogus);
     for &i in &honest {
@@ -294,7 +294,7 @@ fn a_replica_announcing_false_round_outcomes_is_caught_and_ignored() {
         }),
     );
     sim.run_until(Duration::from_secs(60));
-    let checked = assert_honest_kept_their_state(&sim, stages, liar, bogus, 5);
+    let checked = assert_honest_kept_their_state(&sim, stages, &[liar], bogus, 5);
     assert!(checked >= 5);
     // The false claims were recomputed and penalised.
     let recomputed = sim
@@ -313,15 +313,23 @@ fn a_replica_announcing_false_round_outcomes_is_caught_and_ignored() {
 /// later-round announcement was adopted.
 #[test]
 fn a_lone_replica_claiming_later_rounds_moves_no_one() {
+    let (stages, replicas) = (2, 3);
+    let mut sim = sim(5, stages, replicas, EngineKind::StandIn, 0);
+    let liar = 1;
+    let bogus = [0xcd; 32];
+    forge_later_rounds(&mut sim, liar, bogus);
+    sim.run_until(Duration::from_secs(60));
+    assert_honest_kept_their_state(&sim, stages, &[liar], bogus, 3);
+}
+
+/// Makes `liar` publish, instead of each round message of its own, an outcome one round
+/// ahead and an offer two rounds ahead, both naming the made-up state `bogus`.
+fn forge_later_rounds(sim: &mut Sim, liar: usize, bogus: [u8; 32]) {
     use neuroshard_node::core::Transmit;
     use neuroshard_node::sync::SyncMsg;
     use neuroshard_proof::Signed;
 
-    let (stages, replicas) = (2, 3);
-    let mut sim = sim(5, stages, replicas, EngineKind::StandIn, 0);
-    let liar = 1;
     let identity = sim.identity(liar).clone();
-    let bogus = [0xcd; 32];
     sim.set_tamper(
         liar,
         Box::new(move |t| match t {
@@ -346,14 +354,31 @@ fn a_lone_replica_claiming_later_rounds_moves_no_one() {
             other => Some(other),
         }),
     );
+}
+
+/// Two Sybil replicas in a stage of seven (f = 2) forge, round after round, outcomes one
+/// round ahead and offers two rounds ahead, all naming one made-up state: together they
+/// vouch for a later round. The five honest replicas never adopt it and keep agreeing; before,
+/// two live vouchers moved any replica to a later round, and the honest ones chased the
+/// made-up state instead of finishing rounds.
+#[test]
+fn two_sybil_replicas_claiming_later_rounds_move_no_one_in_a_stage_of_seven() {
+    let (stages, replicas) = (2, 7);
+    let mut sim = sim(5, stages, replicas, EngineKind::StandIn, 0);
+    let bogus = [0xcd; 32];
+    let liars = [1, 3];
+    for liar in liars {
+        forge_later_rounds(&mut sim, liar, bogus);
+    }
     sim.run_until(Duration::from_secs(60));
-    assert_honest_kept_their_state(&sim, stages, liar, bogus, 3);
+    assert_honest_kept_their_state(&sim, stages, &liars, bogus, 3);
 }
 
 /// Twenty replicas a stage: the last stage's rounds split into groups of a few contributors
 /// (uneven routing leaves some replicas short of steps). A replica left behind rejoins a
-/// group once two live co-replicas vouch for its state; requiring two thirds of the stage
-/// left half of them at round 0 for good.
+/// group once most of its live co-replicas vouch for a state (offers count), or, stalled, the
+/// largest group; requiring two thirds of the stage's announcements left half of them at
+/// round 0 for good.
 #[test]
 fn no_replica_of_a_large_stage_is_left_behind_for_good() {
     let (stages, replicas) = (2, 20);

@@ -7,12 +7,15 @@ use neuroshard_proof::{Hash32, NodeId};
 
 use super::{Phase, SyncAction, Syncer};
 
+/// Each outer state (round, hash) vouched for, with its voters and the peer to fetch it from.
+type Votes = BTreeMap<(u64, Hash32), (BTreeSet<NodeId>, NodeId)>;
+
 impl Syncer {
     /// A later outer state we should fetch: announced outcomes of later rounds, offers made
     /// against a later θ₀, the DHT record; the most widely announced state of the latest
     /// round wins.
     pub(super) fn behind(&mut self, live: &BTreeSet<NodeId>, stalled: bool) -> Option<SyncAction> {
-        let mut votes: BTreeMap<(u64, Hash32), (BTreeSet<NodeId>, NodeId)> = BTreeMap::new();
+        let mut votes: Votes = BTreeMap::new();
         for (round, dones) in self.dones.range(self.round.saturating_add(1)..) {
             for (node, (peer, d)) in dones {
                 let e = votes
@@ -63,29 +66,21 @@ impl Syncer {
                 .0
                 .insert(*peer);
         }
-        // Only live co-replicas vote. A later round needs two of them to vouch for the same
-        // state (one where we have a single co-replica), so one key (a forged SyncDone, an
-        // offer against a made-up base, a DHT record of round u64::MAX) cannot move a stage
-        // that has two other replicas; a different θ₀ of our own round needs a majority.
-        // Not two thirds: a large stage often splits into groups of a few contributors per
-        // round, and a replica left behind must still be able to rejoin one. A replica that
-        // finished no round for several round timeouts (it gets no work, its co-replicas
-        // disagree) takes one live voucher: it would otherwise never move again, and what it
-        // offers against a state no one else holds is never aggregated by the others.
+        // Only live co-replicas vote. A later round needs more than half of them to vouch for
+        // one state (offers made against it count: every replica of a stage offers each
+        // round), so keys that are fewer than half of a replica's live co-replicas (a forged
+        // SyncDone, offers against a made-up base, a DHT record of round u64::MAX) cannot move
+        // it; a different θ₀ of our own round needs the same.
         let counted =
             |voters: &BTreeSet<NodeId>| voters.iter().filter(|v| live.contains(v)).count();
-        let vouch = if stalled { 1 } else { live.len().min(2) };
-        let ((round, theta), (_, peer)) = votes
-            .into_iter()
-            .filter(|((r, _), (voters, _))| {
-                let n = counted(voters);
-                if *r > self.round {
-                    n > 0 && n >= vouch
-                } else {
-                    n.saturating_mul(2) > live.len()
-                }
-            })
-            .max_by_key(|((r, _), (voters, _))| (*r, counted(voters)))?;
+        let majority = |n: usize| n > 0 && n.saturating_mul(2) > live.len();
+        let (round, theta) = votes
+            .iter()
+            .filter(|(_, (voters, _))| majority(counted(voters)))
+            .max_by_key(|((r, _), (voters, _))| (*r, counted(voters)))
+            .map(|(state, _)| *state)
+            .or_else(|| stalled.then(|| self.plurality(&votes, live)).flatten())?;
+        let peer = votes.get(&(round, theta))?.1;
         self.phase = Phase::Adopting { round, theta };
         // Whether our own offer went into it: only an outcome of our round can hold it.
         let included = round == self.round && included.get(&theta).copied().unwrap_or(false);
@@ -95,5 +90,43 @@ impl Syncer {
             hash: theta,
             included,
         })
+    }
+
+    /// A stalled replica (no round finished for several round timeouts: no work reaches it,
+    /// or its co-replicas split) follows the later state that most live co-replicas hold as
+    /// their latest, if they outnumber the co-replicas training on from its own state (an
+    /// offer against it and nothing later), which win ties; where it has three or more live
+    /// co-replicas, a state needs two. Co-replicas that offer nothing (no work reaches them,
+    /// their training ended) count for neither: an outcome of its round is no such sign, as
+    /// the replicas whose training ended all hold one. Without this a replica that fell behind while its
+    /// co-replicas split would never move again, and what it offers against a state no one
+    /// else holds is never aggregated; with it, keys vouching for a made-up later round move
+    /// it only when they outnumber every group of active co-replicas that agree.
+    fn plurality(&self, votes: &Votes, live: &BTreeSet<NodeId>) -> Option<(u64, Hash32)> {
+        let mut latest: BTreeMap<NodeId, (u64, Hash32)> = BTreeMap::new();
+        for (state, (voters, _)) in votes.range((self.round.saturating_add(1), [0; 32])..) {
+            for v in voters.iter().filter(|v| live.contains(v)) {
+                let e = latest.entry(*v).or_insert(*state);
+                *e = (*e).max(*state);
+            }
+        }
+        // An offer against our state: that co-replica is training on from it.
+        let ours = |v: &NodeId| {
+            self.offers
+                .get(&self.round.saturating_add(1))
+                .and_then(|o| o.get(v))
+                .is_some_and(|(_, o)| o.base == self.theta)
+        };
+        let stay = live
+            .iter()
+            .filter(|v| !latest.contains_key(v) && ours(v))
+            .count();
+        let mut tally: BTreeMap<(u64, Hash32), usize> = BTreeMap::new();
+        for state in latest.values() {
+            *tally.entry(*state).or_default() += 1;
+        }
+        let floor = if live.len() > 2 { 2 } else { 1 };
+        let (state, n) = tally.into_iter().max_by_key(|((r, _), n)| (*n, *r))?;
+        (n > stay && n >= floor).then_some(state)
     }
 }

@@ -551,34 +551,6 @@ fn a_single_key_cannot_move_a_stage_to_a_later_round() {
     assert_eq!(all[0].s.round(), 0);
 }
 
-/// A replica that finished no round for several round timeouts (no work reached it, its
-/// co-replicas disagree) takes a single live co-replica's word for a later state; before
-/// that it does not, and a key that is no live co-replica never counts.
-#[test]
-fn a_stalled_replica_takes_one_live_voucher_and_only_a_live_one() {
-    let mut all = replicas(3);
-    let t0 = Instant::now();
-    let l0 = live(&all, 0);
-    let (p1, n1) = (all[1].peer, all[1].node);
-    let mallory = NodeId([66; 32]);
-    all[0]
-        .s
-        .on_done(mallory, mallory, done(4, [66; 32], vec![]), t0);
-    all[0].s.on_done(p1, n1, done(3, [7; 32], vec![]), t0);
-    assert!(all[0].s.poll(t0, 0, &l0).is_empty());
-    let later = t0 + cfg().timeout * STALLED_TIMEOUTS;
-    let acts = all[0].s.poll(later, 0, &l0);
-    assert_eq!(
-        acts,
-        vec![SyncAction::Adopt {
-            round: 3,
-            peer: p1,
-            hash: [7; 32],
-            included: false
-        }]
-    );
-}
-
 /// An offer that arrives after a larger outcome naming it (it was late, or held until its
 /// sender's registration arrived) lets the replica recompute that outcome; before, the
 /// outcome was skipped once and the stage stayed split for the round.

@@ -1,0 +1,108 @@
+//! Catching up under an adversary: which later states a replica behind its stage takes.
+
+use super::tests::{BASE, cfg, done, live, offer, replicas};
+use super::*;
+
+fn adopted(acts: &[SyncAction]) -> Option<(u64, Hash32)> {
+    acts.iter().find_map(|a| match a {
+        SyncAction::Adopt { round, hash, .. } => Some((*round, *hash)),
+        _ => None,
+    })
+}
+
+/// Two Sybil replicas of a stage of seven (f = 2) announce a made-up outer state of a later
+/// round, with outcomes and offers against it. A replica that fell behind does not take it,
+/// stalled or not, while four honest co-replicas vouch for the real state; it used to adopt
+/// any later state that two live co-replicas vouched for.
+#[test]
+fn two_sybil_replicas_cannot_move_a_lagging_replica_of_a_stage_of_seven() {
+    let mut all = replicas(7);
+    let t0 = Instant::now();
+    let l0 = live(&all, 0);
+    for i in [5, 6] {
+        let (p, n) = (all[i].peer, all[i].node);
+        all[0].s.on_done(p, n, done(9, [66; 32], vec![n]), t0);
+        all[0].s.on_offer(p, n, offer(10, [66; 32]), t0);
+    }
+    assert_eq!(adopted(&all[0].s.poll(t0, 0, &l0)), None);
+    // Stalled, with the four honest co-replicas offering round 1 against its own θ₀.
+    for i in 1..5 {
+        let (p, n) = (all[i].peer, all[i].node);
+        all[0].s.on_offer(p, n, offer(1, BASE), t0);
+    }
+    let later = t0 + cfg().timeout * STALLED_TIMEOUTS;
+    assert_eq!(adopted(&all[0].s.poll(later, 0, &l0)), None);
+    // The honest majority moves on to round 2: that is the state it takes.
+    for i in 1..5 {
+        let (p, n) = (all[i].peer, all[i].node);
+        all[0].s.on_offer(p, n, offer(3, [7; 32]), t0);
+    }
+    assert_eq!(adopted(&all[0].s.poll(later, 0, &l0)), Some((2, [7; 32])));
+}
+
+/// Two Sybils among five: a lagging replica does not follow them while it is not stalled
+/// (two of four live co-replicas are no majority), and follows the honest pair's state once
+/// three of four vouch for it.
+#[test]
+fn a_later_round_needs_more_than_half_of_the_live_co_replicas() {
+    let mut all = replicas(5);
+    let t0 = Instant::now();
+    let l0 = live(&all, 0);
+    for i in [3, 4] {
+        let (p, n) = (all[i].peer, all[i].node);
+        all[0].s.on_done(p, n, done(9, [66; 32], vec![n]), t0);
+    }
+    assert_eq!(adopted(&all[0].s.poll(t0, 0, &l0)), None);
+    for i in [1, 2] {
+        let (p, n) = (all[i].peer, all[i].node);
+        all[0].s.on_done(p, n, done(2, [7; 32], vec![n]), t0);
+    }
+    assert_eq!(adopted(&all[0].s.poll(t0, 0, &l0)), None);
+    let (p, n) = (all[3].peer, all[3].node);
+    all[0].s.on_offer(p, n, offer(3, [7; 32]), t0);
+    assert_eq!(adopted(&all[0].s.poll(t0, 0, &l0)), Some((2, [7; 32])));
+}
+
+/// A replica that finished no round for several round timeouts (no work reached it, its
+/// co-replicas split) follows a single live co-replica's later state where no active
+/// co-replica vouches for its own; before the stall it does not, a co-replica that vouches
+/// for its state outweighs one voucher, and a key that is no live co-replica never counts.
+#[test]
+fn a_stalled_replica_follows_one_live_voucher_only_where_no_co_replica_holds_its_state() {
+    let t0 = Instant::now();
+    let later = t0 + cfg().timeout * STALLED_TIMEOUTS;
+    let mallory = NodeId([66; 32]);
+    let run = |third_offers: bool| {
+        let mut all = replicas(3);
+        let l0 = live(&all, 0);
+        let (p1, n1) = (all[1].peer, all[1].node);
+        all[0]
+            .s
+            .on_done(mallory, mallory, done(4, [66; 32], vec![]), t0);
+        all[0].s.on_done(p1, n1, done(3, [7; 32], vec![]), t0);
+        if third_offers {
+            let (p2, n2) = (all[2].peer, all[2].node);
+            all[0].s.on_offer(p2, n2, offer(1, BASE), t0);
+        }
+        assert_eq!(adopted(&all[0].s.poll(t0, 0, &l0)), None);
+        adopted(&all[0].s.poll(later, 0, &l0))
+    };
+    assert_eq!(run(false), Some((3, [7; 32])));
+    assert_eq!(run(true), None);
+}
+
+/// Where the replica has three or more live co-replicas, one voucher never moves it, stalled
+/// or not, even when the others send nothing.
+#[test]
+fn one_key_never_moves_a_replica_with_three_live_co_replicas() {
+    let mut all = replicas(4);
+    let t0 = Instant::now();
+    let l0 = live(&all, 0);
+    let (p, n) = (all[3].peer, all[3].node);
+    all[0].s.on_done(p, n, done(5, [66; 32], vec![n]), t0);
+    all[0].s.on_offer(p, n, offer(6, [66; 32]), t0);
+    all[0].s.on_hint(n, 7, [66; 32]);
+    assert_eq!(adopted(&all[0].s.poll(t0, 0, &l0)), None);
+    let later = t0 + cfg().timeout * STALLED_TIMEOUTS;
+    assert_eq!(adopted(&all[0].s.poll(later, 0, &l0)), None);
+}
