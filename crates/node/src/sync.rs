@@ -173,6 +173,8 @@ pub struct Syncer {
     my_offers: BTreeMap<u64, (Hash32, Hash32)>,
     /// When this replica last finished a round (its own, recomputed or adopted).
     last_progress: Option<Instant>,
+    /// Our inner step count when last polled, and since when it has not changed.
+    last_step: Option<(u64, Instant)>,
     /// When to pull the offers still missing from the round being collected.
     pull_at: Option<(u64, Instant)>,
     /// Our training has ended (a driver took its last step): we start no round and follow
@@ -252,6 +254,7 @@ impl Syncer {
             aggregated: false,
             my_offers: BTreeMap::new(),
             last_progress: None,
+            last_step: None,
             pull_at: None,
             training_ended: false,
         }
@@ -381,9 +384,20 @@ impl Syncer {
                 if self.retry_at.is_some_and(|t| now < t) {
                     return Vec::new();
                 }
+                // Stalled: neither a round finished nor an inner step taken for a while (our
+                // training ended, or no work reaches us). Steps count so that rounds longer than
+                // the stall (a deep pipeline) do not leave a working replica open to the
+                // looser rule of `behind` between its rounds.
                 let since = *self.last_progress.get_or_insert(now);
-                let stalled =
-                    now.saturating_duration_since(since) >= self.cfg.timeout * STALLED_TIMEOUTS;
+                let stepped = match self.last_step {
+                    Some((s, t)) if s == steps => t,
+                    _ => {
+                        self.last_step = Some((steps, now));
+                        now
+                    }
+                };
+                let stalled = now.saturating_duration_since(since.max(stepped))
+                    >= self.cfg.timeout * STALLED_TIMEOUTS;
                 if let Some(adopt) = self.behind(live, stalled) {
                     return vec![adopt];
                 }

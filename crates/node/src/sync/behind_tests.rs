@@ -106,3 +106,27 @@ fn one_key_never_moves_a_replica_with_three_live_co_replicas() {
     let later = t0 + cfg().timeout * STALLED_TIMEOUTS;
     assert_eq!(adopted(&all[0].s.poll(later, 0, &l0)), None);
 }
+
+/// A replica that keeps taking inner steps is not stalled however long its round lasts (a
+/// deep pipeline's rounds outlast four round timeouts): one key in a stage of three moves it
+/// only once its steps stop too. Counting time alone left every replica of a slow stage open
+/// to one voucher between its rounds.
+#[test]
+fn a_replica_that_keeps_stepping_is_not_stalled_by_a_long_round() {
+    let mut all = replicas(3);
+    let t0 = Instant::now();
+    let l0 = live(&all, 0);
+    let (p, n) = (all[2].peer, all[2].node);
+    all[0].s.on_done(p, n, done(4, [66; 32], vec![n]), t0);
+    let stall = cfg().timeout * STALLED_TIMEOUTS;
+    assert_eq!(adopted(&all[0].s.poll(t0, 0, &l0)), None);
+    assert_eq!(adopted(&all[0].s.poll(t0 + stall, 1, &l0)), None);
+    assert_eq!(
+        adopted(&all[0].s.poll(t0 + stall * 2 - cfg().timeout, 1, &l0)),
+        None
+    );
+    assert_eq!(
+        adopted(&all[0].s.poll(t0 + stall * 2, 1, &l0)),
+        Some((4, [66; 32]))
+    );
+}
