@@ -22,6 +22,7 @@ use crate::peers::PeerTable;
 use crate::records::Role;
 use crate::router;
 use crate::wire::{Ack, DriverStamp, MicroBatchId, Msg, Payload, TargetWindow, Targets};
+use norms::{Admitted, NormWindow};
 pub use refusal::Refusal;
 
 #[derive(Debug, Clone)]
@@ -174,6 +175,9 @@ struct Outstanding {
 pub struct Pipeline {
     cfg: PipelineConfig,
     node: [u8; 32],
+    /// Norms of the activations and output gradients peers sent us (see `norms.rs`).
+    forward_norms: NormWindow,
+    backward_norms: NormWindow,
     pub peers: PeerTable,
     stash: BTreeMap<MicroBatchId, Stashed>,
     outstanding: BTreeMap<MicroBatchId, Outstanding>,
@@ -218,6 +222,8 @@ impl Pipeline {
         Self {
             cfg,
             node,
+            forward_norms: NormWindow::new("activation"),
+            backward_norms: NormWindow::new("gradient"),
             peers: PeerTable::default(),
             stash: BTreeMap::new(),
             outstanding: BTreeMap::new(),
@@ -421,7 +427,7 @@ impl Pipeline {
 
     /// A request from another replica; returns the answer and what to do next.
     pub fn on_message(&mut self, from: NodeId, msg: Msg, now: Instant) -> (Ack, Vec<Action>) {
-        let kind = msg.kind();
+        let (kind, mb) = (msg.kind(), msg.mb());
         let mut answer = Vec::new();
         let result = match msg {
             Msg::Forward {
@@ -431,7 +437,9 @@ impl Pipeline {
                 input,
                 targets,
             } => self.accept_forward(from, (mb, version, stamp), input, targets, now, &mut answer),
-            Msg::Backward { mb, grad, loss } => self.accept_backward(from, mb, grad, loss),
+            Msg::Backward { mb, grad, loss } => {
+                self.accept_backward(from, (mb, grad, loss), now, &mut answer)
+            }
         };
         match result {
             Ok(Ack::Accepted) => {
@@ -441,7 +449,7 @@ impl Pipeline {
             Ok(other) => (other, Vec::new()),
             Err(refusal) => {
                 let reason = refusal.to_string();
-                let actions = vec![
+                let mut actions = vec![
                     Action::Penalize {
                         peer: from,
                         reason: reason.clone(),
@@ -455,6 +463,17 @@ impl Pipeline {
                         time_ms: self.cfg.clock.unix_ms(now),
                     }),
                 ];
+                // The replica we wait on answered with a gradient we refused: no other answer
+                // comes from it, so the micro-batch goes elsewhere now, not after the wait.
+                if kind == "backward"
+                    && self
+                        .outstanding
+                        .get(&mb)
+                        .is_some_and(|o| o.to == Some(from))
+                {
+                    self.release(&from);
+                    actions.extend(self.fail_over(mb, from, reason.clone(), now));
+                }
                 (Ack::Rejected(reason), actions)
             }
         }
@@ -485,8 +504,10 @@ impl Pipeline {
         let Payload::Hidden(packed) = input else {
             return Err(Refusal::TokensToLaterStage(self.cfg.stage));
         };
-        let acts = packed.unpack(&self.expect(self.cfg.activations.forward))?;
+        let mut acts = packed.unpack(&self.expect(self.cfg.activations.forward))?;
         acts.validate(&self.cfg.model)?;
+        let admitted = self.forward_norms.admit(&mut acts.data)?;
+        self.note_clipped(admitted, from, now, answer);
         if self.is_last() && targets.ids.len() != acts.batch * acts.seq {
             return Err(Refusal::TargetCount {
                 targets: targets.ids.len(),
@@ -515,6 +536,26 @@ impl Pipeline {
             now,
         );
         Ok(Ack::Accepted)
+    }
+
+    /// Reports a peer's tensor scaled down to the norm bound.
+    fn note_clipped(
+        &self,
+        admitted: Admitted,
+        from: NodeId,
+        now: Instant,
+        answer: &mut Vec<Action>,
+    ) {
+        if let Admitted::Clipped { norm, bound } = admitted {
+            answer.push(Action::Event(NodeEvent::Warning {
+                stage: Some(self.cfg.stage),
+                message: format!(
+                    "scaled a tensor from {from} down from norm {norm:.3e} to {bound:.3e} ({}× the median of recent ones)",
+                    norms::CLIP
+                ),
+                time_ms: self.cfg.clock.unix_ms(now),
+            }));
+        }
     }
 
     /// Stashes a micro-batch's input (the backward pass recomputes from it) and queues its
@@ -546,9 +587,9 @@ impl Pipeline {
     fn accept_backward(
         &mut self,
         from: NodeId,
-        mb: MicroBatchId,
-        grad: act_codec::Packed,
-        loss: f32,
+        (mb, grad, loss): (MicroBatchId, act_codec::Packed, f32),
+        now: Instant,
+        answer: &mut Vec<Action>,
     ) -> Result<Ack, Refusal> {
         if self.is_last() {
             return Err(Refusal::GradientToLastStage);
@@ -573,11 +614,16 @@ impl Pipeline {
             return Err(Refusal::NotSentThere(mb.short()));
         }
         let waiting_on = out.to;
-        let grad = grad.unpack(&self.expect(self.cfg.activations.backward))?;
+        let mut grad = grad.unpack(&self.expect(self.cfg.activations.backward))?;
         grad.validate(&self.cfg.model)?;
         if !loss.is_finite() {
             return Err(Refusal::NonFiniteLoss(loss));
         }
+        if !self.stash.contains_key(&mb) {
+            return Err(Refusal::NotStashed(mb.short()));
+        }
+        let admitted = self.backward_norms.admit(&mut grad.data)?;
+        self.note_clipped(admitted, from, now, answer);
         let stashed = self
             .stash
             .get_mut(&mb)
@@ -788,6 +834,7 @@ impl Pipeline {
     }
 }
 
+pub mod norms;
 mod refusal;
 mod repeat;
 mod routing;

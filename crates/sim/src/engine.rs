@@ -88,6 +88,9 @@ pub enum Cheat {
     /// Trains honestly but offers, each round, its previous round's pseudo-gradient (in this
     /// round's encoding), committed to as its offer of the weights it trained to.
     StaleOffer,
+    /// Sends upstream every input gradient multiplied by −10⁴ (and commits to it): finite,
+    /// within the codec's limits, and enough to take over AdamW's moments upstream.
+    ScaledGradient,
 }
 
 /// The real engine over a tiny model (no crash recovery in the simulator: its checkpoints go
@@ -173,6 +176,30 @@ impl Compute for RealEngine {
                     _ => output,
                 };
                 EngineOutput::Job(JobDone::Forward { mb, output }, h)
+            }
+            (
+                Some(Cheat::ScaledGradient),
+                EngineOutput::Job(
+                    JobDone::Backward {
+                        mb,
+                        input_grad: Some(mut g),
+                        loss,
+                    },
+                    h,
+                ),
+            ) => {
+                for x in &mut g.data {
+                    *x *= -1e4;
+                }
+                let input_grad = Some(g);
+                EngineOutput::Job(
+                    JobDone::Backward {
+                        mb,
+                        input_grad,
+                        loss,
+                    },
+                    h,
+                )
             }
             (Some(Cheat::RefusesEvidence), EngineOutput::Evidence(_)) => {
                 EngineOutput::Evidence(Err(EngineError::NoEvidence("not kept".into())))

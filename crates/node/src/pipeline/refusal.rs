@@ -15,6 +15,8 @@ pub enum Refusal {
     Packed(#[from] ActCodecError),
     #[error(transparent)]
     Tensor(#[from] ModelError),
+    #[error(transparent)]
+    Norm(#[from] super::norms::NormOutlier),
     #[error("{targets} targets for a [{batch}, {seq}] micro-batch")]
     TargetCount {
         targets: usize,

@@ -125,6 +125,11 @@ fn run(job: &Job, fail: bool) -> JobDone {
 
 /// The gradient a stage-1 replica sends back for a forward request.
 fn gradient(forward: &Msg) -> Msg {
+    scaled_gradient(forward, 1.0)
+}
+
+/// [`gradient`] with every value multiplied by `k`.
+fn scaled_gradient(forward: &Msg, k: f32) -> Msg {
     let Msg::Forward {
         mb,
         input: Payload::Hidden(a),
@@ -138,7 +143,7 @@ fn gradient(forward: &Msg) -> Msg {
         batch,
         seq,
         dim,
-        data: vec![0.01; batch * seq * dim],
+        data: vec![0.01 * k; batch * seq * dim],
     };
     Msg::Backward {
         mb: *mb,
@@ -622,5 +627,61 @@ fn a_draining_replica_finishes_its_work_and_takes_no_more() {
     assert!(
         w.p.idle(),
         "step 0 waits for a micro-batch that will not come"
+    );
+}
+
+/// A downstream replica answers with a gradient 10⁴ times the size of the ones before it
+/// (finite, within the codec's limits): the driver refuses it and penalises the sender, and
+/// one 20 times the size is scaled down to 8 × the median before the backward pass uses it.
+/// Before the bound both were trained in, and AdamW's second moment took the square.
+#[test]
+fn an_outsized_gradient_is_refused_and_a_large_one_scaled_down() {
+    let mut w = World::new(driver(1));
+    let next = NodeId([7; 32]);
+    let norm_of = |job: &Job| match job {
+        Job::Backward {
+            upstream: Upstream::Grad(g),
+            ..
+        } => g.data.iter().map(|x| x * x).sum::<f32>().sqrt(),
+        _ => 0.0,
+    };
+    let mut honest = 0.0;
+    for step in 0..6u64 {
+        w.beat(next);
+        let actions = w.p.on_batch(step, batch(step), Vec::new());
+        w.handle(actions);
+        assert_eq!(w.answer(0), Ack::Accepted);
+        honest = norm_of(
+            w.ran
+                .iter()
+                .rev()
+                .find(|j| matches!(j, Job::Backward { .. }))
+                .unwrap(),
+        );
+    }
+    w.beat(next);
+    let actions = w.p.on_batch(6, batch(6), Vec::new());
+    w.handle(actions);
+    let (from, forward) = w.sent.remove(0);
+    let (ack, actions) = w.p.on_message(from, scaled_gradient(&forward, 1e4), w.now);
+    w.handle(actions);
+    assert!(
+        matches!(ack, Ack::Rejected(ref r) if r.contains("norm")),
+        "{ack:?}"
+    );
+    assert!(w.penalties.iter().any(|(p, _)| *p == next));
+    let ran = w.ran.len();
+    let (ack, actions) = w.p.on_message(from, scaled_gradient(&forward, 20.0), w.now);
+    w.handle(actions);
+    assert_eq!(ack, Ack::Accepted);
+    let used = norm_of(
+        w.ran[ran..]
+            .iter()
+            .find(|j| matches!(j, Job::Backward { .. }))
+            .unwrap(),
+    );
+    assert!(
+        used <= 8.0 * honest * 1.001 && used > 7.0 * honest,
+        "{used} against {honest}"
     );
 }
