@@ -834,6 +834,8 @@ impl Pipeline {
     }
 }
 
+#[cfg(test)]
+mod norm_tests;
 pub mod norms;
 mod refusal;
 mod repeat;

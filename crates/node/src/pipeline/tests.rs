@@ -26,7 +26,7 @@ fn model() -> ModelConfig {
 }
 
 /// Stage 0 of 2: the driver.
-fn driver(micro_batches: usize) -> Pipeline {
+pub(super) fn driver(micro_batches: usize) -> Pipeline {
     replica(0, 2, micro_batches)
 }
 
@@ -40,7 +40,7 @@ fn layouts(stages: usize) -> crate::layout::Layouts {
 }
 
 /// Stage `stage` of `stages`.
-fn replica(stage: usize, stages: usize, micro_batches: usize) -> Pipeline {
+pub(super) fn replica(stage: usize, stages: usize, micro_batches: usize) -> Pipeline {
     lagging(stage, stages, micro_batches, 0)
 }
 
@@ -65,7 +65,7 @@ fn lagging(stage: usize, stages: usize, micro_batches: usize, weight_lag: u64) -
     Pipeline::new(cfg, [1; 32], 0)
 }
 
-fn batch(step: u64) -> Batch {
+pub(super) fn batch(step: u64) -> Batch {
     let windows: Vec<Vec<u32>> = (0..4u32)
         .map(|r| (0..5u32).map(|i| (r * 5 + i + step as u32) % 16).collect())
         .collect();
@@ -129,7 +129,7 @@ fn gradient(forward: &Msg) -> Msg {
 }
 
 /// [`gradient`] with every value multiplied by `k`.
-fn scaled_gradient(forward: &Msg, k: f32) -> Msg {
+pub(super) fn scaled_gradient(forward: &Msg, k: f32) -> Msg {
     let Msg::Forward {
         mb,
         input: Payload::Hidden(a),
@@ -153,23 +153,23 @@ fn scaled_gradient(forward: &Msg, k: f32) -> Msg {
 }
 
 /// The driver, its clock, and what it asked of the world.
-struct World {
-    p: Pipeline,
-    now: Instant,
+pub(super) struct World {
+    pub(super) p: Pipeline,
+    pub(super) now: Instant,
     /// Forward requests accepted downstream whose gradient has not been delivered.
-    sent: Vec<(NodeId, Msg)>,
+    pub(super) sent: Vec<(NodeId, Msg)>,
     asked: Vec<u64>,
-    penalties: Vec<(NodeId, String)>,
+    pub(super) penalties: Vec<(NodeId, String)>,
     /// Backward jobs still to fail.
     failing: usize,
     /// Every job the engine ran, in order.
-    ran: Vec<Job>,
+    pub(super) ran: Vec<Job>,
     /// Gradients sent back upstream.
     answers: Vec<(NodeId, Msg)>,
 }
 
 impl World {
-    fn new(p: Pipeline) -> Self {
+    pub(super) fn new(p: Pipeline) -> Self {
         Self {
             p,
             now: Instant::now(),
@@ -182,7 +182,7 @@ impl World {
         }
     }
 
-    fn beat(&mut self, peer: NodeId) {
+    pub(super) fn beat(&mut self, peer: NodeId) {
         self.beat_as(peer, 1);
     }
 
@@ -202,7 +202,7 @@ impl World {
     }
 
     /// Carries out actions (compute at once, sends accepted at once) until none is left.
-    fn handle(&mut self, actions: Vec<Action>) {
+    pub(super) fn handle(&mut self, actions: Vec<Action>) {
         let mut queue: VecDeque<Action> = actions.into();
         while let Some(action) = queue.pop_front() {
             match action {
@@ -231,7 +231,7 @@ impl World {
     }
 
     /// The replica holding the i-th undelivered request sends its gradient now.
-    fn answer(&mut self, i: usize) -> Ack {
+    pub(super) fn answer(&mut self, i: usize) -> Ack {
         let (from, forward) = self.sent.remove(i);
         let (ack, actions) = self.p.on_message(from, gradient(&forward), self.now);
         self.handle(actions);
@@ -330,7 +330,7 @@ fn the_gradient_wait_grows_with_the_stages_downstream() {
 }
 
 /// A forward request from a stage-0 replica for its micro-batch `index` of `step`.
-fn forward_from(origin: u8, step: u64, index: u32) -> Msg {
+pub(super) fn forward_from(origin: u8, step: u64, index: u32) -> Msg {
     Msg::Forward {
         mb: MicroBatchId {
             origin: [origin; 32],
@@ -627,61 +627,5 @@ fn a_draining_replica_finishes_its_work_and_takes_no_more() {
     assert!(
         w.p.idle(),
         "step 0 waits for a micro-batch that will not come"
-    );
-}
-
-/// A downstream replica answers with a gradient 10⁴ times the size of the ones before it
-/// (finite, within the codec's limits): the driver refuses it and penalises the sender, and
-/// one 20 times the size is scaled down to 8 × the median before the backward pass uses it.
-/// Before the bound both were trained in, and AdamW's second moment took the square.
-#[test]
-fn an_outsized_gradient_is_refused_and_a_large_one_scaled_down() {
-    let mut w = World::new(driver(1));
-    let next = NodeId([7; 32]);
-    let norm_of = |job: &Job| match job {
-        Job::Backward {
-            upstream: Upstream::Grad(g),
-            ..
-        } => g.data.iter().map(|x| x * x).sum::<f32>().sqrt(),
-        _ => 0.0,
-    };
-    let mut honest = 0.0;
-    for step in 0..6u64 {
-        w.beat(next);
-        let actions = w.p.on_batch(step, batch(step), Vec::new());
-        w.handle(actions);
-        assert_eq!(w.answer(0), Ack::Accepted);
-        honest = norm_of(
-            w.ran
-                .iter()
-                .rev()
-                .find(|j| matches!(j, Job::Backward { .. }))
-                .unwrap(),
-        );
-    }
-    w.beat(next);
-    let actions = w.p.on_batch(6, batch(6), Vec::new());
-    w.handle(actions);
-    let (from, forward) = w.sent.remove(0);
-    let (ack, actions) = w.p.on_message(from, scaled_gradient(&forward, 1e4), w.now);
-    w.handle(actions);
-    assert!(
-        matches!(ack, Ack::Rejected(ref r) if r.contains("norm")),
-        "{ack:?}"
-    );
-    assert!(w.penalties.iter().any(|(p, _)| *p == next));
-    let ran = w.ran.len();
-    let (ack, actions) = w.p.on_message(from, scaled_gradient(&forward, 20.0), w.now);
-    w.handle(actions);
-    assert_eq!(ack, Ack::Accepted);
-    let used = norm_of(
-        w.ran[ran..]
-            .iter()
-            .find(|j| matches!(j, Job::Backward { .. }))
-            .unwrap(),
-    );
-    assert!(
-        used <= 8.0 * honest * 1.001 && used > 7.0 * honest,
-        "{used} against {honest}"
     );
 }

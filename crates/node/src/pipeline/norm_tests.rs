@@ -1,0 +1,101 @@
+//! The norm bounds on what a stage takes from peers, through the pipeline's own handling.
+
+use super::tests::{World, batch, driver, forward_from, replica, scaled_gradient};
+use super::*;
+
+/// A downstream replica answers with a gradient 10⁴ times the size of the ones before it
+/// (finite, within the codec's limits): the driver refuses it and penalises the sender, and
+/// one 20 times the size is scaled down to 8 × the median before the backward pass uses it.
+/// Before the bound both were trained in, and AdamW's second moment took the square.
+#[test]
+fn an_outsized_gradient_is_refused_and_a_large_one_scaled_down() {
+    let mut w = World::new(driver(1));
+    let next = NodeId([7; 32]);
+    let norm_of = |job: &Job| match job {
+        Job::Backward {
+            upstream: Upstream::Grad(g),
+            ..
+        } => g.data.iter().map(|x| x * x).sum::<f32>().sqrt(),
+        _ => 0.0,
+    };
+    let mut honest = 0.0;
+    for step in 0..6u64 {
+        w.beat(next);
+        let actions = w.p.on_batch(step, batch(step), Vec::new());
+        w.handle(actions);
+        assert_eq!(w.answer(0), Ack::Accepted);
+        honest = norm_of(
+            w.ran
+                .iter()
+                .rev()
+                .find(|j| matches!(j, Job::Backward { .. }))
+                .unwrap(),
+        );
+    }
+    w.beat(next);
+    let actions = w.p.on_batch(6, batch(6), Vec::new());
+    w.handle(actions);
+    let (from, forward) = w.sent.remove(0);
+    let (ack, actions) = w.p.on_message(from, scaled_gradient(&forward, 1e4), w.now);
+    w.handle(actions);
+    assert!(
+        matches!(ack, Ack::Rejected(ref r) if r.contains("norm")),
+        "{ack:?}"
+    );
+    assert!(w.penalties.iter().any(|(p, _)| *p == next));
+    let ran = w.ran.len();
+    let (ack, actions) = w.p.on_message(from, scaled_gradient(&forward, 20.0), w.now);
+    w.handle(actions);
+    assert_eq!(ack, Ack::Accepted);
+    let used = norm_of(
+        w.ran[ran..]
+            .iter()
+            .find(|j| matches!(j, Job::Backward { .. }))
+            .unwrap(),
+    );
+    assert!(
+        used <= 8.0 * honest * 1.001 && used > 7.0 * honest,
+        "{used} against {honest}"
+    );
+}
+
+/// The last stage takes forward activations 200 times the size of those before them from a
+/// staked upstream replica: refused and penalised; 15 times: scaled down to 8 × the median.
+#[test]
+fn outsized_activations_are_refused_and_large_ones_scaled_down() {
+    let mut w = World::new(replica(1, 2, 1));
+    let a = NodeId([1; 32]);
+    let norm_of = |job: &Job| match job {
+        Job::Forward {
+            input: StageInput::Hidden(h),
+            ..
+        }
+        | Job::Backward {
+            input: StageInput::Hidden(h),
+            ..
+        } => h.data.iter().map(|x| x * x).sum::<f32>().sqrt(),
+        _ => 0.0,
+    };
+    for step in 0..6 {
+        let (ack, actions) = w.p.on_message(a, forward_from(1, step, 0), w.now);
+        assert_eq!(ack, Ack::Accepted);
+        w.handle(actions);
+    }
+    let honest = w.ran.iter().map(norm_of).fold(0.0, f32::max);
+    let (ack, actions) = w.p.on_message(a, forward_from(200, 6, 0), w.now);
+    w.handle(actions);
+    assert!(
+        matches!(ack, Ack::Rejected(ref r) if r.contains("norm")),
+        "{ack:?}"
+    );
+    assert!(w.penalties.iter().any(|(p, _)| *p == a));
+    let ran = w.ran.len();
+    let (ack, actions) = w.p.on_message(a, forward_from(15, 7, 0), w.now);
+    assert_eq!(ack, Ack::Accepted);
+    w.handle(actions);
+    let used = w.ran[ran..].iter().map(norm_of).fold(0.0, f32::max);
+    assert!(
+        used <= 8.0 * honest * 1.001 && used > 7.0 * honest,
+        "{used} against {honest}"
+    );
+}
