@@ -53,6 +53,10 @@ pub struct PipelineConfig {
     /// micro-batch (rows per driver step / micro-batches, rounded up).
     pub activations: ActSpec,
     pub max_rows: usize,
+    /// The fewest rows an honest micro-batch has (rows per driver step / micro-batches,
+    /// rounded down) and its length: the shapes a peer's micro-batch must have.
+    pub min_rows: usize,
+    pub seq: usize,
     /// Optimizer steps between the weights a micro-batch is computed at and those its
     /// gradient is applied to: 0 (drivers flush between steps; one replica per stage equals
     /// one process) or 1 (the next step's micro-batches enter while the last step drains,
@@ -506,6 +510,17 @@ impl Pipeline {
         };
         let mut acts = packed.unpack(&self.expect(self.cfg.activations.forward))?;
         acts.validate(&self.cfg.model)?;
+        // Smaller micro-batches than the network's would make a driver's steps (and the
+        // stages' work for it, which each is paid for alike) as cheap as it likes.
+        if acts.seq != self.cfg.seq || acts.batch < self.cfg.min_rows {
+            return Err(Refusal::MicroBatchShape {
+                batch: acts.batch,
+                seq: acts.seq,
+                min_rows: self.cfg.min_rows,
+                max_rows: self.cfg.max_rows,
+                expected_seq: self.cfg.seq,
+            });
+        }
         let admitted = self.forward_norms.admit(&mut acts.data)?;
         self.note_clipped(admitted, from, now, answer);
         if self.is_last() && targets.ids.len() != acts.batch * acts.seq {

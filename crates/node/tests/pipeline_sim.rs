@@ -102,6 +102,8 @@ impl Sim {
                     clock: Clock::new(std::time::Instant::now(), 0),
                     activations,
                     max_rows: 4,
+                    min_rows: 1,
+                    seq: 12,
                     weight_lag,
                 };
                 let mut node = [0u8; 32];
@@ -404,6 +406,8 @@ fn a_full_queue_answers_busy() {
         clock: Clock::new(std::time::Instant::now(), 0),
         activations: "f32".parse().expect("spec"),
         max_rows: 1,
+        min_rows: 1,
+        seq: 4,
         weight_lag: 0,
     };
     let mut validator = Pipeline::new(pcfg, [1; 32], 0);
@@ -494,6 +498,8 @@ fn last_stage(spec: &str) -> (Pipeline, NodeId) {
         clock: Clock::new(std::time::Instant::now(), 0),
         activations: spec.parse().expect("spec"),
         max_rows: 2,
+        min_rows: 1,
+        seq: 4,
         weight_lag: 0,
     };
     let mut p = Pipeline::new(pcfg, [1; 32], 0);

@@ -210,6 +210,8 @@ impl NodeCore {
             clock,
             activations: s.activations,
             max_rows: s.batch.div_ceil(s.micro_batches.max(1)),
+            min_rows: (s.batch / s.micro_batches.max(1)).max(1),
+            seq: s.seq,
             weight_lag: s.weight_lag.min(crate::network::MAX_WEIGHT_LAG),
         };
         let syncer = Syncer::new(

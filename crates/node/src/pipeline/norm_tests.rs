@@ -1,4 +1,5 @@
-//! The norm bounds on what a stage takes from peers, through the pipeline's own handling.
+//! The norm bounds and shape rules on what a stage takes from peers, through the pipeline's own
+//! handling.
 
 use super::tests::{World, batch, driver, forward_from, replica, scaled_gradient};
 use super::*;
@@ -98,4 +99,51 @@ fn outsized_activations_are_refused_and_large_ones_scaled_down() {
         used <= 8.0 * honest * 1.001 && used > 7.0 * honest,
         "{used} against {honest}"
     );
+}
+
+/// A staked driver sends micro-batches shorter, or with fewer rows, than the network's: the
+/// stage refuses them, so no driver makes its steps (and the stages' paid work for it) as
+/// cheap as it likes. Before, any shape up to the largest was trained in.
+#[test]
+fn a_micro_batch_smaller_than_the_networks_is_refused() {
+    let mut p = replica(1, 2, 2);
+    p.cfg.min_rows = 2;
+    let a = NodeId([1; 32]);
+    let forward = |batch: usize, seq: usize, index: u32| Msg::Forward {
+        mb: MicroBatchId {
+            origin: [1; 32],
+            step: 0,
+            index,
+        },
+        version: 0,
+        stamp: None,
+        input: crate::wire::Payload::Hidden(
+            act_codec::pack(
+                &Activations {
+                    batch,
+                    seq,
+                    dim: 8,
+                    data: vec![0.1; batch * seq * 8],
+                },
+                ActSpec::default().forward,
+            )
+            .expect("finite"),
+        ),
+        targets: vec![1; batch * seq].into(),
+    };
+    let now = Instant::now();
+    for (i, (batch, seq)) in [(2, 1), (1, 4)].into_iter().enumerate() {
+        let (ack, actions) = p.on_message(a, forward(batch, seq, i as u32), now);
+        assert!(
+            matches!(ack, Ack::Rejected(ref r) if r.contains("2 to 4 rows of 4")),
+            "{ack:?}"
+        );
+        assert!(
+            actions
+                .iter()
+                .any(|x| matches!(x, Action::Penalize { peer, .. } if *peer == a))
+        );
+    }
+    let (ack, _) = p.on_message(a, forward(2, 4, 2), now);
+    assert_eq!(ack, Ack::Accepted);
 }

@@ -37,6 +37,16 @@ pub enum Refusal {
     NonFiniteLoss(f32),
     #[error("no stashed input for micro-batch {0}")]
     NotStashed(String),
+    #[error(
+        "micro-batch of [{batch}, {seq}]: this network's have {min_rows} to {max_rows} rows of {expected_seq}"
+    )]
+    MicroBatchShape {
+        batch: usize,
+        seq: usize,
+        min_rows: usize,
+        max_rows: usize,
+        expected_seq: usize,
+    },
     #[error("gradient shape [{got_batch}, {got_seq}] for a [{batch}, {seq}] micro-batch")]
     GradientShape {
         got_batch: usize,

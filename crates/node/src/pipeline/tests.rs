@@ -60,6 +60,8 @@ fn lagging(stage: usize, stages: usize, micro_batches: usize, weight_lag: u64) -
         clock: Clock::new(Instant::now(), 0),
         activations: ActSpec::default(),
         max_rows: 4,
+        min_rows: 1,
+        seq: 4,
         weight_lag,
     };
     Pipeline::new(cfg, [1; 32], 0)
