@@ -4,6 +4,18 @@
 use super::tests::{World, batch, driver, forward_from, replica, scaled_gradient};
 use super::*;
 
+fn l2(data: &[f32]) -> f32 {
+    data.iter().map(|x| x * x).sum::<f32>().sqrt()
+}
+
+/// A tensor of norm `honest` × 20 or so came out at the bound, 8 × the median.
+fn assert_scaled_to_the_bound(used: f32, honest: f32) {
+    assert!(
+        used <= 8.0 * honest * 1.001 && used > 7.0 * honest,
+        "{used} against {honest}"
+    );
+}
+
 /// A downstream replica answers with a gradient 10⁴ times the size of the ones before it
 /// (finite, within the codec's limits): the driver refuses it and penalises the sender, and
 /// one 20 times the size is scaled down to 8 × the median before the backward pass uses it.
@@ -16,7 +28,7 @@ fn an_outsized_gradient_is_refused_and_a_large_one_scaled_down() {
         Job::Backward {
             upstream: Upstream::Grad(g),
             ..
-        } => g.data.iter().map(|x| x * x).sum::<f32>().sqrt(),
+        } => l2(&g.data),
         _ => 0.0,
     };
     let mut honest = 0.0;
@@ -54,10 +66,7 @@ fn an_outsized_gradient_is_refused_and_a_large_one_scaled_down() {
             .find(|j| matches!(j, Job::Backward { .. }))
             .unwrap(),
     );
-    assert!(
-        used <= 8.0 * honest * 1.001 && used > 7.0 * honest,
-        "{used} against {honest}"
-    );
+    assert_scaled_to_the_bound(used, honest);
 }
 
 /// The last stage takes forward activations 200 times the size of those before them from a
@@ -74,7 +83,7 @@ fn outsized_activations_are_refused_and_large_ones_scaled_down() {
         | Job::Backward {
             input: StageInput::Hidden(h),
             ..
-        } => h.data.iter().map(|x| x * x).sum::<f32>().sqrt(),
+        } => l2(&h.data),
         _ => 0.0,
     };
     for step in 0..6 {
@@ -95,10 +104,7 @@ fn outsized_activations_are_refused_and_large_ones_scaled_down() {
     assert_eq!(ack, Ack::Accepted);
     w.handle(actions);
     let used = w.ran[ran..].iter().map(norm_of).fold(0.0, f32::max);
-    assert!(
-        used <= 8.0 * honest * 1.001 && used > 7.0 * honest,
-        "{used} against {honest}"
-    );
+    assert_scaled_to_the_bound(used, honest);
 }
 
 /// A staked driver sends micro-batches shorter, or with fewer rows, than the network's: the
