@@ -521,8 +521,6 @@ impl Pipeline {
                 expected_seq: self.cfg.seq,
             });
         }
-        let admitted = self.forward_norms.admit(&mut acts.data)?;
-        self.note_clipped(admitted, from, now, answer);
         if self.is_last() && targets.ids.len() != acts.batch * acts.seq {
             return Err(Refusal::TargetCount {
                 targets: targets.ids.len(),
@@ -537,12 +535,17 @@ impl Pipeline {
         {
             return Err(Refusal::TargetOutsideVocabulary(bad));
         }
+        let judged = self.forward_norms.judge(&acts.data)?;
+        let admitted = judged.apply(&mut acts.data);
+        self.note_clipped(admitted, from, now, answer);
         if let Some(ack) = self.repeated_forward(from, mb, &acts, &targets, answer) {
             return Ok(ack);
         }
         if self.draining || self.forward_jobs.len() >= self.cfg.queue_capacity {
             return Ok(Ack::Busy);
         }
+        // Only a micro-batch taken counts towards the norms of the next ones.
+        self.forward_norms.remember(&judged);
         self.admit(
             (mb, version, stamp),
             StageInput::Hidden(acts),
@@ -634,11 +637,6 @@ impl Pipeline {
         if !loss.is_finite() {
             return Err(Refusal::NonFiniteLoss(loss));
         }
-        if !self.stash.contains_key(&mb) {
-            return Err(Refusal::NotStashed(mb.short()));
-        }
-        let admitted = self.backward_norms.admit(&mut grad.data)?;
-        self.note_clipped(admitted, from, now, answer);
         let stashed = self
             .stash
             .get_mut(&mb)
@@ -655,6 +653,7 @@ impl Pipeline {
                 seq: s,
             });
         }
+        let admitted = self.backward_norms.admit(&mut grad.data)?;
         stashed.loss = Some(loss);
         stashed.grad = Some(grad);
         self.outstanding.remove(&mb);
@@ -663,6 +662,7 @@ impl Pipeline {
             self.release(&to);
         }
         self.backward_jobs.push_back(mb);
+        self.note_clipped(admitted, from, now, answer);
         Ok(Ack::Accepted)
     }
 

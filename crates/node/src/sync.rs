@@ -38,9 +38,9 @@ pub use pull::{SyncPull, SyncPullAnswer};
 /// Contributors, each with the offer (blob) of it that went into an outcome.
 pub type Named = Vec<(NodeId, Hash32)>;
 
-/// Round timeouts without finishing a round after which a replica that is behind follows the
-/// largest group of its live co-replicas to a later state, not only a majority (see
-/// `Syncer::behind`).
+/// Round timeouts without finishing a round or taking an inner step after which a replica
+/// that is behind follows the largest group of its live co-replicas to a later state, not
+/// only a majority (see `Syncer::behind`).
 pub const STALLED_TIMEOUTS: u32 = 4;
 
 /// Round parameters.

@@ -142,6 +142,7 @@ impl Floor {
 impl Economy {
     /// Applies a claim whose prover and receipts stand, or holds or refuses it by the round
     /// rules (see the module docs).
+    ///
     /// A held claim judged again after an epoch is handed to finality again where it is now
     /// within reach (finality takes an item it holds once): so a stage whose certified round
     /// was held back climbs again, up to [`FEED_AHEAD`] rounds an epoch.

@@ -1,8 +1,17 @@
 //! The norm bounds and shape rules on what a stage takes from peers, through the pipeline's own
 //! handling.
 
-use super::tests::{World, batch, driver, forward_from, replica, scaled_gradient};
+use super::tests::{World, batch, driver, forward_from, forward_of, replica, scaled_gradient};
 use super::*;
+
+/// Micro-batch `index` of driver 1's step 0.
+fn mb(index: u32) -> MicroBatchId {
+    MicroBatchId {
+        origin: [1; 32],
+        step: 0,
+        index,
+    }
+}
 
 fn l2(data: &[f32]) -> f32 {
     data.iter().map(|x| x * x).sum::<f32>().sqrt()
@@ -115,28 +124,7 @@ fn a_micro_batch_smaller_than_the_networks_is_refused() {
     let mut p = replica(1, 2, 2);
     p.cfg.min_rows = 2;
     let a = NodeId([1; 32]);
-    let forward = |batch: usize, seq: usize, index: u32| Msg::Forward {
-        mb: MicroBatchId {
-            origin: [1; 32],
-            step: 0,
-            index,
-        },
-        version: 0,
-        stamp: None,
-        input: crate::wire::Payload::Hidden(
-            act_codec::pack(
-                &Activations {
-                    batch,
-                    seq,
-                    dim: 8,
-                    data: vec![0.1; batch * seq * 8],
-                },
-                ActSpec::default().forward,
-            )
-            .expect("finite"),
-        ),
-        targets: vec![1; batch * seq].into(),
-    };
+    let forward = |rows: usize, seq: usize, index: u32| forward_of(mb(index), (rows, seq), 0.1, 1);
     let now = Instant::now();
     for (i, (batch, seq)) in [(2, 1), (1, 4)].into_iter().enumerate() {
         let (ack, actions) = p.on_message(a, forward(batch, seq, i as u32), now);
@@ -152,4 +140,77 @@ fn a_micro_batch_smaller_than_the_networks_is_refused() {
     }
     let (ack, _) = p.on_message(a, forward(2, 4, 2), now);
     assert_eq!(ack, Ack::Accepted);
+}
+
+/// A staked upstream replica sends 64 micro-batches of tiny activations the stage refuses
+/// for another reason (targets outside the vocabulary), then, with the stage's queue full,
+/// 64 more it answers busy. Neither kind counts towards the norms later tensors are judged
+/// by, so an honest micro-batch is still taken. When every tensor that passed the norm check
+/// was remembered, the window held only the tiny ones, and the honest micro-batch was refused
+/// as 10⁴ times their median.
+#[test]
+fn tensors_refused_or_answered_busy_do_not_pull_the_norms_down() {
+    let mut p = replica(1, 2, 1);
+    let a = NodeId([1; 32]);
+    let now = Instant::now();
+    for index in 0..64 {
+        let (ack, _) = p.on_message(a, forward_of(mb(index), (2, 4), 1e-5, 1_000), now);
+        assert!(
+            matches!(ack, Ack::Rejected(ref r) if r.contains("vocabulary")),
+            "{ack:?}"
+        );
+    }
+    assert_eq!(p.forward_norms.median(), None);
+    // Fill the queue (the engine never answers here), then flood it.
+    let mut index = 64;
+    while p.on_message(a, forward_from(1, 1, index), now).0 == Ack::Accepted {
+        index += 1;
+    }
+    let median = p.forward_norms.median();
+    assert!(median.is_some());
+    for i in 0..64 {
+        let (ack, _) = p.on_message(a, forward_of(mb(1000 + i), (2, 4), 1e-5, 1), now);
+        assert_eq!(ack, Ack::Busy);
+    }
+    assert_eq!(p.forward_norms.median(), median);
+}
+
+/// A gradient refused for its shape leaves the norms as they were: the downstream replica
+/// cannot pull them down with gradients it knows will be refused.
+#[test]
+fn a_gradient_refused_for_its_shape_does_not_count() {
+    let mut w = World::new(driver(1));
+    let next = NodeId([7; 32]);
+    for step in 0..6u64 {
+        w.beat(next);
+        let actions = w.p.on_batch(step, batch(step), Vec::new());
+        w.handle(actions);
+        assert_eq!(w.answer(0), Ack::Accepted);
+    }
+    let median = w.p.backward_norms.median();
+    assert!(median.is_some());
+    w.beat(next);
+    let actions = w.p.on_batch(6, batch(6), Vec::new());
+    w.handle(actions);
+    let (from, forward) = w.sent.remove(0);
+    let Msg::Forward { mb, .. } = forward else {
+        panic!("not a forward");
+    };
+    let tiny = Activations {
+        batch: 1,
+        seq: 1,
+        dim: 8,
+        data: vec![1e-6; 8],
+    };
+    for _ in 0..8 {
+        let grad = Msg::Backward {
+            mb,
+            grad: act_codec::pack(&tiny, ActSpec::default().backward).expect("finite"),
+            loss: 2.5,
+        };
+        let (ack, actions) = w.p.on_message(from, grad, w.now);
+        w.handle(actions);
+        assert!(matches!(ack, Ack::Rejected(_)), "{ack:?}");
+    }
+    assert_eq!(w.p.backward_norms.median(), median);
 }

@@ -74,20 +74,12 @@ impl NormWindow {
         sorted.get(sorted.len() / 2).copied()
     }
 
-    fn remember(&mut self, norm: f64) {
-        if self.recent.len() == WINDOW {
-            self.recent.pop_front();
-        }
-        self.recent.push_back(norm);
-    }
-
-    /// Checks a finite tensor about to be used, scaling `data` down to the bound when it is
-    /// above it; a refused tensor leaves the window as it was.
-    pub fn admit(&mut self, data: &mut [f32]) -> Result<Admitted, NormOutlier> {
+    /// Judges a finite tensor against the window without changing it: refused above the
+    /// refusal bound, otherwise the norm it will have once [`Judged::apply`] scaled it.
+    pub fn judge(&self, data: &[f32]) -> Result<Judged, NormOutlier> {
         let norm = l2(data);
         let Some(median) = self.median() else {
-            self.remember(norm);
-            return Ok(Admitted::Within);
+            return Ok(Judged { norm, bound: None });
         };
         if norm > REFUSE * median {
             return Err(NormOutlier {
@@ -97,18 +89,56 @@ impl NormWindow {
             });
         }
         let bound = CLIP * median;
-        if norm <= bound {
-            self.remember(norm);
-            return Ok(Admitted::Within);
-        }
-        let scale = (bound / norm) as f32;
-        for x in data.iter_mut() {
-            *x *= scale;
+        Ok(Judged {
+            norm,
+            bound: (norm > bound).then_some(bound),
+        })
+    }
+
+    /// Remembers a judged tensor the stage took. Only taken tensors count: one refused for
+    /// another reason, answered busy or repeated would otherwise let a sender pull the median
+    /// down at no cost, and every honest tensor would then be refused.
+    pub fn remember(&mut self, judged: &Judged) {
+        if self.recent.len() == WINDOW {
+            self.recent.pop_front();
         }
         // The clipped norm, so that a sender of large tensors walks the median up no faster
         // than the bound allows.
-        self.remember(bound);
-        Ok(Admitted::Clipped { norm, bound })
+        self.recent.push_back(judged.bound.unwrap_or(judged.norm));
+    }
+
+    /// Judges, scales and remembers a tensor taken whatever else holds; a refused tensor
+    /// leaves the window as it was.
+    pub fn admit(&mut self, data: &mut [f32]) -> Result<Admitted, NormOutlier> {
+        let judged = self.judge(data)?;
+        let admitted = judged.apply(data);
+        self.remember(&judged);
+        Ok(admitted)
+    }
+}
+
+/// A tensor's norm against the window, before the stage takes it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Judged {
+    norm: f64,
+    /// The bound it is scaled down to, when it is above it.
+    bound: Option<f64>,
+}
+
+impl Judged {
+    /// Scales `data` (the tensor judged) down to the bound when it is above it.
+    pub fn apply(&self, data: &mut [f32]) -> Admitted {
+        let Some(bound) = self.bound else {
+            return Admitted::Within;
+        };
+        let scale = (bound / self.norm) as f32;
+        for x in data.iter_mut() {
+            *x *= scale;
+        }
+        Admitted::Clipped {
+            norm: self.norm,
+            bound,
+        }
     }
 }
 

@@ -333,27 +333,39 @@ fn the_gradient_wait_grows_with_the_stages_downstream() {
 
 /// A forward request from a stage-0 replica for its micro-batch `index` of `step`.
 pub(super) fn forward_from(origin: u8, step: u64, index: u32) -> Msg {
+    let mb = MicroBatchId {
+        origin: [origin; 32],
+        step,
+        index,
+    };
+    forward_of(mb, (2, 4), 0.1 * f32::from(origin), 1)
+}
+
+/// A forward of `mb` with `rows` rows of `seq` positions, every value `value`, every target
+/// `target`.
+pub(super) fn forward_of(
+    mb: MicroBatchId,
+    (rows, seq): (usize, usize),
+    value: f32,
+    target: u32,
+) -> Msg {
     Msg::Forward {
-        mb: MicroBatchId {
-            origin: [origin; 32],
-            step,
-            index,
-        },
+        mb,
         version: 0,
         stamp: None,
         input: Payload::Hidden(
             act_codec::pack(
                 &Activations {
-                    batch: 2,
-                    seq: 4,
+                    batch: rows,
+                    seq,
                     dim: D,
-                    data: vec![0.1 * f32::from(origin); 2 * 4 * D],
+                    data: vec![value; rows * seq * D],
                 },
                 ActSpec::default().forward,
             )
             .expect("finite"),
         ),
-        targets: vec![1; 8].into(),
+        targets: vec![target; rows * seq].into(),
     }
 }
 

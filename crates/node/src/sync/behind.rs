@@ -92,16 +92,15 @@ impl Syncer {
         })
     }
 
-    /// A stalled replica (no round finished for several round timeouts: no work reaches it,
-    /// or its co-replicas split) follows the later state that most live co-replicas hold as
-    /// their latest, if they outnumber the co-replicas training on from its own state (an
-    /// offer against it and nothing later), which win ties; where it has three or more live
-    /// co-replicas, a state needs two. Co-replicas that offer nothing (no work reaches them,
-    /// their training ended) count for neither: an outcome of its round is no such sign, as
-    /// the replicas whose training ended all hold one. Without this a replica that fell behind while its
-    /// co-replicas split would never move again, and what it offers against a state no one
-    /// else holds is never aggregated; with it, keys vouching for a made-up later round move
-    /// it only when they outnumber every group of active co-replicas that agree.
+    /// A stalled replica (no round finished and no inner step taken for several round
+    /// timeouts: its training ended, or no work reaches it) follows the later state that most
+    /// live co-replicas hold as their latest, if they outnumber the co-replicas training on
+    /// from its own state (an offer against it and nothing later), which win ties; where it
+    /// has three or more live co-replicas, a state needs two. Co-replicas that offer nothing
+    /// count for neither: an outcome of its round is no such sign, as replicas whose training
+    /// ended all hold one. Without this a replica left behind by a co-replica that ran on
+    /// alone would never move again; with it, keys vouching for a made-up later round move it
+    /// only when they outnumber every group of active co-replicas that agree.
     fn plurality(&self, votes: &Votes, live: &BTreeSet<NodeId>) -> Option<(u64, Hash32)> {
         let mut latest: BTreeMap<NodeId, (u64, Hash32)> = BTreeMap::new();
         for (state, (voters, _)) in votes.range((self.round.saturating_add(1), [0; 32])..) {
