@@ -63,7 +63,7 @@ pub struct DilocoArgs {
     byzantine: usize,
     /// Per-input norm bound as a multiple of the round's median input norm (0: off), as nodes
     /// apply it (`--norm-bound` of `node`).
-    #[arg(long, default_value_t = 3.0)]
+    #[arg(long, default_value_t = 1.0)]
     norm_bound: f64,
     /// What Byzantine replicas send: none, sign-flip, scale:K, gaussian[:SIGMA], alie, ipm[:EPS], zeros.
     #[arg(long, default_value = "none")]

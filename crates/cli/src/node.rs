@@ -45,7 +45,7 @@ pub struct SyncArgs {
     pub byzantine: usize,
     /// Per-input norm bound: a pseudo-gradient longer than this multiple of the round's median
     /// input norm is clipped to it before aggregation (0: off).
-    #[arg(long, default_value_t = 3.0)]
+    #[arg(long, default_value_t = 1.0)]
     pub norm_bound: f64,
     /// Pseudo-gradient compression, e.g. int2, randk:0.25:int2, lowrank:4:int8, fp32.
     #[arg(long, default_value = settings::DEFAULT_COMPRESSION)]

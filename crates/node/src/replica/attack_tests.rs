@@ -189,6 +189,52 @@ fn trimmed_mean_of_three_trims_a_scaled_outlier_even_when_none_is_declared() {
     );
 }
 
+/// Two liars among five replicas are one more than the f = 1 trimmed mean assumes, so one of
+/// them survives the trim. Both send −1000 × the honest mean: the norm bound clips each to
+/// `norm_bound` × the median (honest) norm, and the survivor then weighs −`norm_bound` against
+/// two honest inputs. At the former bound of 3 that reversed every round's step (the bench's
+/// 3 × 5 run lost 79%); at the default it keeps the honest direction.
+#[test]
+fn two_scaled_liars_among_five_replicas_cannot_reverse_the_step_under_the_default_bound() {
+    let start = params(18);
+    let n = start.numel();
+    let run = |norm_bound: f64| {
+        let mut config = cfg(1, "fp32");
+        config.aggregator = "trimmed-mean".into();
+        config.byzantine = 1;
+        config.norm_bound = norm_bound;
+        let mut p = start.clone();
+        let mut d = Diloco::new(config, &start).unwrap();
+        let honest = 0.01f32;
+        let flat: Vec<f32> = p.flatten().iter().map(|x| x - honest).collect();
+        p.set_flat(&flat).unwrap();
+        d.prepare(1, &p).unwrap();
+        let mut messages = vec![
+            (NodeId([2; 32]), message(n, honest * 0.9)),
+            (NodeId([3; 32]), message(n, honest * 1.1)),
+        ];
+        for liar in [4u8, 5] {
+            messages.push((NodeId([liar; 32]), message(n, -honest * 1000.0)));
+        }
+        let applied = d.apply(1, messages, &mut p).unwrap();
+        assert_eq!(applied.clipped.len(), 2);
+        // θ₀ − Δ·lr·…: an honest step lowers every coordinate.
+        d.theta()
+            .iter()
+            .zip(start.flatten())
+            .map(|(t, s)| t - s)
+            .fold(f32::NEG_INFINITY, f32::max)
+    };
+    let default = crate::settings::SyncSettings::default().norm_bound;
+    let rose = run(default);
+    assert!(rose < 0.0, "a coordinate rose by {rose} at bound {default}");
+    let reversed = run(3.0);
+    assert!(
+        reversed > 0.0,
+        "the former bound kept the direction: {reversed}"
+    );
+}
+
 #[test]
 fn a_declared_byzantine_count_the_inputs_cannot_tolerate_refuses_the_round() {
     let start = params(14);
