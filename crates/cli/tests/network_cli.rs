@@ -1,6 +1,6 @@
 //! Real processes on 127.0.0.1: a stranger plants another network's genesis in the DHT of a
-//! running network; nodes still start, and a joiner that names the network by id takes its
-//! genesis (and with it the model) from the DHT.
+//! running network; nodes still start, a joiner that names the network by id takes its
+//! genesis (and with it the model), and one that names none takes its bootstrap peer's.
 
 mod common;
 
@@ -70,7 +70,7 @@ const MODEL: [&str; 10] = [
 ];
 
 #[test]
-fn a_planted_foreign_genesis_stops_no_node_and_a_joiner_follows_the_network_it_names() {
+fn a_planted_foreign_genesis_stops_no_node_and_misleads_no_joiner() {
     let dir = tempfile::tempdir().unwrap();
     let data = tiny_genesis(dir.path());
     let data = s(&data);
@@ -116,10 +116,19 @@ fn a_planted_foreign_genesis_stops_no_node_and_a_joiner_follows_the_network_it_n
     );
     assert_eq!(c["network"].as_str(), Some(network.as_str()));
     let saved = std::fs::read(dir.path().join("c").join("network.genesis")).unwrap();
-    assert_eq!(
-        saved,
-        std::fs::read(dir.path().join("a").join("network.genesis")).unwrap()
+    let founders = std::fs::read(dir.path().join("a").join("network.genesis")).unwrap();
+    assert_eq!(saved, founders);
+
+    // A joiner that names no network follows the peer it bootstraps from, not the stranger's
+    // genesis under the DHT's network key (which it took, or refused to choose from, before).
+    let (_d, d) = start(
+        &dir.path().join("d"),
+        data,
+        &["--bootstrap", &bootstrap, "--d-model", "64"],
     );
+    assert_eq!(d["network"].as_str(), Some(network.as_str()));
+    let saved = std::fs::read(dir.path().join("d").join("network.genesis")).unwrap();
+    assert_eq!(saved, founders);
 
     // And the founder restarts with the foreign genesis still in the DHT.
     drop(_a);

@@ -116,6 +116,8 @@ struct Inner {
     max_gossip: usize,
     penalty: f64,
     request_timeout: Duration,
+    /// The peers named by `config.bootstrap` (the ones with a NeuroShard key).
+    bootstrap: Vec<NodeId>,
 }
 
 impl fmt::Debug for Net {
@@ -170,6 +172,7 @@ impl Net {
                 })?;
         }
         let mut bootstrap = false;
+        let mut bootstrap_peers = Vec::new();
         for addr in config.bootstrap.iter().map(|a| &a.0) {
             let Some(Protocol::P2p(peer)) = addr.iter().last() else {
                 return Err(NetError::DialFailure(format!(
@@ -179,6 +182,7 @@ impl Net {
             if peer == local {
                 continue;
             }
+            bootstrap_peers.push(peer);
             let mut bare = addr.clone();
             bare.pop();
             swarm.behaviour_mut().kad.add_address(&peer, bare);
@@ -201,6 +205,15 @@ impl Net {
         let blobs = BlobStore::default();
         let book = AddressBook::default();
         let node_id = book.learn(&local).ok_or(NetError::InvalidSecret)?;
+        // Learned now, so a request can go to a bootstrap peer before it has spoken.
+        let mut bootstrap_nodes = Vec::new();
+        for peer in &bootstrap_peers {
+            if let Some(node) = book.learn(peer)
+                && !bootstrap_nodes.contains(&node)
+            {
+                bootstrap_nodes.push(node);
+            }
+        }
         let inner = Inner {
             peer_id: local,
             node_id,
@@ -212,6 +225,7 @@ impl Net {
             max_gossip: config.max_gossip,
             penalty: config.penalty,
             request_timeout: config.request_timeout,
+            bootstrap: bootstrap_nodes,
         };
         let task = Task::new(
             swarm,
@@ -230,6 +244,12 @@ impl Net {
             },
             events,
         ))
+    }
+
+    /// The node ids of the bootstrap peers this transport was started with (those whose peer
+    /// id holds a secp256k1 key: NeuroShard nodes), in the order given.
+    pub fn bootstrap_nodes(&self) -> Vec<NodeId> {
+        self.inner.bootstrap.clone()
     }
 
     /// Our node id (the same key's BLAKE3, as everywhere above the transport).

@@ -223,10 +223,10 @@ pub enum NetworkError {
         "genesis splits a batch of {batch} rows into {micro_batches} micro-batches (1 to {batch})"
     )]
     MicroBatches { batch: usize, micro_batches: usize },
-    #[error("the DHT holds no genesis of network {0}")]
+    #[error("no bootstrap peer or DHT record offered a genesis of network {0}")]
     NotFound(String),
     #[error(
-        "the DHT holds {0} different network geneses; pass --network with the id of the one \
+        "{0} different network geneses were offered; pass --network with the id of the one \
          to join"
     )]
     Ambiguous(usize),
@@ -369,9 +369,26 @@ impl Network {
     }
 }
 
-/// The genesis a joiner takes from the DHT's values under the network key: the one whose id
-/// is `pin` when given; otherwise the only valid one (several different ones are refused, as
-/// joining a stranger's network by accident would be worse than asking).
+/// A request for the signed genesis of the network the asked node belongs to: how a joiner
+/// that names no network learns the one its bootstrap peer is in. The answer is the genesis
+/// file's bytes, which prove themselves (their hash is the network id).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GenesisRequest;
+
+impl Canonical for GenesisRequest {
+    const DOMAIN: &'static str = "neuroshard/genesis-request/v1";
+
+    fn encode_body(&self, _: &mut Writer) {}
+
+    fn decode_body(_: &mut Reader<'_>) -> Result<Self, CodecError> {
+        Ok(Self)
+    }
+}
+
+/// The genesis a joiner takes from what its bootstrap peers served or the DHT's values under
+/// the network key: the one whose id is `pin` when given; otherwise the only valid one
+/// (several different ones are refused, as joining a stranger's network by accident would
+/// be worse than asking).
 pub fn choose(values: &[Vec<u8>], pin: Option<&Hash32>) -> Result<Network, NetworkError> {
     let mut found: Vec<Network> = Vec::new();
     for v in values {
@@ -391,6 +408,26 @@ pub fn choose(values: &[Vec<u8>], pin: Option<&Hash32>) -> Result<Network, Netwo
         0 => Err(NetworkError::NotFound("(any)".into())),
         1 => Ok(found.remove(0)),
         n => Err(NetworkError::Ambiguous(n)),
+    }
+}
+
+/// The genesis a joiner takes from the geneses its bootstrap peers `served` and the DHT
+/// `records` under its pinned id's key. With `pin`, the genesis of that id from either.
+/// Without, only what the bootstrap peers served: the user chose them, while any stranger can
+/// write a DHT record, so a joiner that read the DHT's network key joined whatever genesis
+/// the look-up found first; bootstrap peers of different networks are refused, not guessed
+/// between.
+pub fn choose_to_join(
+    served: &[Vec<u8>],
+    records: &[Vec<u8>],
+    pin: Option<&Hash32>,
+) -> Result<Network, NetworkError> {
+    match pin {
+        None => choose(served, None),
+        Some(pin) => {
+            let all: Vec<Vec<u8>> = served.iter().chain(records).cloned().collect();
+            choose(&all, Some(pin))
+        }
     }
 }
 
@@ -445,6 +482,39 @@ mod tests {
             Err(NetworkError::NotFound(_))
         ));
         assert_eq!(choose(&values[1..], None)?.id, ours.id);
+        Ok(())
+    }
+
+    /// A joiner that names no network follows its bootstrap peer. Before, it read the DHT's
+    /// network key, which any stranger can write: it joined a planted genesis found alone,
+    /// and refused to start when it found two.
+    #[test]
+    fn a_joiner_without_an_id_follows_its_bootstrap_peers_and_never_the_dht()
+    -> Result<(), NetworkError> {
+        let ours = Network::found(&test_identity(1), genesis("ours", Vec::new()))?;
+        let planted = Network::found(&test_identity(9), genesis("planted", Vec::new()))?;
+        let served = vec![ours.signed.clone()];
+        let dht = vec![planted.signed.clone()];
+        assert_eq!(choose_to_join(&served, &dht, None)?.id, ours.id);
+        let both = [planted.signed.clone(), ours.signed.clone()];
+        assert_eq!(choose_to_join(&served, &both, None)?.id, ours.id);
+        // No answer yet: the planted record is not taken in its place.
+        assert!(matches!(
+            choose_to_join(&[], &dht, None),
+            Err(NetworkError::NotFound(_))
+        ));
+        // Bootstrap peers of two networks: the user must say which.
+        assert!(matches!(
+            choose_to_join(&both, &[], None),
+            Err(NetworkError::Ambiguous(2))
+        ));
+        // A pinned id is taken from either source, and only that id.
+        assert_eq!(choose_to_join(&[], &both, Some(&ours.id))?.id, ours.id);
+        assert_eq!(choose_to_join(&both, &[], Some(&ours.id))?.id, ours.id);
+        assert!(matches!(
+            choose_to_join(&served, &dht, Some(&[7; 32])),
+            Err(NetworkError::NotFound(_))
+        ));
         Ok(())
     }
 

@@ -136,7 +136,13 @@ pub async fn run_serving(
     let (store, economy) = assemble::ledger(&settings, &identity, &the_network)?;
     let ready = assemble::ready(&identity, network, &net, &s, &addrs);
     let mut core = assemble::core(
-        &settings, &identity, network, genesis, &mut s, &addrs, economy,
+        &settings,
+        &identity,
+        &the_network,
+        genesis,
+        &mut s,
+        &addrs,
+        economy,
     );
 
     let (engine_tx, mut engine_rx) = mpsc::unbounded_channel::<(Token, EngineOutput)>();

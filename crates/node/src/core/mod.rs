@@ -145,6 +145,8 @@ pub struct NodeCore {
     identity: Identity,
     me: NodeId,
     network: Hash32,
+    /// The signed genesis of `network`, served to whoever asks (`GenesisRequest`).
+    network_genesis: std::sync::Arc<Vec<u8>>,
     stage: usize,
     settings: NodeSettings,
     pipeline: Pipeline,
@@ -242,6 +244,7 @@ impl NodeCore {
             identity: cfg.identity.clone(),
             me,
             network: cfg.network,
+            network_genesis: cfg.network_genesis.clone(),
             stage: cfg.stage,
             tokens_per_mb: rows * s.seq as u64,
             settings: cfg.settings.clone(),

@@ -22,6 +22,14 @@ impl NodeCore {
             });
             return;
         }
+        if crate::network::GenesisRequest::from_canonical_bytes(data).is_ok() {
+            // The genesis is public, and its bytes prove themselves: anyone may ask.
+            self.transmits.push_back(Transmit::Respond {
+                token,
+                data: self.network_genesis.as_ref().clone(),
+            });
+            return;
+        }
         if let Ok(req) = crate::finality::FinalityRequest::from_canonical_bytes(data) {
             self.on_finality_request(token, &req);
             return;

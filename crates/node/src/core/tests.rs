@@ -126,6 +126,7 @@ pub(super) fn core_with(
             settings: s,
             identity: identity.clone(),
             network: NETWORK,
+            network_genesis: std::sync::Arc::new(b"the test network's genesis".to_vec()),
             stage,
             spec,
             layouts: crate::layout::Layouts::fixed(&s_model, stages).unwrap(),
@@ -307,6 +308,33 @@ fn a_crowd_of_unregistered_keys_holds_a_bounded_share_of_the_peer_table() {
         c.pipeline.peers.get(&held.node_id()).map(|p| p.last_seen),
         Some(later)
     );
+}
+
+/// A joiner that names no network asks its bootstrap peer for its genesis: any key may ask
+/// (the genesis is public and proves itself by its hash), none is penalised for it, and the
+/// answer is the signed genesis bytes, nothing else.
+#[test]
+fn a_genesis_request_from_any_key_is_answered_with_the_signed_genesis() {
+    let now = Instant::now();
+    let me = test_identity(4);
+    let stranger = test_identity(9_999).node_id();
+    let mut c = core(&me, now);
+    drain(&mut c);
+    c.handle_message(
+        stranger,
+        Inbound::Request {
+            token: 11,
+            data: crate::network::GenesisRequest.to_canonical_bytes(),
+        },
+        now,
+    );
+    let out = drain(&mut c);
+    assert!(!out.iter().any(|t| matches!(t, Transmit::Penalize { .. })));
+    let answer = out.into_iter().find_map(|t| match t {
+        Transmit::Respond { token: 11, data } => Some(data),
+        _ => None,
+    });
+    assert_eq!(answer.as_deref(), Some(&b"the test network's genesis"[..]));
 }
 
 #[test]

@@ -44,7 +44,7 @@ pub(super) fn ledger(
 pub(super) fn core(
     settings: &NodeSettings,
     identity: &Identity,
-    network: Hash32,
+    network: &Network,
     genesis: Genesis,
     s: &mut Started,
     addrs: &[Address],
@@ -66,7 +66,8 @@ pub(super) fn core(
         CoreConfig {
             settings: settings.clone(),
             identity: identity.clone(),
-            network,
+            network: network.id,
+            network_genesis: std::sync::Arc::new(network.signed.clone()),
             stage: s.stage,
             spec: s.spec,
             layouts: s.layouts.clone(),

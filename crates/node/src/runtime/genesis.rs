@@ -1,22 +1,26 @@
 //! Which network a real node belongs to: its signed genesis from a file, from the data
-//! directory, founded here, or learned from the DHT; the decisions are in
+//! directory, founded here, or learned from the bootstrap peers (and, for a pinned id, the
+//! DHT); the decisions are in
 //! [`crate::network`], here only the files and the lookups.
 
 use std::time::Duration;
 
 use neuroshard_net::Net;
-use neuroshard_proof::{Hash32, Identity};
+use neuroshard_proof::{Canonical, Hash32, Identity};
 
 use super::now_ms;
 use crate::NodeError;
+use crate::network::GenesisRequest;
 use crate::network::{
     self, FOUNDER_STAKE, GENESIS_FILE, Network, NetworkError, NetworkGenesis, Protocol,
 };
-use crate::records::{NETWORK_KEY, network_key};
+use crate::records::network_key;
 use crate::settings::NodeSettings;
 
-/// How long a joiner looks for the network's genesis in the DHT.
+/// How long a joiner looks for the network's genesis.
 const LOOKUP_FOR: Duration = Duration::from_secs(20);
+/// How long one bootstrap peer has to answer a genesis request.
+const ASK_FOR: Duration = Duration::from_secs(5);
 
 /// The node's network. A joiner's model and protocol settings are replaced by the genesis's
 /// (and saved with it in the data directory, so a restart needs no lookup).
@@ -85,14 +89,29 @@ fn found(
     )?)
 }
 
-/// Looks the genesis up until it is found or [`LOOKUP_FOR`] has passed (a joiner may start
-/// before its bootstrap peer has published).
+/// Asks the bootstrap peers for their network's genesis, then (with `--network` only) the
+/// DHT, until it is found or [`LOOKUP_FOR`] has passed (a joiner may start before its
+/// bootstrap peer has); [`network::choose_to_join`] decides.
 async fn lookup(net: &Net, pin: Option<&Hash32>) -> Result<Network, NodeError> {
-    let key = pin.map_or_else(|| NETWORK_KEY.to_vec(), network_key);
     let deadline = tokio::time::Instant::now() + LOOKUP_FOR;
+    let ask = GenesisRequest.to_canonical_bytes();
     loop {
-        let values = net.get_record(key.clone()).await.unwrap_or_default();
-        match network::choose(&values, pin) {
+        let mut served = Vec::new();
+        for node in net.bootstrap_nodes() {
+            let answer = tokio::time::timeout(ASK_FOR, net.request(node, ask.clone())).await;
+            if let Ok(Ok(bytes)) = answer {
+                served.push(bytes);
+            }
+        }
+        let mut records = Vec::new();
+        if let Some(pin) = pin
+            && !served
+                .iter()
+                .any(|v| Network::open(v).is_ok_and(|n| n.id == *pin))
+        {
+            records = net.get_record(network_key(pin)).await.unwrap_or_default();
+        }
+        match network::choose_to_join(&served, &records, pin) {
             Ok(n) => return Ok(n),
             Err(e @ NetworkError::Ambiguous(_)) => return Err(e.into()),
             Err(e) if tokio::time::Instant::now() >= deadline => return Err(e.into()),
