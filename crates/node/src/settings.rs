@@ -257,11 +257,12 @@ pub struct SyncSettings {
     /// Byzantine replicas per stage the aggregator must tolerate.
     pub byzantine: usize,
     /// No pseudo-gradient counts longer than this multiple of the round's median input norm
-    /// (longer ones are clipped to it before aggregation; 0: off). At 1 no offer counts for
-    /// more than the median honest one, so liars one more than the f a trimmed mean assumes
-    /// (two of five) cannot outweigh the honest inputs left after the trim; at the former 3
-    /// a scaled offer counted 3× and two of five reversed every step (+79% loss in the
-    /// bench's 3 × 5 run, +2.7% at 1), while clean runs learned alike at 1 and 3.
+    /// (longer ones are clipped to it before aggregation; 0: off; a round of two inputs uses
+    /// at least `replica::PAIR_NORM_BOUND`, 3). At 1 no offer counts for more than the
+    /// median honest one, so liars one more than the f a trimmed mean assumes (two of five)
+    /// cannot outweigh the honest inputs left after the trim; at the former 3 a scaled offer
+    /// counted 3× and two of five reversed every step (+79% loss in the bench's 3 × 5 run,
+    /// +2.7% at 1), while clean runs of 2 × 3 and 3 × 5 learned alike at 1 and 3.
     pub norm_bound: f64,
     /// Pseudo-gradient compression, e.g. `int2`, `randk:0.25:int2`, `lowrank:4:int8`, `fp32`.
     pub compression: String,

@@ -6,13 +6,14 @@ use std::time::Duration;
 use neuroshard_node::events::NodeEvent;
 use neuroshard_sim::{EngineCosts, EngineKind, Factory, LinkModel, Sim, settings, tiny_model};
 
-/// 2 stages × 3 replicas on the stand-in (nodes alternate stages), with `aggregator`, whose
-/// drivers stop after `steps` and whose `attacker` sends `attack`.
+/// 2 stages × 3 replicas on the stand-in (nodes alternate stages), with `aggregator` and no
+/// norm bound, whose drivers stop after `steps` and whose `attacker` sends `attack`.
 fn network(seed: u64, aggregator: &str, steps: u64, attacker: usize, attack: &str) -> Sim {
     let (stages, n) = (2, 6);
     // An unstaked node never counts as a live replica: wait for the two staked ones.
     let mut s = settings(tiny_model(), stages, 2);
     s.sync.aggregator = aggregator.into();
+    s.sync.norm_bound = 0.0;
     s.steps = steps;
     let mut factory = Factory::new(s.clone(), EngineKind::StandIn);
     factory.attack = attack.into();

@@ -306,6 +306,14 @@ fn a_scaled_offer_from_one_of_two_replicas_moves_theta_only_a_bounded_step() {
     assert!(moved <= 0.7 * 1.9 * 2.0 * 0.01 * 1.001, "θ₀ moved {moved}");
     assert_eq!(clipped.len(), 1);
     assert_eq!(clipped[0].0, NodeId([2; 32]));
+    // The default multiple (1) holds from three inputs; a pair keeps 3×, so the shorter
+    // honest offer is not what the longer one is clipped to in an honest pair.
+    let default = crate::settings::SyncSettings::default().norm_bound;
+    let (_, pair) = run(default);
+    assert_eq!(pair.len(), 1);
+    let honest_norm = 0.01 * (n as f64).sqrt();
+    let ratio = pair[0].2 / honest_norm;
+    assert!((ratio - PAIR_NORM_BOUND).abs() < 1e-3, "{ratio}");
     // Without the bound the same offer moves θ₀ by about 0.7·1.9·10⁶·0.01/2 ≈ 6650.
     let (unbounded, none) = run(0.0);
     assert!(unbounded > 1000.0, "θ₀ moved {unbounded}");
