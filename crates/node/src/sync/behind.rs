@@ -95,8 +95,9 @@ impl Syncer {
     /// A stalled replica (no round finished and no inner step taken for several round
     /// timeouts: its training ended, or no work reaches it) follows the later state that most
     /// live co-replicas hold as their latest, if they outnumber the co-replicas training on
-    /// from its own state (an offer against it and nothing later), which win ties; where it
-    /// has three or more live co-replicas, a state needs two. Co-replicas that offer nothing
+    /// from its own state (an offer against it and nothing later), which win ties, and every
+    /// other later state's group (a tie moves no one); where it has three or more live
+    /// co-replicas, a state needs two. Co-replicas that offer nothing
     /// count for neither: an outcome of its round is no such sign, as replicas whose training
     /// ended all hold one. Without this a replica left behind by a co-replica that ran on
     /// alone would never move again; with it, keys vouching for a made-up later round move it
@@ -125,7 +126,10 @@ impl Syncer {
             *tally.entry(*state).or_default() += 1;
         }
         let floor = if live.len() > 2 { 2 } else { 1 };
-        let (state, n) = tally.into_iter().max_by_key(|((r, _), n)| (*n, *r))?;
-        (n > stay && n >= floor).then_some(state)
+        let (&state, &n) = tally.iter().max_by_key(|(_, n)| **n)?;
+        // A tie between states moves no one: breaking it by the later round let a single
+        // key out-bid an honest co-replica of a stage of three by claiming a later round.
+        let tied = tally.values().filter(|m| **m == n).count() > 1;
+        (!tied && n > stay && n >= floor).then_some(state)
     }
 }

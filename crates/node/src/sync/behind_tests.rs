@@ -130,3 +130,26 @@ fn a_replica_that_keeps_stepping_is_not_stalled_by_a_long_round() {
         Some((4, [66; 32]))
     );
 }
+
+/// A stalled replica of a stage of three whose honest co-replica holds one later state and
+/// whose other co-replica, a Sybil, claims another of a later round: a tie, and it follows
+/// neither. The tie used to go to the later round, so one key out-bid the honest
+/// co-replica by claiming a round further on.
+#[test]
+fn a_stalled_replica_does_not_follow_a_sybil_that_ties_its_honest_co_replica() {
+    let t0 = Instant::now();
+    let later = t0 + cfg().timeout * STALLED_TIMEOUTS;
+    let mut all = replicas(3);
+    let l0 = live(&all, 0);
+    let (p1, n1) = (all[1].peer, all[1].node);
+    let (p2, n2) = (all[2].peer, all[2].node);
+    all[0].s.on_done(p1, n1, done(3, [7; 32], vec![n1]), t0);
+    all[0].s.on_done(p2, n2, done(9, [66; 32], vec![n2]), t0);
+    assert_eq!(adopted(&all[0].s.poll(later, 0, &l0)), None);
+    // Once the Sybil's vote is gone (it left the live set), the honest state is taken.
+    let only_honest: BTreeSet<NodeId> = l0.iter().copied().filter(|n| *n != n2).collect();
+    assert_eq!(
+        adopted(&all[0].s.poll(later, 0, &only_honest)),
+        Some((3, [7; 32]))
+    );
+}
