@@ -189,6 +189,21 @@ fn trimmed_mean_of_three_trims_a_scaled_outlier_even_when_none_is_declared() {
     );
 }
 
+/// A replica with trimmed mean (f = 1) and `norm_bound` that trained from `start` to
+/// θ₀ − `honest` at every coordinate and prepared its offer of round 1.
+fn trained_trimmed_mean(start: &ParamSet, norm_bound: f64, honest: f32) -> (ParamSet, Diloco) {
+    let mut config = cfg(1, "fp32");
+    config.aggregator = "trimmed-mean".into();
+    config.byzantine = 1;
+    config.norm_bound = norm_bound;
+    let mut p = start.clone();
+    let mut d = Diloco::new(config, start).unwrap();
+    let flat: Vec<f32> = p.flatten().iter().map(|x| x - honest).collect();
+    p.set_flat(&flat).unwrap();
+    d.prepare(1, &p).unwrap();
+    (p, d)
+}
+
 /// Two liars among five replicas are one more than the f = 1 trimmed mean assumes, so one of
 /// them survives the trim. Both send −1000 × the honest mean: the norm bound clips each to
 /// `norm_bound` × the median (honest) norm, and the survivor then weighs −`norm_bound` against
@@ -199,16 +214,8 @@ fn two_scaled_liars_among_five_replicas_cannot_reverse_the_step_under_the_defaul
     let start = params(18);
     let n = start.numel();
     let run = |norm_bound: f64| {
-        let mut config = cfg(1, "fp32");
-        config.aggregator = "trimmed-mean".into();
-        config.byzantine = 1;
-        config.norm_bound = norm_bound;
-        let mut p = start.clone();
-        let mut d = Diloco::new(config, &start).unwrap();
         let honest = 0.01f32;
-        let flat: Vec<f32> = p.flatten().iter().map(|x| x - honest).collect();
-        p.set_flat(&flat).unwrap();
-        d.prepare(1, &p).unwrap();
+        let (mut p, mut d) = trained_trimmed_mean(&start, norm_bound, honest);
         let mut messages = vec![
             (NodeId([2; 32]), message(n, honest * 0.9)),
             (NodeId([3; 32]), message(n, honest * 1.1)),
@@ -268,8 +275,8 @@ fn a_declared_byzantine_count_the_inputs_cannot_tolerate_refuses_the_round() {
     assert!(two.apply(1, others(1), &mut q).is_ok());
 }
 
-/// The default swarm's two-replica stage: trimmed mean of two is a plain mean, so one key's
-/// pseudo-gradient scaled by 10⁶ would carry θ₀ with it. The norm bound (3, the default)
+/// A two-replica stage: trimmed mean of two is a plain mean, so one key's pseudo-gradient
+/// scaled by 10⁶ would carry θ₀ with it. The norm bound (at least 3 in a round of two)
 /// clips it to 3× the honest norm first, so θ₀ moves by at most lr·(1 + μ)·(1 + 3)/2·|Δ|
 /// per coordinate.
 #[test]
@@ -277,16 +284,8 @@ fn a_scaled_offer_from_one_of_two_replicas_moves_theta_only_a_bounded_step() {
     let start = params(17);
     let n = start.numel();
     let run = |norm_bound: f64| {
-        let mut config = cfg(1, "fp32");
-        config.aggregator = "trimmed-mean".into();
-        config.byzantine = 1;
-        config.norm_bound = norm_bound;
-        let mut p = start.clone();
-        let mut d = Diloco::new(config, &start).unwrap();
         let honest = 0.01f32;
-        let flat: Vec<f32> = p.flatten().iter().map(|x| x - honest).collect();
-        p.set_flat(&flat).unwrap();
-        d.prepare(1, &p).unwrap();
+        let (mut p, mut d) = trained_trimmed_mean(&start, norm_bound, honest);
         let forged = Attack::Scale(1e6)
             .forge(&[vec![honest; n]], 1, &mut rand::rng())
             .pop()
