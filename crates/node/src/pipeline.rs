@@ -535,7 +535,7 @@ impl Pipeline {
         {
             return Err(Refusal::TargetOutsideVocabulary(bad));
         }
-        let judged = self.forward_norms.judge(&acts.data)?;
+        let judged = self.forward_norms.judge(from, &acts.data)?;
         let admitted = judged.apply(&mut acts.data);
         self.note_clipped(admitted, from, now, answer);
         if let Some(ack) = self.repeated_forward(from, mb, &acts, &targets, answer) {
@@ -545,7 +545,7 @@ impl Pipeline {
             return Ok(Ack::Busy);
         }
         // Only a micro-batch taken counts towards the norms of the next ones.
-        self.forward_norms.remember(&judged);
+        self.forward_norms.remember(from, &judged);
         self.admit(
             (mb, version, stamp),
             StageInput::Hidden(acts),
@@ -653,7 +653,7 @@ impl Pipeline {
                 seq: s,
             });
         }
-        let admitted = self.backward_norms.admit(&mut grad.data)?;
+        let admitted = self.backward_norms.admit(from, &mut grad.data)?;
         stashed.loss = Some(loss);
         stashed.grad = Some(grad);
         self.outstanding.remove(&mb);

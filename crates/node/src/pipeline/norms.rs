@@ -7,11 +7,14 @@
 //! before it. So each kind keeps the norms of the last [`WINDOW`] tensors it took; once it
 //! holds [`MIN_SAMPLES`], a tensor above [`CLIP`] × their median is scaled down to that bound
 //! (an honest spike still trains, as gradient clipping would let it), and one above
-//! [`REFUSE`] × the median is refused and its sender penalised. A sender's share of a stage's
-//! traffic is its share of the routing, so while it sends fewer than half of the tensors it
-//! cannot move the median far.
+//! [`REFUSE`] × the median is refused and its sender penalised. A tensor is judged by the
+//! median of the tensors *other* senders sent (once they sent [`MIN_SAMPLES`]): a sender
+//! whose share of the routing is most of a stage's traffic would otherwise walk its own
+//! reference up, each tensor just under the bound raising the median for the next.
 
 use std::collections::VecDeque;
+
+use neuroshard_proof::NodeId;
 
 /// Norms remembered per kind.
 pub const WINDOW: usize = 64;
@@ -42,11 +45,11 @@ pub enum Admitted {
     },
 }
 
-/// The recent norms of one kind of tensor a stage takes.
+/// The recent norms of one kind of tensor a stage takes, with their senders.
 #[derive(Debug)]
 pub struct NormWindow {
     kind: &'static str,
-    recent: VecDeque<f64>,
+    recent: VecDeque<(NodeId, f64)>,
 }
 
 fn l2(data: &[f32]) -> f64 {
@@ -66,19 +69,22 @@ impl NormWindow {
 
     /// The median of the remembered norms (the upper middle one of an even count).
     pub fn median(&self) -> Option<f64> {
-        if self.recent.len() < MIN_SAMPLES {
-            return None;
-        }
-        let mut sorted: Vec<f64> = self.recent.iter().copied().collect();
-        sorted.sort_by(f64::total_cmp);
-        sorted.get(sorted.len() / 2).copied()
+        median_of(self.recent.iter().map(|(_, n)| *n))
     }
 
-    /// Judges a finite tensor against the window without changing it: refused above the
-    /// refusal bound, otherwise the norm it will have once [`Judged::apply`] scaled it.
-    pub fn judge(&self, data: &[f32]) -> Result<Judged, NormOutlier> {
+    /// The median a tensor from `from` is judged by: that of the other senders' tensors once
+    /// they sent enough, otherwise (a stage fed by one replica, or early) that of all.
+    pub fn median_for(&self, from: NodeId) -> Option<f64> {
+        let others = self.recent.iter().filter(|(s, _)| *s != from);
+        median_of(others.map(|(_, n)| *n)).or_else(|| self.median())
+    }
+
+    /// Judges a finite tensor from `from` against the window without changing it: refused
+    /// above the refusal bound, otherwise the norm it will have once [`Judged::apply`]
+    /// scaled it.
+    pub fn judge(&self, from: NodeId, data: &[f32]) -> Result<Judged, NormOutlier> {
         let norm = l2(data);
-        let Some(median) = self.median() else {
+        let Some(median) = self.median_for(from) else {
             return Ok(Judged { norm, bound: None });
         };
         if norm > REFUSE * median {
@@ -98,23 +104,34 @@ impl NormWindow {
     /// Remembers a judged tensor the stage took. Only taken tensors count: one refused for
     /// another reason, answered busy or repeated would otherwise let a sender pull the median
     /// down at no cost, and every honest tensor would then be refused.
-    pub fn remember(&mut self, judged: &Judged) {
+    pub fn remember(&mut self, from: NodeId, judged: &Judged) {
         if self.recent.len() == WINDOW {
             self.recent.pop_front();
         }
-        // The clipped norm, so that a sender of large tensors walks the median up no faster
-        // than the bound allows.
-        self.recent.push_back(judged.bound.unwrap_or(judged.norm));
+        // The clipped norm, so that large tensors raise the median no faster than the bound.
+        self.recent
+            .push_back((from, judged.bound.unwrap_or(judged.norm)));
     }
 
-    /// Judges, scales and remembers a tensor taken whatever else holds; a refused tensor
-    /// leaves the window as it was.
-    pub fn admit(&mut self, data: &mut [f32]) -> Result<Admitted, NormOutlier> {
-        let judged = self.judge(data)?;
+    /// Judges, scales and remembers a tensor from `from` taken whatever else holds; a
+    /// refused tensor leaves the window as it was.
+    pub fn admit(&mut self, from: NodeId, data: &mut [f32]) -> Result<Admitted, NormOutlier> {
+        let judged = self.judge(from, data)?;
         let admitted = judged.apply(data);
-        self.remember(&judged);
+        self.remember(from, &judged);
         Ok(admitted)
     }
+}
+
+/// The median of `norms` (the upper middle one of an even count), once there are
+/// [`MIN_SAMPLES`].
+fn median_of(norms: impl Iterator<Item = f64>) -> Option<f64> {
+    let mut sorted: Vec<f64> = norms.collect();
+    if sorted.len() < MIN_SAMPLES {
+        return None;
+    }
+    sorted.sort_by(f64::total_cmp);
+    sorted.get(sorted.len() / 2).copied()
 }
 
 /// A tensor's norm against the window, before the stage takes it.
@@ -147,6 +164,9 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    /// The one sender of the tests that need no other.
+    const P: NodeId = NodeId([1; 32]);
+
     fn tensor(norm: f32) -> Vec<f32> {
         // Four equal values: L2 norm = 2 × value.
         vec![norm / 2.0; 4]
@@ -156,16 +176,16 @@ mod tests {
     fn the_first_tensors_set_the_reference_then_outliers_are_clipped_or_refused() {
         let mut w = NormWindow::new("gradient");
         for n in [1.0, 1.2, 0.8, 1.1] {
-            assert_eq!(w.admit(&mut tensor(n)).unwrap(), Admitted::Within);
+            assert_eq!(w.admit(P, &mut tensor(n)).unwrap(), Admitted::Within);
         }
-        assert_eq!(w.admit(&mut tensor(7.0)).unwrap(), Admitted::Within);
+        assert_eq!(w.admit(P, &mut tensor(7.0)).unwrap(), Admitted::Within);
         let mut big = tensor(20.0);
-        let Admitted::Clipped { bound, .. } = w.admit(&mut big).unwrap() else {
+        let Admitted::Clipped { bound, .. } = w.admit(P, &mut big).unwrap() else {
             panic!("not clipped");
         };
         assert!((l2(&big) - bound).abs() < 1e-4 * bound);
         let before = w.recent.clone();
-        let err = w.admit(&mut tensor(1e4)).unwrap_err();
+        let err = w.admit(P, &mut tensor(1e4)).unwrap_err();
         assert_eq!(err.kind, "gradient");
         assert_eq!(w.recent, before, "a refused tensor is not remembered");
     }
@@ -174,18 +194,51 @@ mod tests {
     fn a_minority_of_huge_tensors_does_not_move_the_median() {
         let mut w = NormWindow::new("activations");
         for _ in 0..8 {
-            w.admit(&mut tensor(1.0)).unwrap();
+            w.admit(P, &mut tensor(1.0)).unwrap();
         }
         for (i, n) in [1e6, 20.0, 9.0].iter().cycle().take(300).enumerate() {
             let mut huge = tensor(*n);
-            if w.admit(&mut huge).is_ok() {
+            if w.admit(P, &mut huge).is_ok() {
                 assert!(l2(&huge) <= CLIP * 1.0 + 1e-3, "{i}: {}", l2(&huge));
             }
             for _ in 0..4 {
-                assert_eq!(w.admit(&mut tensor(1.0)).unwrap(), Admitted::Within);
+                assert_eq!(w.admit(P, &mut tensor(1.0)).unwrap(), Admitted::Within);
             }
         }
         assert!((w.median().unwrap() - 1.0).abs() < 1e-6);
+    }
+
+    /// One sender with most of a stage's traffic sends each tensor just under the bound of
+    /// the median it is judged by. Judged by all tensors, its own raised that median for the
+    /// next: within a few hundred tensors it was sending norms of 10⁹ and more, taken whole.
+    /// Judged by the other senders' tensors, nothing it sends counts for more than the bound
+    /// of theirs, and anything far above is refused.
+    #[test]
+    fn a_sender_with_most_of_the_traffic_cannot_walk_its_reference_up() {
+        let (liar, honest) = (NodeId([6; 32]), [NodeId([2; 32]), NodeId([3; 32])]);
+        let mut w = NormWindow::new("gradient");
+        for h in honest {
+            for _ in 0..4 {
+                w.admit(h, &mut tensor(1.0)).unwrap();
+            }
+        }
+        let mut largest_taken = 0.0f64;
+        for i in 0..400 {
+            let reference = w.median_for(liar).unwrap_or(1.0) as f32;
+            let mut t = tensor(reference * 0.99 * CLIP as f32);
+            if w.admit(liar, &mut t).is_ok() {
+                largest_taken = largest_taken.max(l2(&t));
+            }
+            if i % 3 == 0 {
+                w.admit(honest[i % 2], &mut tensor(1.0)).unwrap();
+            }
+        }
+        assert!(
+            largest_taken <= CLIP * 1.0 + 1e-3,
+            "took a norm of {largest_taken}"
+        );
+        // Its own tensors never set the honest senders' bound either.
+        assert!(w.median_for(honest[0]).unwrap() <= CLIP + 1e-3);
     }
 
     proptest! {
@@ -196,7 +249,7 @@ mod tests {
             for n in norms {
                 let median = w.median();
                 let mut t = tensor(n);
-                if w.admit(&mut t).is_ok() && let Some(m) = median {
+                if w.admit(P, &mut t).is_ok() && let Some(m) = median {
                     prop_assert!(l2(&t) <= CLIP * m * (1.0 + 1e-5));
                 }
             }
