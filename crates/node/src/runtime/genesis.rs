@@ -1,7 +1,6 @@
 //! Which network a real node belongs to: its signed genesis from a file, from the data
 //! directory, founded here, or learned from the bootstrap peers (and, for a pinned id, the
-//! DHT); the decisions are in
-//! [`crate::network`], here only the files and the lookups.
+//! DHT); the decisions are in [`crate::network`], here only the files and the lookups.
 
 use std::time::Duration;
 
@@ -10,9 +9,9 @@ use neuroshard_proof::{Canonical, Hash32, Identity};
 
 use super::now_ms;
 use crate::NodeError;
-use crate::network::GenesisRequest;
 use crate::network::{
-    self, FOUNDER_STAKE, GENESIS_FILE, Network, NetworkError, NetworkGenesis, Protocol,
+    self, FOUNDER_STAKE, GENESIS_FILE, GenesisRequest, Network, NetworkError, NetworkGenesis,
+    Protocol,
 };
 use crate::records::network_key;
 use crate::settings::NodeSettings;
