@@ -4,20 +4,29 @@
 //! tensor scaled by 10⁴ passes both. Trained in, an output gradient that large inflates
 //! AdamW's second moment, so the stage's steps shrink by that factor until the moment decays
 //! (hundreds of steps at β₂ = 0.95), and the stage sends the scaled gradient on to every stage
-//! before it. So each kind keeps the norms of the last [`WINDOW`] tensors it took; once it
-//! holds [`MIN_SAMPLES`], a tensor above [`CLIP`] × their median is scaled down to that bound
-//! (an honest spike still trains, as gradient clipping would let it), and one above
-//! [`REFUSE`] × the median is refused and its sender penalised. A tensor is judged by the
-//! median of the tensors *other* senders sent (once they sent [`MIN_SAMPLES`]): a sender
-//! whose share of the routing is most of a stage's traffic would otherwise walk its own
-//! reference up, each tensor just under the bound raising the median for the next.
+//! before it. So each kind keeps, per sender, the norms of the last [`PER_SENDER`] tensors it
+//! took from it; a tensor above [`CLIP`] × the reference is scaled down to that bound (an
+//! honest spike still trains, as gradient clipping would let it), and one above [`REFUSE`] ×
+//! the reference is refused and its sender penalised.
+//!
+//! The reference of a sender's tensor is the upper median of the *other* senders' medians,
+//! each sender counted once (all senders', its own included, while the others hold fewer
+//! than [`MIN_SAMPLES`] norms; none before that). Judged by its own tensors, a sender would
+//! walk its reference up, each tensor just under the bound raising it for the next; and
+//! with every tensor counted, a sender whose share of the routing is most of a stage's
+//! traffic decided everyone's reference, up or down (tiny tensors, after which honest ones
+//! were refused). Now one key moves no reference but its co-senders' upper median, which a
+//! single liar among two or more honest senders cannot pull down.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 
 use neuroshard_proof::NodeId;
 
-/// Norms remembered per kind.
-pub const WINDOW: usize = 64;
+/// Norms remembered per sender and kind.
+pub const PER_SENDER: usize = 16;
+/// Senders remembered per kind; the one heard from least recently makes room (only keys
+/// registered for a neighbouring stage reach this, each with stake).
+pub const MAX_SENDERS: usize = 64;
 /// Tensors taken on trust before the bounds apply.
 pub const MIN_SAMPLES: usize = 4;
 /// Above this many times the median norm a tensor is scaled down to it.
@@ -45,11 +54,13 @@ pub enum Admitted {
     },
 }
 
-/// The recent norms of one kind of tensor a stage takes, with their senders.
+/// The recent norms of one kind of tensor a stage takes, per sender.
 #[derive(Debug)]
 pub struct NormWindow {
     kind: &'static str,
-    recent: VecDeque<(NodeId, f64)>,
+    /// Each sender's last norms and when it was last heard (a counter).
+    senders: BTreeMap<NodeId, (VecDeque<f64>, u64)>,
+    heard: u64,
 }
 
 fn l2(data: &[f32]) -> f64 {
@@ -63,20 +74,38 @@ impl NormWindow {
     pub fn new(kind: &'static str) -> Self {
         Self {
             kind,
-            recent: VecDeque::with_capacity(WINDOW),
+            senders: BTreeMap::new(),
+            heard: 0,
         }
     }
 
-    /// The median of the remembered norms (the upper middle one of an even count).
+    /// The upper median of every sender's median norm, once they hold [`MIN_SAMPLES`] norms.
     pub fn median(&self) -> Option<f64> {
-        median_of(self.recent.iter().map(|(_, n)| *n))
+        self.reference(|_| true)
     }
 
-    /// The median a tensor from `from` is judged by: that of the other senders' tensors once
-    /// they sent enough, otherwise (a stage fed by one replica, or early) that of all.
+    /// The reference a tensor from `from` is judged by: the upper median of the other
+    /// senders' medians once they hold enough norms, otherwise (a stage fed by one replica,
+    /// or early) of all senders'.
     pub fn median_for(&self, from: NodeId) -> Option<f64> {
-        let others = self.recent.iter().filter(|(s, _)| *s != from);
-        median_of(others.map(|(_, n)| *n)).or_else(|| self.median())
+        self.reference(|s| *s != from).or_else(|| self.median())
+    }
+
+    fn reference(&self, counts: impl Fn(&NodeId) -> bool) -> Option<f64> {
+        let mut held = 0usize;
+        let medians: Vec<f64> = self
+            .senders
+            .iter()
+            .filter(|(s, _)| counts(s))
+            .filter_map(|(_, (norms, _))| {
+                held += norms.len();
+                upper_median(norms.iter().copied())
+            })
+            .collect();
+        if held < MIN_SAMPLES {
+            return None;
+        }
+        upper_median(medians.into_iter())
     }
 
     /// Judges a finite tensor from `from` against the window without changing it: refused
@@ -105,12 +134,23 @@ impl NormWindow {
     /// another reason, answered busy or repeated would otherwise let a sender pull the median
     /// down at no cost, and every honest tensor would then be refused.
     pub fn remember(&mut self, from: NodeId, judged: &Judged) {
-        if self.recent.len() == WINDOW {
-            self.recent.pop_front();
+        self.heard += 1;
+        if !self.senders.contains_key(&from) && self.senders.len() >= MAX_SENDERS {
+            let stalest = self.senders.iter().min_by_key(|(_, (_, at))| *at);
+            if let Some(stalest) = stalest.map(|(s, _)| *s) {
+                self.senders.remove(&stalest);
+            }
+        }
+        let (norms, at) = self
+            .senders
+            .entry(from)
+            .or_insert_with(|| (VecDeque::with_capacity(PER_SENDER), 0));
+        if norms.len() == PER_SENDER {
+            norms.pop_front();
         }
         // The clipped norm, so that large tensors raise the median no faster than the bound.
-        self.recent
-            .push_back((from, judged.bound.unwrap_or(judged.norm)));
+        norms.push_back(judged.bound.unwrap_or(judged.norm));
+        *at = self.heard;
     }
 
     /// Judges, scales and remembers a tensor from `from` taken whatever else holds; a
@@ -123,13 +163,9 @@ impl NormWindow {
     }
 }
 
-/// The median of `norms` (the upper middle one of an even count), once there are
-/// [`MIN_SAMPLES`].
-fn median_of(norms: impl Iterator<Item = f64>) -> Option<f64> {
-    let mut sorted: Vec<f64> = norms.collect();
-    if sorted.len() < MIN_SAMPLES {
-        return None;
-    }
+/// The median of `values`, the upper middle one of an even count (None for none).
+fn upper_median(values: impl Iterator<Item = f64>) -> Option<f64> {
+    let mut sorted: Vec<f64> = values.collect();
     sorted.sort_by(f64::total_cmp);
     sorted.get(sorted.len() / 2).copied()
 }
@@ -184,10 +220,10 @@ mod tests {
             panic!("not clipped");
         };
         assert!((l2(&big) - bound).abs() < 1e-4 * bound);
-        let before = w.recent.clone();
+        let before = w.senders.clone();
         let err = w.admit(P, &mut tensor(1e4)).unwrap_err();
         assert_eq!(err.kind, "gradient");
-        assert_eq!(w.recent, before, "a refused tensor is not remembered");
+        assert_eq!(w.senders, before, "a refused tensor is not remembered");
     }
 
     #[test]
@@ -239,6 +275,30 @@ mod tests {
         );
         // Its own tensors never set the honest senders' bound either.
         assert!(w.median_for(honest[0]).unwrap() <= CLIP + 1e-3);
+    }
+
+    /// The same sender pulls the other way: tiny tensors (taken: nothing bounds a norm from
+    /// below) at three times the honest senders' rate. Counted per tensor, they made the
+    /// honest senders' reference tiny, and every honest tensor was then refused and its
+    /// sender penalised. Each sender counted once, the liar is one of two co-senders of each
+    /// honest one, and the upper median of two is the honest one's.
+    #[test]
+    fn a_sender_with_most_of_the_traffic_cannot_pull_honest_references_down() {
+        let (liar, honest) = (NodeId([6; 32]), [NodeId([2; 32]), NodeId([3; 32])]);
+        let mut w = NormWindow::new("activation");
+        for h in honest {
+            for _ in 0..4 {
+                w.admit(h, &mut tensor(1.0)).unwrap();
+            }
+        }
+        for i in 0..400 {
+            w.admit(liar, &mut tensor(1e-6)).unwrap();
+            if i % 3 == 0 {
+                let h = honest[i % 2];
+                let mut t = tensor(1.0);
+                assert_eq!(w.admit(h, &mut t), Ok(Admitted::Within), "tensor {i}");
+            }
+        }
     }
 
     proptest! {
