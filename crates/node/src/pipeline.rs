@@ -568,7 +568,7 @@ impl Pipeline {
             answer.push(Action::Event(NodeEvent::Warning {
                 stage: Some(self.cfg.stage),
                 message: format!(
-                    "scaled a tensor from {from} down from norm {norm:.3e} to {bound:.3e} ({}× the median of recent ones)",
+                    "scaled a tensor from {from} down from norm {norm:.3e} to {bound:.3e} ({}× the median of other senders' recent ones)",
                     norms::CLIP
                 ),
                 time_ms: self.cfg.clock.unix_ms(now),

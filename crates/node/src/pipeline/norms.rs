@@ -36,7 +36,9 @@ pub const REFUSE: f64 = 64.0;
 
 /// A tensor far above the norms of those before it.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("{kind} norm {norm:.3e} is over {REFUSE}× the median of recent ones ({median:.3e})")]
+#[error(
+    "{kind} norm {norm:.3e} is over {REFUSE}× the median of other senders' recent ones ({median:.3e})"
+)]
 pub struct NormOutlier {
     pub kind: &'static str,
     pub norm: f64,
