@@ -5,18 +5,19 @@
 //! AdamW's second moment, so the stage's steps shrink by that factor until the moment decays
 //! (hundreds of steps at β₂ = 0.95), and the stage sends the scaled gradient on to every stage
 //! before it. So each kind keeps, per sender, the norms of the last [`PER_SENDER`] tensors it
-//! took from it; a tensor above [`CLIP`] × the reference is scaled down to that bound (an
-//! honest spike still trains, as gradient clipping would let it), and one above [`REFUSE`] ×
-//! the reference is refused and its sender penalised.
+//! took from it; a tensor above its clip bound is scaled down to it (an honest spike still
+//! trains, as gradient clipping would let it), and one above its refusal bound is refused
+//! and its sender penalised.
 //!
-//! The reference of a sender's tensor is the upper median of the *other* senders' medians,
+//! A tensor is scaled down above [`CLIP`] × the upper median of the *other* senders' medians,
 //! each sender counted once (all senders', its own included, while the others hold fewer
-//! than [`MIN_SAMPLES`] norms; none before that). Judged by its own tensors, a sender would
-//! walk its reference up, each tensor just under the bound raising it for the next; and
-//! with every tensor counted, a sender whose share of the routing is most of a stage's
-//! traffic decided everyone's reference, up or down (tiny tensors, after which honest ones
-//! were refused). Now one key moves no reference but its co-senders' upper median, which a
-//! single liar among two or more honest senders cannot pull down.
+//! than [`MIN_SAMPLES`] norms; no bound before that), and refused above [`REFUSE`] × the upper
+//! median of every sender's median, its own included. Judged by its own tensors, a sender
+//! would walk its clip bound up, each tensor just under it raising it for the next; with
+//! every tensor counted, a sender whose share of the routing is most of a stage's traffic
+//! decided everyone's reference, up or down (tiny tensors, after which honest ones were
+//! refused); and refused by its co-senders' medians alone, an honest sender of a stage fed
+//! by two replicas was refused and penalised once the other sent tiny tensors.
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -115,9 +116,15 @@ impl NormWindow {
     /// scaled it.
     pub fn judge(&self, from: NodeId, data: &[f32]) -> Result<Judged, NormOutlier> {
         let norm = l2(data);
-        let Some(median) = self.median_for(from) else {
+        let (Some(others), Some(median)) = (self.median_for(from), self.median()) else {
             return Ok(Judged { norm, bound: None });
         };
+        // Refusal (and the sender's penalty) is judged by every sender's median, its own
+        // included: judged by its one co-sender alone, an honest sender of a stage fed by two
+        // replicas had its tensors refused once the other sent tiny ones, was penalised, and
+        // its driver stalled (the real-process lazy-worker swarm did, one run in five). Its
+        // own median cannot raise its clip bound, and it remembers only clipped norms, so it
+        // cannot walk this reference up either.
         if norm > REFUSE * median {
             return Err(NormOutlier {
                 kind: self.kind,
@@ -125,7 +132,7 @@ impl NormWindow {
                 median,
             });
         }
-        let bound = CLIP * median;
+        let bound = CLIP * others;
         Ok(Judged {
             norm,
             bound: (norm > bound).then_some(bound),
@@ -150,8 +157,12 @@ impl NormWindow {
         if norms.len() == PER_SENDER {
             norms.pop_front();
         }
-        // The clipped norm, so that large tensors raise the median no faster than the bound.
-        norms.push_back(judged.bound.unwrap_or(judged.norm));
+        // The norm it came with, not the one it was scaled to: a sender scaled down by a
+        // co-sender's small tensors would otherwise drag its own median (and with it the
+        // reference it is refused by) down too. A sender raising its own median raises no
+        // clip bound of its own, only its co-senders' (looser for them) and its refusal bound
+        // (it is scaled down all the same).
+        norms.push_back(judged.norm);
         *at = self.heard;
     }
 
@@ -277,6 +288,9 @@ mod tests {
         );
         // Its own tensors never set the honest senders' bound either.
         assert!(w.median_for(honest[0]).unwrap() <= CLIP + 1e-3);
+        for h in honest {
+            assert_eq!(w.admit(h, &mut tensor(1.0)), Ok(Admitted::Within));
+        }
     }
 
     /// The same sender pulls the other way: tiny tensors (taken: nothing bounds a norm from
@@ -299,6 +313,25 @@ mod tests {
                 let h = honest[i % 2];
                 let mut t = tensor(1.0);
                 assert_eq!(w.admit(h, &mut t), Ok(Admitted::Within), "tensor {i}");
+            }
+        }
+    }
+
+    /// A stage fed by two replicas, one of them sending tiny tensors: the honest one's clip
+    /// bound is the liar's (its only co-sender), so its tensors are scaled down, but refusal
+    /// counts its own median too and none is refused or penalised. Refused by its co-sender's
+    /// median alone, the honest driver of the real-process lazy-worker swarm stalled.
+    #[test]
+    fn one_of_two_senders_cannot_get_the_other_refused() {
+        let (liar, honest) = (NodeId([6; 32]), NodeId([2; 32]));
+        let mut w = NormWindow::new("activation");
+        for _ in 0..4 {
+            w.admit(honest, &mut tensor(1.0)).unwrap();
+        }
+        for i in 0..200 {
+            w.admit(liar, &mut tensor(1e-6)).unwrap();
+            if i % 3 == 0 {
+                assert!(w.admit(honest, &mut tensor(1.0)).is_ok(), "tensor {i}");
             }
         }
     }
