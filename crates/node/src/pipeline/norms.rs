@@ -215,6 +215,19 @@ mod tests {
 
     /// The one sender of the tests that need no other.
     const P: NodeId = NodeId([1; 32]);
+    const LIAR: NodeId = NodeId([6; 32]);
+    const HONEST: [NodeId; 2] = [NodeId([2; 32]), NodeId([3; 32])];
+
+    /// A window that took four tensors of norm 1 from each of `senders`.
+    fn warmed(senders: &[NodeId]) -> NormWindow {
+        let mut w = NormWindow::new("gradient");
+        for h in senders {
+            for _ in 0..4 {
+                w.admit(*h, &mut tensor(1.0)).unwrap();
+            }
+        }
+        w
+    }
 
     fn tensor(norm: f32) -> Vec<f32> {
         // Four equal values: L2 norm = 2 × value.
@@ -264,13 +277,8 @@ mod tests {
     /// of theirs, and anything far above is refused.
     #[test]
     fn a_sender_with_most_of_the_traffic_cannot_walk_its_reference_up() {
-        let (liar, honest) = (NodeId([6; 32]), [NodeId([2; 32]), NodeId([3; 32])]);
-        let mut w = NormWindow::new("gradient");
-        for h in honest {
-            for _ in 0..4 {
-                w.admit(h, &mut tensor(1.0)).unwrap();
-            }
-        }
+        let (liar, honest) = (LIAR, HONEST);
+        let mut w = warmed(&honest);
         let mut largest_taken = 0.0f64;
         for i in 0..400 {
             let reference = w.median_for(liar).unwrap_or(1.0) as f32;
@@ -300,13 +308,8 @@ mod tests {
     /// honest one, and the upper median of two is the honest one's.
     #[test]
     fn a_sender_with_most_of_the_traffic_cannot_pull_honest_references_down() {
-        let (liar, honest) = (NodeId([6; 32]), [NodeId([2; 32]), NodeId([3; 32])]);
-        let mut w = NormWindow::new("activation");
-        for h in honest {
-            for _ in 0..4 {
-                w.admit(h, &mut tensor(1.0)).unwrap();
-            }
-        }
+        let (liar, honest) = (LIAR, HONEST);
+        let mut w = warmed(&honest);
         for i in 0..400 {
             w.admit(liar, &mut tensor(1e-6)).unwrap();
             if i % 3 == 0 {
@@ -323,11 +326,8 @@ mod tests {
     /// median alone, the honest driver of the real-process lazy-worker swarm stalled.
     #[test]
     fn one_of_two_senders_cannot_get_the_other_refused() {
-        let (liar, honest) = (NodeId([6; 32]), NodeId([2; 32]));
-        let mut w = NormWindow::new("activation");
-        for _ in 0..4 {
-            w.admit(honest, &mut tensor(1.0)).unwrap();
-        }
+        let (liar, honest) = (LIAR, HONEST[0]);
+        let mut w = warmed(&[honest]);
         for i in 0..200 {
             w.admit(liar, &mut tensor(1e-6)).unwrap();
             if i % 3 == 0 {
