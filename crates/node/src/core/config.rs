@@ -53,7 +53,7 @@ pub struct CoreConfig {
     pub network: Hash32,
     /// The network's signed genesis (the bytes whose hash is `network`), served to joiners
     /// that ask which network this node is in.
-    pub network_genesis: std::sync::Arc<Vec<u8>>,
+    pub network_genesis: Vec<u8>,
     pub stage: usize,
     pub spec: StageSpec,
     /// The stage orders the node knows at start (version 0, and for a joiner of a grown

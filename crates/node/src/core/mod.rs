@@ -146,7 +146,7 @@ pub struct NodeCore {
     me: NodeId,
     network: Hash32,
     /// The signed genesis of `network`, served to whoever asks (`GenesisRequest`).
-    network_genesis: std::sync::Arc<Vec<u8>>,
+    network_genesis: Vec<u8>,
     stage: usize,
     settings: NodeSettings,
     pipeline: Pipeline,
@@ -244,7 +244,7 @@ impl NodeCore {
             identity: cfg.identity.clone(),
             me,
             network: cfg.network,
-            network_genesis: cfg.network_genesis.clone(),
+            network_genesis: cfg.network_genesis,
             stage: cfg.stage,
             tokens_per_mb: rows * s.seq as u64,
             settings: cfg.settings.clone(),

@@ -26,7 +26,7 @@ impl NodeCore {
             // The genesis is public, and its bytes prove themselves: anyone may ask.
             self.transmits.push_back(Transmit::Respond {
                 token,
-                data: self.network_genesis.as_ref().clone(),
+                data: self.network_genesis.clone(),
             });
             return;
         }

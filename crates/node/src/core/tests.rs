@@ -126,7 +126,7 @@ pub(super) fn core_with(
             settings: s,
             identity: identity.clone(),
             network: NETWORK,
-            network_genesis: std::sync::Arc::new(b"the test network's genesis".to_vec()),
+            network_genesis: b"the test network's genesis".to_vec(),
             stage,
             spec,
             layouts: crate::layout::Layouts::fixed(&s_model, stages).unwrap(),

@@ -38,7 +38,7 @@ pub const REFUSE: f64 = 64.0;
 /// A tensor far above the norms of those before it.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error(
-    "{kind} norm {norm:.3e} is over {REFUSE}× the median of other senders' recent ones ({median:.3e})"
+    "{kind} norm {norm:.3e} is over {REFUSE}× the median of its senders' recent ones ({median:.3e})"
 )]
 pub struct NormOutlier {
     pub kind: &'static str,
@@ -116,15 +116,19 @@ impl NormWindow {
     /// scaled it.
     pub fn judge(&self, from: NodeId, data: &[f32]) -> Result<Judged, NormOutlier> {
         let norm = l2(data);
-        let (Some(others), Some(median)) = (self.median_for(from), self.median()) else {
-            return Ok(Judged { norm, bound: None });
+        let Some(median) = self.median() else {
+            return Ok(Judged {
+                norm,
+                bound: None,
+                kept: norm,
+            });
         };
+        let others = self.reference(|s| *s != from).unwrap_or(median);
         // Refusal (and the sender's penalty) is judged by every sender's median, its own
         // included: judged by its one co-sender alone, an honest sender of a stage fed by two
         // replicas had its tensors refused once the other sent tiny ones, was penalised, and
         // its driver stalled (the real-process lazy-worker swarm did, one run in five). Its
-        // own median cannot raise its clip bound, and it remembers only clipped norms, so it
-        // cannot walk this reference up either.
+        // own median never raises its clip bound while others sent enough.
         if norm > REFUSE * median {
             return Err(NormOutlier {
                 kind: self.kind,
@@ -136,6 +140,11 @@ impl NormWindow {
         Ok(Judged {
             norm,
             bound: (norm > bound).then_some(bound),
+            // At most the bound of every sender's median, its own included: a co-sender's
+            // small tensors, which set this tensor's clip bound, do not drag the sender's own
+            // median down, and a sender judged by its own history (the only one, or early)
+            // raises it no faster than the bound.
+            kept: norm.min(CLIP * median),
         })
     }
 
@@ -157,12 +166,7 @@ impl NormWindow {
         if norms.len() == PER_SENDER {
             norms.pop_front();
         }
-        // The norm it came with, not the one it was scaled to: a sender scaled down by a
-        // co-sender's small tensors would otherwise drag its own median (and with it the
-        // reference it is refused by) down too. A sender raising its own median raises no
-        // clip bound of its own, only its co-senders' (looser for them) and its refusal bound
-        // (it is scaled down all the same).
-        norms.push_back(judged.norm);
+        norms.push_back(judged.kept);
         *at = self.heard;
     }
 
@@ -189,6 +193,8 @@ pub struct Judged {
     norm: f64,
     /// The bound it is scaled down to, when it is above it.
     bound: Option<f64>,
+    /// The norm the window remembers for it.
+    kept: f64,
 }
 
 impl Judged {
@@ -299,6 +305,19 @@ mod tests {
         for h in honest {
             assert_eq!(w.admit(h, &mut tensor(1.0)), Ok(Admitted::Within));
         }
+    }
+
+    /// A stage fed by one replica judges it by its own history, so each tensor just under the
+    /// bound raises the bound for the next: it can only be kept to the rate of [`CLIP`] per
+    /// half a window. Remembered as they came, tensors between the clip and the refusal
+    /// bounds (40× here) raised the median 40× at once.
+    #[test]
+    fn a_lone_sender_raises_its_own_reference_no_faster_than_the_clip_bound() {
+        let mut w = warmed(&[P]);
+        for _ in 0..8 {
+            w.admit(P, &mut tensor(40.0)).unwrap();
+        }
+        assert!(w.median().unwrap() <= CLIP, "{:?}", w.median());
     }
 
     /// The same sender pulls the other way: tiny tensors (taken: nothing bounds a norm from

@@ -67,7 +67,7 @@ pub(super) fn core(
             settings: settings.clone(),
             identity: identity.clone(),
             network: network.id,
-            network_genesis: std::sync::Arc::new(network.signed.clone()),
+            network_genesis: network.signed.clone(),
             stage: s.stage,
             spec: s.spec,
             layouts: s.layouts.clone(),

@@ -97,9 +97,9 @@ impl Syncer {
     /// live co-replicas hold as their latest, if they outnumber the co-replicas training on
     /// from its own state (an offer against it and nothing later), which win ties, and every
     /// other later state's group (a tie moves no one); where it has three or more live
-    /// co-replicas, a state needs two. Co-replicas that offer nothing
-    /// count for neither: an outcome of its round is no such sign, as replicas whose training
-    /// ended all hold one. Without this a replica left behind by a co-replica that ran on
+    /// co-replicas, a state needs two. Co-replicas that offer nothing count for neither: an
+    /// outcome of its round is no such sign, as replicas whose training ended all hold one.
+    /// Without this a replica left behind by a co-replica that ran on
     /// alone would never move again; with it, keys vouching for a made-up later round move it
     /// only when they outnumber every group of active co-replicas that agree.
     fn plurality(&self, votes: &Votes, live: &BTreeSet<NodeId>) -> Option<(u64, Hash32)> {

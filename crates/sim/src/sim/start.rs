@@ -86,7 +86,7 @@ impl Sim {
                 settings,
                 identity: self.nodes[i].identity.clone(),
                 network: self.network,
-                network_genesis: std::sync::Arc::new(network.signed.clone()),
+                network_genesis: network.signed.clone(),
                 stage,
                 spec: engine.spec(),
                 layouts,
