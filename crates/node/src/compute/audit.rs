@@ -70,12 +70,13 @@ impl DiskWriter {
         let thread = std::thread::Builder::new()
             .name("evidence".into())
             .spawn(move || {
+                let mut staging = Vec::new();
                 for op in rx {
                     match op {
                         // A failed write loses that evidence: the auditor who asks for it
                         // gets a refusal, as for evidence past the budget.
                         DiskOp::Write(path, bytes, name) => {
-                            if std::fs::write(&path, &*bytes).is_ok()
+                            if super::uncached::write(&path, &bytes, &mut staging).is_ok()
                                 && done.send((name, bytes)).is_err()
                             {
                                 break;

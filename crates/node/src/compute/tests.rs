@@ -406,3 +406,19 @@ fn an_offer_replays_from_its_evidence_and_a_stale_one_does_not() {
     short.pop();
     assert!(auditor.replay(spec, c, inputs, &short).is_err());
 }
+
+#[test]
+fn a_non_finite_gradient_value_is_found_wherever_it_sits() {
+    let finite = [0.0, -0.0, 1.5, f32::MAX, f32::MIN, f32::MIN_POSITIVE, 1e-45];
+    for len in [0, 1, 15, 16, 17, 40] {
+        let clean: Vec<f32> = (0..len).map(|i| finite[i % finite.len()]).collect();
+        assert!(all_finite(&clean), "length {len}");
+        for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+            for at in 0..len {
+                let mut v = clean.clone();
+                v[at] = bad;
+                assert!(!all_finite(&v), "{bad} at {at} of {len}");
+            }
+        }
+    }
+}
