@@ -38,8 +38,19 @@ fn run_at(
     cheat: Option<(usize, Cheat)>,
     tamper: Option<(usize, Tamper)>,
 ) -> Sim {
+    run_for(24, seed, per_million, cheat, tamper)
+}
+
+/// The same for `steps` driver steps.
+fn run_for(
+    steps: u64,
+    seed: u64,
+    per_million: u32,
+    cheat: Option<(usize, Cheat)>,
+    tamper: Option<(usize, Tamper)>,
+) -> Sim {
     let mut s = settings(tiny_model(), 3, 2);
-    s.steps = 24;
+    s.steps = steps;
     s.sync.every = 4;
     s.audit.per_million = per_million;
     // Challenges are drawn from finalized epochs: a beacon comes 4 epochs after a commitment.
@@ -64,7 +75,7 @@ fn run_at(
     if let Some((i, tamper)) = tamper {
         sim.set_tamper(i, tamper);
     }
-    sim.run_until(Duration::from_secs(120));
+    sim.run_until(Duration::from_secs(5 * steps));
     sim
 }
 
@@ -263,9 +274,11 @@ fn a_driver_training_on_other_text_than_it_names_is_caught_and_slashed_on_every_
 /// re-encodes θ₀ − θ from the committed weights and outer state and gets other bytes.
 #[test]
 fn a_replica_offering_last_rounds_pseudo_gradient_is_caught_and_slashed_on_every_ledger() {
-    // One offer a round: audited at half the rate, a run of 5 stale offers misses them all
-    // with probability 1/32.
-    let sim = run_at(1, 500_000, Some((WORKER, Cheat::StaleOffer)), None);
+    // One offer a round, each audited with probability 1/2: 11 stale offers (48 steps, a
+    // round every 4) miss them all with probability 1/2048. Which ones are drawn depends on
+    // the beacons, so on the engine's bits: 5 offers (24 steps) passed on one machine and
+    // all went unaudited on another, whose kernels round differently.
+    let sim = run_for(48, 1, 500_000, Some((WORKER, Cheat::StaleOffer)), None);
     let worker = sim.node_id(WORKER);
     let offers = |outcome: &str| {
         sim.events(AUDITOR)
