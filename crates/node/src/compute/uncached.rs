@@ -16,28 +16,18 @@ const ALIGN: usize = 4096;
 /// Bytes staged per write call.
 const CHUNK: usize = 4 << 20;
 
-/// How a file was written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Written {
-    /// Past the page cache.
-    Direct,
-    /// Through the page cache: the filesystem refused `O_DIRECT` (tmpfs does), or this is not
-    /// Linux.
-    Buffered,
-}
-
-/// Writes `bytes` to `path` (created or truncated), past the page cache where possible.
+/// Writes `bytes` to `path` (created or truncated), past the page cache where possible and
+/// through it where the filesystem refuses `O_DIRECT` (tmpfs does) or this is not Linux.
 /// `staging` is a buffer the caller keeps between calls: the data is copied through an
 /// aligned window of it, the last block padded with zeros and the padding cut off again.
-pub fn write(path: &Path, bytes: &[u8], staging: &mut Vec<u8>) -> std::io::Result<Written> {
+pub fn write(path: &Path, bytes: &[u8], staging: &mut Vec<u8>) -> std::io::Result<()> {
     #[cfg(target_os = "linux")]
     if write_direct(path, bytes, staging).is_ok() {
-        return Ok(Written::Direct);
+        return Ok(());
     }
     #[cfg(not(target_os = "linux"))]
     let _ = staging;
-    std::fs::write(path, bytes)?;
-    Ok(Written::Buffered)
+    std::fs::write(path, bytes)
 }
 
 #[cfg(target_os = "linux")]
@@ -82,10 +72,10 @@ mod tests {
         for len in [0, 3, ALIGN, ALIGN + 1, 2 * CHUNK + 12_345] {
             let bytes: Vec<u8> = (0..len).map(|i| (i * 7 + i / 251) as u8).collect();
             let path = dir.path().join(format!("f{len}"));
-            let how = write(&path, &bytes, &mut staging).unwrap();
+            write(&path, &bytes, &mut staging).unwrap();
             let back = std::fs::read(&path).unwrap();
-            assert_eq!(back.len(), len, "{how:?}");
-            assert!(back == bytes, "{how:?}: content differs at length {len}");
+            assert_eq!(back.len(), len);
+            assert!(back == bytes, "content differs at length {len}");
             // Rewriting a shorter file truncates it.
             write(&path, &bytes[..len / 2], &mut staging).unwrap();
             assert_eq!(std::fs::read(&path).unwrap(), bytes[..len / 2]);
