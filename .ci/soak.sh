@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # CI's chaos soak: bench/soak.sh made short (4 nodes, 80 s of chaos, `home` links, no
 # baseline runs; under 3 minutes). Builds linkem (release, two small dependencies); runs the
-# debug binary .ci/run builds (`cargo build --bin neuroshard`), building it the same way if
-# it is missing. Where network namespaces (root, iproute2, tc, /dev/net/tun) are not
+# debug binary `cargo test --workspace` leaves in target/debug (.ci/run's), building it with
+# `cargo build --bin neuroshard` if it is missing. Where network namespaces (root, iproute2, tc, /dev/net/tun) are not
 # available it says so and exits 0.
 #   bash .ci/soak.sh
 set -euo pipefail

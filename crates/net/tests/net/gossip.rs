@@ -1,9 +1,7 @@
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use neuroshard_net::{NetConfig, NetEvent, Validation};
 
 const TOPIC: &str = "neuroshard/test";

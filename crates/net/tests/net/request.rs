@@ -1,5 +1,4 @@
-mod common;
-use common::*;
+use crate::common::*;
 use neuroshard_net::{Net, NetConfig, NetError, NetEvent, NetEvents};
 
 /// Answers every request with its bytes reversed.

@@ -1,8 +1,6 @@
-mod common;
-
 use std::sync::Arc;
 
-use common::*;
+use crate::common::*;
 use neuroshard_net::{NetConfig, NetError};
 
 /// Honest nodes refuse any value starting with "bad".

@@ -1,9 +1,7 @@
 //! One identity: the transport's key is the node's key, so the node id the network reports is
 //! the ledger account of the same secret.
 
-mod common;
-
-use common::{bounded, secret, start};
+use crate::common::{bounded, secret, start};
 use neuroshard_net::{Net, NetConfig};
 use neuroshard_proof::Identity;
 

@@ -2,10 +2,9 @@
 //! `max_queued_bytes` of peers' messages, fails the rest at once, and takes new ones again
 //! when it has caught up; connections over the limit are refused.
 
-mod common;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use neuroshard_net::{NetConfig, NetEvent};
 
 const BUDGET: usize = 1 << 20;
