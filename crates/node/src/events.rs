@@ -106,8 +106,14 @@ pub enum NodeEvent {
         ms: f64,
         time_ms: u64,
     },
-    /// The driver ran its configured number of steps.
-    Finished { steps: u64, time_ms: u64 },
+    /// The driver stopped: it ran its configured number of steps, or (`reason`) it can
+    /// drive no more (its registration lapsed, so no stage takes its micro-batches).
+    Finished {
+        steps: u64,
+        #[serde(default)]
+        reason: Option<String>,
+        time_ms: u64,
+    },
     /// Something from a peer was refused, with the reason.
     Dropped {
         what: Option<String>,

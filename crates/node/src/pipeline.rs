@@ -811,10 +811,15 @@ impl Pipeline {
                     busy_ms: None,
                     time_ms: self.cfg.clock.unix_ms(now),
                 }));
-                if self.is_first() && self.cfg.steps != 0 && self.steps_done >= self.cfg.steps {
+                if self.is_first()
+                    && !self.finished
+                    && self.cfg.steps != 0
+                    && self.steps_done >= self.cfg.steps
+                {
                     self.finished = true;
                     actions.push(Action::Event(NodeEvent::Finished {
                         steps: self.steps_done,
+                        reason: None,
                         time_ms: self.cfg.clock.unix_ms(now),
                     }));
                 }
@@ -856,5 +861,6 @@ mod refusal;
 mod repeat;
 mod routing;
 mod schedule;
+mod stop;
 #[cfg(test)]
 mod tests;

@@ -250,7 +250,9 @@ fn a_worker_that_skips_its_layers_is_caught_and_slashed_on_every_ledger() {
 fn a_driver_training_on_other_text_than_it_names_is_caught_and_slashed_on_every_ledger() {
     // Nodes 0 and 3 drive (stage 0). The cheater's targets are genuine, so the last stage
     // accepts them; only the audit of its tokens against the genesis windows catches it.
-    let sim = run(1, Some((0, Cheat::OtherData)));
+    // Long enough that the cheater is slashed before its last step.
+    let steps = 60;
+    let sim = run_for(steps, 1, 250_000, Some((0, Cheat::OtherData)), None);
     let (_, guilty, _) = audits(&sim, 3, sim.node_id(0));
     assert!(guilty >= 1, "no audit caught the other text");
     // Its offers are honest (the pseudo-gradient of the weights it trained to), so an offer
@@ -267,6 +269,38 @@ fn a_driver_training_on_other_text_than_it_names_is_caught_and_slashed_on_every_
         .count();
     assert_eq!(passed_jobs, 0, "an audit passed a job on other text");
     slashed_everywhere(&sim, 0, 3);
+    driver_stopped(&sim, 0, steps);
+}
+
+/// Slashed below the minimum stake, driver `i` is no longer registered on its own ledger
+/// and stopped driving before its steps were done (every stage refuses its micro-batches:
+/// it would re-send them for ever) saying why; the honest driver of its stage finished.
+fn driver_stopped(sim: &Sim, i: usize, steps: u64) {
+    let me = sim.node_id(i);
+    let ledger = sim.core(i).unwrap().economy().ledger();
+    assert!(
+        !ledger.is_registered(&me, 0),
+        "node {i} is still registered"
+    );
+    let finished: Vec<(u64, Option<String>)> = sim
+        .events(i)
+        .iter()
+        .filter_map(|e| match e {
+            NodeEvent::Finished { steps, reason, .. } => Some((*steps, reason.clone())),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        matches!(finished.as_slice(), [(done, Some(why))] if *done < steps && why.contains("lapsed")),
+        "{finished:?}"
+    );
+    let honest = (0..NODES).find(|&j| j != i && j % 3 == 0).unwrap();
+    assert!(
+        sim.events(honest).iter().any(
+            |e| matches!(e, NodeEvent::Finished { steps: s, reason: None, .. } if *s == steps)
+        ),
+        "the honest driver did not finish"
+    );
 }
 
 /// The worker trains, but offers each round its pseudo-gradient of the round before, and

@@ -26,6 +26,7 @@ fn sync(stage: usize, round: u64, theta: &str) -> NodeEvent {
 fn lines_become_events_or_reported_leftovers() {
     let step = NodeEvent::Finished {
         steps: 3,
+        reason: None,
         time_ms: 9,
     };
     let text = format!(

@@ -255,6 +255,27 @@ impl NodeCore {
         }
     }
 
+    /// A driver registered for its stage once whose stake fell below the minimum since
+    /// (slashed, unstaked) stops: every stage refuses its micro-batches now, so it would
+    /// re-send them forever and never finish. A key never registered is left alone (it may
+    /// be waiting for its stake).
+    fn stop_driving_if_lapsed(&mut self, stage: u16, now: Instant) {
+        let (ledger, me) = (self.economy.ledger(), self.economy.node_id());
+        if self.pipeline.finished()
+            || !ledger.was_registered(&me, stage)
+            || ledger.is_registered(&me, stage)
+        {
+            return;
+        }
+        let reason = format!(
+            "its registration for stage {stage} lapsed: its stake of {} is below the minimum of {}",
+            neuroshard_ledger::format_neuro(ledger.account(&me).stake),
+            neuroshard_ledger::format_neuro(ledger.rules().min_stake),
+        );
+        let actions = self.pipeline.stop_driving(reason, now);
+        self.run_actions(actions, now);
+    }
+
     /// Registers for our stage when we are not (checked every heartbeat: a registration can
     /// lapse with the stake behind it, and a node that moved stage needs a new one).
     fn register(&mut self, now: Instant) {
@@ -269,6 +290,7 @@ impl NodeCore {
             Some(Err(e)) => self.warn(format!("registration: {e}"), now),
             None => {}
         }
+        self.stop_driving_if_lapsed(stage, now);
         // Once registered, the capacity a growing network's scaler reads (the op after the
         // registration: each needs the nonce before it). A network of one fixed model does
         // not need it.

@@ -240,7 +240,7 @@ impl World {
         ack
     }
 
-    fn tick(&mut self, by: Duration) {
+    pub(super) fn tick(&mut self, by: Duration) {
         self.now += by;
         let actions = self.p.on_tick(self.now);
         self.handle(actions);
