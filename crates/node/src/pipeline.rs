@@ -373,9 +373,15 @@ impl Pipeline {
         self.ask_batches()
     }
 
-    /// Driver: the batch of `step` arrived, with the genesis window of each row; split it
-    /// and start the forward passes.
-    pub fn on_batch(&mut self, step: u64, batch: Batch, windows: Vec<TargetWindow>) -> Vec<Action> {
+    /// Driver: the batch of `step` arrived at `now`, with the genesis window of each row;
+    /// split it and start the forward passes.
+    pub fn on_batch(
+        &mut self,
+        step: u64,
+        batch: Batch,
+        windows: Vec<TargetWindow>,
+        now: Instant,
+    ) -> Vec<Action> {
         if self.draining {
             // Asked for before the drain began: its step is not started.
             return Vec::new();
@@ -401,11 +407,10 @@ impl Pipeline {
                 step,
                 version,
                 stages,
-                time_ms: self.cfg.clock.unix_ms(Instant::now()),
+                time_ms: self.cfg.clock.unix_ms(now),
             }));
         }
         self.driver_steps.insert(step, (Vec::new(), tokens));
-        let now = Instant::now();
         let mut row = 0;
         for (i, part) in parts.into_iter().enumerate() {
             let rows = row..row + part.batch;
@@ -424,7 +429,7 @@ impl Pipeline {
                 Targets::new(part.targets, windows.get(rows).unwrap_or_default().to_vec());
             self.admit((mb, version, None), input, targets, None, now);
         }
-        actions.extend(self.dispatch());
+        actions.extend(self.dispatch(now));
         actions.extend(self.ask_batches());
         actions
     }
@@ -447,7 +452,7 @@ impl Pipeline {
         };
         match result {
             Ok(Ack::Accepted) => {
-                answer.extend(self.dispatch());
+                answer.extend(self.dispatch(now));
                 (Ack::Accepted, answer)
             }
             Ok(other) => (other, Vec::new()),
@@ -846,7 +851,7 @@ impl Pipeline {
         if step_ran {
             self.step_if_done();
         }
-        actions.extend(self.dispatch());
+        actions.extend(self.dispatch(now));
         if step_ran {
             actions.extend(self.ask_batches());
         }

@@ -157,11 +157,12 @@ impl Sim {
                     queue.extend(self.replicas[i].pipeline.on_job_done(done, Instant::now()));
                 }
                 Action::NeedBatch { step } => {
-                    queue.extend(
-                        self.replicas[i]
-                            .pipeline
-                            .on_batch(step, batch(step), Vec::new()),
-                    );
+                    queue.extend(self.replicas[i].pipeline.on_batch(
+                        step,
+                        batch(step),
+                        Vec::new(),
+                        Instant::now(),
+                    ));
                 }
                 Action::Penalize { reason, .. } => panic!("unexpected penalty: {reason}"),
                 Action::Event(NodeEvent::Step { stage, loss, .. }) => {

@@ -690,7 +690,7 @@ impl NodeCore {
                                 inputs: b.inputs,
                                 targets: b.targets,
                             };
-                            queue.extend(self.pipeline.on_batch(step, batch, windows));
+                            queue.extend(self.pipeline.on_batch(step, batch, windows, now));
                         }
                         Err(e) => self.warn(format!("loading batch {step}: {e}"), now),
                     }

@@ -43,7 +43,7 @@ fn an_outsized_gradient_is_refused_and_a_large_one_scaled_down() {
     let mut honest = 0.0;
     for step in 0..6u64 {
         w.beat(next);
-        let actions = w.p.on_batch(step, batch(step), Vec::new());
+        let actions = w.p.on_batch(step, batch(step), Vec::new(), w.now);
         w.handle(actions);
         assert_eq!(w.answer(0), Ack::Accepted);
         honest = norm_of(
@@ -55,7 +55,7 @@ fn an_outsized_gradient_is_refused_and_a_large_one_scaled_down() {
         );
     }
     w.beat(next);
-    let actions = w.p.on_batch(6, batch(6), Vec::new());
+    let actions = w.p.on_batch(6, batch(6), Vec::new(), w.now);
     w.handle(actions);
     let (from, forward) = w.sent.remove(0);
     let (ack, actions) = w.p.on_message(from, scaled_gradient(&forward, 1e4), w.now);
@@ -183,14 +183,14 @@ fn a_gradient_refused_for_its_shape_does_not_count() {
     let next = NodeId([7; 32]);
     for step in 0..6u64 {
         w.beat(next);
-        let actions = w.p.on_batch(step, batch(step), Vec::new());
+        let actions = w.p.on_batch(step, batch(step), Vec::new(), w.now);
         w.handle(actions);
         assert_eq!(w.answer(0), Ack::Accepted);
     }
     let median = w.p.backward_norms.median();
     assert!(median.is_some());
     w.beat(next);
-    let actions = w.p.on_batch(6, batch(6), Vec::new());
+    let actions = w.p.on_batch(6, batch(6), Vec::new(), w.now);
     w.handle(actions);
     let (from, forward) = w.sent.remove(0);
     let Msg::Forward { mb, .. } = forward else {

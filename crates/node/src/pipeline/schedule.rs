@@ -119,10 +119,11 @@ impl Slots {
 }
 
 impl Pipeline {
-    /// Hands the engine its next job when it is idle: the optimizer step first, then backward
+    /// Hands the engine its next job when it is idle (`now`: the service-time estimate that
+    /// routing ranks replicas by is measured from it, never from the wall clock): the optimizer step first, then backward
     /// work of the current step (it frees stashed inputs), then forward work while an open
     /// step has room for it.
-    pub(super) fn dispatch(&mut self) -> Vec<Action> {
+    pub(super) fn dispatch(&mut self, now: Instant) -> Vec<Action> {
         if self.busy {
             return Vec::new();
         }
@@ -141,7 +142,7 @@ impl Pipeline {
             Job::Step { .. } => None,
         };
         self.busy = true;
-        self.job_started = Some(Instant::now());
+        self.job_started = Some(now);
         vec![Action::Compute(job)]
     }
 

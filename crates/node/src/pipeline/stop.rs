@@ -60,7 +60,7 @@ mod tests {
         w.beat(next);
         let start = w.p.start();
         w.handle(start);
-        let first = w.p.on_batch(0, batch(0), Vec::new());
+        let first = w.p.on_batch(0, batch(0), Vec::new(), w.now);
         w.handle(first);
         assert_eq!(w.sent.len(), 2, "both micro-batches went downstream");
         let stopped = w.p.stop_driving("deregistered".into(), w.now);
@@ -80,7 +80,7 @@ mod tests {
         assert!(w.p.stop_driving("again".into(), w.now).is_empty());
         // A batch asked for before the stop starts nothing; nothing is re-sent once the
         // gradient wait (1 s) has passed.
-        assert!(w.p.on_batch(1, batch(1), Vec::new()).is_empty());
+        assert!(w.p.on_batch(1, batch(1), Vec::new(), w.now).is_empty());
         let sent_before = w.sent.len();
         w.beat(next);
         w.tick(Duration::from_secs(2));

@@ -59,7 +59,7 @@ fn a_driver_moves_to_a_new_version_at_a_round_boundary_once_its_new_stage_is_hel
             // The new stage gets its first replica during step 1: not a round boundary.
             w.beat_as(NodeId([3; 32]), 3);
         }
-        let actions = w.p.on_batch(step, batch(step), Vec::new());
+        let actions = w.p.on_batch(step, batch(step), Vec::new(), w.now);
         w.handle(actions);
         assert_eq!(w.sent.len(), 1);
         versions.push(version_of(&w.sent[0].1));
@@ -80,7 +80,7 @@ fn a_driver_stays_on_its_version_while_the_new_stage_has_no_replica() {
     let next = NodeId([7; 32]);
     for step in 0..3u64 {
         w.beat_as(next, 1);
-        let actions = w.p.on_batch(step, batch(step), Vec::new());
+        let actions = w.p.on_batch(step, batch(step), Vec::new(), w.now);
         w.handle(actions);
         assert_eq!(version_of(&w.sent[0].1), 0, "step {step}");
         assert_eq!(w.answer(0), Ack::Accepted);
