@@ -116,7 +116,11 @@ pub fn run(mut args: SimArgs) -> Result<()> {
     };
     while !done(&sim) {
         if t >= args.max_virtual_secs {
-            bail!("{} rounds not reached in {t} virtual seconds", args.rounds);
+            bail!(
+                "{} rounds not reached in {t} virtual seconds; {}",
+                args.rounds,
+                laggards(&sim, args.stages, args.rounds)
+            );
         }
         t += 1;
         sim.run_until(Duration::from_secs(t));
@@ -190,4 +194,29 @@ fn peak_rss_mib() -> f64 {
                 .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
         })
         .map_or(0.0, |kib| kib / 1024.0)
+}
+
+/// Per stage, the replicas below `rounds`: what held a run up.
+fn laggards(sim: &Sim, stages: usize, rounds: u64) -> String {
+    (0..stages)
+        .map(|stage| {
+            let behind: Vec<String> = (0..sim.len())
+                .filter_map(|i| Some((i, sim.core(i)?)))
+                .filter(|(_, c)| c.stage() == stage && c.sync_round() < rounds)
+                .map(|(i, c)| {
+                    format!(
+                        "node {i} (round {}, step {})",
+                        c.sync_round(),
+                        c.steps_done()
+                    )
+                })
+                .collect();
+            format!(
+                "stage {stage}: {} behind [{}]",
+                behind.len(),
+                behind.join(", ")
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
 }
