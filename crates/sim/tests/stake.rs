@@ -132,4 +132,12 @@ fn a_driver_without_stake_gets_no_data_trained_in() {
         )
         .count();
     assert!(refused > 0);
+    // Never registered, it is not a driver whose registration lapsed: it keeps driving (its
+    // stake may yet come) and reports no end.
+    assert!(
+        !sim.events(4)
+            .iter()
+            .any(|e| matches!(e, NodeEvent::Finished { .. })),
+        "the unstaked driver stopped"
+    );
 }

@@ -119,10 +119,10 @@ impl Slots {
 }
 
 impl Pipeline {
-    /// Hands the engine its next job when it is idle (`now`: the service-time estimate that
-    /// routing ranks replicas by is measured from it, never from the wall clock): the optimizer step first, then backward
+    /// Hands the engine its next job when it is idle: the optimizer step first, then backward
     /// work of the current step (it frees stashed inputs), then forward work while an open
-    /// step has room for it.
+    /// step has room for it. The service time routing ranks replicas by is measured from
+    /// `now`, never from the wall clock (the simulator's instants are virtual).
     pub(super) fn dispatch(&mut self, now: Instant) -> Vec<Action> {
         if self.busy {
             return Vec::new();

@@ -16,8 +16,8 @@ impl Pipeline {
             return Vec::new();
         }
         self.finished = true;
-        self.draining = true;
-        let own: Vec<MicroBatchId> = self
+        self.drain();
+        let own: BTreeSet<MicroBatchId> = self
             .stash
             .keys()
             .chain(self.outstanding.keys())
