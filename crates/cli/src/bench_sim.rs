@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
 use clap::Args;
+use neuroshard_node::events::NodeEvent;
 use neuroshard_sim::{EngineCosts, EngineKind, Factory, LinkModel, Sim, settings, tiny_model};
 use serde::Serialize;
 
@@ -36,6 +37,10 @@ pub struct SimArgs {
     max_virtual_secs: u64,
     #[arg(long)]
     json: bool,
+    /// Print the round events (aggregated, adopted) of this stage's replicas, in virtual
+    /// time, to stderr: why a stage falls behind.
+    #[arg(long)]
+    trace_stage: Option<usize>,
 }
 
 #[derive(Serialize)]
@@ -57,6 +62,9 @@ struct SimReport {
     messages_by_kind_per_round: std::collections::BTreeMap<String, f64>,
     bytes_by_kind_per_round: std::collections::BTreeMap<String, f64>,
     peak_rss_mib: f64,
+    /// Stages where two replicas at the same round hold different outer states at the end:
+    /// replicas on separate lines of θ₀ that share no rounds (should be 0).
+    split_stages: usize,
 }
 
 pub fn run(mut args: SimArgs) -> Result<()> {
@@ -88,8 +96,18 @@ pub fn run(mut args: SimArgs) -> Result<()> {
         EngineCosts::default(),
         Box::new(factory),
     );
-    // Only start-up warnings are read below; one event per applied proof would be n² per round.
-    sim.keep_events(|e| matches!(e, neuroshard_node::events::NodeEvent::Warning { .. }));
+    // Only start-up warnings (and round events when tracing) are read below; one event per
+    // applied proof would be n² per round.
+    if args.trace_stage.is_some() {
+        sim.keep_events(|e| {
+            matches!(
+                e,
+                NodeEvent::Warning { .. } | NodeEvent::Sync { .. } | NodeEvent::Adopted { .. }
+            )
+        });
+    } else {
+        sim.keep_events(|e| matches!(e, NodeEvent::Warning { .. }));
+    }
     for i in 0..args.nodes {
         sim.add_node(i % args.stages, Duration::from_millis(i as u64 % 1000));
     }
@@ -97,7 +115,7 @@ pub fn run(mut args: SimArgs) -> Result<()> {
     sim.run_until(Duration::ZERO);
     if let Some(e) = (0..sim.len()).find_map(|i| {
         sim.events(i).iter().find_map(|e| match e {
-            neuroshard_node::events::NodeEvent::Warning { message, .. } => Some(message.clone()),
+            NodeEvent::Warning { message, .. } => Some(message.clone()),
             _ => None,
         })
     }) {
@@ -116,6 +134,9 @@ pub fn run(mut args: SimArgs) -> Result<()> {
     };
     while !done(&sim) {
         if t >= args.max_virtual_secs {
+            if let Some(stage) = args.trace_stage {
+                eprint!("{}", round_trace(&sim, stage));
+            }
             bail!(
                 "{} rounds not reached in {t} virtual seconds; {}",
                 args.rounds,
@@ -126,6 +147,9 @@ pub fn run(mut args: SimArgs) -> Result<()> {
         sim.run_until(Duration::from_secs(t));
     }
     let wall = started.elapsed().as_secs_f64();
+    if let Some(stage) = args.trace_stage {
+        eprint!("{}", round_trace(&sim, stage));
+    }
     let traffic = sim.traffic();
     let per_round = |x: u64| x as f64 / args.rounds as f64;
     let n = args.nodes as f64;
@@ -154,12 +178,13 @@ pub fn run(mut args: SimArgs) -> Result<()> {
             .map(|(k, v)| (k.clone(), per_round(*v)))
             .collect(),
         peak_rss_mib: peak_rss_mib(),
+        split_stages: (0..args.stages).filter(|s| split(&sim, *s)).count(),
     };
     if args.json {
         println!("{}", serde_json::to_string(&report)?);
     } else {
         println!(
-            "{} nodes, {} stages, {} rounds: {:.1} s wall ({:.0} s virtual); per node per round {:.0} messages, {:.0} bytes; per node per virtual second {:.1} messages, {:.0} bytes; messages/round = {:.2} × n·log2 n; peak RSS {:.0} MiB",
+            "{} nodes, {} stages, {} rounds: {:.1} s wall ({:.0} s virtual); per node per round {:.0} messages, {:.0} bytes; per node per virtual second {:.1} messages, {:.0} bytes; messages/round = {:.2} × n·log2 n; peak RSS {:.0} MiB; {} stages split",
             report.nodes,
             report.stages,
             report.rounds,
@@ -170,7 +195,8 @@ pub fn run(mut args: SimArgs) -> Result<()> {
             report.messages_per_node_per_s,
             report.bytes_per_node_per_s,
             report.messages_per_round_over_n_log_n,
-            report.peak_rss_mib
+            report.peak_rss_mib,
+            report.split_stages
         );
         for (k, v) in &report.messages_by_kind_per_round {
             let bytes = report
@@ -219,4 +245,55 @@ fn laggards(sim: &Sim, stages: usize, rounds: u64) -> String {
         })
         .collect::<Vec<_>>()
         .join("; ")
+}
+
+/// The round events of `stage`'s replicas in virtual-time order, one line each.
+fn round_trace(sim: &Sim, stage: usize) -> String {
+    let mut lines: Vec<(u64, String)> = Vec::new();
+    for i in (0..sim.len()).filter(|i| sim.core(*i).is_some_and(|c| c.stage() == stage)) {
+        for e in sim.events(i) {
+            match e {
+                NodeEvent::Sync {
+                    round,
+                    theta,
+                    contributors,
+                    expected,
+                    time_ms,
+                    ..
+                } => lines.push((
+                    *time_ms,
+                    format!(
+                        "node {i} aggregated round {round} → {:.8} ({contributors} of {expected})",
+                        theta
+                    ),
+                )),
+                NodeEvent::Adopted {
+                    round,
+                    theta,
+                    reason,
+                    time_ms,
+                    ..
+                } => lines.push((
+                    *time_ms,
+                    format!("node {i} adopted round {round} → {:.8} ({reason})", theta),
+                )),
+                _ => {}
+            }
+        }
+    }
+    lines.sort();
+    let t0 = lines.first().map_or(0, |(t, _)| *t);
+    lines
+        .into_iter()
+        .map(|(t, l)| format!("{:>9.3} s  {l}\n", t.saturating_sub(t0) as f64 / 1e3))
+        .collect()
+}
+
+/// Whether two replicas of `stage` at the same round hold different outer states.
+fn split(sim: &Sim, stage: usize) -> bool {
+    let mut seen = std::collections::BTreeMap::new();
+    (0..sim.len())
+        .filter_map(|i| sim.core(i))
+        .filter(|c| c.stage() == stage)
+        .any(|c| *seen.entry(c.sync_round()).or_insert(c.theta()) != c.theta())
 }
