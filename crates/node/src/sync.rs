@@ -17,6 +17,9 @@
 mod behind;
 #[cfg(test)]
 mod behind_tests;
+mod follow;
+#[cfg(test)]
+mod follow_tests;
 pub mod msgs;
 #[cfg(test)]
 mod outcome_tests;
@@ -177,6 +180,12 @@ pub struct Syncer {
     last_step: Option<(u64, Instant)>,
     /// When to pull the offers still missing from the round being collected.
     pull_at: Option<(u64, Instant)>,
+    /// The next round, since when a co-replica's offer of it against our θ₀ has been held, and
+    /// whether a poll has run since the wait for it ran out (see [`Syncer::follow_wait`]).
+    led_at: Option<(u64, Instant, bool)>,
+    /// When each sender's latest offer and outcome of a round reached us (see
+    /// [`Syncer::closed_on_time`]); entries follow `offers` and `dones`.
+    seen: BTreeMap<(NodeId, u64, bool), Instant>,
     /// Our training has ended (a driver took its last step): we start no round and follow
     /// none, since no inner progress comes after it, and a round begun at the end would
     /// leave us on a state our co-replicas may never see.
@@ -256,6 +265,8 @@ impl Syncer {
             last_progress: None,
             last_step: None,
             pull_at: None,
+            led_at: None,
+            seen: BTreeMap::new(),
             training_ended: false,
         }
     }
@@ -321,6 +332,7 @@ impl Syncer {
             }
         }
         keep_latest_per_sender(&mut self.offers, &node);
+        self.saw(node, round, true, now);
         keep_latest_per_sender(&mut self.displaced, &node);
         // An offer that arrives after a larger outcome naming it was announced (it was late,
         // or held until its sender's registration arrived) lets us recompute that outcome.
@@ -347,6 +359,7 @@ impl Syncer {
             .or_default()
             .insert(node, (peer, done));
         keep_latest_per_sender(&mut self.dones, &node);
+        self.saw(node, round, false, now);
         if round == self.round && self.comparing() {
             return self.compare_outcomes(now);
         }
@@ -368,7 +381,10 @@ impl Syncer {
             Phase::Collecting { deadline, .. } => {
                 Some(self.pull_deadline().map_or(*deadline, |p| p.min(*deadline)))
             }
-            Phase::Idle => self.retry_at,
+            Phase::Idle => [self.retry_at, self.lead_deadline()]
+                .into_iter()
+                .flatten()
+                .min(),
             _ => None,
         }
     }
@@ -401,19 +417,18 @@ impl Syncer {
                 if let Some(adopt) = self.behind(live, stalled) {
                     return vec![adopt];
                 }
-                if self.training_ended {
-                    return Vec::new();
-                }
                 let next = self.round.saturating_add(1);
                 let led = self
                     .offers
                     .get(&next)
                     .is_some_and(|o| o.values().any(|(_, offer)| offer.base == self.theta));
-                // A follower needs half a round of its own steps: robust rules pick among the
-                // offers coordinate by coordinate, and one Δ from a replica that just started
-                // would drag the median toward zero.
+                let waited = led && self.lead_waited(next, now);
                 let done = steps.saturating_sub(self.round_start_step);
-                if done >= self.cfg.every || (led && 2 * done >= self.cfg.every) {
+                let follow = !self.training_ended && self.should_offer(done, led, waited);
+                if let Some(join) = self.join_closed_round(now, waited, follow, live) {
+                    return vec![join];
+                }
+                if follow {
                     self.phase = Phase::Preparing {
                         round: next,
                         since: now,
@@ -608,6 +623,7 @@ impl Syncer {
         self.displaced.retain(|r, _| *r >= round);
         self.asked_offers.retain(|(r, _, _)| *r >= round);
         self.dones.retain(|r, _| *r >= round);
+        self.seen.retain(|(_, r, _), _| *r >= round);
         self.hints.retain(|r, _| *r > round);
     }
 

@@ -581,7 +581,14 @@ impl NodeCore {
             .filter(|(n, _)| *n != self.me)
             .copied()
             .collect();
-        self.announce_outcome(round, &applied, &named, &others, now);
+        // A round we only recomputed (we had no offer in it: `Syncer::join_closed_round`) is
+        // announced like an adopted state, only while it still needs vouchers: in a large
+        // stage most replicas may join a round, each heard by all the others.
+        if applied.contributors.contains(&self.me) || self.must_vouch(round, applied.theta) {
+            self.announce_outcome(round, &applied, &named, &others, now);
+        } else {
+            self.publish_theta_record(now);
+        }
         self.run_sync_actions(actions, now);
         if let Some((r, hash)) = self.rounds.my_offer
             && r == round

@@ -1,0 +1,205 @@
+//! A slow replica follows its stage's round; one that had nothing to offer joins the
+//! round's outcome by recomputing it, never from one key's word.
+
+use super::tests::*;
+use super::*;
+
+/// Replica 0 leads round 1 (its offer reaches every other replica at `now`).
+fn led(n: u8) -> (Vec<Replica>, Instant) {
+    let mut all = replicas(n);
+    let now = Instant::now();
+    let l0 = live(&all, 0);
+    assert_eq!(
+        all[0].s.poll(now, 4, &l0),
+        vec![SyncAction::Prepare { round: 1 }]
+    );
+    prepare_and_offer(&mut all, 0, now);
+    (all, now)
+}
+
+/// Replica 0's outcome of round 1 over its own offer reaches replica `i`.
+fn announce_alone(all: &mut [Replica], i: usize, theta: Hash32, at: Instant) {
+    let (peer, node) = (all[0].peer, all[0].node);
+    all[i].s.on_done(peer, node, done(1, theta, vec![node]), at);
+}
+
+#[test]
+fn a_slow_replica_follows_with_a_quarter_round_once_the_lead_has_waited() {
+    let (mut all, now) = led(3);
+    let l1 = live(&all, 1);
+    // One step of H = 4: too few to follow at once.
+    assert!(all[1].s.poll(now, 1, &l1).is_empty());
+    let wait = cfg().timeout / 2;
+    assert_eq!(
+        all[1].s.next_deadline(),
+        Some(now + wait),
+        "the runtime wakes it when the wait runs out"
+    );
+    assert!(all[1].s.poll(now + wait / 2, 1, &l1).is_empty());
+    // Before: it waited for H/2 steps, which a replica a third as fast as the lead reaches
+    // after the lead's round has closed.
+    assert_eq!(
+        all[1].s.poll(now + wait, 1, &l1),
+        vec![SyncAction::Prepare { round: 1 }]
+    );
+}
+
+#[test]
+fn a_replica_without_steps_offers_nothing_and_is_not_woken_again_and_again() {
+    let (mut all, now) = led(3);
+    let l2 = live(&all, 2);
+    let wait = cfg().timeout / 2;
+    assert!(all[2].s.poll(now, 0, &l2).is_empty());
+    assert!(
+        all[2].s.poll(now + wait, 0, &l2).is_empty(),
+        "no Δ to offer"
+    );
+    // A deadline already past would make the runtime poll in a loop.
+    assert_eq!(all[2].s.next_deadline(), None);
+}
+
+#[test]
+fn a_replica_the_round_closed_without_recomputes_its_outcome_and_stays_on_the_stages_line() {
+    let (mut all, now) = led(3);
+    let l2 = live(&all, 2);
+    let wait = cfg().timeout / 2;
+    assert!(all[2].s.poll(now, 0, &l2).is_empty());
+    assert!(all[2].s.poll(now + wait, 0, &l2).is_empty());
+    let theta = [42; 32];
+    announce_alone(&mut all, 2, theta, now + 2 * wait);
+    // Before: one announcer of two live co-replicas is no majority, so it waited, then ran
+    // round 1 itself from the old θ₀: a second line of states the stage never merged.
+    let acts = all[2].s.poll(now + 2 * wait, 0, &l2);
+    assert_eq!(
+        acts,
+        vec![SyncAction::Aggregate {
+            round: 1,
+            from: vec![(all[0].node, Some(all[0].peer), blob_of(&all[0].node))],
+        }],
+        "the lead's signed offer, fetched from whoever brought it; nothing of ours"
+    );
+    let lead = all[0].node;
+    let (acts, _) = all[2].s.on_applied(1, theta, vec![lead], 0, now + 2 * wait);
+    assert!(matches!(
+        &acts[0],
+        SyncAction::Event(NodeEvent::Sync {
+            round: 1,
+            included_self: false,
+            ..
+        })
+    ));
+    assert_eq!((all[2].s.round(), all[2].s.theta()), (1, theta));
+}
+
+#[test]
+fn a_replica_that_could_offer_joins_a_round_that_closed_at_its_deadline_instead() {
+    let (mut all, now) = led(3);
+    let l2 = live(&all, 2);
+    // Replica 2 was busy (say, still finishing round 0) until the lead's round closed a
+    // full deadline after its offer reached it; it has H/2 steps by then.
+    let closed = now + cfg().timeout + Duration::from_millis(100);
+    announce_alone(&mut all, 2, [42; 32], closed);
+    // Before: it offered late into a round the others had left, and its larger outcome
+    // started a line of its own.
+    assert_eq!(
+        aggregate_of(&all[2].s.poll(closed, 2, &l2)),
+        vec![all[0].node]
+    );
+}
+
+#[test]
+fn an_outcome_one_key_announces_at_once_is_joined_by_no_one_who_could_still_offer() {
+    // The lead announces its outcome over its own offer the moment it offers.
+    let (mut all, now) = led(3);
+    let wait = cfg().timeout / 2;
+    for i in 1..3 {
+        announce_alone(&mut all, i, [42; 32], now);
+    }
+    let l1 = live(&all, 1);
+    let l2 = live(&all, 2);
+    // Before the wait runs out no one joins it, steps or not.
+    assert!(all[2].s.poll(now, 0, &l2).is_empty());
+    assert!(all[1].s.poll(now, 1, &l1).is_empty());
+    // After it, a replica with a quarter round offers into the round (its larger outcome
+    // wins over the announced one) rather than taking the lone offer's outcome.
+    assert_eq!(
+        all[1].s.poll(now + wait, 1, &l1),
+        vec![SyncAction::Prepare { round: 1 }]
+    );
+}
+
+#[test]
+fn an_outcome_naming_offers_not_held_against_our_theta_is_not_joined() {
+    let (mut all, now) = led(3);
+    let wait = cfg().timeout / 2;
+    let l2 = live(&all, 2);
+    assert!(all[2].s.poll(now, 0, &l2).is_empty());
+    let (peer, node) = (all[0].peer, all[0].node);
+    let me = all[2].node;
+    // Naming us (we offered nothing), naming a blob of the lead's we never saw, and naming
+    // a co-replica that offered nothing: none can be recomputed here.
+    let claims = [
+        done(1, [50; 32], vec![node, me]),
+        SyncDone {
+            blobs: vec![[77; 32]],
+            ..done(1, [51; 32], vec![node])
+        },
+        done(1, [52; 32], vec![node, all[1].node]),
+    ];
+    for d in claims {
+        all[2].s.on_done(peer, node, d, now);
+    }
+    assert!(all[2].s.poll(now + wait, 0, &l2).is_empty());
+    // The lead's offer made against another θ₀ leads no one here.
+    let (mut all, now) = led(3);
+    let l2 = live(&all, 2);
+    let (peer, node) = (all[0].peer, all[0].node);
+    all[2].s.on_offer(
+        peer,
+        node,
+        SyncOffer {
+            blob: blob_of(&node),
+            ..offer(1, [9; 32])
+        },
+        now,
+    );
+    announce_alone(&mut all, 2, [42; 32], now);
+    assert!(all[2].s.poll(now, 0, &l2).is_empty());
+    assert!(
+        all[2].s.poll(now + wait, 0, &l2).is_empty(),
+        "its only offer of round 1 is no longer against our θ₀"
+    );
+}
+
+#[test]
+fn a_replica_that_joined_a_lone_outcome_moves_to_the_larger_one() {
+    let (mut all, now) = led(3);
+    let wait = cfg().timeout / 2;
+    let l2 = live(&all, 2);
+    // Replica 1 offers too; the lead announced over its own offer only.
+    let l1 = live(&all, 1);
+    assert_eq!(
+        all[1].s.poll(now, 2, &l1),
+        vec![SyncAction::Prepare { round: 1 }]
+    );
+    prepare_and_offer(&mut all, 1, now);
+    assert!(all[2].s.poll(now, 0, &l2).is_empty());
+    announce_alone(&mut all, 2, [42; 32], now + wait);
+    // The best outcome it can recompute when it joins is the lone one.
+    aggregate_of(&all[2].s.poll(now + wait, 0, &l2));
+    let lead = all[0].node;
+    all[2].s.on_applied(1, [42; 32], vec![lead], 0, now + wait);
+    // Replica 1's outcome over both offers outranks it: recomputed, not taken on trust.
+    let both = vec![all[0].node, all[1].node];
+    let (peer, node) = (all[1].peer, all[1].node);
+    let acts = all[2]
+        .s
+        .on_done(peer, node, done(1, [43; 32], both.clone()), now + wait);
+    assert!(
+        acts.iter().any(|a| matches!(
+            a,
+            SyncAction::Verify { round: 1, set, .. } if set.len() == 2
+        )),
+        "{acts:?}"
+    );
+}
