@@ -19,7 +19,7 @@ use malachite::{
     SignedConsensusMsg, State, ValuePayload, process,
 };
 use malachite_types::{
-    CommitCertificate, SignedMessage, ThresholdParams, Timeout, Validity, ValueOrigin,
+    CommitCertificate, SignedMessage, ThresholdParams, Timeout, TimeoutKind, Validity, ValueOrigin,
     VoteExtensionPolicy,
 };
 use neuroshard_proof::{Canonical, Identity, NodeId};
@@ -138,6 +138,7 @@ struct Io<'a> {
     queue: &'a mut VecDeque<Input<FinalityContext>>,
     wal: &'a mut VecDeque<WalEntry>,
     epochs: &'a mut BTreeMap<u64, EpochView>,
+    finalized: &'a mut bool,
 }
 
 /// One node's finality state machine.
@@ -152,6 +153,10 @@ pub struct Finality {
     epochs: BTreeMap<u64, EpochView>,
     now: Option<Instant>,
     wal: VecDeque<WalEntry>,
+    /// The current epoch finalized here: Malachite still re-broadcasts our votes of it every
+    /// few seconds until the next epoch starts, which helps no one (a lagging validator
+    /// catches up from certificates), so those timers are dropped.
+    finalized: bool,
 }
 
 impl Finality {
@@ -167,6 +172,7 @@ impl Finality {
             epochs: BTreeMap::new(),
             now: None,
             wal: VecDeque::new(),
+            finalized: false,
         }
     }
 
@@ -265,6 +271,7 @@ impl Finality {
         }
         self.epochs.retain(|e, _| *e >= epoch);
         self.timers.clear();
+        self.finalized = false;
         // No target time: Malachite would measure it with its own clock.
         let input = Input::StartHeight(
             Epoch(epoch),
@@ -480,6 +487,7 @@ impl Finality {
                 queue: &mut self.queue,
                 wal: &mut self.wal,
                 epochs: &mut self.epochs,
+                finalized: &mut self.finalized,
             };
             let result: Result<(), malachite::Error<FinalityContext>> = process!(
                 input: input,
@@ -506,6 +514,9 @@ impl Io<'_> {
     }
 
     fn schedule(&mut self, t: Timeout) {
+        if *self.finalized && t.kind == TimeoutKind::Rebroadcast {
+            return;
+        }
         // A timeout of the nil round never comes from Malachite; were it asked for, it gets
         // round 0's duration rather than the panic `duration_for` has for it.
         let at = match t.round {
@@ -580,6 +591,9 @@ impl Io<'_> {
             }
             Effect::Decide(.., r) => r.resume_with(()),
             Effect::Finalize(certificate, _, evidence, r) => {
+                *self.finalized = true;
+                self.timers
+                    .retain(|(t, _)| t.kind != TimeoutKind::Rebroadcast);
                 let epoch = certificate.height.0;
                 let votes = evidence.votes.iter().flat_map(|(who, pairs)| {
                     pairs.iter().map(move |(a, b)| {
