@@ -557,7 +557,14 @@ impl Syncer {
             .filter_map(|n| from.get(n).map(|h| (*n, *h)))
             .collect();
         let included_self = contributors.contains(&self.me);
+        let start = self.round_start_step;
         self.finish_round(round, theta, named.iter().copied().collect(), steps);
+        if !included_self {
+            // A round we only joined took none of our steps: they still count toward our
+            // next offer, or a key that leads every round at once (when everyone else has
+            // just started) would have us join its lone outcome round after round.
+            self.round_start_step = start;
+        }
         self.aggregated = true;
         let mut actions = vec![SyncAction::Event(NodeEvent::Sync {
             stage: self.cfg.stage.into(),

@@ -59,8 +59,9 @@ impl Syncer {
     /// replica that just started would drag the median toward zero; and after a quarter
     /// round once the lead has waited [`Self::follow_wait`] (`waited`), so that a replica
     /// half as fast as the lead, or a little slower, still makes the round. Short of that it
-    /// joins the round's outcome instead ([`Self::join_closed_round`]); and a key that leads
-    /// every round early makes the others offer no more often than every quarter round.
+    /// joins the round's outcome instead ([`Self::join_closed_round`]), and its steps count
+    /// on toward its next offer (`Syncer::on_applied`): a key that leads every round the
+    /// moment the last one closed decides at most every other round alone.
     pub(super) fn should_offer(&self, done: u64, led: bool, waited: bool) -> bool {
         let every = self.cfg.every;
         done >= every

@@ -203,3 +203,49 @@ fn a_replica_that_joined_a_lone_outcome_moves_to_the_larger_one() {
         "{acts:?}"
     );
 }
+
+#[test]
+fn a_replica_that_joined_a_round_offers_its_steps_into_the_next_one() {
+    // A key leads round 1 the moment round 0 closed: replica 2 has no step yet and joins
+    // its lone outcome once it closed on time.
+    let (mut all, now) = led(3);
+    let l2 = live(&all, 2);
+    let wait = cfg().timeout / 2;
+    assert!(all[2].s.poll(now, 0, &l2).is_empty());
+    let closed = now + cfg().timeout + Duration::from_millis(100);
+    announce_alone(&mut all, 2, [42; 32], closed);
+    aggregate_of(&all[2].s.poll(closed, 0, &l2));
+    let lead = all[0].node;
+    // It took 3 inner steps (of H = 4) while the round closed and it recomputed.
+    all[2]
+        .s
+        .on_applied(1, [42; 32], vec![lead], 3, closed + wait);
+    // The key leads round 2 at once again. Before: joining restarted the step count, so
+    // replica 2 had 0 steps of round 2, joined again, and the key decided every round.
+    let (peer, node) = (all[0].peer, all[0].node);
+    let lead2 = SyncOffer {
+        blob: [77; 32],
+        ..offer(2, [42; 32])
+    };
+    all[2].s.on_offer(peer, node, lead2, closed + wait);
+    assert_eq!(
+        all[2].s.poll(closed + wait, 3, &l2),
+        vec![SyncAction::Prepare { round: 2 }],
+        "its 3 steps are more than H/2"
+    );
+}
+
+#[test]
+fn arrival_times_are_kept_only_for_the_offers_and_outcomes_held() {
+    let (mut all, now) = led(3);
+    let (peer, node) = (all[1].peer, all[1].node);
+    // One key floods offers and outcomes of a thousand future rounds.
+    for round in 1..=1000u64 {
+        all[2].s.on_offer(peer, node, offer(round, [9; 32]), now);
+        all[2]
+            .s
+            .on_done(peer, node, done(round, [9; 32], vec![node]), now);
+    }
+    let of_flooder = all[2].s.seen.keys().filter(|(n, _, _)| *n == node).count();
+    assert_eq!(of_flooder, 2 * ROUNDS_PER_SENDER);
+}
