@@ -46,6 +46,13 @@ pub type Named = Vec<(NodeId, Hash32)>;
 /// only a majority (see `Syncer::behind`).
 pub const STALLED_TIMEOUTS: u32 = 4;
 
+/// Round timeouts a lead whose deadline came with no co-replica's offer against its θ₀
+/// waits on while co-replicas are alive, before it closes the round alone: a replica joins
+/// an outcome over one key's offer only once that key demonstrably waited (see
+/// `Syncer::join_closed_round`), so an honest lone lead waits, and a key that closes every
+/// round at once decides none of them.
+pub const LONE_EXTRA_TIMEOUTS: u32 = 2;
+
 /// Round parameters.
 #[derive(Debug, Clone)]
 pub struct SyncConfig {
@@ -124,6 +131,9 @@ enum Phase {
         mine: Hash32,
         sent: u64,
         dense: u64,
+        /// The deadline was moved on once because no co-replica had offered against our θ₀
+        /// (see [`LONE_EXTRA_TIMEOUTS`]).
+        extended: bool,
     },
     Aggregating {
         round: u64,
@@ -444,11 +454,31 @@ impl Syncer {
                 mine,
                 sent,
                 dense,
+                extended,
             } => {
                 if let Some(pull) = self.poll_pull(now, live) {
                     return vec![pull];
                 }
                 if now < deadline && !live.iter().all(|n| self.heard(round, n)) {
+                    return Vec::new();
+                }
+                let alone = !self
+                    .offers
+                    .get(&round)
+                    .is_some_and(|o| o.values().any(|(_, o)| o.base == self.theta));
+                let awaited = live.iter().any(|n| !self.heard(round, n));
+                if alone && awaited && !extended {
+                    // Missing offers are still pulled, a quarter of the wait apart.
+                    self.pull_at = Some((round, now + self.cfg.timeout / 4));
+                    self.phase = Phase::Collecting {
+                        round,
+                        since,
+                        deadline: deadline + self.cfg.timeout * LONE_EXTRA_TIMEOUTS,
+                        mine,
+                        sent,
+                        dense,
+                        extended: true,
+                    };
                     return Vec::new();
                 }
                 let mut from = vec![(self.me, None, mine)];
@@ -505,6 +535,7 @@ impl Syncer {
             mine: blob,
             sent,
             dense,
+            extended: false,
         };
         vec![SyncAction::Publish(SyncMsg::Offer(SyncOffer {
             network: self.cfg.network,

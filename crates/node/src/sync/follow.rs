@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use neuroshard_proof::{Hash32, NodeId};
 
 use super::outcomes::rank;
-use super::{Phase, SyncAction, Syncer};
+use super::{LONE_EXTRA_TIMEOUTS, Phase, SyncAction, Syncer};
 
 /// An input of an aggregation: contributor, the peer to fetch its offer from, the offer.
 type Input = (NodeId, Option<NodeId>, Hash32);
@@ -60,8 +60,10 @@ impl Syncer {
     /// round once the lead has waited [`Self::follow_wait`] (`waited`), so that a replica
     /// half as fast as the lead, or a little slower, still makes the round. Short of that it
     /// joins the round's outcome instead ([`Self::join_closed_round`]), and its steps count
-    /// on toward its next offer (`Syncer::on_applied`): a key that leads every round the
-    /// moment the last one closed decides at most every other round alone.
+    /// on toward its next offer (`Syncer::on_applied`). An outcome over one key's offer it
+    /// joins only once that key waited as long as an honest lone lead does, so a key that
+    /// leads every round the moment the last one closed decides none alone while the
+    /// others step at a quarter of its pace in that time.
     pub(super) fn should_offer(&self, done: u64, led: bool, waited: bool) -> bool {
         let every = self.cfg.every;
         done >= every
@@ -90,19 +92,26 @@ impl Syncer {
         }
     }
 
-    /// Whether `announcer`'s outcome of `round` over `set` reached us a full round deadline
-    /// after the first of its offers did: its lead waited for the others, as an honest one
-    /// does, so the round is over and an offer of ours now would only start a rival outcome
-    /// that replicas already in the next round never weigh. One announced sooner may be a
-    /// key cutting the round short to decide it alone: a replica that can offer does.
-    fn closed_on_time(&self, round: u64, announcer: NodeId, set: &[(NodeId, Hash32)]) -> bool {
+    /// Whether `announcer`'s outcome of `round` over `set` reached us `after` (a full round
+    /// deadline, or more for an outcome over one offer) after the first of its offers did:
+    /// its lead waited for the others, as an honest one does, so the round is over and an
+    /// offer of ours now would only start a rival outcome that replicas already in the next
+    /// round never weigh. One announced sooner may be a key cutting the round short to
+    /// decide it alone: a replica that can offer does.
+    fn closed_on_time(
+        &self,
+        round: u64,
+        announcer: NodeId,
+        set: &[(NodeId, Hash32)],
+        after: Duration,
+    ) -> bool {
         let Some(done) = self.seen.get(&(announcer, round, false)) else {
             return false;
         };
         set.iter()
             .filter_map(|(n, _)| self.seen.get(&(*n, round, true)))
             .min()
-            .is_some_and(|first| *done >= *first + self.cfg.timeout)
+            .is_some_and(|first| *done >= *first + after)
     }
 
     /// The next round closed without us: recompute its best announced outcome whose every
@@ -111,9 +120,10 @@ impl Syncer {
     /// be late, or we cannot offer (`can_offer` false: too few steps when the lead's wait ran
     /// out, `waited`). The result is ours (every input a signed offer, nothing taken on trust), on
     /// the line the stage follows, and our inner progress is kept as a shift and goes into
-    /// our next offer. An outcome one key announced early is joined only by replicas with
-    /// nothing to offer, and the larger outcome of the replicas that did offer moves them
-    /// (a replica that recomputed compares outcomes like any aggregator).
+    /// our next offer. An outcome of two or more keys announced early is joined only by
+    /// replicas with nothing to offer, and the larger outcome of the replicas that did offer
+    /// moves them (a replica that recomputed compares outcomes like any aggregator); one over
+    /// a single key's offer only after [`LONE_EXTRA_TIMEOUTS`] deadlines.
     pub(super) fn join_closed_round(
         &mut self,
         now: Instant,
@@ -131,7 +141,17 @@ impl Syncer {
                 continue;
             }
             let set: Vec<(NodeId, Hash32)> = d.named().collect();
-            if (can_offer || !waited) && !self.closed_on_time(next, *announcer, &set) {
+            let timeout = self.cfg.timeout;
+            let joinable = if set.len() == 1 {
+                // One key's offer: only once its lead waited as an honest lone lead does
+                // (`LONE_EXTRA_TIMEOUTS`, less a deadline for the gossip's jitter). Before, a
+                // key that led every round the moment the last one closed and announced its
+                // lone outcome a deadline later decided every other round alone.
+                self.closed_on_time(next, *announcer, &set, timeout * LONE_EXTRA_TIMEOUTS)
+            } else {
+                (!can_offer && waited) || self.closed_on_time(next, *announcer, &set, timeout)
+            };
+            if !joinable {
                 continue;
             }
             let key = rank(set.len(), d.theta);
