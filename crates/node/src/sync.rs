@@ -459,26 +459,8 @@ impl Syncer {
                 if let Some(pull) = self.poll_pull(now, live) {
                     return vec![pull];
                 }
-                if now < deadline && !live.iter().all(|n| self.heard(round, n)) {
-                    return Vec::new();
-                }
-                let alone = !self
-                    .offers
-                    .get(&round)
-                    .is_some_and(|o| o.values().any(|(_, o)| o.base == self.theta));
                 let awaited = live.iter().any(|n| !self.heard(round, n));
-                if alone && awaited && !extended {
-                    // Missing offers are still pulled, a quarter of the wait apart.
-                    self.pull_at = Some((round, now + self.cfg.timeout / 4));
-                    self.phase = Phase::Collecting {
-                        round,
-                        since,
-                        deadline: deadline + self.cfg.timeout * LONE_EXTRA_TIMEOUTS,
-                        mine,
-                        sent,
-                        dense,
-                        extended: true,
-                    };
+                if now < deadline && awaited {
                     return Vec::new();
                 }
                 let mut from = vec![(self.me, None, mine)];
@@ -489,6 +471,19 @@ impl Syncer {
                             .filter(|(_, (_, o))| o.base == self.theta)
                             .map(|(n, (p, o))| (*n, Some(*p), o.blob)),
                     );
+                }
+                let alone = from.len() == 1;
+                if alone && awaited && !extended {
+                    // Missing offers are still pulled, a quarter of the wait apart.
+                    self.pull_at = Some((round, now + self.cfg.timeout / 4));
+                    if let Phase::Collecting {
+                        deadline, extended, ..
+                    } = &mut self.phase
+                    {
+                        *deadline += self.cfg.timeout * LONE_EXTRA_TIMEOUTS;
+                        *extended = true;
+                    }
+                    return Vec::new();
                 }
                 self.phase = Phase::Aggregating {
                     round,

@@ -177,10 +177,7 @@ fn a_lead_alone_waits_longer_for_its_live_co_replicas_before_it_closes_the_round
     // Replica 1 offers meanwhile; replica 2 never does.
     let l1 = live(&all, 1);
     all[1].s.poll(deadline, 2, &l1);
-    let blob = [11; 32];
-    let acts = all[1].s.on_prepared(1, blob, 100, 12_800, None, deadline);
-    let (node, peer) = (all[1].node, all[1].peer);
-    all[0].s.on_offer(peer, node, offer_of(&acts), deadline);
+    prepare_and_offer(&mut all, 1, deadline);
     let acts = all[0].s.poll(closed - Duration::from_millis(1), 5, &l0);
     assert_eq!(
         acts,
