@@ -117,6 +117,7 @@ fn telemetry() -> Telemetry {
             proofs: 2,
             balance: 40,
             stake: 0,
+            pending: 0,
         },
         peers: vec![SeenPeer {
             node: [2; 32],

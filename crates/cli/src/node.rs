@@ -64,9 +64,10 @@ pub struct SyncArgs {
     /// step), in MiB; the oldest goes first.
     #[arg(long, default_value_t = neuroshard_node::compute::DEFAULT_AUDIT_BUDGET >> 20)]
     pub evidence_mb: u64,
-    /// Ledger finality: time from one finalized epoch to the start of the next, in ms.
-    #[arg(long, default_value_t = settings::DEFAULT_EPOCH_MS)]
-    pub epoch_ms: u64,
+    /// Ledger finality: time from one finalized epoch to the start of the next, in ms
+    /// (default: 10,000 for `node`; 3,000 for `swarm`, whose nodes share one machine).
+    #[arg(long)]
+    pub epoch_ms: Option<u64>,
     /// Found a network whose model grows (by depth, with identity blocks): the upgrade rule
     /// runs after every K registrations (joins). Fixed in the genesis; a joiner takes the
     /// network's.
@@ -298,7 +299,7 @@ impl NodeArgs {
             eval_windows: self.eval_windows,
             budgets: Default::default(),
             audit: self.sync.audit()?,
-            epoch_ms: self.sync.epoch_ms,
+            epoch_ms: self.sync.epoch_ms.unwrap_or(settings::DEFAULT_EPOCH_MS),
             growth: self.sync.growth()?,
             capacity: self.sync.capacity(1),
         })

@@ -170,7 +170,9 @@ impl SwarmArgs {
             eval_windows: neuroshard_node::settings::DEFAULT_EVAL_WINDOWS,
             budgets: Default::default(),
             audit: self.sync.audit()?,
-            epoch_ms: self.sync.epoch_ms,
+            // Finality settles the rounds nodes are paid for three epochs after their first
+            // proof: a local network finalizes in milliseconds, so shorter epochs pay sooner.
+            epoch_ms: self.sync.epoch_ms.unwrap_or(SWARM_EPOCH_MS),
             growth: match (self.sync.growth()?, self.grow_at) {
                 (None, Some(_)) => {
                     // Every node that will have joined: the joiners' registrations trigger it.
@@ -219,6 +221,8 @@ impl SwarmArgs {
 
 /// Nodes that join at `--grow-at`.
 const GROW_JOINERS: usize = 2;
+/// Ledger finality's epoch in a swarm, in ms (nodes default to 10 s).
+const SWARM_EPOCH_MS: u64 = 3_000;
 
 /// Node lines before training, then a progress bar.
 #[derive(Default)]

@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-use neuroshard_proof::fixtures::{test_identity, training_proof};
+use neuroshard_proof::fixtures::{test_identity, training_proof, uptime_proof};
 use serde_json::Value;
 
 type Res<T = ()> = Result<T, Box<dyn std::error::Error>>;
@@ -63,9 +63,9 @@ fn wallet_and_ledger_commands() -> Res {
         .duration_since(std::time::UNIX_EPOCH)?
         .as_millis() as u64;
     let proof = training_proof(&prover, &neighbour, 1, now).sign(&prover);
-    let file = dir.path().join("proof.hex");
-    std::fs::write(&file, hex::encode(proof.to_bytes()))?;
-    let file = file.to_str().ok_or("utf-8 path")?;
+    let file_path = dir.path().join("proof.hex");
+    std::fs::write(&file_path, hex::encode(proof.to_bytes()))?;
+    let file = file_path.to_str().ok_or("utf-8 path")?;
     let known = neighbour.public_key().to_string();
 
     let err = fails(&node, &["ledger", "verify-proof", file])?;
@@ -84,8 +84,8 @@ fn wallet_and_ledger_commands() -> Res {
     )?;
     assert_eq!(v["valid"], true);
     assert_eq!(v["applied"], true);
-    let reward = v["reward"].as_u64().ok_or("reward")?;
-    assert!(reward > 0);
+    // What the round pays at most; a training proof is paid when finality settles its round.
+    assert!(v["reward"].as_u64().ok_or("reward")? > 0);
     let again = ok_json(
         &node,
         &[
@@ -99,6 +99,25 @@ fn wallet_and_ledger_commands() -> Res {
         ],
     )?;
     assert_eq!(again["applied"], false, "a proof is credited once");
+    let bal = ok_json(&node, &["ledger", "balance", "--json"])?;
+    assert_eq!(
+        bal["balance"].as_u64(),
+        Some(0),
+        "training pays when its round settles"
+    );
+
+    // Its uptime pays at once.
+    let mut uptime = uptime_proof(&prover, 2, now);
+    uptime.claimed_duration_ms = 600_000;
+    let uptime = uptime.sign(&prover);
+    std::fs::write(&file_path, hex::encode(uptime.to_bytes()))?;
+    let v = ok_json(
+        &node,
+        &["ledger", "verify-proof", file, "--apply", "--json"],
+    )?;
+    assert_eq!(v["applied"], true);
+    let reward = v["reward"].as_u64().ok_or("reward")?;
+    assert!(reward > 0);
 
     let bal = ok_json(&node, &["ledger", "balance", "--json"])?;
     assert_eq!(bal["balance"].as_u64(), Some(reward));

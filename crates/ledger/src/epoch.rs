@@ -124,6 +124,8 @@ pub struct EpochApplied {
     pub refused: Vec<(Hash32, LedgerError)>,
     /// What the growth rule decided at the epoch's end (`None`: the network does not grow).
     pub growth: Option<Evaluated>,
+    /// The training rounds the epoch's end settled (`LedgerState::follow_settlements`).
+    pub settled: Vec<crate::state::RoundSettlement>,
 }
 
 /// Applies `items` (any order; a repeated item counts once) onto `state` in the canonical
@@ -203,13 +205,14 @@ pub fn apply_epoch_admitted(
         ahead = still;
     }
     // After every item: the rule reads the joins and announcements the epoch brought.
-    let growth = state.end_epoch();
+    let (growth, settled) = state.end_epoch();
     EpochApplied {
         contents: contents_of(&keys),
         state: state.state_hash(),
         applied,
         refused,
         growth,
+        settled,
     }
 }
 

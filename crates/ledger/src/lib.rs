@@ -33,8 +33,9 @@ pub use ops::{
 };
 pub use rules::{GenesisError, LedgerGenesis, Rules};
 pub use state::{
-    AUDIT_FEE_BPS, Account, Changes, Entry, EntryKind, Generation, LedgerError, LedgerState,
-    Outcome, Record, StageProgress, SupplyMismatch, round_key, round_key_of,
+    AUDIT_FEE_BPS, Account, Changes, Contribution, Entry, EntryKind, Generation, LedgerError,
+    LedgerState, Outcome, Record, RoundSettlement, SETTLE_EPOCHS, Share, StageProgress,
+    SupplyMismatch, round_key, round_key_of,
 };
 pub use store::{
     ApplyError, AuditSummary, ChangeLog, FeeLine, HistoryLine, LEDGER_FILE, Ledger, Message,

@@ -26,6 +26,7 @@ mod equivocation;
 mod fee;
 mod growth;
 mod ops;
+mod pots;
 mod progress;
 mod records;
 mod restore;
@@ -34,6 +35,7 @@ mod verdict;
 
 use equivocation::Slot;
 pub use equivocation::evidence_hash;
+pub use pots::{Contribution, RoundSettlement, SETTLE_EPOCHS, SETTLEMENTS_KEPT, Share};
 pub use progress::{ACTIVE_EPOCHS, StageProgress};
 pub use records::{Account, Changes, Entry, EntryKind, Outcome, Record};
 pub(crate) use restore::{Restored, RestoredProof};
@@ -121,6 +123,8 @@ pub enum LedgerError {
     },
     #[error("round {round} is long gone: a claim now must be of round {floor} or later")]
     RoundBehind { round: u64, floor: u64 },
+    #[error("round {round} of this stage is settled (through round {settled}): claims are closed")]
+    RoundSettled { round: u64, settled: u64 },
     #[error("node {node} was already paid for round {round} of this stage")]
     RoundPaid { node: NodeId, round: u64 },
     #[error("registering needs a stake of {needed}, the account has {available}")]
@@ -137,7 +141,8 @@ pub struct LedgerState {
     /// Stages each account ever registered for (only ever grows, so a receipt or proof that
     /// was valid stays valid whatever arrives later).
     registrations: BTreeMap<NodeId, BTreeSet<u16>>,
-    /// Paid (node, stage, round) keys of training proofs, with the proof paid and its reward.
+    /// Claimed (node, stage, round) keys of training proofs, with the proof and what its
+    /// round's settlement paid it (0 until then).
     paid_rounds: HashMap<Hash32, (Hash32, u64)>,
     /// Round keys void by an equivocation (two proofs for one round) → evidence hash.
     void_rounds: HashMap<Hash32, Hash32>,
@@ -170,6 +175,8 @@ pub struct LedgerState {
     /// Each stage's provers' latest paid rounds: what bounds the round a proof may claim.
     /// Not hashed on its own: it follows from the paid proofs.
     progress: progress::StageProgress,
+    /// Training rounds open for claims, and each stage's settled rounds (`state/pots.rs`).
+    pots: pots::Pots,
 }
 
 /// A number no other ledger state in this process has had: drawn afresh at every change, so
@@ -351,10 +358,11 @@ impl LedgerState {
 
     /// Credits the reward for a verified proof. Idempotent by proof hash.
     ///
-    /// A training proof is paid a fixed amount once per (node, stage, round), whatever it
-    /// claims, and only for a round that can have happened by its timestamp; a second proof
-    /// for a paid round is refused. It is keyed by its round, not its nonce, so nodes that
-    /// saw two proofs for one round in either order hold the same balances and state hash.
+    /// A training proof is counted once per (node, stage, round), whatever it claims, and only
+    /// for a round that can have happened by its timestamp and is not settled yet; it joins
+    /// its round's pot, which a finalized epoch settles (`state/pots.rs`). A second proof for
+    /// a claimed round is an equivocation. It is keyed by its round, not its nonce, so nodes
+    /// that saw two proofs for one round in either order hold the same balances and state hash.
     pub fn apply_proof(&mut self, verified: &VerifiedProof) -> Result<Outcome, LedgerError> {
         let proof = verified.proof();
         let hash = verified.hash();
@@ -394,7 +402,14 @@ impl LedgerState {
                         Slot::Round(key),
                     );
                 }
-                self.reward_for(proof)
+                if let Some(settled) = self.pots.closed(proof.layers, proof.round) {
+                    return Err(LedgerError::RoundSettled {
+                        round: proof.round,
+                        settled,
+                    });
+                }
+                // Paid when its round settles.
+                0
             }
             None => {
                 let nonce_key = (proof.node_id, proof.nonce);
@@ -427,6 +442,7 @@ impl LedgerState {
                 self.paid_rounds.insert(key, (hash, amount));
                 self.digest.insert(Set::Round, &key);
                 self.progress.note(proof);
+                self.contribute(proof, hash);
             }
             None => {
                 self.proof_nonces
@@ -444,20 +460,36 @@ impl LedgerState {
             timestamp_ms: proof.timestamp_ms,
             round_key,
         });
-        changes.entries.push(Entry {
-            account: proof.node_id,
-            kind: EntryKind::Reward,
-            amount,
-            counterparty: None,
-            reference: hash,
-            timestamp_ms: proof.timestamp_ms,
-        });
+        if round_key.is_some() {
+            changes.records.push(Record::Contribution {
+                layers: proof.layers,
+                round: proof.round,
+                node: proof.node_id,
+                contribution: Contribution {
+                    proof: hash,
+                    roles: proof.roles,
+                    nonce: proof.nonce,
+                    timestamp_ms: proof.timestamp_ms,
+                },
+            });
+        } else {
+            changes.entries.push(Entry {
+                account: proof.node_id,
+                kind: EntryKind::Reward,
+                amount,
+                counterparty: None,
+                reference: hash,
+                timestamp_ms: proof.timestamp_ms,
+            });
+        }
         self.learn_key(proof.public_key, &mut changes);
         Ok(Outcome::Applied(changes))
     }
 
-    /// What `proof` earns under this ledger's rules: the fixed round reward for training,
-    /// the per-kind rate times the prover's stake multiplier for the other kinds.
+    /// What `proof` earns under this ledger's rules: for training, the most a round pays one
+    /// contributor (the whole round reward, plus role bonuses: what a lone contributor gets;
+    /// `n` contributors split it); the per-kind rate times the prover's stake multiplier for
+    /// the other kinds.
     pub fn reward_for(&self, proof: &Proof) -> u64 {
         match proof.kind {
             ProofKind::Training => reward::round_reward(proof, self.rules.round_reward),
@@ -513,6 +545,9 @@ impl LedgerState {
         }
         for k in self.audit_fees.keys() {
             d.insert(Set::Fee, k);
+        }
+        for e in self.pots.settled_elements() {
+            d.insert(Set::Settled, &e);
         }
         d
     }

@@ -24,6 +24,7 @@ use crate::verdict::VerifiedVerdict;
 
 mod finality;
 mod load;
+mod pots;
 mod verdicts;
 use load::{keyed_blobs, load};
 pub use verdicts::{AuditSummary, FeeLine, VerdictLine};
@@ -73,11 +74,11 @@ CREATE TABLE IF NOT EXISTS fraud_reports (
 CREATE TABLE IF NOT EXISTS finality_chain (epoch INTEGER PRIMARY KEY, link BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS finality_wal (
     seq INTEGER PRIMARY KEY, epoch INTEGER NOT NULL, entry BLOB NOT NULL);
-INSERT OR IGNORE INTO meta (key, value) VALUES ('schema', 2), ('minted', 0), ('burned', 0);
+INSERT OR IGNORE INTO meta (key, value) VALUES ('schema', 3), ('minted', 0), ('burned', 0);
 ";
 
 /// The database layout this build reads and writes.
-const SCHEMA_VERSION: u64 = 2;
+const SCHEMA_VERSION: u64 = 3;
 
 /// Storage failures (the ledger rules' refusals are [`LedgerError`]).
 #[derive(Debug, thiserror::Error)]
@@ -258,6 +259,7 @@ impl Ledger {
         conn.pragma_update(None, "synchronous", "FULL")?;
         conn.pragma_update(None, "foreign_keys", "ON")?;
         conn.execute_batch(SCHEMA)?;
+        conn.execute_batch(pots::SCHEMA)?;
         let schema: i64 =
             conn.query_row("SELECT value FROM meta WHERE key = 'schema'", [], |r| {
                 r.get(0)
@@ -562,7 +564,8 @@ fn write(
         }
         let mut proof = tx.prepare_cached(
             "INSERT INTO proofs (hash, node, nonce, kind, reward, timestamp_ms, round_key)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+             ON CONFLICT (hash) DO UPDATE SET reward = excluded.reward",
         )?;
         let mut op = tx.prepare_cached(
             "INSERT INTO ops (account, nonce, hash, wire) VALUES (?1, ?2, ?3, ?4)",
@@ -594,6 +597,13 @@ fn write(
                     to_sql(*timestamp_ms),
                     round_key.map(|k| k.to_vec())
                 ])?,
+                Record::Contribution {
+                    layers,
+                    round,
+                    node,
+                    contribution,
+                } => pots::write_contribution(&tx, *layers, *round, node, contribution)?,
+                Record::Settled { layers, round } => pots::write_settled(&tx, *layers, *round)?,
                 Record::Genesis { hash, rules } => tx.execute(
                     "INSERT INTO genesis (hash, rules) VALUES (?1, ?2)",
                     params![&hash[..], rules.to_bytes()],
@@ -654,8 +664,11 @@ fn write(
                     clawed,
                     slashed,
                     timestamp_ms,
-                } => tx
-                    .prepare_cached(
+                } => {
+                    if let Some(key) = round_key {
+                        pots::forget_contribution(&tx, key)?;
+                    }
+                    tx.prepare_cached(
                         "INSERT INTO equivocations (offender, nonce, round_key, evidence, clawed,
                          slashed, timestamp_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
                     )?
@@ -667,7 +680,8 @@ fn write(
                         to_sql(*clawed),
                         to_sql(*slashed),
                         to_sql(*timestamp_ms)
-                    ])?,
+                    ])?
+                }
             };
         }
         let mut entry = tx.prepare_cached(

@@ -3,7 +3,7 @@
 mod common;
 
 use common::{T0, op, verified};
-use neuroshard_ledger::{Action, ApplyError, Ledger, LedgerError, Message, Outcome};
+use neuroshard_ledger::{Action, ApplyError, EpochItem, Ledger, LedgerError, Message, Outcome};
 use neuroshard_proof::fixtures::{test_identity, training_proof, uptime_proof};
 use neuroshard_proof::{Identity, Proof};
 
@@ -23,6 +23,9 @@ fn reopen_restores_state_hash_history_and_dedup() -> Result<(), Box<dyn std::err
         let mut ledger = Ledger::open(&path)?;
         assert!(matches!(ledger.apply_proof(&p1)?, Outcome::Applied(_)));
         assert!(matches!(ledger.apply_proof(&p2)?, Outcome::Applied(_)));
+        // A training proof pays when its round settles (`state/pots.rs`): this funds `a`.
+        let funds = verified(&uptime_proof(&a, 5, T0), &a, &n);
+        assert!(matches!(ledger.apply_proof(&funds)?, Outcome::Applied(_)));
         let t = op(
             &a,
             0,
@@ -231,7 +234,7 @@ fn an_audit_verdict_is_stored_and_judged_once_across_a_reopen()
     let hash;
     {
         let mut ledger = Ledger::open(&path)?;
-        ledger.apply_proof(&verified(&training_proof(&a, &n, 1, T0), &a, &n))?;
+        ledger.apply_proof(&verified(&uptime_proof(&a, 1, T0), &a, &n))?;
         let stake = op(
             &a,
             0,
@@ -277,6 +280,7 @@ fn a_wired_batch_stores_what_one_by_one_writes_store_in_one_transaction()
     let (a, b, n) = (test_identity(21), test_identity(22), test_identity(23));
     let proofs: Vec<(Proof, &Identity)> = vec![
         (training_proof(&a, &n, 1, T0), &a),
+        (uptime_proof(&a, 9, T0), &a),
         (uptime_proof(&b, 1, T0), &b),
         (uptime_proof(&b, 2, T0 + 10), &b),
     ];
@@ -313,8 +317,8 @@ fn a_wired_batch_stores_what_one_by_one_writes_store_in_one_transaction()
         batch.push(WiredMessage::Op(&transfer));
         let verdicts = l.apply_wired_batch(batch)?;
         assert!(matches!(verdicts[1], Err(ApplyError::WireMismatch)));
-        assert!(matches!(verdicts[4], Ok(Outcome::Duplicate)));
-        assert!(matches!(verdicts[5], Ok(Outcome::Applied(_))));
+        assert!(matches!(verdicts[5], Ok(Outcome::Duplicate)));
+        assert!(matches!(verdicts[6], Ok(Outcome::Applied(_))));
         assert_eq!(l.state_hash(), one_by_one);
     }
     let l = Ledger::open(&path)?;
@@ -398,5 +402,59 @@ fn a_void_round_survives_reopen() -> Result<(), Box<dyn std::error::Error>> {
         Err(ApplyError::Rejected(LedgerError::RoundPaid { .. }))
     ));
     assert_eq!(ledger.state_hash(), hash);
+    Ok(())
+}
+
+/// A live ledger's open rounds and what finality settled survive a reopen: the same state,
+/// the settled round closed, an open round's contributors still in its pot.
+#[test]
+fn settled_and_open_rounds_survive_reopen() -> Result<(), Box<dyn std::error::Error>> {
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("ledger.db");
+    let (a, b, c) = (test_identity(51), test_identity(52), test_identity(53));
+    let claim = |id: &Identity, w: &Identity, round: u64| {
+        let mut p = training_proof(id, w, round, T0);
+        p.nonce = round;
+        verified(&p, id, w)
+    };
+    let settled = [claim(&a, &b, 1), claim(&b, &a, 1)];
+    let mut finalized = neuroshard_ledger::LedgerState::new();
+    let items = settled.iter().cloned().map(EpochItem::Proof).collect();
+    neuroshard_ledger::apply_epoch(&mut finalized, items);
+    for _ in 0..neuroshard_ledger::SETTLE_EPOCHS {
+        neuroshard_ledger::apply_epoch(&mut finalized, Vec::new());
+    }
+    assert_eq!(finalized.settled_round(settled[0].proof().layers), Some(1));
+    let hash;
+    {
+        let mut ledger = Ledger::open(&path)?;
+        for p in settled.iter().chain([&claim(&c, &a, 1), &claim(&a, &b, 2)]) {
+            assert!(matches!(ledger.apply_proof(p)?, Outcome::Applied(_)));
+        }
+        let mut live = ledger.state().clone();
+        let mut log = ledger.into_change_log();
+        for changes in live.follow_settlements(&finalized)? {
+            log.commit(&changes, &[])?;
+        }
+        assert_eq!(live.account(&a.node_id()).balance, 500_000_000);
+        hash = live.state_hash();
+    }
+    let mut ledger = Ledger::open(&path)?;
+    assert_eq!(ledger.state_hash(), hash);
+    assert_eq!(ledger.state().check_invariants(), Ok(()));
+    assert_eq!(ledger.state().account(&c.node_id()).balance, 0);
+    assert_eq!(ledger.state().pot(settled[0].proof().layers, 2).len(), 1);
+    assert!(matches!(
+        ledger.apply_proof(&claim(&b, &a, 1)),
+        Ok(Outcome::Duplicate)
+    ));
+    let late = claim(&test_identity(54), &a, 1);
+    assert!(matches!(
+        ledger.apply_proof(&late),
+        Err(ApplyError::Rejected(LedgerError::RoundSettled { .. }))
+    ));
+    let history = ledger.history(&a.node_id(), 10)?;
+    assert_eq!(history.len(), 1);
+    assert_eq!(history[0].kind.as_str(), "reward");
     Ok(())
 }

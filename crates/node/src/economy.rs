@@ -461,6 +461,11 @@ impl Economy {
         self.cfg.network
     }
 
+    /// What this economy knows of its network (stage layout, receipts a proof needs).
+    pub fn config(&self) -> &EconomyConfig {
+        &self.cfg
+    }
+
     /// The stage whose layers and roles these are.
     fn stage_of(&self, layers: LayerRange, roles: Roles) -> Option<u16> {
         let at = self.cfg.layout.iter().position(|s| *s == (layers, roles))?;
@@ -760,6 +765,9 @@ mod produce;
 #[cfg(test)]
 mod receipt_tests;
 pub mod reconcile;
+pub mod settle;
+#[cfg(test)]
+mod settle_tests;
 #[cfg(test)]
 pub(crate) mod tests;
 

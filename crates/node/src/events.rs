@@ -42,6 +42,9 @@ pub struct LedgerSummary {
     /// The node's own stake (what a slash takes).
     #[serde(default)]
     pub stake: u64,
+    /// The node's training claims whose rounds finality has not settled yet (unpaid so far).
+    #[serde(default)]
+    pub pending: usize,
 }
 
 /// One event of a node. `time_ms` is the node's Unix time (virtual in the simulator).
@@ -202,6 +205,18 @@ pub enum NodeEvent {
         state_hash: String,
         time_ms: u64,
     },
+    /// Training rounds that finality settled were paid on this node's ledger: each round's
+    /// fixed reward split among its contributors.
+    Settled {
+        rounds: usize,
+        /// Paid to all contributors.
+        paid: u64,
+        /// Paid to this node.
+        reward: u64,
+        balance: u64,
+        state_hash: String,
+        time_ms: u64,
+    },
     /// An epoch of the ledger is final here: decided by the committee, or fetched with its
     /// certificate and checked.
     Finalized {
@@ -346,6 +361,7 @@ impl NodeEvent {
             NodeEvent::Ledger { .. } => "ledger",
             NodeEvent::LedgerSync { .. } => "ledger_sync",
             NodeEvent::Finalized { .. } => "finalized",
+            NodeEvent::Settled { .. } => "settled",
             NodeEvent::Architecture { .. } => "architecture",
             NodeEvent::Moving { .. } => "moving",
             NodeEvent::Drained { .. } => "drained",

@@ -26,6 +26,8 @@ fn cheating_network(seed: u64) -> (Sim, Held) {
     let mut s = settings(tiny_model(), 2, 3);
     s.steps = 80;
     let mut sim = network(seed, s, 3, EngineKind::StandIn);
+    // No offline founders: finality runs, and training is paid as it settles rounds.
+    sim.set_spare_keys(0);
     let held = Arc::new(Mutex::new(None));
     let slot = Arc::clone(&held);
     sim.set_tamper(

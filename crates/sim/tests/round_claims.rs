@@ -211,18 +211,68 @@ fn late_claims(round_lead: u64) -> Vec<(BTreeSet<u64>, BTreeSet<u64>)> {
         .collect()
 }
 
+/// Without the round lead the rounds these claims name are refused all the same, now because
+/// their stage settled them (a round closes three epochs after its first proof was final):
+/// the test runs both. Each defence alone has its own tests: the floor in the ledger's
+/// `progress::tests::a_newcomer_cannot_claim_the_rounds_its_stage_ran_before_it_came` and the
+/// economy's `ahead_tests::a_live_ledger_pays_a_newcomer_only_from_the_lead_before_its_first_final_claim`,
+/// the closure in `pots::tests::a_claim_of_a_settled_round_is_refused`.
 #[test]
 fn keys_that_join_late_are_not_paid_for_the_rounds_their_stage_ran_before_them() {
-    for (i, (l, f)) in late_claims(neuroshard_ledger::rules::DEFAULT_ROUND_LEAD)
-        .iter()
-        .enumerate()
-    {
-        assert!(l.is_empty(), "node {i}'s live ledger paid rounds {l:?}");
-        assert!(f.is_empty(), "node {i}'s finalized state paid rounds {f:?}");
+    for lead in [neuroshard_ledger::rules::DEFAULT_ROUND_LEAD, 0] {
+        for (i, (l, f)) in late_claims(lead).iter().enumerate() {
+            assert!(
+                l.is_empty(),
+                "lead {lead}: node {i}'s live ledger paid {l:?}"
+            );
+            assert!(
+                f.is_empty(),
+                "lead {lead}: node {i}'s finalized state paid {f:?}"
+            );
+        }
     }
-    // Without the round lead every ledger pays every claim.
-    for (i, (l, f)) in late_claims(0).iter().enumerate() {
-        assert!(l.len() > 1, "node {i}: without the lead, paid only {l:?}");
-        assert_eq!(l, f, "node {i}: without the lead");
+}
+
+/// Every round of both stages mints one round's reward at most, however many of the five
+/// replicas claimed it: it is split among them when finality settles the round, and every
+/// live ledger pays exactly the shares the finalized state settled.
+#[test]
+fn each_settled_round_mints_one_reward_split_among_its_contributors() {
+    let mut sim = stage_of_five(neuroshard_ledger::rules::DEFAULT_ROUND_LEAD, 60, 0);
+    sim.run_until(Duration::from_secs(120));
+    let core = sim.core(0).expect("runs");
+    let fin = core.finalized_state().expect("finality runs");
+    let reward = fin.rules().round_reward;
+    // At most the embedding's and the head's bonuses on top.
+    let most = reward + reward / 2;
+    let settled: Vec<_> = fin.settlements().collect();
+    assert!(settled.len() >= 4, "{} rounds settled", settled.len());
+    let mut shared = 0;
+    for s in &settled {
+        let total: u64 = s.shares.iter().map(|x| x.amount).sum();
+        assert!(total <= most, "round {} minted {total}", s.round);
+        assert!(total > 0);
+        if s.shares.len() > 1 {
+            shared += 1;
+        }
+    }
+    assert!(
+        shared * 2 > settled.len(),
+        "most rounds have several contributors"
+    );
+    for i in 0..sim.len() {
+        let live = sim.core(i).expect("runs").economy().ledger();
+        for j in 0..sim.len() {
+            let id = sim.node_id(j);
+            assert_eq!(
+                live.account(&id).balance,
+                fin.account(&id).balance,
+                "node {i}'s live ledger pays node {j} otherwise than finality"
+            );
+        }
+        assert!(
+            live.account(&sim.node_id(i)).balance > 0,
+            "node {i} earned nothing"
+        );
     }
 }

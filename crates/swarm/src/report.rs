@@ -40,6 +40,7 @@ fn time_of(ev: &NodeEvent) -> u64 {
         | Ledger { time_ms, .. }
         | LedgerSync { time_ms, .. }
         | Finalized { time_ms, .. }
+        | Settled { time_ms, .. }
         | Architecture { time_ms, .. }
         | Moving { time_ms, .. }
         | Drained { time_ms, .. }
@@ -337,9 +338,11 @@ impl Report {
         self.stages.get(&i).copied()
     }
 
-    /// Every live node reports the same ledger, unchanged for a few seconds, and no replica
-    /// ended a round for as long (a round under way, or two outcomes being reconciled, would
-    /// otherwise be cut short by the stop and leave replicas on different θ₀).
+    /// Every live node reports the same ledger, unchanged for a few seconds, with none of its
+    /// training claims waiting for finality to settle their rounds (what it earned is then
+    /// paid), and no replica ended a round for as long (a round under way, or two outcomes
+    /// being reconciled, would otherwise be cut short by the stop and leave replicas on
+    /// different θ₀).
     pub fn settled(&self, live: &[usize], now: u64) -> bool {
         if now.saturating_sub(self.last_round_ms) < QUIET_MS {
             return false;
@@ -351,7 +354,7 @@ impl Report {
         let quiet = live
             .iter()
             .filter_map(|i| self.ledgers.get(i))
-            .all(|(_, t)| now.saturating_sub(*t) >= QUIET_MS);
+            .all(|(l, t)| now.saturating_sub(*t) >= QUIET_MS && l.pending == 0);
         quiet && hashes.all(|h| h.is_some_and(|(l, _)| l.state_hash == first.state_hash))
     }
 
@@ -415,6 +418,7 @@ impl Report {
                     "proofs": l.proofs,
                     "neuro": neuroshard_ledger::format_neuro(l.balance),
                     "balance_units": l.balance,
+                    "pending_rounds": l.pending,
                     "stake_units": l.stake,
                 });
                 (i.to_string(), figures)
@@ -716,10 +720,12 @@ impl Report {
         for (i, (l, _)) in &self.ledgers {
             let hash = &l.state_hash[..l.state_hash.len().min(16)];
             out.push(format!(
-                "node {i}: {}, stake {}, {} proofs in its ledger, state {hash}",
+                "node {i}: {}, stake {}, {} proofs in its ledger, {} rounds waiting to settle, \
+                 state {hash}",
                 neuroshard_ledger::format_neuro(l.balance),
                 neuroshard_ledger::format_neuro(l.stake),
                 l.proofs,
+                l.pending,
             ));
         }
         for (i, epochs) in &self.finalized {

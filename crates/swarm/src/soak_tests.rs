@@ -39,6 +39,7 @@ fn stats(proofs: usize) -> NodeEvent {
             proofs,
             balance: 0,
             stake: 0,
+            pending: 0,
         },
         time_ms: 9,
     }

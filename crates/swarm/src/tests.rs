@@ -106,6 +106,7 @@ fn report_follows_steps_rounds_traffic_and_ledgers() {
                     proofs: 1,
                     balance: 5,
                     stake: 0,
+                    pending: 0,
                 },
                 time_ms: 3_000,
             },
@@ -127,6 +128,29 @@ fn report_follows_steps_rounds_traffic_and_ledgers() {
     assert!(!r.settled(&[0, 1], now + 7_000));
     assert!(r.settled(&[0, 1], now + 12_000));
     assert_eq!(r.ledger_figures()["all_equal"], true);
+    // A node whose claims wait for finality to settle their rounds has not been paid yet.
+    let stats = |pending| NodeEvent::Stats {
+        stage: 0,
+        step: 2,
+        queue: 0,
+        peers: 1,
+        replicas: vec![1],
+        net: None,
+        sync_round: 1,
+        theta: "aa".into(),
+        ledger: LedgerSummary {
+            state_hash: "h1".into(),
+            proofs: 1,
+            balance: 5,
+            stake: 0,
+            pending,
+        },
+        time_ms: 3_000,
+    };
+    r.on_event(1, &stats(2));
+    assert!(!r.settled(&[0, 1], now + 12_000));
+    r.on_event(1, &stats(0));
+    assert!(r.settled(&[0, 1], now + 12_000));
 }
 
 #[test]

@@ -26,6 +26,8 @@ pub(super) enum Set {
     Slash = 3,
     /// A paid validator fee's (auditor, worker, stage, round) key.
     Fee = 4,
+    /// A stage's highest settled round (`state/pots.rs`).
+    Settled = 5,
 }
 
 #[derive(Clone, PartialEq, Eq)]

@@ -85,6 +85,8 @@ impl LedgerState {
                 None
             }
             Slot::Round(key) => {
+                // Not in its round's pot any more: a void round is paid to no one.
+                self.withdraw(&node, proof.layers, proof.round);
                 self.paid_rounds.remove(&key);
                 self.digest.remove(Set::Round, &key);
                 self.void_rounds.insert(key, evidence);

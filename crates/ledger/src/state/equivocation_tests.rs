@@ -203,10 +203,14 @@ fn two_training_proofs_for_one_round_pay_neither_in_either_order() {
     let account = ab.account(&cheat.node_id());
     assert_eq!(account.balance, 0);
     assert_eq!(account.stake, stake - bps_of(stake, SLASH_STAKE_BPS));
-    // Other rounds of the same node are still paid.
+    assert!(
+        ab.pot(a.proof().layers, 2).is_empty(),
+        "out of its round's pot"
+    );
+    // Other rounds of the same node still count.
     let next = verified(&training_proof(&cheat, &witness, 3, T0), &cheat, &witness);
     assert!(matches!(ab.apply_proof(&next), Ok(Outcome::Applied(_))));
-    assert!(ab.account(&cheat.node_id()).balance > 0);
+    assert_eq!(ab.pot(a.proof().layers, 3).len(), 1);
 }
 
 #[test]

@@ -54,13 +54,19 @@ impl LedgerState {
             .collect()
     }
 
-    /// Ends an epoch of the finalized state: counts it for the stages' progress and runs the
-    /// growth rule on the joins and the registered capacity this state holds. `None` for a
-    /// network that does not grow. Live ledgers never call it; their architecture stays the
-    /// genesis's.
-    pub fn end_epoch(&mut self) -> Option<Evaluated> {
+    /// Ends an epoch of the finalized state: counts it for the stages' progress, settles the
+    /// training rounds due (`state/pots.rs`) and runs the growth rule on the joins and the
+    /// registered capacity this state holds (`None` for a network that does not grow). Live
+    /// ledgers never call it; their architecture stays the genesis's, and they pay the
+    /// settlements that finality made.
+    pub fn end_epoch(&mut self) -> (Option<Evaluated>, Vec<super::RoundSettlement>) {
         // Stage progress counts activity in epochs (`state/progress.rs`).
         self.progress.end_epoch();
+        let settled = self.settle_due();
+        (self.run_growth(), settled)
+    }
+
+    fn run_growth(&mut self) -> Option<Evaluated> {
         // Out of the state while it runs, so the claims are read only when the rule asks.
         let mut growth = self.growth.take()?;
         let out = growth.end_epoch(self.joins(), || self.registered_claims());

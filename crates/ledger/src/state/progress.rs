@@ -71,6 +71,11 @@ impl StageProgress {
         e.epoch = self.epoch;
     }
 
+    /// Epochs ended (of a finalized state; 0 for a live one).
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
     /// Ends an epoch of a finalized state.
     pub(super) fn end_epoch(&mut self) {
         self.epoch = self.epoch.saturating_add(1);

@@ -82,6 +82,19 @@ pub enum Record {
         /// Training proofs: the (node, stage, round) they were paid for, hashed.
         round_key: Option<Hash32>,
     },
+    /// A training proof joined its round's pot (`state/pots.rs`).
+    Contribution {
+        layers: neuroshard_proof::LayerRange,
+        round: u64,
+        node: NodeId,
+        contribution: super::Contribution,
+    },
+    /// A stage's rounds up to `round` are settled: their pots are gone (the shares paid are
+    /// in the accounts, the proofs' rewards and the history).
+    Settled {
+        layers: neuroshard_proof::LayerRange,
+        round: u64,
+    },
     /// The ledger's genesis: its hash and rules (the stakes are in the account changes).
     Genesis { hash: Hash32, rules: Rules },
     Op {

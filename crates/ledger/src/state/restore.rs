@@ -35,6 +35,9 @@ pub(crate) struct Restored {
     pub keys: Vec<PublicKey>,
     pub minted: u64,
     pub burned: u64,
+    /// Open training rounds' contributors and each stage's settled round.
+    pub pot_members: Vec<(neuroshard_proof::LayerRange, u64, NodeId, Contribution)>,
+    pub settled: Vec<(neuroshard_proof::LayerRange, u64)>,
 }
 
 impl LedgerState {
@@ -54,6 +57,8 @@ impl LedgerState {
             keys,
             minted,
             burned,
+            pot_members,
+            settled,
         } = parts;
         let mut s = LedgerState {
             rules,
@@ -62,6 +67,7 @@ impl LedgerState {
             claims,
             minted,
             burned,
+            pots: pots::Pots::restore(pot_members, settled),
             ..Self::default()
         };
         for p in proofs {

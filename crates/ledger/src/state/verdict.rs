@@ -236,6 +236,8 @@ mod tests {
             keys: Vec::new(),
             minted: s.minted,
             burned: s.burned,
+            pot_members: Vec::new(),
+            settled: Vec::new(),
         });
         assert_eq!(restored.state_hash(), s.state_hash());
         let mut restored = restored;

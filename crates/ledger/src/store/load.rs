@@ -139,7 +139,10 @@ pub(super) fn load(conn: &Connection) -> Result<LedgerState, StoreError> {
             _ => {}
         }
     }
+    let (pot_members, settled) = super::pots::load_pots(conn)?;
     Ok(LedgerState::restore(Restored {
+        pot_members,
+        settled,
         rules,
         accounts,
         registrations,

@@ -65,6 +65,8 @@ impl NodeCore {
             self.economy.on_finalized(finality.finalized_state());
         }
         self.finality = Some(finality);
+        // Settlements finalized before a crash that the live ledger had not written yet.
+        self.follow_settlements(now);
         self.drain_finality(now);
     }
 
@@ -219,10 +221,34 @@ impl NodeCore {
             if applied > 0 {
                 self.ledger_applied_event(now);
             }
+            self.follow_settlements(now);
             self.on_new_beacon(now);
         }
         self.report_architecture(now);
         self.consider_move(now);
+    }
+
+    /// Pays on the live ledger the training rounds the finalized state settled since the last
+    /// call (`economy/settle.rs`).
+    fn follow_settlements(&mut self, now: Instant) {
+        let Some(f) = self.finality.as_ref() else {
+            return;
+        };
+        match self.economy.follow_settlements(f.finalized_state()) {
+            Ok(followed) if followed.rounds > 0 => {
+                let time_ms = self.unix_ms(now);
+                self.events.push_back(NodeEvent::Settled {
+                    rounds: followed.rounds,
+                    paid: followed.paid,
+                    reward: followed.own,
+                    balance: self.economy.own_balance(),
+                    state_hash: hex::encode(self.economy.state_hash()),
+                    time_ms,
+                });
+            }
+            Ok(_) => {}
+            Err(e) => self.warn(format!("settling finalized rounds: {e}"), now),
+        }
     }
 
     /// Reports each upgrade the finalized state took since the last report (epochs fetched

@@ -338,6 +338,7 @@ impl NodeCore {
             proofs: self.economy.proof_count(),
             balance: self.economy.own_balance(),
             stake: self.economy.ledger().account(&self.me).stake,
+            pending: self.economy.ledger().pending_claims(&self.me),
         }
     }
 

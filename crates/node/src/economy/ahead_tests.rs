@@ -7,7 +7,7 @@ use proptest::prelude::*;
 
 use neuroshard_proof::fixtures::test_identity;
 
-use super::tests::{T, decode, economy_with, genesis, prove, registered, rules};
+use super::tests::{T, claimed, decode, economy_with, genesis, prove, registered, rules};
 use super::*;
 
 /// What finality would hold after paying `wires` onto `state` (judged with the round rules on,
@@ -83,7 +83,8 @@ fn two_staked_keys_receipting_each_other_are_paid_only_as_far_as_their_stage_got
     for (_, w) in claims.iter().rev() {
         y.on_proof(w, at);
     }
-    let paid = |e: &Economy, who: &Economy| e.balance(&who.node_id()) / rules().round_reward;
+    // Counted on the ledger (paid when finality settles the round: `ledger::state::pots`).
+    let paid = |e: &Economy, who: &Economy| claimed(e, &who.node_id());
     for e in [&x, &y] {
         assert_eq!(paid(e, &s1), 0, "paid before a claim of the key was final");
         assert_eq!(e.parked_count(), claims.len());
@@ -141,10 +142,10 @@ fn an_own_proof_ahead_of_the_stage_is_gossiped_and_paid_once_the_stage_gets_ther
     finalize(&mut fin, &others, T + 4_000);
     a.on_finalized(&fin);
     // Round 12 is nine past the stage's 3: held, not paid, but gossiped.
-    let before = a.own_balance();
+    let before = claimed(&a, &a.node_id());
     let wire = prove(&mut a, &b, 12, T + 5_000);
     assert!(!wire.is_empty());
-    assert_eq!(a.own_balance(), before);
+    assert_eq!(claimed(&a, &a.node_id()), before);
     assert_eq!(a.parked_count(), 1);
     let next = vec![
         prove(&mut b, &c, 4, T + 6_000),
@@ -153,7 +154,7 @@ fn an_own_proof_ahead_of_the_stage_is_gossiped_and_paid_once_the_stage_gets_ther
     ];
     finalize(&mut fin, &next, T + 6_000);
     a.on_finalized(&fin);
-    assert_eq!(a.own_balance(), before + rules().round_reward);
+    assert_eq!(claimed(&a, &a.node_id()), before + 1);
     assert_eq!(a.parked_count(), 0);
 }
 
@@ -236,7 +237,11 @@ fn a_live_ledger_pays_a_newcomer_only_from_the_lead_before_its_first_final_claim
     assert_eq!(fed(&mut x), (22..=30).collect::<Vec<_>>());
     assert_eq!(fed(&mut y), vec![30]);
     for e in [&x, &y] {
-        assert_eq!(e.balance(&s1.node_id()), 0, "paid before a claim was final");
+        assert_eq!(
+            claimed(e, &s1.node_id()),
+            0,
+            "paid before a claim was final"
+        );
         assert_eq!(e.parked_count(), HELD_PER_KEY);
     }
     // An epoch pays the newcomer's lowest claim it was handed, 22: the floor is 14.
@@ -249,7 +254,7 @@ fn a_live_ledger_pays_a_newcomer_only_from_the_lead_before_its_first_final_claim
     y.on_finalized(&finalized);
     for e in [&x, &y] {
         // The sixteen highest were held: 15 to 30.
-        assert_eq!(e.balance(&s1.node_id()) / rules().round_reward, 16);
+        assert_eq!(claimed(e, &s1.node_id()), 16);
         assert_eq!(e.parked_count(), 0);
         match e.ledger().check_round_rules(&first) {
             Ok(()) => {}
@@ -325,7 +330,7 @@ proptest! {
             y.on_proof(&wires[i], T + 8_000);
         }
         prop_assert_eq!(x.state_hash(), y.state_hash());
-        prop_assert_eq!(y.balance(s1), 0);
+        prop_assert_eq!(claimed(&y, s1), 0);
         prop_assert_eq!(y.parked_count(), 26);
         // An epoch pays the honest rounds 2 to 6 and the keys' round 3.
         let mut next: Vec<Vec<u8>> = wires[3..18].to_vec();
@@ -335,7 +340,7 @@ proptest! {
         y.on_finalized(&fin);
         prop_assert_eq!(x.state_hash(), y.state_hash());
         // Rounds 3, 6, 9, 12 of the keys' claims: 14 is the lead past 6.
-        prop_assert_eq!(y.balance(s1) / rules().round_reward, 4);
+        prop_assert_eq!(claimed(&y, s1), 4);
         prop_assert_eq!(y.parked_count(), 18);
     }
 }
@@ -381,10 +386,6 @@ fn a_flood_of_far_claims_holds_a_bounded_number_and_keeps_the_nearest() {
     .into();
     finalize(&mut fin, &next, T + 7_000);
     x.on_finalized(&fin);
-    assert_eq!(
-        x.balance(&h1.node_id()) / rules().round_reward,
-        4,
-        "rounds 1 to 3 and 12"
-    );
-    assert_eq!(x.balance(&s1.node_id()), 0);
+    assert_eq!(claimed(&x, &h1.node_id()), 4, "rounds 1 to 3 and 12");
+    assert_eq!(claimed(&x, &s1.node_id()), 0);
 }

@@ -505,6 +505,16 @@ impl NodeMetrics {
                     .get_or_create(&vec![("outcome".to_string(), class.to_string())])
                     .inc();
             }
+            NodeEvent::Settled {
+                reward,
+                balance,
+                state_hash,
+                ..
+            } => {
+                self.rewards.inc_by(*reward);
+                gauge_u64(&self.ledger_balance, *balance);
+                self.on_state(state_hash);
+            }
             NodeEvent::Ledger { state_hash, .. } | NodeEvent::LedgerSync { state_hash, .. } => {
                 self.on_state(state_hash)
             }

@@ -134,6 +134,7 @@ fn snapshots_list_every_node_once_and_keep_the_dead_bounded() {
             proofs: 2,
             balance: 10,
             stake: 0,
+            pending: 0,
         },
         peers,
         registered,
@@ -328,6 +329,7 @@ fn transport_refusals_over_a_budget_are_counted_by_budget() {
                 proofs: 0,
                 balance: 0,
                 stake: 0,
+                pending: 0,
             },
             time_ms: 1,
         });

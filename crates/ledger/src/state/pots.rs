@@ -1,0 +1,371 @@
+//! Round pots: a training round mints a fixed emission, split among its contributors.
+//!
+//! A training proof does not pay its prover when it applies; it joins the pot of its
+//! (stage, round). A finalized state settles a pot [`SETTLE_EPOCHS`] epochs after the pot
+//! opened: the network's `round_reward` split equally among the round's contributors (each
+//! share with its role bonuses), and from then on the stage's rounds up to that one are
+//! closed: a later claim of one is refused. So a round mints the same whatever number of keys
+//! claim it: a Sybil's extra key takes a share from the others instead of minting more, and
+//! claiming more earns nothing more.
+//!
+//! Which contributors a pot has depends on which proofs arrived before it settled, so only a
+//! finalized state decides it (its epochs apply in one order on every node). A live ledger
+//! never settles on its own: it pays exactly the shares finality settled
+//! ([`LedgerState::follow_settlements`]), so every node pays the same keys the same amounts,
+//! and a ledger without finality pays no training at all.
+
+use std::collections::VecDeque;
+
+use neuroshard_proof::{LayerRange, Roles};
+
+use super::*;
+
+/// Epochs a pot stays open after its first proof was finalized (30 s at the default 10-s
+/// epochs): the round's other replicas prove it within seconds of each other, and finality
+/// takes an epoch or two to hold their proofs.
+pub const SETTLE_EPOCHS: u64 = 3;
+/// Settlements a finalized state keeps per stage for live ledgers to follow: a node's live
+/// ledger follows after every finalized epoch, so it needs only the last few.
+pub const SETTLEMENTS_KEPT: usize = 256;
+
+/// A stage, named by its layers (as round keys name it).
+pub(crate) type StageKey = (u32, u32);
+
+pub(crate) fn stage_key(layers: LayerRange) -> StageKey {
+    (layers.start, layers.end)
+}
+
+/// One contributor of a round: its proof and what the share's bonus depends on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Contribution {
+    pub proof: Hash32,
+    pub roles: Roles,
+    pub nonce: u64,
+    pub timestamp_ms: u64,
+}
+
+/// An open round: its contributors, and the finalized epoch its first one was applied in.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Pot {
+    pub(crate) opened: u64,
+    pub(crate) members: BTreeMap<NodeId, Contribution>,
+}
+
+/// One contributor's share of a settled round.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Share {
+    pub node: NodeId,
+    pub contribution: Contribution,
+    pub amount: u64,
+}
+
+/// A round of a stage settled by a finalized state: who was paid what.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RoundSettlement {
+    pub layers: LayerRange,
+    pub round: u64,
+    /// By node id.
+    pub shares: Vec<Share>,
+}
+
+/// Open pots, each stage's last settled round, and (in a finalized state) the settlements
+/// live ledgers follow.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Pots {
+    pub(crate) open: BTreeMap<(StageKey, u64), Pot>,
+    /// Per stage, the highest settled round: every round up to it is closed.
+    pub(crate) settled: BTreeMap<StageKey, u64>,
+    /// Per stage, its latest settlements (finalized states only).
+    log: BTreeMap<StageKey, VecDeque<RoundSettlement>>,
+}
+
+impl Pots {
+    /// Whether `round` of the stage is closed.
+    pub(crate) fn closed(&self, layers: LayerRange, round: u64) -> Option<u64> {
+        self.settled
+            .get(&stage_key(layers))
+            .copied()
+            .filter(|&s| round <= s)
+    }
+}
+
+/// The element a stage's settled round adds to the digest.
+fn settled_element(stage: StageKey, round: u64) -> [u8; 32] {
+    let mut out = [0u8; 32];
+    out[..4].copy_from_slice(&stage.0.to_le_bytes());
+    out[4..8].copy_from_slice(&stage.1.to_le_bytes());
+    out[8..16].copy_from_slice(&round.to_le_bytes());
+    out
+}
+
+impl LedgerState {
+    /// Adds a training proof's prover to its round's pot (the proof was checked and not paid).
+    pub(super) fn contribute(&mut self, proof: &Proof, hash: Hash32) {
+        let opened = self.progress.epoch();
+        let pot = self
+            .pots
+            .open
+            .entry((stage_key(proof.layers), proof.round))
+            .or_insert_with(|| Pot {
+                opened,
+                members: BTreeMap::new(),
+            });
+        pot.members.insert(
+            proof.node_id,
+            Contribution {
+                proof: hash,
+                roles: proof.roles,
+                nonce: proof.nonce,
+                timestamp_ms: proof.timestamp_ms,
+            },
+        );
+    }
+
+    /// Takes `node` out of its round's pot (its proof was one of two for the round).
+    pub(super) fn withdraw(&mut self, node: &NodeId, layers: LayerRange, round: u64) {
+        let key = (stage_key(layers), round);
+        if let Some(pot) = self.pots.open.get_mut(&key) {
+            pot.members.remove(node);
+            if pot.members.is_empty() {
+                self.pots.open.remove(&key);
+            }
+        }
+    }
+
+    /// The contributors of an open round, by node id.
+    pub fn pot(&self, layers: LayerRange, round: u64) -> Vec<(NodeId, Contribution)> {
+        self.pots
+            .open
+            .get(&(stage_key(layers), round))
+            .map(|p| p.members.iter().map(|(n, c)| (*n, *c)).collect())
+            .unwrap_or_default()
+    }
+
+    /// The latest settlements of every stage (a finalized state's; at most
+    /// [`SETTLEMENTS_KEPT`] a stage), each stage's in round order.
+    pub fn settlements(&self) -> impl Iterator<Item = &RoundSettlement> {
+        self.pots.log.values().flatten()
+    }
+
+    /// Open rounds that `node` contributed to: its claims waiting for their settlement.
+    pub fn pending_claims(&self, node: &NodeId) -> usize {
+        self.pots
+            .open
+            .values()
+            .filter(|p| p.members.contains_key(node))
+            .count()
+    }
+
+    /// The highest settled round of the stage holding `layers`.
+    pub fn settled_round(&self, layers: LayerRange) -> Option<u64> {
+        self.pots.settled.get(&stage_key(layers)).copied()
+    }
+
+    /// The shares of a round with these contributors: `round_reward` split equally (the
+    /// remainder of the division is not minted), each share with its role bonuses.
+    fn shares(&self, members: &BTreeMap<NodeId, Contribution>) -> Vec<Share> {
+        let n = u64::try_from(members.len()).unwrap_or(u64::MAX).max(1);
+        let each = self.rules.round_reward / n;
+        members
+            .iter()
+            .map(|(node, c)| {
+                let mut bonus = 0u64;
+                if c.roles.contains(Roles::EMBEDDING) {
+                    bonus = bonus.saturating_add(bps_of(each, reward::EMBEDDING_BONUS_BPS));
+                }
+                if c.roles.contains(Roles::LM_HEAD) {
+                    bonus = bonus.saturating_add(bps_of(each, reward::LM_HEAD_BONUS_BPS));
+                }
+                Share {
+                    node: *node,
+                    contribution: *c,
+                    amount: each.saturating_add(bonus),
+                }
+            })
+            .collect()
+    }
+
+    /// At the end of a finalized epoch: settles every stage's rounds up to the highest one
+    /// whose pot has been open [`SETTLE_EPOCHS`] epochs, lowest round first. Returns the
+    /// settlements (also kept for live ledgers to follow).
+    pub(super) fn settle_due(&mut self) -> Vec<RoundSettlement> {
+        let epoch = self.progress.epoch();
+        let mut through: BTreeMap<StageKey, u64> = BTreeMap::new();
+        for ((stage, round), pot) in &self.pots.open {
+            if pot.opened.saturating_add(SETTLE_EPOCHS) <= epoch {
+                let t = through.entry(*stage).or_insert(*round);
+                *t = (*t).max(*round);
+            }
+        }
+        let mut out = Vec::new();
+        for (stage, last) in through {
+            let due: Vec<(StageKey, u64)> = self
+                .pots
+                .open
+                .range((stage, 0)..=(stage, last))
+                .map(|(k, _)| *k)
+                .collect();
+            for key in due {
+                let Some(pot) = self.pots.open.remove(&key) else {
+                    continue;
+                };
+                let settlement = RoundSettlement {
+                    layers: LayerRange {
+                        start: stage.0,
+                        end: stage.1,
+                    },
+                    round: key.1,
+                    shares: self.shares(&pot.members),
+                };
+                // The state is a finalized one: its changes are not persisted (epochs are).
+                if self.pay_settlement(&settlement).is_ok() {
+                    let log = self.pots.log.entry(stage).or_default();
+                    log.push_back(settlement.clone());
+                    while log.len() > SETTLEMENTS_KEPT {
+                        log.pop_front();
+                    }
+                    out.push(settlement);
+                }
+            }
+        }
+        out
+    }
+
+    /// Pays a settlement's shares and closes its stage's rounds up to it; the changes for the
+    /// store. A share whose round this ledger holds as void (it saw the prover's second proof
+    /// for it) is not paid: that equivocation takes back what it paid anyway.
+    fn pay_settlement(&mut self, s: &RoundSettlement) -> Result<Changes, LedgerError> {
+        let stage = stage_key(s.layers);
+        let mut touched = Vec::new();
+        let mut records = Vec::new();
+        let mut entries = Vec::new();
+        let mut minted = self.minted;
+        let mut paid = Vec::new();
+        for share in &s.shares {
+            let key = round_key_of(&share.node, s.layers, s.round);
+            if self.void_rounds.contains_key(&key) {
+                continue;
+            }
+            minted = add(minted, share.amount)?;
+            let mut account = self.account(&share.node);
+            account.balance = add(account.balance, share.amount)?;
+            paid.push((share, key, account));
+        }
+        self.minted = minted;
+        for (share, key, account) in paid {
+            self.put_account(share.node, account, None);
+            let c = share.contribution;
+            if self
+                .paid_rounds
+                .insert(key, (c.proof, share.amount))
+                .is_none()
+            {
+                // Finality paid a proof this ledger does not hold yet: it is final, so it
+                // counts as held (it will arrive as a duplicate).
+                self.digest.insert(Set::Round, &key);
+                self.proof_hashes.insert(c.proof);
+            }
+            touched.push(share.node);
+            records.push(Record::Proof {
+                hash: c.proof,
+                node: share.node,
+                nonce: c.nonce,
+                kind: ProofKind::Training,
+                reward: share.amount,
+                timestamp_ms: c.timestamp_ms,
+                round_key: Some(key),
+            });
+            entries.push(Entry {
+                account: share.node,
+                kind: EntryKind::Reward,
+                amount: share.amount,
+                counterparty: None,
+                reference: c.proof,
+                timestamp_ms: c.timestamp_ms,
+            });
+        }
+        let old = self.pots.settled.insert(stage, s.round);
+        if let Some(old) = old {
+            self.digest
+                .remove(Set::Settled, &settled_element(stage, old));
+        }
+        self.digest
+            .insert(Set::Settled, &settled_element(stage, s.round));
+        // Every round of the stage up to this one is closed.
+        let closed: Vec<(StageKey, u64)> = self
+            .pots
+            .open
+            .range((stage, 0)..=(stage, s.round))
+            .map(|(k, _)| *k)
+            .collect();
+        for k in closed {
+            self.pots.open.remove(&k);
+        }
+        let mut changes = self.changes_with(touched);
+        changes.records = records;
+        changes.records.push(Record::Settled {
+            layers: s.layers,
+            round: s.round,
+        });
+        changes.entries = entries;
+        Ok(changes)
+    }
+
+    /// A live ledger pays what `finalized` settled since it last followed: each stage's
+    /// settlements past the round it settled last, in order. The changes for the store.
+    pub fn follow_settlements(
+        &mut self,
+        finalized: &LedgerState,
+    ) -> Result<Vec<Changes>, LedgerError> {
+        let mut out = Vec::new();
+        for (stage, log) in &finalized.pots.log {
+            let mine = self.pots.settled.get(stage).copied();
+            for s in log {
+                if mine.is_some_and(|m| s.round <= m) {
+                    continue;
+                }
+                out.push(self.pay_settlement(s)?);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Every open pot's contributors (the store's rows), for tests.
+    #[cfg(test)]
+    pub(crate) fn open_pots(&self) -> usize {
+        self.pots.open.len()
+    }
+}
+
+impl Pots {
+    /// Rebuilds the live ledger's pots from the store's rows.
+    pub(crate) fn restore(
+        members: Vec<(LayerRange, u64, NodeId, Contribution)>,
+        settled: Vec<(LayerRange, u64)>,
+    ) -> Self {
+        let mut pots = Pots::default();
+        for (layers, round) in settled {
+            pots.settled.insert(stage_key(layers), round);
+        }
+        for (layers, round, node, c) in members {
+            if pots.closed(layers, round).is_some() {
+                continue;
+            }
+            pots.open
+                .entry((stage_key(layers), round))
+                .or_default()
+                .members
+                .insert(node, c);
+        }
+        pots
+    }
+
+    /// Digest elements of the settled rounds.
+    pub(crate) fn settled_elements(&self) -> impl Iterator<Item = [u8; 32]> + '_ {
+        self.settled.iter().map(|(s, r)| settled_element(*s, *r))
+    }
+}
+
+#[cfg(test)]
+#[path = "pots_tests.rs"]
+mod tests;

@@ -1,0 +1,49 @@
+//! Training rewards reach the live ledger only as finality settled them: a round's fixed
+//! reward split among the contributors the finalized state counted (`ledger::state::pots`).
+//! A live ledger's own view of a round (which proofs reached this node first) decides
+//! nothing, so every node pays the same keys the same shares.
+
+use neuroshard_ledger::LedgerState;
+
+use super::{Economy, EconomyError, LedgerWrite};
+
+/// What following finality's settlements paid.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Followed {
+    /// Rounds settled.
+    pub rounds: usize,
+    /// Paid to all contributors.
+    pub paid: u64,
+    /// Paid to this node.
+    pub own: u64,
+}
+
+impl Economy {
+    /// Pays on the live ledger what `finalized` settled since the last call (each stage's
+    /// rounds past the one it settled last), and queues the writes.
+    pub fn follow_settlements(
+        &mut self,
+        finalized: &LedgerState,
+    ) -> Result<Followed, EconomyError> {
+        let me = self.node_id();
+        let mut followed = Followed::default();
+        for changes in self.ledger.follow_settlements(finalized)? {
+            for r in &changes.records {
+                if matches!(r, neuroshard_ledger::Record::Settled { .. }) {
+                    followed.rounds += 1;
+                }
+            }
+            for e in &changes.entries {
+                followed.paid = followed.paid.saturating_add(e.amount);
+                if e.account == me {
+                    followed.own = followed.own.saturating_add(e.amount);
+                }
+            }
+            self.writes.push_back(LedgerWrite::of(changes));
+        }
+        if followed.rounds > 0 {
+            self.sync.dirty = true;
+        }
+        Ok(followed)
+    }
+}

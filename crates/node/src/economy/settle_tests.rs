@@ -1,0 +1,95 @@
+//! The live ledger pays training only as finality settled it.
+
+use neuroshard_ledger::{EpochItem, LedgerState, SETTLE_EPOCHS};
+use neuroshard_proof::fixtures::test_identity;
+
+use super::LedgerStore;
+use super::settle::Followed;
+use super::tests::{T, config, genesis, prove, registered, rules};
+use super::*;
+
+/// What a finalized state holds after epochs holding `wires`, then long enough to settle.
+fn finalized(base: &LedgerState, wires: &[Vec<u8>]) -> LedgerState {
+    let mut verifier = ProofVerifier::new();
+    let items = wires
+        .iter()
+        .map(|w| {
+            let signed = SignedProof::from_bytes(w).expect("signed");
+            EpochItem::Proof(verifier.check_content(&signed, T).expect("verifies"))
+        })
+        .collect();
+    let mut state = base.clone();
+    assert!(
+        neuroshard_ledger::apply_epoch(&mut state, items)
+            .refused
+            .is_empty()
+    );
+    for _ in 0..SETTLE_EPOCHS {
+        neuroshard_ledger::apply_epoch(&mut state, Vec::new());
+    }
+    state
+}
+
+/// A node saw three replicas' proofs of round 1; finality held two of them when the round
+/// settled. The node pays those two half the round's reward each and the third nothing,
+/// whatever it saw first, persists it, and pays nothing twice.
+#[test]
+fn a_node_pays_the_shares_finality_settled_and_keeps_them_across_a_restart() {
+    let dir = tempfile::tempdir().expect("dir");
+    let path = dir.path().join("ledger.db");
+    let me = test_identity(74).node_id();
+    let (mut store, snapshot) = LedgerStore::open(&path, &me, &genesis()).expect("store");
+    let mut x = Economy::resume(test_identity(74), config(), snapshot);
+    let (mut a, mut b, mut c) = (
+        super::tests::economy(71),
+        super::tests::economy(72),
+        super::tests::economy(73),
+    );
+    let mut d = super::tests::economy(75);
+    registered(&mut [&mut a, &mut b, &mut c, &mut d, &mut x]);
+    let base = x.ledger().clone();
+    let pa = prove(&mut a, &b, 1, T);
+    let pb = prove(&mut b, &c, 1, T);
+    let pc = prove(&mut c, &a, 1, T);
+    for w in [&pc, &pa, &pb] {
+        assert!(matches!(x.on_proof(w, T), ProofOutcome::Applied { .. }));
+    }
+    assert_eq!(
+        x.balance(&a.node_id()),
+        0,
+        "nothing paid before finality settles"
+    );
+    let fin = finalized(&base, &[pa, pb]);
+    let half = rules().round_reward / 2;
+    assert_eq!(
+        x.follow_settlements(&fin).expect("follow"),
+        Followed {
+            rounds: 1,
+            paid: 2 * half,
+            own: 0
+        }
+    );
+    assert_eq!(x.balance(&a.node_id()), half);
+    assert_eq!(x.balance(&b.node_id()), half);
+    assert_eq!(x.balance(&c.node_id()), 0, "its proof was not final");
+    assert_eq!(
+        x.follow_settlements(&fin).expect("again"),
+        Followed::default()
+    );
+    let batch: Vec<LedgerWrite> = std::iter::from_fn(|| x.poll_write()).collect();
+    store.write_batch(&batch).expect("write");
+    drop(store);
+    let (_, reopened) = LedgerStore::open(&path, &me, &genesis()).expect("reopen");
+    assert_eq!(reopened.state.state_hash(), x.state_hash());
+    let mut again = Economy::resume(test_identity(74), config(), reopened);
+    assert_eq!(again.balance(&a.node_id()), half);
+    assert_eq!(
+        again.follow_settlements(&fin).expect("after"),
+        Followed::default()
+    );
+    // A claim of the settled round, made now, is refused.
+    match again.on_proof(&prove(&mut d, &a, 1, T), T) {
+        ProofOutcome::Rejected(why) => assert!(why.contains("settled"), "{why}"),
+        other => panic!("a late claim of a settled round: {other:?}"),
+    }
+}
