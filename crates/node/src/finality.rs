@@ -150,7 +150,15 @@ pub struct LedgerFinality {
     first_gate: Option<Instant>,
     /// When this node last said it runs, and how many times.
     present: (Option<Instant>, u64),
+    /// Training rounds the finalized epochs settled, in order, for the live ledger to pay
+    /// (`take_settled`); the oldest go beyond [`MAX_SETTLED`].
+    settled: VecDeque<neuroshard_ledger::RoundSettlement>,
 }
+
+/// Settlements held for the live ledger at most: a node drains them after every message, so
+/// only a start-up that replays a long history reaches this (its live ledger paid those
+/// before it stopped).
+pub const MAX_SETTLED: usize = 65_536;
 
 /// The committee `state`'s stakes seat.
 pub fn committee_of(state: &LedgerState, max_members: usize) -> Committee {
@@ -186,6 +194,7 @@ impl LedgerFinality {
             judging: Vec::new(),
             decided: None,
             links: VecDeque::new(),
+            settled: VecDeque::new(),
             out: VecDeque::new(),
             last_body_ask: None,
             last_chain_ask: None,
@@ -726,6 +735,10 @@ impl LedgerFinality {
         }
         link.certified.next_committee = committee.clone();
         self.finalized = state;
+        self.settled.extend(out.settled);
+        while self.settled.len() > MAX_SETTLED {
+            self.settled.pop_front();
+        }
         self.head = ChainHead {
             epoch: value.epoch,
             state: value.state,
@@ -744,6 +757,11 @@ impl LedgerFinality {
         }
         self.links.push_back(link.clone());
         Ok((link, out.applied))
+    }
+
+    /// The training rounds finalized epochs settled since the last call, in order.
+    pub fn take_settled(&mut self) -> Vec<neuroshard_ledger::RoundSettlement> {
+        self.settled.drain(..).collect()
     }
 
     fn warn(&mut self, message: String) {

@@ -311,21 +311,28 @@ impl LedgerState {
         Ok(changes)
     }
 
-    /// A live ledger pays what `finalized` settled since it last followed: each stage's
-    /// settlements past the round it settled last, in order. The changes for the store.
+    /// A live ledger pays a settlement finality made; `None` if it paid it (or a later round
+    /// of the stage) before. The changes for the store.
+    pub fn apply_settlement(
+        &mut self,
+        s: &RoundSettlement,
+    ) -> Result<Option<Changes>, LedgerError> {
+        if self.pots.closed(s.layers, s.round).is_some() {
+            return Ok(None);
+        }
+        self.pay_settlement(s).map(Some)
+    }
+
+    /// A live ledger pays what `finalized` settled that it did not pay yet, of the latest
+    /// settlements the finalized state keeps ([`SETTLEMENTS_KEPT`] a stage). The changes
+    /// for the store.
     pub fn follow_settlements(
         &mut self,
         finalized: &LedgerState,
     ) -> Result<Vec<Changes>, LedgerError> {
         let mut out = Vec::new();
-        for (stage, log) in &finalized.pots.log {
-            let mine = self.pots.settled.get(stage).copied();
-            for s in log {
-                if mine.is_some_and(|m| s.round <= m) {
-                    continue;
-                }
-                out.push(self.pay_settlement(s)?);
-            }
+        for s in finalized.pots.log.values().flatten() {
+            out.extend(self.apply_settlement(s)?);
         }
         Ok(out)
     }

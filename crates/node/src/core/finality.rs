@@ -228,13 +228,23 @@ impl NodeCore {
         self.consider_move(now);
     }
 
-    /// Pays on the live ledger the training rounds the finalized state settled since the last
-    /// call (`economy/settle.rs`).
+    /// Pays on the live ledger the training rounds finalized epochs settled since the last
+    /// call, in order, then any the finalized state keeps that the live ledger lacks (a
+    /// crash between an epoch's write and its settlements': `economy/settle.rs`).
     fn follow_settlements(&mut self, now: Instant) {
-        let Some(f) = self.finality.as_ref() else {
+        let Some(f) = self.finality.as_mut() else {
             return;
         };
-        match self.economy.follow_settlements(f.finalized_state()) {
+        let settled = f.take_settled();
+        let result = self.economy.apply_settlements(&settled).and_then(|a| {
+            let b = self.economy.follow_settlements(f.finalized_state())?;
+            Ok(crate::economy::settle::Followed {
+                rounds: a.rounds + b.rounds,
+                paid: a.paid.saturating_add(b.paid),
+                own: a.own.saturating_add(b.own),
+            })
+        });
+        match result {
             Ok(followed) if followed.rounds > 0 => {
                 let time_ms = self.unix_ms(now);
                 self.events.push_back(NodeEvent::Settled {

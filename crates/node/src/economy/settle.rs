@@ -3,7 +3,7 @@
 //! A live ledger's own view of a round (which proofs reached this node first) decides
 //! nothing, so every node pays the same keys the same shares.
 
-use neuroshard_ledger::LedgerState;
+use neuroshard_ledger::{LedgerState, RoundSettlement};
 
 use super::{Economy, EconomyError, LedgerWrite};
 
@@ -19,15 +19,34 @@ pub struct Followed {
 }
 
 impl Economy {
-    /// Pays on the live ledger what `finalized` settled since the last call (each stage's
-    /// rounds past the one it settled last), and queues the writes.
+    /// Pays on the live ledger what `finalized` settled and it did not pay yet, of the latest
+    /// settlements the finalized state keeps (at start-up: what a crash kept from the store),
+    /// and queues the writes.
     pub fn follow_settlements(
         &mut self,
         finalized: &LedgerState,
     ) -> Result<Followed, EconomyError> {
+        let changes = self.ledger.follow_settlements(finalized)?;
+        Ok(self.keep_settled(changes))
+    }
+
+    /// Pays on the live ledger the settlements finalized epochs made, in order (those paid
+    /// before are skipped), and queues the writes.
+    pub fn apply_settlements(
+        &mut self,
+        settled: &[RoundSettlement],
+    ) -> Result<Followed, EconomyError> {
+        let mut changes = Vec::new();
+        for s in settled {
+            changes.extend(self.ledger.apply_settlement(s)?);
+        }
+        Ok(self.keep_settled(changes))
+    }
+
+    fn keep_settled(&mut self, all: Vec<neuroshard_ledger::Changes>) -> Followed {
         let me = self.node_id();
         let mut followed = Followed::default();
-        for changes in self.ledger.follow_settlements(finalized)? {
+        for changes in all {
             for r in &changes.records {
                 if matches!(r, neuroshard_ledger::Record::Settled { .. }) {
                     followed.rounds += 1;
@@ -44,6 +63,6 @@ impl Economy {
         if followed.rounds > 0 {
             self.sync.dirty = true;
         }
-        Ok(followed)
+        followed
     }
 }

@@ -93,3 +93,49 @@ fn a_node_pays_the_shares_finality_settled_and_keeps_them_across_a_restart() {
         other => panic!("a late claim of a settled round: {other:?}"),
     }
 }
+
+/// A node that catches up on many epochs at once pays every round they settled, in order,
+/// not only the latest the finalized state keeps for inspection.
+#[test]
+fn a_long_catch_up_pays_every_settled_round() {
+    let (mut a, mut b) = (super::tests::economy(81), super::tests::economy(82));
+    let (mut x, mut y) = (super::tests::economy(83), super::tests::economy(84));
+    registered(&mut [&mut a, &mut b, &mut x, &mut y]);
+    let base = x.ledger().clone();
+    let rounds = neuroshard_ledger::state::SETTLEMENTS_KEPT as u64 + 20;
+    let wires: Vec<Vec<u8>> = (1..=rounds)
+        .flat_map(|r| [prove(&mut a, &b, r, T), prove(&mut b, &a, r, T)])
+        .collect();
+    for w in &wires {
+        x.on_proof(w, T);
+        y.on_proof(w, T);
+    }
+    let mut verifier = ProofVerifier::new();
+    let items = wires
+        .iter()
+        .map(|w| {
+            let signed = SignedProof::from_bytes(w).expect("signed");
+            EpochItem::Proof(verifier.check_content(&signed, T).expect("verifies"))
+        })
+        .collect();
+    let mut fin = base;
+    let mut settled = neuroshard_ledger::apply_epoch(&mut fin, items).settled;
+    for _ in 0..SETTLE_EPOCHS {
+        settled.extend(neuroshard_ledger::apply_epoch(&mut fin, Vec::new()).settled);
+    }
+    assert_eq!(settled.len() as u64, rounds);
+    let half = rules().round_reward / 2;
+    let paid = x.apply_settlements(&settled).expect("apply");
+    assert_eq!(paid.rounds as u64, rounds);
+    assert_eq!(x.balance(&a.node_id()), rounds * half);
+    // The finalized state keeps only the latest for inspection: following it alone would
+    // have missed the oldest.
+    let kept = y.follow_settlements(&fin).expect("follow");
+    assert_eq!(kept.rounds, neuroshard_ledger::state::SETTLEMENTS_KEPT);
+    assert!(y.balance(&a.node_id()) < x.balance(&a.node_id()));
+    // Applying them again pays nothing twice.
+    assert_eq!(
+        x.apply_settlements(&settled).expect("again"),
+        Followed::default()
+    );
+}
