@@ -9,9 +9,11 @@
 //! - a training proof is for one stage of the network's layout, by a node registered for that
 //!   stage (a signed, stake-backed ledger op), and carries gradient receipts from at least the
 //!   network's `min_receipts` distinct co-replicas registered there;
-//! - the ledger pays a fixed reward once per (node, stage, round), for a round that can have
+//! - the ledger counts a claim once per (node, stage, round), for a round that can have
 //!   happened by the proof's timestamp, that its stage has reached and that is not long gone
-//!   (the round rules, judged by the finalized state's progress: `economy/floor.rs`).
+//!   (the round rules, judged by the finalized state's progress: `economy/floor.rs`), nor
+//!   settled: a round's fixed reward is split among its contributors when a finalized epoch
+//!   settles it, and the live ledger pays those shares (`economy/settle.rs`).
 //!
 //! Registrations only ever accumulate, so a proof's verdict does not depend on what arrives
 //! after it: a proof whose prover or signers are not registered *yet* is parked until their

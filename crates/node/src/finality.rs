@@ -7,8 +7,9 @@
 //! Sans-IO like the core that owns it: messages, the time and the economy's verdict on items
 //! come in; gossip, requests, finalized epochs (to persist) and warnings come out.
 //!
-//! The live ledger is unchanged and still pays as proofs arrive; what finality adds is a
-//! second state that every node reaches alike, and that says *when* an item is final:
+//! The live ledger still applies items as they arrive (training is paid only as finalized
+//! epochs settle rounds: `take_settled`); what finality adds is a second state that every
+//! node reaches alike, and that says *when* an item is final:
 //! - A proposer's value names its body (the items, with their signed bytes), gossiped beside
 //!   the proposal. A validator votes for it only if every item verifies, passes the same
 //!   admission rules gossip does against the epoch's state, none is refused by the ledger,
