@@ -465,12 +465,7 @@ impl LedgerState {
                 layers: proof.layers,
                 round: proof.round,
                 node: proof.node_id,
-                contribution: Contribution {
-                    proof: hash,
-                    roles: proof.roles,
-                    nonce: proof.nonce,
-                    timestamp_ms: proof.timestamp_ms,
-                },
+                contribution: Contribution::of(proof, hash),
             });
         } else {
             changes.entries.push(Entry {

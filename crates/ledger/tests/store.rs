@@ -412,9 +412,18 @@ fn settled_and_open_rounds_survive_reopen() -> Result<(), Box<dyn std::error::Er
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("ledger.db");
     let (a, b, c) = (test_identity(51), test_identity(52), test_identity(53));
+    // A claim whose pseudo-gradient `w` receipted (what vouches for it in its round).
     let claim = |id: &Identity, w: &Identity, round: u64| {
         let mut p = training_proof(id, w, round, T0);
         p.nonce = round;
+        p.receipts = vec![neuroshard_proof::Receipt::sign(
+            w,
+            p.network,
+            p.node_id,
+            round,
+            neuroshard_proof::ReceiptKind::Gradients,
+            p.pseudo_gradient_hash,
+        )];
         verified(&p, id, w)
     };
     let settled = [claim(&a, &b, 1), claim(&b, &a, 1)];

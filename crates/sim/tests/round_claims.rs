@@ -235,7 +235,8 @@ fn keys_that_join_late_are_not_paid_for_the_rounds_their_stage_ran_before_them()
 
 /// Every round of both stages mints one round's reward at most, however many of the five
 /// replicas claimed it: it is split among them when finality settles the round, and every
-/// live ledger pays exactly the shares the finalized state settled.
+/// live ledger pays exactly the shares the finalized state settled. Honest replicas vouch
+/// for each other (each share needs receipts from two of the round's other contributors).
 #[test]
 fn each_settled_round_mints_one_reward_split_among_its_contributors() {
     let mut sim = stage_of_five(neuroshard_ledger::rules::DEFAULT_ROUND_LEAD, 60, 0);
@@ -248,6 +249,20 @@ fn each_settled_round_mints_one_reward_split_among_its_contributors() {
     let settled: Vec<_> = fin.settlements().collect();
     assert!(settled.len() >= 4, "{} rounds settled", settled.len());
     let mut shared = 0;
+    let contributions: usize = settled
+        .iter()
+        .map(|s| s.shares.len() + s.unvouched.len())
+        .sum();
+    let unvouched: usize = settled.iter().map(|s| s.unvouched.len()).sum();
+    eprintln!(
+        "{} rounds settled, {contributions} contributions, {unvouched} not vouched for",
+        settled.len()
+    );
+    // Honest replicas receipt each other's pseudo-gradients: vouching pays them.
+    assert!(
+        unvouched * 20 <= contributions,
+        "{unvouched} of {contributions} unpaid"
+    );
     for s in &settled {
         let total: u64 = s.shares.iter().map(|x| x.amount).sum();
         assert!(total <= most, "round {} minted {total}", s.round);

@@ -8,6 +8,13 @@
 //! claim it: a Sybil's extra key takes a share from the others instead of minting more, and
 //! claiming more earns nothing more.
 //!
+//! Only contributors vouched for by the round's other contributors are paid: a share needs
+//! gradient receipts from at least f + 1 distinct other contributors of the round, where
+//! f = ⌊(n − 1)/3⌋ of its n contributors (the Byzantine keys a round of n tolerates), so f
+//! colluding keys cannot vouch a claim into the split on their own, and a receipt from a key
+//! that did not claim the round (it did not take part, or its claim came too late) vouches
+//! for nothing.
+//!
 //! Which contributors a pot has depends on which proofs arrived before it settled, so only a
 //! finalized state decides it (its epochs apply in one order on every node). A live ledger
 //! never settles on its own: it pays exactly the shares finality settled
@@ -35,13 +42,38 @@ pub(crate) fn stage_key(layers: LayerRange) -> StageKey {
     (layers.start, layers.end)
 }
 
-/// One contributor of a round: its proof and what the share's bonus depends on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// One contributor of a round: its proof, what the share's bonus depends on, and who
+/// receipted its pseudo-gradient.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Contribution {
     pub proof: Hash32,
     pub roles: Roles,
     pub nonce: u64,
     pub timestamp_ms: u64,
+    /// The distinct signers of its gradient receipts, by id (the prover never among them).
+    pub vouchers: Vec<NodeId>,
+}
+
+impl Contribution {
+    /// `proof`'s contribution (its hash is `hash`).
+    pub fn of(proof: &Proof, hash: Hash32) -> Self {
+        let mut vouchers: Vec<NodeId> = proof
+            .receipts
+            .iter()
+            .filter(|r| r.kind == neuroshard_proof::ReceiptKind::Gradients)
+            .map(|r| r.signer.node_id())
+            .filter(|id| *id != proof.node_id)
+            .collect();
+        vouchers.sort_unstable();
+        vouchers.dedup();
+        Self {
+            proof: hash,
+            roles: proof.roles,
+            nonce: proof.nonce,
+            timestamp_ms: proof.timestamp_ms,
+            vouchers,
+        }
+    }
 }
 
 /// An open round: its contributors, and the finalized epoch its first one was applied in.
@@ -52,7 +84,7 @@ pub(crate) struct Pot {
 }
 
 /// One contributor's share of a settled round.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Share {
     pub node: NodeId,
     pub contribution: Contribution,
@@ -66,6 +98,8 @@ pub struct RoundSettlement {
     pub round: u64,
     /// By node id.
     pub shares: Vec<Share>,
+    /// Contributors not paid: too few of the round's other contributors vouched for them.
+    pub unvouched: Vec<NodeId>,
 }
 
 /// Open pots, each stage's last settled round, and (in a finalized state) the settlements
@@ -89,6 +123,18 @@ impl Pots {
     }
 }
 
+/// Whether `node`'s contribution is vouched for by at least f + 1 distinct other
+/// contributors of its round, f = ⌊(n − 1)/3⌋ of the round's n contributors.
+fn vouched_for(node: &NodeId, c: &Contribution, members: &BTreeMap<NodeId, Contribution>) -> bool {
+    let f = members.len().saturating_sub(1) / 3;
+    let others = c
+        .vouchers
+        .iter()
+        .filter(|v| *v != node && members.contains_key(v))
+        .count();
+    others > f
+}
+
 /// The element a stage's settled round adds to the digest.
 fn settled_element(stage: StageKey, round: u64) -> [u8; 32] {
     let mut out = [0u8; 32];
@@ -110,15 +156,8 @@ impl LedgerState {
                 opened,
                 members: BTreeMap::new(),
             });
-        pot.members.insert(
-            proof.node_id,
-            Contribution {
-                proof: hash,
-                roles: proof.roles,
-                nonce: proof.nonce,
-                timestamp_ms: proof.timestamp_ms,
-            },
-        );
+        pot.members
+            .insert(proof.node_id, Contribution::of(proof, hash));
     }
 
     /// Takes `node` out of its round's pot (its proof was one of two for the round).
@@ -137,7 +176,7 @@ impl LedgerState {
         self.pots
             .open
             .get(&(stage_key(layers), round))
-            .map(|p| p.members.iter().map(|(n, c)| (*n, *c)).collect())
+            .map(|p| p.members.iter().map(|(n, c)| (*n, c.clone())).collect())
             .unwrap_or_default()
     }
 
@@ -161,13 +200,18 @@ impl LedgerState {
         self.pots.settled.get(&stage_key(layers)).copied()
     }
 
-    /// The shares of a round with these contributors: `round_reward` split equally (the
-    /// remainder of the division is not minted), each share with its role bonuses.
+    /// The shares of a round with these contributors: `round_reward` split equally among
+    /// those vouched for by enough of the others (the remainder of the division is not
+    /// minted), each share with its role bonuses.
     fn shares(&self, members: &BTreeMap<NodeId, Contribution>) -> Vec<Share> {
-        let n = u64::try_from(members.len()).unwrap_or(u64::MAX).max(1);
-        let each = self.rules.round_reward / n;
-        members
+        let vouched: Vec<(&NodeId, &Contribution)> = members
             .iter()
+            .filter(|(node, c)| vouched_for(node, c, members))
+            .collect();
+        let n = u64::try_from(vouched.len()).unwrap_or(u64::MAX).max(1);
+        let each = self.rules.round_reward / n;
+        vouched
+            .into_iter()
             .map(|(node, c)| {
                 let mut bonus = 0u64;
                 if c.roles.contains(Roles::EMBEDDING) {
@@ -178,7 +222,7 @@ impl LedgerState {
                 }
                 Share {
                     node: *node,
-                    contribution: *c,
+                    contribution: c.clone(),
                     amount: each.saturating_add(bonus),
                 }
             })
@@ -216,6 +260,12 @@ impl LedgerState {
                     },
                     round: key.1,
                     shares: self.shares(&pot.members),
+                    unvouched: pot
+                        .members
+                        .iter()
+                        .filter(|(n, c)| !vouched_for(n, c, &pot.members))
+                        .map(|(n, _)| *n)
+                        .collect(),
                 };
                 // The state is a finalized one: its changes are not persisted (epochs are).
                 if self.pay_settlement(&settlement).is_ok() {
@@ -254,7 +304,7 @@ impl LedgerState {
         self.minted = minted;
         for (share, key, account) in paid {
             self.put_account(share.node, account, None);
-            let c = share.contribution;
+            let c = &share.contribution;
             if self
                 .paid_rounds
                 .insert(key, (c.proof, share.amount))

@@ -17,11 +17,34 @@ fn ids(n: u64) -> Vec<Identity> {
     (0..n).map(|i| test_identity(300 + i)).collect()
 }
 
-/// `id`'s training proof of `round` (its nonce), receipted by `witness`.
+/// `id`'s training proof of `round` (its nonce), its pseudo-gradient receipted by `witness`.
 fn claim(id: &Identity, witness: &Identity, round: u64) -> VerifiedProof {
-    let mut p = training_proof(id, witness, round, 1_000);
+    claim_by(id, &[witness], round)
+}
+
+/// `id`'s training proof of `round`, its pseudo-gradient receipted by each of `witnesses`.
+fn claim_by(id: &Identity, witnesses: &[&Identity], round: u64) -> VerifiedProof {
+    let mut p = training_proof(id, witnesses[0], round, 1_000);
     p.nonce = round;
-    verified(&p, id, witness)
+    p.receipts = witnesses
+        .iter()
+        .map(|w| {
+            neuroshard_proof::Receipt::sign(
+                w,
+                p.network,
+                p.node_id,
+                round,
+                neuroshard_proof::ReceiptKind::Gradients,
+                p.pseudo_gradient_hash,
+            )
+        })
+        .collect();
+    let mut v = neuroshard_proof::ProofVerifier::new();
+    for w in witnesses {
+        v.add_known_node(w.public_key());
+    }
+    v.verify(&p.sign(id), p.timestamp_ms)
+        .expect("fixture proof verifies")
 }
 
 /// Applies one finalized epoch holding `proofs`; what it settled.
@@ -71,10 +94,12 @@ fn a_round_mints_its_reward_once_however_many_keys_claim_it() {
     assert_eq!(balance(&clean, &honest[0]), REWARD / 2);
 
     let mut attacked = fresh();
+    // Each vouched for by two of the others: a round of five tolerates one Byzantine key,
+    // so a share needs two vouchers among the round's contributors.
     let claims: Vec<_> = all
         .iter()
         .enumerate()
-        .map(|(i, id)| claim(id, &all[(i + 1) % all.len()], 1))
+        .map(|(i, id)| claim_by(id, &[&all[(i + 1) % 5], &all[(i + 2) % 5]], 1))
         .collect();
     epoch(&mut attacked, &claims);
     let settled = settle(&mut attacked);
@@ -152,8 +177,14 @@ fn a_claim_of_a_settled_round_is_refused() {
 fn a_stage_settles_every_round_up_to_the_highest_due() {
     let all = ids(2);
     let mut state = fresh();
-    epoch(&mut state, &[claim(&all[0], &all[1], 7)]);
-    epoch(&mut state, &[claim(&all[1], &all[0], 4)]);
+    epoch(
+        &mut state,
+        &[claim(&all[0], &all[1], 7), claim(&all[1], &all[0], 7)],
+    );
+    epoch(
+        &mut state,
+        &[claim(&all[1], &all[0], 4), claim(&all[0], &all[1], 4)],
+    );
     let settled = settle(&mut state);
     let rounds: Vec<u64> = settled.iter().map(|s| s.round).collect();
     assert_eq!(rounds, vec![4, 7]);
@@ -186,6 +217,41 @@ fn an_equivocating_contributor_leaves_its_pot() {
     assert_eq!(balance(&state, &all[2]), 0);
     state.check_invariants().expect("supply");
     assert!(state.digest_is_consistent());
+}
+
+/// The attack: keys that took no part in a round claim it, vouching for each other. A
+/// share needs gradient receipts from f + 1 of the round's other contributors (f = 1 of
+/// five), so two such keys get nothing and the three honest replicas split the round; a
+/// receipt from a registered key that did not claim the round vouches for nothing either.
+#[test]
+fn claims_vouched_for_by_too_few_of_the_rounds_contributors_are_not_paid() {
+    let all = ids(6);
+    let (honest, sybils, outsider) = (&all[..3], &all[3..5], &all[5]);
+    let mut state = fresh();
+    let mut claims: Vec<_> = (0..3)
+        .map(|i| claim_by(&honest[i], &[&honest[(i + 1) % 3], &honest[(i + 2) % 3]], 1))
+        .collect();
+    claims.push(claim(&sybils[0], &sybils[1], 1));
+    claims.push(claim(&sybils[1], &sybils[0], 1));
+    epoch(&mut state, &claims);
+    let settled = settle(&mut state);
+    let paid: Vec<NodeId> = settled[0].shares.iter().map(|s| s.node).collect();
+    let mut expected: Vec<NodeId> = honest.iter().map(Identity::node_id).collect();
+    expected.sort();
+    assert_eq!(paid, expected, "the Sybils vouched only for each other");
+    assert_eq!(balance(&state, &sybils[0]), 0);
+    assert_eq!(balance(&state, &honest[0]), REWARD / 3);
+
+    // Two replicas, one vouched for by a key that did not claim the round.
+    let mut state = fresh();
+    epoch(
+        &mut state,
+        &[claim(&all[0], &all[1], 2), claim(&all[1], outsider, 2)],
+    );
+    let settled = settle(&mut state);
+    assert_eq!(settled[0].shares.len(), 1);
+    assert_eq!(balance(&state, &all[0]), REWARD);
+    assert_eq!(balance(&state, &all[1]), 0);
 }
 
 /// A second proof for a round already settled takes its share back (and slashes), on the

@@ -10,7 +10,7 @@ pub(super) const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS pot_members (
     layers_start INTEGER NOT NULL, layers_end INTEGER NOT NULL, round INTEGER NOT NULL,
     node BLOB NOT NULL, proof BLOB NOT NULL, roles INTEGER NOT NULL, nonce INTEGER NOT NULL,
-    timestamp_ms INTEGER NOT NULL, round_key BLOB NOT NULL UNIQUE,
+    timestamp_ms INTEGER NOT NULL, round_key BLOB NOT NULL UNIQUE, vouchers BLOB NOT NULL,
     PRIMARY KEY (layers_start, layers_end, round, node)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS settled_rounds (
     layers_start INTEGER NOT NULL, layers_end INTEGER NOT NULL, round INTEGER NOT NULL,
@@ -26,7 +26,8 @@ pub(super) fn write_contribution(
 ) -> Result<usize, rusqlite::Error> {
     tx.prepare_cached(
         "INSERT OR REPLACE INTO pot_members (layers_start, layers_end, round, node, proof, roles,
-         nonce, timestamp_ms, round_key) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+         nonce, timestamp_ms, round_key, vouchers) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9,
+         ?10)",
     )?
     .execute(params![
         layers.start,
@@ -38,6 +39,7 @@ pub(super) fn write_contribution(
         to_sql(c.nonce),
         to_sql(c.timestamp_ms),
         &crate::state::round_key_of(node, layers, round)[..],
+        c.vouchers.iter().flat_map(|v| v.0).collect::<Vec<u8>>(),
     ])
 }
 
@@ -73,8 +75,8 @@ pub(super) fn load_pots(
 ) -> Result<(Members, Vec<(LayerRange, u64)>), StoreError> {
     let mut members = Vec::new();
     let mut stmt = conn.prepare(
-        "SELECT layers_start, layers_end, round, node, proof, roles, nonce, timestamp_ms
-         FROM pot_members",
+        "SELECT layers_start, layers_end, round, node, proof, roles, nonce, timestamp_ms,
+         vouchers FROM pot_members",
     )?;
     let rows = stmt.query_map([], |r| {
         let (layers, round) = stage_round(r)?;
@@ -86,10 +88,18 @@ pub(super) fn load_pots(
             r.get::<_, u8>(5)?,
             from_sql(r.get(6)?),
             from_sql(r.get(7)?),
+            r.get::<_, Vec<u8>>(8)?,
         ))
     })?;
     for row in rows {
-        let (layers, round, node, proof, roles, nonce, timestamp_ms) = row?;
+        let (layers, round, node, proof, roles, nonce, timestamp_ms, vouchers) = row?;
+        if vouchers.len() % 32 != 0 {
+            return Err(StoreError::Corrupt("pot vouchers".into()));
+        }
+        let vouchers = vouchers
+            .chunks_exact(32)
+            .map(|c| blob32(c.to_vec()).map(NodeId))
+            .collect::<Result<Vec<_>, _>>()?;
         let roles =
             Roles::from_bits(roles).map_err(|e| StoreError::Corrupt(format!("pot roles: {e}")))?;
         members.push((
@@ -101,6 +111,7 @@ pub(super) fn load_pots(
                 roles,
                 nonce,
                 timestamp_ms,
+                vouchers,
             },
         ));
     }

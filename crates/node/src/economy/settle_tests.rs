@@ -49,7 +49,7 @@ fn a_node_pays_the_shares_finality_settled_and_keeps_them_across_a_restart() {
     registered(&mut [&mut a, &mut b, &mut c, &mut d, &mut x]);
     let base = x.ledger().clone();
     let pa = prove(&mut a, &b, 1, T);
-    let pb = prove(&mut b, &c, 1, T);
+    let pb = prove(&mut b, &a, 1, T);
     let pc = prove(&mut c, &a, 1, T);
     for w in [&pc, &pa, &pb] {
         assert!(matches!(x.on_proof(w, T), ProofOutcome::Applied { .. }));
