@@ -540,6 +540,13 @@ impl Economy {
         // Cheap dedup before any curve math; the hash excludes the signature, so a copy with
         // a different signature is the same proof.
         if self.ledger.has_proof(&hash) {
+            // A proof finality settled before this node held it (`economy/settle.rs`): keep
+            // its bytes now, or anti-entropy would fetch it from peers again and again.
+            if !self.wires.contains_key(&hash)
+                && self.verifier.check_content(&signed, now_ms).is_ok()
+            {
+                self.keep_wire(hash, wire);
+            }
             return ProofOutcome::Duplicate;
         }
         if self.parked.iter().any(|p| p.hash == hash) {
@@ -629,6 +636,17 @@ impl Economy {
             }
         }
         Ok(outcome)
+    }
+
+    /// Keeps the signed bytes of a proof the ledger holds, to serve (and persists them).
+    fn keep_wire(&mut self, hash: Hash32, wire: &[u8]) {
+        let wire = intern::intern(hash, wire);
+        self.wires.insert(hash, wire.clone());
+        self.sync.dirty = true;
+        self.writes.push_back(LedgerWrite {
+            proof_wire: Some((hash, wire)),
+            ..LedgerWrite::of(Changes::default())
+        });
     }
 
     /// What applying `verified` gave, as the outcome its sender is told.

@@ -139,3 +139,27 @@ fn a_long_catch_up_pays_every_settled_round() {
         Followed::default()
     );
 }
+
+/// Finality settled a proof this node never held (its live ledger held it back, or never got
+/// it): the node pays the share at once, and keeps the proof's bytes when they arrive, so
+/// anti-entropy stops fetching a proof its ledger already counts.
+#[test]
+fn a_settled_proof_the_node_lacked_is_paid_and_its_bytes_kept_when_they_come() {
+    let (mut a, mut b) = (super::tests::economy(76), super::tests::economy(77));
+    let mut x = super::tests::economy(78);
+    registered(&mut [&mut a, &mut b, &mut x]);
+    let base = x.ledger().clone();
+    let pa = prove(&mut a, &b, 1, T);
+    let pb = prove(&mut b, &a, 1, T);
+    assert!(matches!(x.on_proof(&pa, T), ProofOutcome::Applied { .. }));
+    let fin = finalized(&base, &[pa, pb.clone()]);
+    let hash = SignedProof::from_bytes(&pb).expect("signed").payload_hash();
+    assert_eq!(x.follow_settlements(&fin).expect("follow").rounds, 1);
+    assert_eq!(x.balance(&b.node_id()), rules().round_reward / 2);
+    assert!(!x.proof_hashes().expect("hashes").contains(&hash));
+    assert_eq!(x.on_proof(&pb, T), ProofOutcome::Duplicate);
+    assert!(
+        x.proof_hashes().expect("hashes").contains(&hash),
+        "its bytes are kept"
+    );
+}
