@@ -123,8 +123,6 @@ pub enum LedgerError {
     },
     #[error("round {round} is long gone: a claim now must be of round {floor} or later")]
     RoundBehind { round: u64, floor: u64 },
-    #[error("round {round} of this stage is settled (through round {settled}): claims are closed")]
-    RoundSettled { round: u64, settled: u64 },
     #[error("node {node} was already paid for round {round} of this stage")]
     RoundPaid { node: NodeId, round: u64 },
     #[error("registering needs a stake of {needed}, the account has {available}")]
@@ -359,8 +357,9 @@ impl LedgerState {
     /// Credits the reward for a verified proof. Idempotent by proof hash.
     ///
     /// A training proof is counted once per (node, stage, round), whatever it claims, and only
-    /// for a round that can have happened by its timestamp and is not settled yet; it joins
-    /// its round's pot, which a finalized epoch settles (`state/pots.rs`). A second proof for
+    /// for a round that can have happened by its timestamp; it joins its round's pot, which a
+    /// finalized epoch settles (`state/pots.rs`), unless that round is settled already (then
+    /// it is recorded and never paid). A second proof for
     /// a claimed round is an equivocation. It is keyed by its round, not its nonce, so nodes
     /// that saw two proofs for one round in either order hold the same balances and state hash.
     pub fn apply_proof(&mut self, verified: &VerifiedProof) -> Result<Outcome, LedgerError> {
@@ -402,13 +401,7 @@ impl LedgerState {
                         Slot::Round(key),
                     );
                 }
-                if let Some(settled) = self.pots.closed(proof.layers, proof.round) {
-                    return Err(LedgerError::RoundSettled {
-                        round: proof.round,
-                        settled,
-                    });
-                }
-                // Paid when its round settles.
+                // Paid when its round settles; nothing if it settled already.
                 0
             }
             None => {
@@ -442,7 +435,12 @@ impl LedgerState {
                 self.paid_rounds.insert(key, (hash, amount));
                 self.digest.insert(Set::Round, &key);
                 self.progress.note(proof);
-                self.contribute(proof, hash);
+                // A claim of a settled round is recorded and never paid: refusing it would make
+                // a live ledger's state depend on whether the claim came before or after it
+                // paid the round's settlement.
+                if self.pots.closed(proof.layers, proof.round).is_none() {
+                    self.contribute(proof, hash);
+                }
             }
             None => {
                 self.proof_nonces
@@ -460,7 +458,7 @@ impl LedgerState {
             timestamp_ms: proof.timestamp_ms,
             round_key,
         });
-        if round_key.is_some() {
+        if round_key.is_some() && self.pots.closed(proof.layers, proof.round).is_none() {
             changes.records.push(Record::Contribution {
                 layers: proof.layers,
                 round: proof.round,

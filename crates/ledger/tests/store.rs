@@ -457,11 +457,14 @@ fn settled_and_open_rounds_survive_reopen() -> Result<(), Box<dyn std::error::Er
         ledger.apply_proof(&claim(&b, &a, 1)),
         Ok(Outcome::Duplicate)
     ));
+    // A claim of the settled round is recorded and never paid.
     let late = claim(&test_identity(54), &a, 1);
-    assert!(matches!(
-        ledger.apply_proof(&late),
-        Err(ApplyError::Rejected(LedgerError::RoundSettled { .. }))
-    ));
+    assert!(matches!(ledger.apply_proof(&late)?, Outcome::Applied(_)));
+    assert!(ledger.state().pot(late.proof().layers, 1).is_empty());
+    assert_eq!(
+        ledger.state().account(&test_identity(54).node_id()).balance,
+        0
+    );
     let history = ledger.history(&a.node_id(), 10)?;
     assert_eq!(history.len(), 1);
     assert_eq!(history[0].kind.as_str(), "reward");

@@ -2,11 +2,11 @@
 //!
 //! A training proof does not pay its prover when it applies; it joins the pot of its
 //! (stage, round). A finalized state settles a pot [`SETTLE_EPOCHS`] epochs after the pot
-//! opened: the network's `round_reward` split equally among the round's contributors (each
-//! share with its role bonuses), and from then on the stage's rounds up to that one are
-//! closed: a later claim of one is refused. So a round mints the same whatever number of keys
+//! opened, once the stage has reached that round (its certified round): the network's
+//! `round_reward` split equally among the round's contributors (each share with its role
+//! bonuses), and from then on the stage's rounds up to that one are closed. So a round mints the same whatever number of keys
 //! claim it: a Sybil's extra key takes a share from the others instead of minting more, and
-//! claiming more earns nothing more.
+//! claiming more earns nothing more. A claim of a closed round is recorded and never paid.
 //!
 //! Only contributors vouched for by the round's other contributors are paid: a share needs
 //! gradient receipts from at least f + 1 distinct other contributors of the round, where
@@ -195,6 +195,12 @@ impl LedgerState {
             .count()
     }
 
+    /// What the claim with this round key was paid (0 until its round settles, and for ever
+    /// if it settled without it); `None` for a round key not claimed.
+    pub fn round_paid(&self, key: &Hash32) -> Option<u64> {
+        self.paid_rounds.get(key).map(|(_, paid)| *paid)
+    }
+
     /// The highest settled round of the stage holding `layers`.
     pub fn settled_round(&self, layers: LayerRange) -> Option<u64> {
         self.pots.settled.get(&stage_key(layers)).copied()
@@ -230,13 +236,21 @@ impl LedgerState {
     }
 
     /// At the end of a finalized epoch: settles every stage's rounds up to the highest one
-    /// whose pot has been open [`SETTLE_EPOCHS`] epochs, lowest round first. Returns the
-    /// settlements (also kept for live ledgers to follow).
+    /// whose pot has been open [`SETTLE_EPOCHS`] epochs and that the stage has reached (its
+    /// certified round: what at least half of its active provers claimed), lowest round first.
+    /// Without the second condition two keys claiming a round ahead of their stage would close
+    /// every round before it when it settled, and the honest replicas, proving those rounds
+    /// later, would be paid for none. Returns the settlements (also kept for live ledgers).
     pub(super) fn settle_due(&mut self) -> Vec<RoundSettlement> {
         let epoch = self.progress.epoch();
         let mut through: BTreeMap<StageKey, u64> = BTreeMap::new();
         for ((stage, round), pot) in &self.pots.open {
-            if pot.opened.saturating_add(SETTLE_EPOCHS) <= epoch {
+            let layers = LayerRange {
+                start: stage.0,
+                end: stage.1,
+            };
+            let reached = self.progress.certified(layers).is_some_and(|c| *round <= c);
+            if reached && pot.opened.saturating_add(SETTLE_EPOCHS) <= epoch {
                 let t = through.entry(*stage).or_insert(*round);
                 *t = (*t).max(*round);
             }

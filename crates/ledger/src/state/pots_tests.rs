@@ -141,9 +141,10 @@ fn a_round_settles_after_its_pot_was_open_the_settling_epochs() {
 }
 
 /// A claim of a settled round would take a share of a reward already split, or mint past
-/// it: refused, on every ledger, and it does not reopen the round.
+/// it: it is recorded (so every live ledger holds the same, whether it came before or after
+/// the settlement) and never paid, and it does not reopen the round.
 #[test]
-fn a_claim_of_a_settled_round_is_refused() {
+fn a_claim_of_a_settled_round_is_never_paid() {
     let all = ids(3);
     let mut state = fresh();
     epoch(
@@ -151,24 +152,57 @@ fn a_claim_of_a_settled_round_is_refused() {
         &[claim(&all[0], &all[1], 5), claim(&all[1], &all[0], 5)],
     );
     settle(&mut state);
-    let late = claim(&all[2], &all[0], 5);
-    assert_eq!(
-        state.apply_proof(&late),
-        Err(LedgerError::RoundSettled {
-            round: 5,
-            settled: 5
-        })
-    );
-    let older = claim(&all[2], &all[0], 3);
-    assert!(matches!(
-        state.apply_proof(&older),
-        Err(LedgerError::RoundSettled { round: 3, .. })
-    ));
-    assert!(matches!(
-        state.apply_proof(&claim(&all[2], &all[0], 6)),
-        Ok(Outcome::Applied(_))
-    ));
+    for round in [5, 3] {
+        let late = claim(&all[2], &all[0], round);
+        assert!(matches!(state.apply_proof(&late), Ok(Outcome::Applied(_))));
+        assert_eq!(state.round_paid(&round_key(late.proof())), Some(0));
+        assert!(
+            state.pot(late.proof().layers, round).is_empty(),
+            "not reopened"
+        );
+    }
+    for _ in 0..=SETTLE_EPOCHS {
+        epoch(&mut state, &[]);
+    }
+    assert_eq!(balance(&state, &all[2]), 0);
     assert_eq!(state.minted(), REWARD);
+    // The next round is open.
+    let next = claim(&all[2], &all[0], 6);
+    assert!(matches!(state.apply_proof(&next), Ok(Outcome::Applied(_))));
+    assert_eq!(state.pot(next.proof().layers, 6).len(), 1);
+}
+
+/// The attack: two keys claim a round ahead of their stage, vouching for each other, hoping
+/// its settlement closes the rounds before it, which the honest replicas have not proved yet.
+/// A round settles only once the stage reached it (its certified round: what half of its
+/// active provers claimed), so the honest replicas' rounds are paid as they come, and the
+/// keys' round only when the stage gets there (then split with the honest replicas, who
+/// vouch only for each other).
+#[test]
+fn keys_claiming_ahead_of_their_stage_close_no_honest_round() {
+    let all = ids(5);
+    let (honest, sybils) = (&all[..3], &all[3..]);
+    let round_of = |r: u64| -> Vec<VerifiedProof> {
+        (0..3)
+            .map(|i| claim_by(&honest[i], &[&honest[(i + 1) % 3], &honest[(i + 2) % 3]], r))
+            .collect()
+    };
+    let mut state = fresh();
+    let mut first = round_of(1);
+    first.push(claim(&sybils[0], &sybils[1], 4));
+    first.push(claim(&sybils[1], &sybils[0], 4));
+    epoch(&mut state, &first);
+    for r in 2..=4 {
+        let settled = epoch(&mut state, &round_of(r));
+        assert!(settled.iter().all(|s| s.round < 4 || r == 4), "{settled:?}");
+    }
+    for _ in 0..=SETTLE_EPOCHS {
+        epoch(&mut state, &[]);
+    }
+    // Honest rounds 1 to 4 all paid: a third each; the keys' claims of round 4 unvouched.
+    assert_eq!(balance(&state, &honest[0]), 4 * (REWARD / 3));
+    assert_eq!(balance(&state, &sybils[0]), 0);
+    assert_eq!(state.settled_round(first[0].proof().layers), Some(4));
 }
 
 /// Rounds settle lowest first, and a pot of a lower round opened later settles with the
