@@ -92,29 +92,28 @@ pub fn base_reward(proof: &Proof) -> u64 {
     let base = u64::try_from(raw)
         .unwrap_or(u64::MAX)
         .min(MAX_REWARD_PER_PROOF);
-    let mut bonus = 0u64;
-    if matches!(proof.kind, ProofKind::Training | ProofKind::Inference) {
-        if proof.roles.contains(Roles::EMBEDDING) {
-            bonus = bonus.saturating_add(bps_of(base, EMBEDDING_BONUS_BPS));
-        }
-        if proof.roles.contains(Roles::LM_HEAD) {
-            bonus = bonus.saturating_add(bps_of(base, LM_HEAD_BONUS_BPS));
-        }
+    if !matches!(proof.kind, ProofKind::Training | ProofKind::Inference) {
+        return base;
     }
-    base.saturating_add(bonus).min(MAX_REWARD_PER_PROOF)
+    with_role_bonus(base, proof.roles).min(MAX_REWARD_PER_PROOF)
+}
+
+/// `amount` plus the bonuses of `roles`: the embedding's and the LM head's share of it.
+pub fn with_role_bonus(amount: u64, roles: Roles) -> u64 {
+    let mut bonus = 0u64;
+    if roles.contains(Roles::EMBEDDING) {
+        bonus = bonus.saturating_add(bps_of(amount, EMBEDDING_BONUS_BPS));
+    }
+    if roles.contains(Roles::LM_HEAD) {
+        bonus = bonus.saturating_add(bps_of(amount, LM_HEAD_BONUS_BPS));
+    }
+    amount.saturating_add(bonus)
 }
 
 /// A training proof's reward: the network's fixed reward for one (node, stage, round) plus
 /// the role bonuses; what the proof claims (tokens, batches) does not change it.
 pub fn round_reward(proof: &Proof, round_reward: u64) -> u64 {
-    let mut bonus = 0u64;
-    if proof.roles.contains(Roles::EMBEDDING) {
-        bonus = bonus.saturating_add(bps_of(round_reward, EMBEDDING_BONUS_BPS));
-    }
-    if proof.roles.contains(Roles::LM_HEAD) {
-        bonus = bonus.saturating_add(bps_of(round_reward, LM_HEAD_BONUS_BPS));
-    }
-    round_reward.saturating_add(bonus)
+    with_role_bonus(round_reward, proof.roles)
 }
 
 /// The full reward for `proof` given the prover's current stake.

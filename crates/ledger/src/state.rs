@@ -430,6 +430,7 @@ impl LedgerState {
         self.put_account(proof.node_id, account, None);
         self.minted = minted;
         self.proof_hashes.insert(hash);
+        let mut contribution = None;
         match round_key {
             Some(key) => {
                 self.paid_rounds.insert(key, (hash, amount));
@@ -438,8 +439,8 @@ impl LedgerState {
                 // A claim of a settled round is recorded and never paid: refusing it would make
                 // a live ledger's state depend on whether the claim came before or after it
                 // paid the round's settlement.
-                if self.pots.closed(proof.layers, proof.round).is_none() {
-                    self.contribute(proof, hash);
+                if !self.pots.closed(proof.layers, proof.round) {
+                    contribution = Some(self.contribute(proof, hash));
                 }
             }
             None => {
@@ -458,14 +459,9 @@ impl LedgerState {
             timestamp_ms: proof.timestamp_ms,
             round_key,
         });
-        if round_key.is_some() && self.pots.closed(proof.layers, proof.round).is_none() {
-            changes.records.push(Record::Contribution {
-                layers: proof.layers,
-                round: proof.round,
-                node: proof.node_id,
-                contribution: Contribution::of(proof, hash),
-            });
-        } else {
+        // Training pays at its round's settlement: no history line now.
+        changes.records.extend(contribution);
+        if round_key.is_none() {
             changes.entries.push(Entry {
                 account: proof.node_id,
                 kind: EntryKind::Reward,

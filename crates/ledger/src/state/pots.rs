@@ -25,6 +25,7 @@ use std::collections::VecDeque;
 
 use neuroshard_proof::{LayerRange, Roles};
 
+use super::progress::stage_key;
 use super::*;
 
 /// Epochs a pot stays open after its first proof was finalized (30 s at the default 10-s
@@ -35,11 +36,14 @@ pub const SETTLE_EPOCHS: u64 = 3;
 /// ledger follows after every finalized epoch, so it needs only the last few.
 pub const SETTLEMENTS_KEPT: usize = 256;
 
-/// A stage, named by its layers (as round keys name it).
-pub(crate) type StageKey = (u32, u32);
+/// A stage, named by its layers (as round keys and stage progress name it).
+type StageKey = (u32, u32);
 
-pub(crate) fn stage_key(layers: LayerRange) -> StageKey {
-    (layers.start, layers.end)
+fn layers_of(stage: StageKey) -> LayerRange {
+    LayerRange {
+        start: stage.0,
+        end: stage.1,
+    }
 }
 
 /// One contributor of a round: its proof, what the share's bonus depends on, and who
@@ -115,11 +119,10 @@ pub(crate) struct Pots {
 
 impl Pots {
     /// Whether `round` of the stage is closed.
-    pub(crate) fn closed(&self, layers: LayerRange, round: u64) -> Option<u64> {
+    pub(crate) fn closed(&self, layers: LayerRange, round: u64) -> bool {
         self.settled
             .get(&stage_key(layers))
-            .copied()
-            .filter(|&s| round <= s)
+            .is_some_and(|&s| round <= s)
     }
 }
 
@@ -145,19 +148,26 @@ fn settled_element(stage: StageKey, round: u64) -> [u8; 32] {
 }
 
 impl LedgerState {
-    /// Adds a training proof's prover to its round's pot (the proof was checked and not paid).
-    pub(super) fn contribute(&mut self, proof: &Proof, hash: Hash32) {
+    /// Adds a training proof's prover to its round's pot (the proof was checked and not paid);
+    /// the record for the store.
+    pub(super) fn contribute(&mut self, proof: &Proof, hash: Hash32) -> Record {
         let opened = self.progress.epoch();
-        let pot = self
-            .pots
+        let contribution = Contribution::of(proof, hash);
+        self.pots
             .open
             .entry((stage_key(proof.layers), proof.round))
             .or_insert_with(|| Pot {
                 opened,
                 members: BTreeMap::new(),
-            });
-        pot.members
-            .insert(proof.node_id, Contribution::of(proof, hash));
+            })
+            .members
+            .insert(proof.node_id, contribution.clone());
+        Record::Contribution {
+            layers: proof.layers,
+            round: proof.round,
+            node: proof.node_id,
+            contribution,
+        }
     }
 
     /// Takes `node` out of its round's pot (its proof was one of two for the round).
@@ -206,33 +216,33 @@ impl LedgerState {
         self.pots.settled.get(&stage_key(layers)).copied()
     }
 
-    /// The shares of a round with these contributors: `round_reward` split equally among
-    /// those vouched for by enough of the others (the remainder of the division is not
-    /// minted), each share with its role bonuses.
-    fn shares(&self, members: &BTreeMap<NodeId, Contribution>) -> Vec<Share> {
-        let vouched: Vec<(&NodeId, &Contribution)> = members
+    /// The settlement of `round` of `stage` with these contributors: `round_reward` split
+    /// equally among those vouched for by enough of the others (the remainder of the division
+    /// is not minted), each share with its role bonuses; the rest listed unpaid.
+    fn settlement(
+        &self,
+        stage: StageKey,
+        round: u64,
+        members: BTreeMap<NodeId, Contribution>,
+    ) -> RoundSettlement {
+        let (vouched, unvouched): (Vec<_>, Vec<_>) = members
             .iter()
-            .filter(|(node, c)| vouched_for(node, c, members))
-            .collect();
+            .partition(|(node, c)| vouched_for(node, c, &members));
         let n = u64::try_from(vouched.len()).unwrap_or(u64::MAX).max(1);
         let each = self.rules.round_reward / n;
-        vouched
-            .into_iter()
-            .map(|(node, c)| {
-                let mut bonus = 0u64;
-                if c.roles.contains(Roles::EMBEDDING) {
-                    bonus = bonus.saturating_add(bps_of(each, reward::EMBEDDING_BONUS_BPS));
-                }
-                if c.roles.contains(Roles::LM_HEAD) {
-                    bonus = bonus.saturating_add(bps_of(each, reward::LM_HEAD_BONUS_BPS));
-                }
-                Share {
+        RoundSettlement {
+            layers: layers_of(stage),
+            round,
+            shares: vouched
+                .into_iter()
+                .map(|(node, c)| Share {
                     node: *node,
                     contribution: c.clone(),
-                    amount: each.saturating_add(bonus),
-                }
-            })
-            .collect()
+                    amount: reward::with_role_bonus(each, c.roles),
+                })
+                .collect(),
+            unvouched: unvouched.into_iter().map(|(node, _)| *node).collect(),
+        }
     }
 
     /// At the end of a finalized epoch: settles every stage's rounds up to the highest one
@@ -245,11 +255,10 @@ impl LedgerState {
         let epoch = self.progress.epoch();
         let mut through: BTreeMap<StageKey, u64> = BTreeMap::new();
         for ((stage, round), pot) in &self.pots.open {
-            let layers = LayerRange {
-                start: stage.0,
-                end: stage.1,
-            };
-            let reached = self.progress.certified(layers).is_some_and(|c| *round <= c);
+            let reached = self
+                .progress
+                .certified(layers_of(*stage))
+                .is_some_and(|c| *round <= c);
             if reached && pot.opened.saturating_add(SETTLE_EPOCHS) <= epoch {
                 let t = through.entry(*stage).or_insert(*round);
                 *t = (*t).max(*round);
@@ -267,20 +276,7 @@ impl LedgerState {
                 let Some(pot) = self.pots.open.remove(&key) else {
                     continue;
                 };
-                let settlement = RoundSettlement {
-                    layers: LayerRange {
-                        start: stage.0,
-                        end: stage.1,
-                    },
-                    round: key.1,
-                    shares: self.shares(&pot.members),
-                    unvouched: pot
-                        .members
-                        .iter()
-                        .filter(|(n, c)| !vouched_for(n, c, &pot.members))
-                        .map(|(n, _)| *n)
-                        .collect(),
-                };
+                let settlement = self.settlement(stage, key.1, pot.members);
                 // The state is a finalized one: its changes are not persisted (epochs are).
                 if self.pay_settlement(&settlement).is_ok() {
                     let log = self.pots.log.entry(stage).or_default();
@@ -381,7 +377,7 @@ impl LedgerState {
         &mut self,
         s: &RoundSettlement,
     ) -> Result<Option<Changes>, LedgerError> {
-        if self.pots.closed(s.layers, s.round).is_some() {
+        if self.pots.closed(s.layers, s.round) {
             return Ok(None);
         }
         self.pay_settlement(s).map(Some)
@@ -419,7 +415,7 @@ impl Pots {
             pots.settled.insert(stage_key(layers), round);
         }
         for (layers, round, node, c) in members {
-            if pots.closed(layers, round).is_some() {
+            if pots.closed(layers, round) {
                 continue;
             }
             pots.open

@@ -50,7 +50,7 @@ pub struct StageProgress {
     epoch: u64,
 }
 
-fn stage_key(layers: LayerRange) -> (u32, u32) {
+pub(super) fn stage_key(layers: LayerRange) -> (u32, u32) {
     (layers.start, layers.end)
 }
 

@@ -65,8 +65,9 @@ impl NodeCore {
             self.economy.on_finalized(finality.finalized_state());
         }
         self.finality = Some(finality);
-        // Settlements finalized before a crash that the live ledger had not written yet.
-        self.follow_settlements(now);
+        // Settlements of the replayed epochs (paid before are skipped), and any the finalized
+        // state keeps that a crash kept the live ledger from writing.
+        self.follow_settlements(now, true);
         self.drain_finality(now);
     }
 
@@ -221,7 +222,7 @@ impl NodeCore {
             if applied > 0 {
                 self.ledger_applied_event(now);
             }
-            self.follow_settlements(now);
+            self.follow_settlements(now, false);
             self.on_new_beacon(now);
         }
         self.report_architecture(now);
@@ -229,21 +230,20 @@ impl NodeCore {
     }
 
     /// Pays on the live ledger the training rounds finalized epochs settled since the last
-    /// call, in order, then any the finalized state keeps that the live ledger lacks (a
-    /// crash between an epoch's write and its settlements': `economy/settle.rs`).
-    fn follow_settlements(&mut self, now: Instant) {
+    /// call, in order (`economy/settle.rs`); at start-up also any the finalized state keeps
+    /// that the live ledger lacks.
+    fn follow_settlements(&mut self, now: Instant, starting: bool) {
         let Some(f) = self.finality.as_mut() else {
             return;
         };
         let settled = f.take_settled();
-        let result = self.economy.apply_settlements(&settled).and_then(|a| {
-            let b = self.economy.follow_settlements(f.finalized_state())?;
-            Ok(crate::economy::settle::Followed {
-                rounds: a.rounds + b.rounds,
-                paid: a.paid.saturating_add(b.paid),
-                own: a.own.saturating_add(b.own),
-            })
-        });
+        let mut result = self.economy.apply_settlements(&settled);
+        if starting {
+            result = result.and_then(|a| {
+                let b = self.economy.follow_settlements(f.finalized_state())?;
+                Ok(a.and(b))
+            });
+        }
         match result {
             Ok(followed) if followed.rounds > 0 => {
                 let time_ms = self.unix_ms(now);

@@ -18,6 +18,17 @@ pub struct Followed {
     pub own: u64,
 }
 
+impl Followed {
+    /// Both payments together.
+    pub fn and(self, other: Followed) -> Followed {
+        Followed {
+            rounds: self.rounds + other.rounds,
+            paid: self.paid.saturating_add(other.paid),
+            own: self.own.saturating_add(other.own),
+        }
+    }
+}
+
 impl Economy {
     /// Pays on the live ledger what `finalized` settled and it did not pay yet, of the latest
     /// settlements the finalized state keeps (at start-up: what a crash kept from the store),
