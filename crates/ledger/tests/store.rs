@@ -437,7 +437,21 @@ fn settled_and_open_rounds_survive_reopen() -> Result<(), Box<dyn std::error::Er
     let hash;
     {
         let mut ledger = Ledger::open(&path)?;
-        for p in settled.iter().chain([&claim(&c, &a, 1), &claim(&a, &b, 2)]) {
+        // Round 2's claim carries a work tally by `c`, which its pot keeps.
+        let mut open = claim(&a, &b, 2).proof().clone();
+        open.receipts.push(neuroshard_proof::Receipt::sign(
+            &c,
+            open.network,
+            open.node_id,
+            2,
+            neuroshard_proof::ReceiptKind::Activations,
+            neuroshard_proof::work_tally(5),
+        ));
+        let mut v = neuroshard_proof::ProofVerifier::new();
+        v.add_known_node(b.public_key());
+        v.add_known_node(c.public_key());
+        let open = v.verify(&open.sign(&a), open.timestamp_ms)?;
+        for p in settled.iter().chain([&claim(&c, &a, 1), &open]) {
             assert!(matches!(ledger.apply_proof(p)?, Outcome::Applied(_)));
         }
         let mut live = ledger.state().clone();
@@ -452,7 +466,9 @@ fn settled_and_open_rounds_survive_reopen() -> Result<(), Box<dyn std::error::Er
     assert_eq!(ledger.state_hash(), hash);
     assert_eq!(ledger.state().check_invariants(), Ok(()));
     assert_eq!(ledger.state().account(&c.node_id()).balance, 0);
-    assert_eq!(ledger.state().pot(settled[0].proof().layers, 2).len(), 1);
+    let pot = ledger.state().pot(settled[0].proof().layers, 2);
+    assert_eq!(pot.len(), 1);
+    assert_eq!(pot[0].1.work, vec![(c.node_id(), 5)]);
     assert!(matches!(
         ledger.apply_proof(&claim(&b, &a, 1)),
         Ok(Outcome::Duplicate)

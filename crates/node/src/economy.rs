@@ -105,6 +105,10 @@ pub enum ReceiptRefused {
     HashMismatch { round: u64 },
     #[error("signature: {0}")]
     Signature(SignatureError),
+    #[error("a work tally signed by another node than the one that took the job")]
+    NotTheReceiver,
+    #[error("a work receipt whose hash is not a tally of jobs")]
+    NotATally,
 }
 
 /// Why a proof claims nothing this network produces.
@@ -374,6 +378,9 @@ pub struct Economy {
     /// Own rounds, sorted, at most [`ROUND_MEMORY`].
     rounds: VecDeque<produce::RoundInfo>,
     early: Vec<(u64, Receipt)>,
+    /// Jobs of other nodes we took, and tallies of ours others took (`economy/work.rs`).
+    taken: work::TakenJobs,
+    tallies: work::Tallies,
     last_nonce: Option<u64>,
     parked: VecDeque<ParkedProof>,
     /// Proofs of rounds past their stage's certified round.
@@ -429,6 +436,8 @@ impl Economy {
             hardware: HardwareClass::Cpu,
             rounds: VecDeque::new(),
             early: Vec::new(),
+            taken: Default::default(),
+            tallies: Default::default(),
             last_nonce,
             parked: VecDeque::new(),
             ahead: Default::default(),
@@ -790,6 +799,9 @@ pub mod settle;
 mod settle_tests;
 #[cfg(test)]
 pub(crate) mod tests;
+mod work;
+#[cfg(test)]
+mod work_tests;
 
 pub use antientropy::{
     LedgerSyncRequest, LedgerSyncResponse, MAX_PROOF_WIRE, MAX_REPORT_BYTES, MAX_SYNC_OPS,

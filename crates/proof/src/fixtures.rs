@@ -63,7 +63,7 @@ pub fn training_proof(
         proof.node_id,
         proof.round,
         ReceiptKind::Activations,
-        proof.output_activation_hash,
+        crate::proof::work_tally(8),
     ));
     proof
 }

@@ -27,6 +27,6 @@ pub use memo::forget_all as forget_verified_signatures;
 pub use plausibility::{HardwareLimits, PlausibilityError};
 pub use proof::{
     HardwareClass, Hash32, LayerRange, PROOF_VERSION, Proof, ProofKind, Receipt, ReceiptKind,
-    Roles, ShardWork, SignedProof,
+    Roles, ShardWork, SignedProof, tally_jobs, work_tally,
 };
 pub use verify::{ProofVerifier, ReceiptError, ReplayKind, VerifiedProof, VerifyError};

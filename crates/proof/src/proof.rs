@@ -13,8 +13,12 @@ use crate::keys::{NodeId, PUBLIC_KEY_LEN, PublicKey, SIGNATURE_LEN, Signature};
 pub const PROOF_VERSION: u16 = 2;
 /// Most shards one proof may cover.
 pub const MAX_SHARDS: usize = 256;
-/// Most neighbour receipts one proof may carry.
-pub const MAX_RECEIPTS: usize = 16;
+/// Most neighbour receipts one proof may carry: gradient receipts of co-replicas and work
+/// tallies of other stages together.
+pub const MAX_RECEIPTS: usize = 24;
+/// Most work tallies ([`ReceiptKind::Activations`]) a node puts in one proof; the rest of
+/// [`MAX_RECEIPTS`] is for gradient receipts.
+pub const MAX_WORK_RECEIPTS: usize = 8;
 
 /// A 32-byte content hash (BLAKE3 unless a field says otherwise).
 pub type Hash32 = [u8; 32];
@@ -134,7 +138,9 @@ pub struct ShardWork {
 /// Which of our outputs a neighbour acknowledges receiving.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ReceiptKind {
-    /// The next stage received our output activations: hash = `output_activation_hash`.
+    /// A node of another stage received the outputs of our pipeline jobs of the round: hash =
+    /// [`work_tally`] of how many distinct jobs it took (forward activations or input
+    /// gradients, each countersigned when it arrived).
     Activations = 0,
     /// The aggregator received our pseudo-gradient: hash = `pseudo_gradient_hash`.
     Gradients = 1,
@@ -151,6 +157,21 @@ impl ReceiptKind {
             }),
         }
     }
+}
+
+/// The hash field of a work tally: "I received the outputs of `jobs` distinct jobs". One
+/// encoding per count, so a tally has no second form.
+pub fn work_tally(jobs: u32) -> Hash32 {
+    let mut out = [0u8; 32];
+    out[..4].copy_from_slice(b"jobs");
+    out[4..8].copy_from_slice(&jobs.to_le_bytes());
+    out
+}
+
+/// The job count of a [`work_tally`] hash; `None` for any other 32 bytes or a count of 0.
+pub fn tally_jobs(hash: &Hash32) -> Option<u32> {
+    let jobs = u32::from_le_bytes(hash[4..8].try_into().ok()?);
+    (hash[..4] == *b"jobs" && hash[8..].iter().all(|b| *b == 0) && jobs > 0).then_some(jobs)
 }
 
 /// What a neighbour signs: "in network `network`, I received `hash` of `kind` from `prover`

@@ -17,7 +17,7 @@ use crate::codec::{Canonical, CodecError};
 use crate::envelope::EnvelopeError;
 use crate::keys::{NodeId, PreparedKey, PublicKey, SignatureError, verify_with_key};
 use crate::plausibility::{self, PlausibilityError, RateHistory};
-use crate::proof::{Hash32, Proof, ProofKind, ReceiptKind, Roles, SignedProof};
+use crate::proof::{Hash32, Proof, ProofKind, ReceiptKind, Roles, SignedProof, tally_jobs};
 
 /// Largest allowed distance between a proof's timestamp and the verifier's clock.
 pub const MAX_CLOCK_SKEW_MS: u64 = 5 * 60 * 1000;
@@ -52,7 +52,7 @@ pub enum ReceiptError {
     SelfSigned { index: usize },
     #[error("receipt {index}: signer appears twice")]
     DuplicateSigner { index: usize },
-    #[error("receipt {index}: hash differs from the proof's {kind:?} hash")]
+    #[error("receipt {index}: its {kind:?} hash is not the proof's (a work tally's: not a tally)")]
     HashMismatch { index: usize, kind: ReceiptKind },
     #[error("receipt {index}: {source}")]
     Signature {
@@ -326,11 +326,11 @@ impl ProofVerifier {
             if !signers.insert(receipt.signer) {
                 return Err(ReceiptError::DuplicateSigner { index }.into());
             }
-            let expected = match receipt.kind {
-                ReceiptKind::Activations => proof.output_activation_hash,
-                ReceiptKind::Gradients => proof.pseudo_gradient_hash,
+            let matches = match receipt.kind {
+                ReceiptKind::Activations => tally_jobs(&receipt.hash).is_some(),
+                ReceiptKind::Gradients => receipt.hash == proof.pseudo_gradient_hash,
             };
-            if receipt.hash != expected {
+            if !matches {
                 return Err(ReceiptError::HashMismatch {
                     index,
                     kind: receipt.kind,

@@ -142,6 +142,7 @@ fn run(attack: Attack) -> Sim {
                         Ok(a) => PipeAnswer {
                             ack: a.ack,
                             countersign: None,
+                            ..a
                         }
                         .to_canonical_bytes(),
                         Err(_) => data,

@@ -273,7 +273,9 @@ fn keys_that_join_late_are_not_paid_for_the_rounds_their_stage_ran_before_them()
 /// Every round of both stages mints one round's reward at most, however many of the five
 /// replicas claimed it: it is split among them when finality settles the round, and every
 /// live ledger pays exactly the shares the finalized state settled. Honest replicas vouch
-/// for each other (each share needs receipts from two of the round's other contributors).
+/// for each other (each share needs receipts from two of the round's other contributors),
+/// and the other stage's replicas tally the jobs they took from them, which every paid share
+/// carries.
 #[test]
 fn each_settled_round_mints_one_reward_split_among_its_contributors() {
     let mut sim = stage_of_five(neuroshard_ledger::rules::DEFAULT_ROUND_LEAD, 60, 0);
@@ -288,17 +290,32 @@ fn each_settled_round_mints_one_reward_split_among_its_contributors() {
     let mut shared = 0;
     let contributions: usize = settled
         .iter()
-        .map(|s| s.shares.len() + s.unvouched.len())
+        .map(|s| s.shares.len() + s.unvouched.len() + s.idle.len())
         .sum();
     let unvouched: usize = settled.iter().map(|s| s.unvouched.len()).sum();
+    let idle: usize = settled.iter().map(|s| s.idle.len()).sum();
+    let tallied = settled
+        .iter()
+        .flat_map(|s| &s.shares)
+        .filter(|x| !x.contribution.work.is_empty())
+        .count();
     eprintln!(
-        "{} rounds settled, {contributions} contributions, {unvouched} not vouched for",
+        "{} rounds settled, {contributions} contributions, {unvouched} not vouched for, \
+         {idle} with no delivered job, {tallied} paid shares with work tallies",
         settled.len()
     );
-    // Honest replicas receipt each other's pseudo-gradients: vouching pays them.
+    // Honest replicas receipt each other's pseudo-gradients: vouching pays them; and the
+    // other stage's replicas tally the jobs they took from them, which the split follows.
     assert!(
-        unvouched * 20 <= contributions,
-        "{unvouched} of {contributions} unpaid"
+        (unvouched + idle) * 20 <= contributions,
+        "{unvouched} unvouched and {idle} idle of {contributions}"
+    );
+    assert!(
+        settled
+            .iter()
+            .flat_map(|s| &s.shares)
+            .all(|x| !x.contribution.work.is_empty()),
+        "every paid share of a two-stage network carries work tallies"
     );
     for s in &settled {
         let total: u64 = s.shares.iter().map(|x| x.amount).sum();
@@ -327,4 +344,57 @@ fn each_settled_round_mints_one_reward_split_among_its_contributors() {
             "node {i} earned nothing"
         );
     }
+}
+
+/// The free rider: a staked last-stage replica that trains on what reaches it and offers every
+/// round (so its co-replicas aggregate and vouch for its offers), but never sends a job's
+/// output on: no driver gets its gradients. Before shares followed delivered work it was paid
+/// like its honest co-replicas; now no one took a job of it and it is paid nothing, while
+/// each honest replica of its stage is.
+#[test]
+fn a_replica_whose_jobs_never_reach_the_next_stage_is_not_paid_for_its_rounds() {
+    const RIDER: usize = 9;
+    let mut sim = stage_of_five(neuroshard_ledger::rules::DEFAULT_ROUND_LEAD, 60, 0);
+    sim.set_tamper(
+        RIDER,
+        Box::new(|t| match &t {
+            Transmit::Request { data, .. }
+                if neuroshard_node::wire::PipeRequest::from_canonical_bytes(data).is_ok() =>
+            {
+                None
+            }
+            _ => Some(t),
+        }),
+    );
+    sim.run_until(Duration::from_secs(120));
+    let core = sim.core(0).expect("runs");
+    let fin = core.finalized_state().expect("finality runs");
+    let rider = sim.node_id(RIDER);
+    let settled: Vec<_> = fin.settlements().collect();
+    // Rounds where its co-replicas vouched for the rider: paid or not.
+    let vouched_rounds = settled
+        .iter()
+        .filter(|s| s.idle.contains(&rider) || s.shares.iter().any(|x| x.node == rider))
+        .count();
+    eprintln!(
+        "{} rounds settled; the rider was vouched for in {vouched_rounds}",
+        settled.len()
+    );
+    assert!(
+        vouched_rounds >= 2,
+        "the rider offered and was vouched for in {vouched_rounds} settled rounds"
+    );
+    assert!(
+        settled
+            .iter()
+            .flat_map(|s| &s.shares)
+            .all(|x| x.node != rider),
+        "the rider was paid a share"
+    );
+    assert_eq!(fin.account(&rider).balance, 0);
+    let paid = [1, 3, 5, 7]
+        .into_iter()
+        .filter(|i| fin.account(&sim.node_id(*i)).balance > 0)
+        .count();
+    assert!(paid >= 3, "{paid} honest last-stage replicas earned");
 }

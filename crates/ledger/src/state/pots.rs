@@ -15,6 +15,19 @@
 //! that did not claim the round (it did not take part, or its claim came too late) vouches
 //! for nothing.
 //!
+//! In a network of several stages the split follows delivered work: work tallies
+//! ([`neuroshard_proof::ReceiptKind::Activations`]) signed by nodes of other stages that took
+//! the contributor's pipeline outputs of the round, each tally counting the distinct jobs its
+//! signer countersigned. Each vouched contributor weighs its delivered jobs capped at the
+//! round's lower median (so a colluding receiver's inflated tally earns no more than an equal
+//! share); where that median is 0 (a network of one stage, where no job leaves a stage) they
+//! weigh alike. So a staked key that offers a pseudo-gradient of its choosing (the others'
+//! mean, zeros) without serving the pipeline is vouched for by its co-replicas, who aggregate
+//! its offer, but paid nothing: no one took a job of it; one that serves a tenth of the
+//! median's jobs is paid a tenth of a share. A tally counts only from a key registered for a
+//! stage the contributor never registered for and that is not a contributor of the round, so
+//! a co-replica Sybil signs none that count.
+//!
 //! Which contributors a pot has depends on which proofs arrived before it settled, so only a
 //! finalized state decides it (its epochs apply in one order on every node). A live ledger
 //! never settles on its own: it pays exactly the shares finality settled
@@ -56,6 +69,8 @@ pub struct Contribution {
     pub timestamp_ms: u64,
     /// The distinct signers of its gradient receipts, by id (the prover never among them).
     pub vouchers: Vec<NodeId>,
+    /// Its work tallies: each signer (by id, never the prover) with the jobs it took.
+    pub work: Vec<(NodeId, u32)>,
 }
 
 impl Contribution {
@@ -70,12 +85,22 @@ impl Contribution {
             .collect();
         vouchers.sort_unstable();
         vouchers.dedup();
+        let mut work: Vec<(NodeId, u32)> = proof
+            .receipts
+            .iter()
+            .filter(|r| r.kind == neuroshard_proof::ReceiptKind::Activations)
+            .filter_map(|r| Some((r.signer.node_id(), neuroshard_proof::tally_jobs(&r.hash)?)))
+            .filter(|(id, _)| *id != proof.node_id)
+            .collect();
+        work.sort_unstable();
+        work.dedup_by_key(|(id, _)| *id);
         Self {
             proof: hash,
             roles: proof.roles,
             nonce: proof.nonce,
             timestamp_ms: proof.timestamp_ms,
             vouchers,
+            work,
         }
     }
 }
@@ -104,6 +129,8 @@ pub struct RoundSettlement {
     pub shares: Vec<Share>,
     /// Contributors not paid: too few of the round's other contributors vouched for them.
     pub unvouched: Vec<NodeId>,
+    /// Vouched contributors not paid: no delivered job, where the round's median has some.
+    pub idle: Vec<NodeId>,
 }
 
 /// Open pots, each stage's last settled round, and (in a finalized state) the settlements
@@ -136,6 +163,47 @@ fn vouched_for(node: &NodeId, c: &Contribution, members: &BTreeMap<NodeId, Contr
         .filter(|v| *v != node && members.contains_key(v))
         .count();
     others > f
+}
+
+impl LedgerState {
+    /// The jobs of `node`'s contribution that count: the sum of its work tallies whose signer
+    /// is registered for a stage `node` never registered for and did not contribute to the
+    /// round itself (`members`).
+    fn delivered_jobs(
+        &self,
+        node: &NodeId,
+        c: &Contribution,
+        members: &BTreeMap<NodeId, Contribution>,
+    ) -> u64 {
+        let own = self.registrations.get(node);
+        c.work
+            .iter()
+            .filter(|(signer, _)| signer != node && !members.contains_key(signer))
+            .filter(|(signer, _)| {
+                self.registrations.get(signer).is_some_and(|stages| {
+                    stages
+                        .iter()
+                        .any(|s| own.is_none_or(|own| !own.contains(s)))
+                })
+            })
+            .fold(0u64, |sum, (_, jobs)| sum.saturating_add(u64::from(*jobs)))
+    }
+}
+
+/// Each contributor's weight in the split from its delivered `jobs`: the jobs, capped at the
+/// round's lower median (so tallies a colluding receiver inflates earn no more than an equal
+/// share); 1 each where that median is 0 (no job leaves a stage of a one-stage network).
+fn work_weights(jobs: &[u64]) -> Vec<u64> {
+    let mut sorted = jobs.to_vec();
+    sorted.sort_unstable();
+    let median = sorted
+        .get(sorted.len().saturating_sub(1) / 2)
+        .copied()
+        .unwrap_or(0);
+    if median == 0 {
+        return vec![1; jobs.len()];
+    }
+    jobs.iter().map(|j| (*j).min(median)).collect()
 }
 
 /// The element a stage's settled round adds to the digest.
@@ -217,8 +285,9 @@ impl LedgerState {
     }
 
     /// The settlement of `round` of `stage` with these contributors: `round_reward` split
-    /// equally among those vouched for by enough of the others (the remainder of the division
-    /// is not minted), each share with its role bonuses; the rest listed unpaid.
+    /// among those vouched for by enough of the others, in proportion to their delivered jobs
+    /// capped at the round's median (equally where no one delivered any; the remainder of the
+    /// division is not minted), each share with its role bonuses; the rest listed unpaid.
     fn settlement(
         &self,
         stage: StageKey,
@@ -228,20 +297,31 @@ impl LedgerState {
         let (vouched, unvouched): (Vec<_>, Vec<_>) = members
             .iter()
             .partition(|(node, c)| vouched_for(node, c, &members));
-        let n = u64::try_from(vouched.len()).unwrap_or(u64::MAX).max(1);
-        let each = self.rules.round_reward / n;
+        let jobs: Vec<u64> = vouched
+            .iter()
+            .map(|(node, c)| self.delivered_jobs(node, c, &members))
+            .collect();
+        let weights = work_weights(&jobs);
+        let total: u128 = weights.iter().map(|w| u128::from(*w)).sum();
+        let (worked, idle): (Vec<_>, Vec<_>) =
+            vouched.into_iter().zip(weights).partition(|(_, w)| *w > 0);
+        let share = |w: u64| {
+            let s = u128::from(self.rules.round_reward) * u128::from(w) / total.max(1);
+            u64::try_from(s).unwrap_or(u64::MAX)
+        };
         RoundSettlement {
             layers: layers_of(stage),
             round,
-            shares: vouched
+            shares: worked
                 .into_iter()
-                .map(|(node, c)| Share {
+                .map(|((node, c), w)| Share {
                     node: *node,
                     contribution: c.clone(),
-                    amount: reward::with_role_bonus(each, c.roles),
+                    amount: reward::with_role_bonus(share(w), c.roles),
                 })
                 .collect(),
             unvouched: unvouched.into_iter().map(|(node, _)| *node).collect(),
+            idle: idle.into_iter().map(|((node, _), _)| *node).collect(),
         }
     }
 
@@ -436,3 +516,7 @@ impl Pots {
 #[cfg(test)]
 #[path = "pots_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "pots_work_tests.rs"]
+mod work_tests;

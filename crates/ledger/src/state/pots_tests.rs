@@ -6,14 +6,14 @@ use crate::state::tests::verified;
 use neuroshard_proof::fixtures::{test_identity, training_proof};
 use neuroshard_proof::{Identity, VerifiedProof};
 
-const REWARD: u64 = 1_000_000_000;
+pub(super) const REWARD: u64 = 1_000_000_000;
 
-fn fresh() -> LedgerState {
+pub(super) fn fresh() -> LedgerState {
     let genesis = crate::LedgerGenesis::new(crate::Rules::default(), Vec::new()).expect("genesis");
     LedgerState::from_genesis(&genesis).expect("state").0
 }
 
-fn ids(n: u64) -> Vec<Identity> {
+pub(super) fn ids(n: u64) -> Vec<Identity> {
     (0..n).map(|i| test_identity(300 + i)).collect()
 }
 
@@ -23,7 +23,7 @@ fn claim(id: &Identity, witness: &Identity, round: u64) -> VerifiedProof {
 }
 
 /// `id`'s training proof of `round`, its pseudo-gradient receipted by each of `witnesses`.
-fn claim_by(id: &Identity, witnesses: &[&Identity], round: u64) -> VerifiedProof {
+pub(super) fn claim_by(id: &Identity, witnesses: &[&Identity], round: u64) -> VerifiedProof {
     let mut p = training_proof(id, witnesses[0], round, 1_000);
     p.nonce = round;
     p.receipts = witnesses
@@ -48,7 +48,7 @@ fn claim_by(id: &Identity, witnesses: &[&Identity], round: u64) -> VerifiedProof
 }
 
 /// Applies one finalized epoch holding `proofs`; what it settled.
-fn epoch(state: &mut LedgerState, proofs: &[VerifiedProof]) -> Vec<RoundSettlement> {
+pub(super) fn epoch(state: &mut LedgerState, proofs: &[VerifiedProof]) -> Vec<RoundSettlement> {
     let items = proofs.iter().cloned().map(EpochItem::Proof).collect();
     let out = crate::apply_epoch(state, items);
     assert!(out.refused.is_empty(), "{:?}", out.refused);
@@ -56,7 +56,7 @@ fn epoch(state: &mut LedgerState, proofs: &[VerifiedProof]) -> Vec<RoundSettleme
 }
 
 /// Ends epochs until something settles; what did.
-fn settle(state: &mut LedgerState) -> Vec<RoundSettlement> {
+pub(super) fn settle(state: &mut LedgerState) -> Vec<RoundSettlement> {
     for _ in 0..=SETTLE_EPOCHS {
         let s = epoch(state, &[]);
         if !s.is_empty() {
@@ -66,7 +66,7 @@ fn settle(state: &mut LedgerState) -> Vec<RoundSettlement> {
     Vec::new()
 }
 
-fn balance(state: &LedgerState, id: &Identity) -> u64 {
+pub(super) fn balance(state: &LedgerState, id: &Identity) -> u64 {
     state.account(&id.node_id()).balance
 }
 

@@ -11,6 +11,7 @@ CREATE TABLE IF NOT EXISTS pot_members (
     layers_start INTEGER NOT NULL, layers_end INTEGER NOT NULL, round INTEGER NOT NULL,
     node BLOB NOT NULL, proof BLOB NOT NULL, roles INTEGER NOT NULL, nonce INTEGER NOT NULL,
     timestamp_ms INTEGER NOT NULL, round_key BLOB NOT NULL UNIQUE, vouchers BLOB NOT NULL,
+    work BLOB NOT NULL,
     PRIMARY KEY (layers_start, layers_end, round, node)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS settled_rounds (
     layers_start INTEGER NOT NULL, layers_end INTEGER NOT NULL, round INTEGER NOT NULL,
@@ -26,8 +27,8 @@ pub(super) fn write_contribution(
 ) -> Result<usize, rusqlite::Error> {
     tx.prepare_cached(
         "INSERT OR REPLACE INTO pot_members (layers_start, layers_end, round, node, proof, roles,
-         nonce, timestamp_ms, round_key, vouchers) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9,
-         ?10)",
+         nonce, timestamp_ms, round_key, vouchers, work) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8,
+         ?9, ?10, ?11)",
     )?
     .execute(params![
         layers.start,
@@ -40,6 +41,10 @@ pub(super) fn write_contribution(
         to_sql(c.timestamp_ms),
         &crate::state::round_key_of(node, layers, round)[..],
         c.vouchers.iter().flat_map(|v| v.0).collect::<Vec<u8>>(),
+        c.work
+            .iter()
+            .flat_map(|(id, jobs)| id.0.into_iter().chain(jobs.to_le_bytes()))
+            .collect::<Vec<u8>>(),
     ])
 }
 
@@ -76,7 +81,7 @@ pub(super) fn load_pots(
     let mut members = Vec::new();
     let mut stmt = conn.prepare(
         "SELECT layers_start, layers_end, round, node, proof, roles, nonce, timestamp_ms,
-         vouchers FROM pot_members",
+         vouchers, work FROM pot_members",
     )?;
     let rows = stmt.query_map([], |r| {
         let (layers, round) = stage_round(r)?;
@@ -89,16 +94,28 @@ pub(super) fn load_pots(
             from_sql(r.get(6)?),
             from_sql(r.get(7)?),
             r.get::<_, Vec<u8>>(8)?,
+            r.get::<_, Vec<u8>>(9)?,
         ))
     })?;
     for row in rows {
-        let (layers, round, node, proof, roles, nonce, timestamp_ms, vouchers) = row?;
+        let (layers, round, node, proof, roles, nonce, timestamp_ms, vouchers, work) = row?;
         if vouchers.len() % 32 != 0 {
             return Err(StoreError::Corrupt("pot vouchers".into()));
         }
         let vouchers = vouchers
             .chunks_exact(32)
             .map(|c| blob32(c.to_vec()).map(NodeId))
+            .collect::<Result<Vec<_>, _>>()?;
+        if work.len() % 36 != 0 {
+            return Err(StoreError::Corrupt("pot work tallies".into()));
+        }
+        let work = work
+            .chunks_exact(36)
+            .map(|c| {
+                let (id, jobs) = c.split_at(32);
+                let jobs = u32::from_le_bytes(jobs.try_into().unwrap_or_default());
+                blob32(id.to_vec()).map(|id| (NodeId(id), jobs))
+            })
             .collect::<Result<Vec<_>, _>>()?;
         let roles =
             Roles::from_bits(roles).map_err(|e| StoreError::Corrupt(format!("pot roles: {e}")))?;
@@ -112,6 +129,7 @@ pub(super) fn load_pots(
                 nonce,
                 timestamp_ms,
                 vouchers,
+                work,
             },
         ));
     }

@@ -14,7 +14,7 @@ use neuroshard_audit::{
     CommitError, Countersign, DeterminismClass, JobCommitment, JobKind, NO_HASH, SignedJob,
     countersign, verify_countersigned, verify_job,
 };
-use neuroshard_proof::{NodeId, Signed};
+use neuroshard_proof::{NodeId, Receipt, Signed};
 
 use super::{JobHashes, NodeCore};
 use crate::pipeline::{JobDone, Refusal};
@@ -322,12 +322,13 @@ impl NodeCore {
         &mut self,
         to: NodeId,
         msg: (MicroBatchId, JobKind),
-        cs: Option<Signed<Countersign>>,
+        (cs, tally): (Option<Signed<Countersign>>, Option<Receipt>),
         now: Instant,
     ) {
         let Some(logged) = self.job_log.signed.get_mut(&msg) else {
             return;
         };
+        let round = logged.commitment.round;
         let checked = cs.ok_or(CommitRefusal::OtherJob).and_then(|cs| {
             let (_, signer) = verify_countersigned(&logged.job, &cs)?;
             if signer != to {
@@ -344,7 +345,21 @@ impl NodeCore {
                 let reason = format!("accepted our output without countersigning it: {e}");
                 self.penalize(to, reason.clone());
                 self.warn(format!("{to}: {reason}"), now);
+                return;
             }
+        }
+        // Its tally of our jobs of the round, which our proof of the round needs.
+        let kept = match tally {
+            Some(t) => self
+                .economy
+                .on_work_tally(to, round, t)
+                .map_err(|e| e.to_string()),
+            None => Err("no work tally".to_string()),
+        };
+        if let Err(e) = kept {
+            let reason = format!("accepted our output without a valid work tally: {e}");
+            self.penalize(to, reason.clone());
+            self.warn(format!("{to}: {reason}"), now);
         }
     }
 }

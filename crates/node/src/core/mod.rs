@@ -716,7 +716,7 @@ impl NodeCore {
             Some(Pending::Pipeline { to, mb, kind, job }) => {
                 let result = decode_answer::<PipeAnswer>(result).map(|a| {
                     if a.ack == Ack::Accepted {
-                        self.on_countersign(to, (mb, job), a.countersign, now);
+                        self.on_countersign(to, (mb, job), (a.countersign, a.tally), now);
                     }
                     a.ack
                 });

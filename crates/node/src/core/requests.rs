@@ -47,6 +47,7 @@ impl NodeCore {
             return;
         }
         let mut countersign = None;
+        let mut tally = None;
         let ack = match PipeRequest::from_canonical_bytes(data) {
             Ok(req) if !self.sent_by_neighbour_stage(from, &req.msg) => {
                 // Activations and targets come only from replicas registered for the stage
@@ -86,6 +87,7 @@ impl NodeCore {
                         self.run_actions(actions, now);
                         if ack == Ack::Accepted {
                             countersign = Some(cs);
+                            tally = self.economy.tally_job(&c);
                             self.keep_for_notice(req.job, c);
                         }
                         ack
@@ -97,7 +99,11 @@ impl NodeCore {
                 self.refuse_request(from, "message".into(), reason, now)
             }
         };
-        let answer = PipeAnswer { ack, countersign };
+        let answer = PipeAnswer {
+            ack,
+            countersign,
+            tally,
+        };
         self.transmits.push_back(Transmit::Respond {
             token,
             data: answer.to_canonical_bytes(),

@@ -1,5 +1,6 @@
 //! The node's own proofs: one per DiLoCo round it contributed to, backed by gradient receipts
-//! of its registered co-replicas, and its own registration for the stage it serves.
+//! of its registered co-replicas and the work tallies of other stages' nodes that took its
+//! jobs (`economy/work.rs`), and its own registration for the stage it serves.
 
 use neuroshard_ledger::{AccountOp, Action, round_key_of, verify_op};
 
@@ -7,7 +8,7 @@ use crate::settings::CapacityClaim;
 use neuroshard_proof::plausibility::{
     MAX_CLAIMED_DURATION_MS, MAX_TOKENS_PER_BATCH, MIN_CLAIMED_DURATION_MS,
 };
-use neuroshard_proof::proof::{MAX_RECEIPTS, MAX_SHARDS};
+use neuroshard_proof::proof::{MAX_RECEIPTS, MAX_SHARDS, MAX_WORK_RECEIPTS};
 use neuroshard_proof::{HardwareClass, Hash32, NodeId, Proof, ProofKind, Receipt, ReceiptKind};
 
 use super::{
@@ -221,13 +222,21 @@ impl Economy {
         })?;
         let info = self.rounds.get_mut(at)?;
         let work = info.work.take()?;
-        let receipts: Vec<Receipt> = info
+        let mut receipts: Vec<Receipt> = info
             .receipts
             .iter()
             .filter(|x| self.ledger.was_registered(&x.signer.node_id(), stage))
-            .take(MAX_RECEIPTS)
+            .take(MAX_RECEIPTS - MAX_WORK_RECEIPTS)
             .copied()
             .collect();
+        // Work tallies count only from keys registered for another stage (the ledger judges
+        // that when the round settles, by when a signer's registration has arrived), and a
+        // signer appears once in a proof.
+        let ledger = &self.ledger;
+        let vouchers: Vec<_> = receipts.iter().map(|r| r.signer).collect();
+        receipts.extend(self.tallies.take(work.round, |t| {
+            !ledger.was_registered(&t.signer.node_id(), stage) && !vouchers.contains(&t.signer)
+        }));
         let (tokens, batches, claimed_duration_ms) = claim(&work, self.hardware);
         let nonce = self
             .last_nonce

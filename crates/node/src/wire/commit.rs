@@ -2,7 +2,7 @@
 //! countersignature (verification by recomputation, `neuroshard_audit`).
 
 use neuroshard_audit::{Countersign, SignedJob};
-use neuroshard_proof::{Canonical, CodecError, EnvelopeError, Reader, Signed, Writer};
+use neuroshard_proof::{Canonical, CodecError, EnvelopeError, Reader, Receipt, Signed, Writer};
 
 use super::{Ack, Msg};
 
@@ -18,11 +18,13 @@ pub struct PipeRequest {
 }
 
 /// The receiver's answer: its ack, and when it accepted, its countersignature of the hash it
-/// received, which the worker keeps as proof of delivery.
+/// received, which the worker keeps as proof of delivery, and its signed tally of the jobs of
+/// the worker's round it took (`economy/work.rs`), which the worker's proof carries.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PipeAnswer {
     pub ack: Ack,
     pub countersign: Option<Signed<Countersign>>,
+    pub tally: Option<Receipt>,
 }
 
 fn envelope<T: Canonical>(
@@ -52,7 +54,7 @@ impl Canonical for PipeRequest {
 }
 
 impl Canonical for PipeAnswer {
-    const DOMAIN: &'static str = "neuroshard/pipe-answer/v1";
+    const DOMAIN: &'static str = "neuroshard/pipe-answer/v2";
 
     fn encode_body(&self, w: &mut Writer) {
         self.ack.encode_body(w);
@@ -61,6 +63,13 @@ impl Canonical for PipeAnswer {
             Some(c) => {
                 w.u8(1);
                 w.bytes(&c.to_bytes());
+            }
+        }
+        match &self.tally {
+            None => w.u8(0),
+            Some(t) => {
+                w.u8(1);
+                t.encode(w);
             }
         }
     }
@@ -77,7 +86,21 @@ impl Canonical for PipeAnswer {
                 });
             }
         };
-        Ok(Self { ack, countersign })
+        let tally = match r.u8()? {
+            0 => None,
+            1 => Some(Receipt::decode(r)?),
+            k => {
+                return Err(CodecError::Invalid {
+                    field: "tally flag",
+                    reason: format!("{k}"),
+                });
+            }
+        };
+        Ok(Self {
+            ack,
+            countersign,
+            tally,
+        })
     }
 }
 
@@ -150,14 +173,26 @@ mod tests {
             PipeAnswer {
                 ack: Ack::Accepted,
                 countersign: Some(cs),
+                tally: Some(neuroshard_proof::Receipt::sign(
+                    &test_identity(2),
+                    [1; 32],
+                    test_identity(1).node_id(),
+                    2,
+                    neuroshard_proof::ReceiptKind::Activations,
+                    neuroshard_proof::work_tally(3),
+                )),
             },
             PipeAnswer {
                 ack: Ack::Busy,
                 countersign: None,
+                tally: None,
             },
         ] {
             let bytes = answer.to_canonical_bytes();
-            assert_eq!(PipeAnswer::from_canonical_bytes(&bytes), Ok(answer));
+            assert_eq!(PipeAnswer::from_canonical_bytes(&bytes), Ok(answer.clone()));
+            for n in 0..bytes.len() {
+                assert!(PipeAnswer::from_canonical_bytes(&bytes[..n]).is_err());
+            }
         }
         // A bare message (the previous protocol) is not a request.
         let bare = job().to_bytes();

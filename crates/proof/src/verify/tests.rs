@@ -327,7 +327,15 @@ fn receipt_failures_each_have_their_own_error() {
     ));
 
     let mut wrong_hash = training_proof(&s.prover, &s.neighbour, 3, NOW);
-    wrong_hash.output_activation_hash = [0xee; 32];
+    // A work receipt whose hash is not a tally of jobs.
+    wrong_hash.receipts = vec![Receipt::sign(
+        &s.neighbour,
+        wrong_hash.network,
+        wrong_hash.node_id,
+        wrong_hash.round,
+        ReceiptKind::Activations,
+        [0xee; 32],
+    )];
     assert!(matches!(
         s.verifier.verify(&resign(&s, &wrong_hash), NOW),
         Err(VerifyError::Receipt(ReceiptError::HashMismatch { .. }))
@@ -355,7 +363,7 @@ fn receipt_failures_each_have_their_own_error() {
         own.node_id,
         own.round,
         ReceiptKind::Activations,
-        own.output_activation_hash,
+        crate::proof::work_tally(8),
     )];
     assert!(matches!(
         s.verifier.verify(&resign(&s, &own), NOW),
@@ -413,7 +421,15 @@ fn check_content_refuses_bad_receipts() {
     ));
 
     let mut wrong_hash = training_proof(&s.prover, &s.neighbour, 2, NOW);
-    wrong_hash.output_activation_hash = [0xab; 32];
+    // A work receipt whose hash is not a tally of jobs.
+    wrong_hash.receipts = vec![Receipt::sign(
+        &s.neighbour,
+        wrong_hash.network,
+        wrong_hash.node_id,
+        wrong_hash.round,
+        ReceiptKind::Activations,
+        [0xab; 32],
+    )];
     assert!(matches!(
         s.verifier.check_content(&resign(&s, &wrong_hash), NOW),
         Err(VerifyError::Receipt(ReceiptError::HashMismatch { .. }))

@@ -1,0 +1,230 @@
+//! Work tallies: a round's share needs pipeline work that nodes of other stages took.
+//!
+//! The receiver of a job's output (the next stage for activations, the one before for input
+//! gradients) counts the distinct jobs of each (worker, round) it countersigned and answers
+//! every accepted job with a signed tally of that count ([`neuroshard_proof::work_tally`]).
+//! The worker keeps each receiver's latest tally of a round and puts the largest ones in its
+//! proof; the ledger pays a round's contributor only with at least half the jobs of the
+//! round's median contributor (`neuroshard_ledger`'s pots). So a key that offers without
+//! serving the pipeline is not paid, whatever its co-replicas vouch for.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use neuroshard_audit::{JobCommitment, JobKey};
+use neuroshard_proof::proof::MAX_WORK_RECEIPTS;
+use neuroshard_proof::{NodeId, Receipt, ReceiptKind, tally_jobs, work_tally};
+
+use super::{Economy, ROUND_MEMORY, ReceiptRefused};
+
+/// Rounds of one worker a receiver counts at once (its lowest is dropped beyond).
+const ROUNDS_PER_WORKER: usize = 8;
+/// (worker, round) pairs a receiver counts at once (the oldest is dropped beyond).
+const MAX_COUNTED: usize = 1024;
+/// Distinct jobs counted per (worker, round): far more than a round of any sensible schedule.
+const MAX_JOBS_COUNTED: usize = 1 << 16;
+/// Tallies a worker keeps per round (the lowest count makes room).
+const TALLIES_PER_ROUND: usize = 32;
+
+/// The round whose proof claims the jobs committed in `jobs_round`: a job trains from that
+/// round's θ₀, and the replica's offer (and proof) of the next round carries its work.
+pub fn proved_round(jobs_round: u64) -> Option<u64> {
+    jobs_round.checked_add(1)
+}
+
+/// The receiver's side: distinct jobs taken per (worker, round).
+#[derive(Debug, Default)]
+pub struct TakenJobs {
+    jobs: BTreeMap<(NodeId, u64), BTreeSet<JobKey>>,
+    order: VecDeque<(NodeId, u64)>,
+}
+
+impl TakenJobs {
+    /// Counts the job `c` (once, however often it is sent); the worker's tally for its round.
+    pub fn count(&mut self, c: &JobCommitment) -> u32 {
+        let key = (c.worker, c.round);
+        if !self.jobs.contains_key(&key) {
+            let rounds: Vec<u64> = self
+                .jobs
+                .range((c.worker, 0)..=(c.worker, u64::MAX))
+                .map(|((_, r), _)| *r)
+                .collect();
+            if let (true, Some(&lowest)) = (rounds.len() >= ROUNDS_PER_WORKER, rounds.first()) {
+                self.forget((c.worker, lowest));
+            }
+            while self.jobs.len() >= MAX_COUNTED {
+                match self.order.front().copied() {
+                    Some(old) => self.forget(old),
+                    None => break,
+                }
+            }
+            self.order.push_back(key);
+        }
+        let set = self.jobs.entry(key).or_default();
+        if set.len() < MAX_JOBS_COUNTED {
+            set.insert(c.key());
+        }
+        u32::try_from(set.len()).unwrap_or(u32::MAX)
+    }
+
+    fn forget(&mut self, key: (NodeId, u64)) {
+        self.jobs.remove(&key);
+        self.order.retain(|k| *k != key);
+    }
+}
+
+/// The worker's side: the latest tally of each receiver, per round of ours.
+#[derive(Debug, Default)]
+pub struct Tallies {
+    rounds: BTreeMap<u64, Vec<Receipt>>,
+}
+
+impl Tallies {
+    /// Keeps `receipt` (a checked tally) unless its signer's kept one counts more; drops rounds
+    /// beyond [`ROUND_MEMORY`] past the newest, and the lowest tally of a full round.
+    fn keep(&mut self, round: u64, receipt: Receipt, jobs: u32) {
+        let list = self.rounds.entry(round).or_default();
+        let count = |r: &Receipt| tally_jobs(&r.hash).unwrap_or(0);
+        if let Some(kept) = list.iter_mut().find(|r| r.signer == receipt.signer) {
+            if count(kept) < jobs {
+                *kept = receipt;
+            }
+        } else if list.len() < TALLIES_PER_ROUND {
+            list.push(receipt);
+        } else if let Some(lowest) = list
+            .iter_mut()
+            .min_by_key(|r| count(r))
+            .filter(|r| count(r) < jobs)
+        {
+            *lowest = receipt;
+        }
+        while self.rounds.len() > ROUND_MEMORY {
+            self.rounds.pop_first();
+        }
+    }
+
+    /// The tallies of `round` that `counts` accepts, largest first, at most
+    /// [`MAX_WORK_RECEIPTS`]; the round is forgotten.
+    pub(super) fn take(&mut self, round: u64, counts: impl Fn(&Receipt) -> bool) -> Vec<Receipt> {
+        let mut list: Vec<Receipt> = self
+            .rounds
+            .remove(&round)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(counts)
+            .collect();
+        list.sort_by_key(|r| std::cmp::Reverse(tally_jobs(&r.hash).unwrap_or(0)));
+        list.truncate(MAX_WORK_RECEIPTS);
+        list
+    }
+}
+
+impl Economy {
+    /// As the receiver of `c`'s output: our signed tally of the jobs of its worker's round we
+    /// took, this one included, for the proof that claims them ([`proved_round`]); `None`
+    /// for a job of no provable round.
+    pub fn tally_job(&mut self, c: &JobCommitment) -> Option<Receipt> {
+        let round = proved_round(c.round)?;
+        let jobs = self.taken.count(c);
+        Some(Receipt::sign(
+            &self.identity,
+            self.cfg.network,
+            c.worker,
+            round,
+            ReceiptKind::Activations,
+            work_tally(jobs),
+        ))
+    }
+
+    /// As a worker: `from`'s tally of our jobs committed in `jobs_round` it took, kept for the
+    /// proof of the round that claims them when it is `from`'s, for us and that round, and a
+    /// tally.
+    pub fn on_work_tally(
+        &mut self,
+        from: NodeId,
+        jobs_round: u64,
+        receipt: Receipt,
+    ) -> Result<(), ReceiptRefused> {
+        let round = proved_round(jobs_round).ok_or(ReceiptRefused::NotATally)?;
+        if receipt.kind != ReceiptKind::Activations {
+            return Err(ReceiptRefused::WrongKind(receipt.kind));
+        }
+        if receipt.signer.node_id() != from {
+            return Err(ReceiptRefused::NotTheReceiver);
+        }
+        let jobs = tally_jobs(&receipt.hash).ok_or(ReceiptRefused::NotATally)?;
+        receipt
+            .signer
+            .verify(
+                &receipt.signed_bytes(self.cfg.network, self.node_id(), round),
+                &receipt.signature,
+            )
+            .map_err(ReceiptRefused::Signature)?;
+        self.tallies.keep(round, receipt, jobs);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use neuroshard_audit::{DeterminismClass, IsaLevel, JobKind, MicroBatchRef};
+    use neuroshard_proof::fixtures::test_identity;
+
+    fn job(worker: NodeId, round: u64, index: u32) -> JobCommitment {
+        JobCommitment {
+            network: [0; 32],
+            worker,
+            stage: 0,
+            round,
+            step: 0,
+            micro_batch: MicroBatchRef {
+                origin: worker,
+                step: 0,
+                index,
+            },
+            kind: JobKind::Forward,
+            class: DeterminismClass {
+                build: [0; 32],
+                isa: IsaLevel::X86V3,
+                cache_bytes: [1, 2, 3],
+                micro_batches: 4,
+            },
+            weights_hash: [0; 32],
+            input_hash: [0; 32],
+            upstream_hash: [0; 32],
+            output_hash: [0; 32],
+            grads_hash: [0; 32],
+            epoch: 0,
+        }
+    }
+
+    /// A job sent again (a retry, a repeated answer) counts once, so a worker cannot inflate
+    /// its tally by resending.
+    #[test]
+    fn a_job_counts_once_however_often_it_is_sent() {
+        let w = test_identity(1).node_id();
+        let mut taken = TakenJobs::default();
+        assert_eq!(taken.count(&job(w, 3, 0)), 1);
+        assert_eq!(taken.count(&job(w, 3, 0)), 1);
+        assert_eq!(taken.count(&job(w, 3, 1)), 2);
+        assert_eq!(taken.count(&job(w, 4, 0)), 1, "another round counts apart");
+    }
+
+    /// A worker naming ever new rounds keeps at most a few of its own counted, and many
+    /// workers at most [`MAX_COUNTED`] in all.
+    #[test]
+    fn counting_is_bounded_per_worker_and_in_all() {
+        let mut taken = TakenJobs::default();
+        let w = test_identity(1).node_id();
+        for round in 0..100 {
+            taken.count(&job(w, round, 0));
+        }
+        assert_eq!(taken.jobs.len(), ROUNDS_PER_WORKER);
+        assert_eq!(taken.count(&job(w, 99, 1)), 2, "the latest rounds stay");
+        for i in 0..(MAX_COUNTED as u64 + 10) {
+            taken.count(&job(NodeId([(i % 251) as u8; 32]), i, 0));
+        }
+        assert!(taken.jobs.len() <= MAX_COUNTED);
+        assert_eq!(taken.order.len(), taken.jobs.len());
+    }
+}
