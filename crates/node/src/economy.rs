@@ -8,7 +8,8 @@
 //! - the ledger starts from the network genesis (rules and founders' stakes);
 //! - a training proof is for one stage of the network's layout, by a node registered for that
 //!   stage (a signed, stake-backed ledger op), and carries gradient receipts from at least the
-//!   network's `min_receipts` distinct co-replicas registered there;
+//!   network's `min_receipts` distinct co-replicas registered there, and the tallies of the
+//!   jobs nodes of other stages took from it (`economy/work.rs`), which its share follows;
 //! - the ledger counts a claim once per (node, stage, round), for a round that can have
 //!   happened by the proof's timestamp, that its stage has reached and that is not long gone
 //!   (the round rules, judged by the finalized state's progress: `economy/floor.rs`), nor
