@@ -33,13 +33,13 @@ impl LedgerState {
         let mut changes = self.apply_op_now(&op)?;
         // The gap filled: apply successors that were waiting. A waiting op that is now invalid
         // (e.g. it overdraws) is dropped; its nonce stays free for a replacement.
-        let mut next = nonce + 1;
+        let mut next = add(nonce, 1)?;
         while let Some(waiting) = self.pending.take(account_id, next) {
             match self.apply_op_now(&waiting) {
                 Ok(more) => changes.merge(more),
                 Err(_) => break,
             }
-            next += 1;
+            next = add(next, 1)?;
         }
         self.pending.discard_below(account_id, next);
         Ok(Outcome::Applied(changes))
@@ -48,6 +48,8 @@ impl LedgerState {
     fn apply_op_now(&mut self, verified: &VerifiedOp) -> Result<Changes, LedgerError> {
         let op = verified.op();
         let hash = verified.hash();
+        // Checked before anything changes (an account's nonce never reaches it in practice).
+        let next_nonce = add(op.nonce, 1)?;
         let mut from = self.account(&op.account);
         let mut touched = vec![op.account];
         let mut entries = Vec::new();
@@ -211,7 +213,7 @@ impl LedgerState {
         if let Some(claim) = announces {
             self.claims.insert(op.account, claim);
         }
-        from.next_nonce = op.nonce + 1;
+        from.next_nonce = next_nonce;
         self.put_account(op.account, from, registers);
         self.burned = burned;
         self.op_hashes.insert((op.account, op.nonce), hash);
