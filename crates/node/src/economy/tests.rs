@@ -540,7 +540,7 @@ fn unproduced_proof_kinds_and_claims_beyond_a_stage_mint_nothing() {
 /// a round re-signed with a fresh nonce, a bigger claim or a later timestamp is not paid
 /// again; a round that cannot have happened yet is not paid at all.
 #[test]
-fn sybil_receipts_resigned_rounds_and_future_rounds_mint_nothing() {
+fn sybil_receipts_resigned_back_dated_and_future_rounds_mint_nothing() {
     let (mut a, mut b) = (economy(60), economy(61));
     registered(&mut [&mut a, &mut b]);
     let mut sybil = economy(SYBIL_SEEDS);
@@ -598,6 +598,21 @@ fn sybil_receipts_resigned_rounds_and_future_rounds_mint_nothing() {
         other => panic!("a future round was {other:?}"),
     }
     assert_eq!(b.proof_count(), proofs);
+
+    // Back-dated: a new round signed as if a second after the founding, when round 4 could
+    // not have happened yet (four rounds need four seconds).
+    let mut back = decode(&honest);
+    back.round = 4;
+    back.nonce += 30;
+    back.timestamp_ms = rules().founded_ms + 1_000;
+    back.receipts = vec![b.receipt_for(a.node_id(), 4, back.pseudo_gradient_hash)];
+    match b.on_proof(&back.sign(&ida).to_bytes(), T) {
+        ProofOutcome::Rejected(why) => assert!(why.contains("cannot have happened"), "{why}"),
+        other => panic!("a back-dated round was {other:?}"),
+    }
+    assert_eq!(b.proof_count(), proofs);
+    let round4 = neuroshard_ledger::round_key_of(&a.node_id(), layers, 4);
+    assert!(!b.ledger().round_claimed(&round4));
 }
 
 /// An op signed with a time beyond the clock skew is refused: its signed time decides when a
