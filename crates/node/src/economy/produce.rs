@@ -94,6 +94,21 @@ impl Economy {
         )
     }
 
+    /// `receipt` is its signer's signature of a receipt for our work of `round`.
+    pub(super) fn check_signed_for_me(
+        &self,
+        round: u64,
+        receipt: &Receipt,
+    ) -> Result<(), ReceiptRefused> {
+        receipt
+            .signer
+            .verify(
+                &receipt.signed_bytes(self.cfg.network, self.node_id(), round),
+                &receipt.signature,
+            )
+            .map_err(ReceiptRefused::Signature)
+    }
+
     /// Keeps a co-replica's receipt for our pseudo-gradient of `round`. `Ok(false)`: valid but
     /// not needed (duplicate signer, round full or forgotten, early buffer full).
     pub fn on_receipt(&mut self, round: u64, receipt: Receipt) -> Result<bool, EconomyError> {
@@ -103,13 +118,7 @@ impl Economy {
         if receipt.signer == self.identity.public_key() {
             return Err(ReceiptRefused::SelfSigned.into());
         }
-        receipt
-            .signer
-            .verify(
-                &receipt.signed_bytes(self.cfg.network, self.node_id(), round),
-                &receipt.signature,
-            )
-            .map_err(ReceiptRefused::Signature)?;
+        self.check_signed_for_me(round, &receipt)?;
         let stage = self.round_stage(round);
         let ledger = &self.ledger;
         let registered =

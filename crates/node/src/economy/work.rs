@@ -152,13 +152,7 @@ impl Economy {
             return Err(ReceiptRefused::NotTheReceiver);
         }
         let jobs = tally_jobs(&receipt.hash).ok_or(ReceiptRefused::NotATally)?;
-        receipt
-            .signer
-            .verify(
-                &receipt.signed_bytes(self.cfg.network, self.node_id(), round),
-                &receipt.signature,
-            )
-            .map_err(ReceiptRefused::Signature)?;
+        self.check_signed_for_me(round, &receipt)?;
         self.tallies.keep(round, receipt, jobs);
         Ok(())
     }
@@ -166,37 +160,9 @@ impl Economy {
 
 #[cfg(test)]
 mod tests {
+    use super::super::work_tests::job;
     use super::*;
-    use neuroshard_audit::{DeterminismClass, IsaLevel, JobKind, MicroBatchRef};
     use neuroshard_proof::fixtures::test_identity;
-
-    fn job(worker: NodeId, round: u64, index: u32) -> JobCommitment {
-        JobCommitment {
-            network: [0; 32],
-            worker,
-            stage: 0,
-            round,
-            step: 0,
-            micro_batch: MicroBatchRef {
-                origin: worker,
-                step: 0,
-                index,
-            },
-            kind: JobKind::Forward,
-            class: DeterminismClass {
-                build: [0; 32],
-                isa: IsaLevel::X86V3,
-                cache_bytes: [1, 2, 3],
-                micro_batches: 4,
-            },
-            weights_hash: [0; 32],
-            input_hash: [0; 32],
-            upstream_hash: [0; 32],
-            output_hash: [0; 32],
-            grads_hash: [0; 32],
-            epoch: 0,
-        }
-    }
 
     /// A job sent again (a retry, a repeated answer) counts once, so a worker cannot inflate
     /// its tally by resending.

@@ -9,7 +9,7 @@ use super::tests::{NET, T, decode, economy, grad, registered, work};
 use super::*;
 
 /// `worker`'s forward job `index` committed in `jobs_round`.
-fn job(worker: NodeId, jobs_round: u64, index: u32) -> JobCommitment {
+pub(super) fn job(worker: NodeId, jobs_round: u64, index: u32) -> JobCommitment {
     JobCommitment {
         network: NET,
         worker,

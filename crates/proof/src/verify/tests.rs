@@ -326,16 +326,7 @@ fn receipt_failures_each_have_their_own_error() {
         Err(VerifyError::Receipt(ReceiptError::UnknownSigner { .. }))
     ));
 
-    let mut wrong_hash = training_proof(&s.prover, &s.neighbour, 3, NOW);
-    // A work receipt whose hash is not a tally of jobs.
-    wrong_hash.receipts = vec![Receipt::sign(
-        &s.neighbour,
-        wrong_hash.network,
-        wrong_hash.node_id,
-        wrong_hash.round,
-        ReceiptKind::Activations,
-        [0xee; 32],
-    )];
+    let wrong_hash = with_untallied_work_receipt(&s, 3);
     assert!(matches!(
         s.verifier.verify(&resign(&s, &wrong_hash), NOW),
         Err(VerifyError::Receipt(ReceiptError::HashMismatch { .. }))
@@ -420,16 +411,7 @@ fn check_content_refuses_bad_receipts() {
             if signer == stranger.public_key()
     ));
 
-    let mut wrong_hash = training_proof(&s.prover, &s.neighbour, 2, NOW);
-    // A work receipt whose hash is not a tally of jobs.
-    wrong_hash.receipts = vec![Receipt::sign(
-        &s.neighbour,
-        wrong_hash.network,
-        wrong_hash.node_id,
-        wrong_hash.round,
-        ReceiptKind::Activations,
-        [0xab; 32],
-    )];
+    let wrong_hash = with_untallied_work_receipt(&s, 2);
     assert!(matches!(
         s.verifier.check_content(&resign(&s, &wrong_hash), NOW),
         Err(VerifyError::Receipt(ReceiptError::HashMismatch { .. }))
@@ -486,4 +468,18 @@ fn check_content_refuses_forged_signatures_and_implausible_work() {
         s.verifier.check_content(&resign(&s, &instant), NOW),
         Err(VerifyError::Implausible(PlausibilityError::Duration { .. }))
     ));
+}
+
+/// A training proof (nonce `nonce`) whose work receipt's hash is not a tally of jobs.
+fn with_untallied_work_receipt(s: &Setup, nonce: u64) -> crate::proof::Proof {
+    let mut p = training_proof(&s.prover, &s.neighbour, nonce, NOW);
+    p.receipts = vec![Receipt::sign(
+        &s.neighbour,
+        p.network,
+        p.node_id,
+        p.round,
+        ReceiptKind::Activations,
+        [0xee; 32],
+    )];
+    p
 }
