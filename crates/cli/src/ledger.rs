@@ -1,5 +1,5 @@
-//! `neuroshard ledger balance|history|verdicts|fees|audits|stake|unstake|transfer|verify-proof|
-//! state-hash`.
+//! `neuroshard ledger balance|history|verdicts|fees|audits|stake|unstake|withdraw|transfer|
+//! verify-proof|state-hash`.
 //!
 //! Until the network issue wires gossip in, ops are signed with the node key and applied to
 //! the local ledger; the signed envelope is printed (`op_hex`) so it can be relayed.
@@ -55,8 +55,11 @@ enum LedgerCommand {
         #[arg(long, default_value_t = 1)]
         lock_days: u64,
     },
-    /// Return unlocked stake to the balance.
+    /// Start unbonding unlocked stake: it stops counting as stake at once and can be withdrawn
+    /// a day later (until then it can still be slashed).
     Unstake { amount: String },
+    /// Return unbonded stake whose day has passed to the balance.
+    Withdraw,
     /// Send NEURO to another node id (5 % is burned).
     Transfer { to: NodeId, amount: String },
     /// Verify a signed proof file (binary wire bytes or hex) through every check.
@@ -228,6 +231,7 @@ pub fn run(args: LedgerArgs) -> Result<()> {
                 },
             )?;
         }
+        LedgerCommand::Withdraw => submit(dirs, now_ms()?, Action::Withdraw)?,
         LedgerCommand::Transfer { to, amount: a } => {
             submit(
                 dirs,
@@ -335,14 +339,17 @@ fn submit(dirs: &DataDirArgs, now: u64, action: Action) -> Result<()> {
         println!(
             "{}",
             json!({ "applied": applied, "nonce": nonce, "balance": after.balance,
-            "stake": after.stake, "op_hex": hex::encode(signed.to_bytes()) })
+            "stake": after.stake, "unbonding": after.unbonding,
+            "unbonding_until_ms": after.unbonding_until_ms,
+            "op_hex": hex::encode(signed.to_bytes()) })
         );
     } else {
         println!("applied op #{nonce}: {action:?}");
         println!(
-            "balance {}  stake {}",
+            "balance {}  stake {}  unbonding {}",
             format_neuro(after.balance),
-            format_neuro(after.stake)
+            format_neuro(after.stake),
+            format_neuro(after.unbonding)
         );
     }
     if !applied {

@@ -1,4 +1,4 @@
-//! Signed account operations (transfer, stake, unstake, burn, register, announce) and the
+//! Signed account operations (transfer, stake, unstake, withdraw, burn, register, announce) and the
 //! checked slash the ledger applies for consensus double-signing.
 //!
 //! Each is a [`Signed`] envelope: the signature is checked before the payload is decoded, and
@@ -14,6 +14,10 @@ use neuroshard_proof::{
 pub const OP_MAX_CLOCK_SKEW_MS: u64 = 5 * 60 * 1000;
 /// A stake must stay locked at least this long after the op that adds it.
 pub const MIN_STAKE_LOCK_MS: u64 = 24 * 60 * 60 * 1000;
+/// Unstaked funds stay slashable this long after the unstake before a withdrawal frees them:
+/// evidence of what the stake did just before (an equivocation, a cheated job) reaches every
+/// ledger well within it.
+pub const UNBONDING_MS: u64 = 24 * 60 * 60 * 1000;
 
 /// What an account operation does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,8 +26,11 @@ pub enum Action {
     Transfer { to: NodeId, amount: u64 },
     /// Lock `amount` of balance as stake until `unlock_at_ms` (the lock only ever extends).
     Stake { amount: u64, unlock_at_ms: u64 },
-    /// Return `amount` of unlocked stake to the balance.
+    /// Move `amount` of unlocked stake to unbonding: it no longer counts as stake but stays
+    /// slashable until [`UNBONDING_MS`] after this op.
     Unstake { amount: u64 },
+    /// Return every unbonded amount whose delay has passed to the balance.
+    Withdraw,
     /// Destroy `amount` of balance.
     Burn { amount: u64 },
     /// Serve `stage`: the account's receipts and offers count there and its rounds there are
@@ -117,6 +124,7 @@ impl Canonical for AccountOp {
                 w.u64(memory_bytes);
                 w.u64(flops_per_s);
             }
+            Action::Withdraw => w.u8(7),
         }
     }
 
@@ -147,6 +155,7 @@ impl Canonical for AccountOp {
                 memory_bytes: r.u64()?,
                 flops_per_s: r.u64()?,
             },
+            7 => Action::Withdraw,
             other => {
                 return Err(CodecError::Invalid {
                     field: "action",

@@ -15,7 +15,7 @@ use neuroshard_growth::NetworkGrowth;
 use neuroshard_proof::{Hash32, NodeId, Proof, ProofKind, PublicKey, VerifiedProof};
 
 use crate::amount::bps_of;
-use crate::ops::{Action, MIN_STAKE_LOCK_MS, VerifiedOp, VerifiedSlash};
+use crate::ops::{Action, MIN_STAKE_LOCK_MS, UNBONDING_MS, VerifiedOp, VerifiedSlash};
 use crate::pending::{Parked, PendingError, PendingOps};
 use crate::reward;
 use crate::rules::{LedgerGenesis, Rules};
@@ -88,6 +88,10 @@ pub enum LedgerError {
     },
     #[error("stake lock must last at least {MIN_STAKE_LOCK_MS} ms")]
     LockTooShort,
+    #[error("nothing is unbonding")]
+    NothingUnbonding,
+    #[error("unstaked funds unbond until {until_ms} (op time {timestamp_ms})")]
+    Unbonding { until_ms: u64, timestamp_ms: u64 },
     #[error("amount must be positive")]
     ZeroAmount,
     #[error("transfer to self")]
@@ -601,12 +605,12 @@ impl LedgerState {
         self.digest == self.rebuilt_digest()
     }
 
-    /// Supply conservation: minted − burned = Σ balances + Σ stakes.
+    /// Supply conservation: minted − burned = Σ balances + Σ stakes + Σ unbonding.
     pub fn check_invariants(&self) -> Result<(), SupplyMismatch> {
         let held: u128 = self
             .accounts
             .values()
-            .map(|a| u128::from(a.balance) + u128::from(a.stake))
+            .map(|a| u128::from(a.balance) + u128::from(a.stake) + u128::from(a.unbonding))
             .sum();
         let supply = i128::from(self.minted) - i128::from(self.burned);
         if i128::try_from(held).ok() != Some(supply) {

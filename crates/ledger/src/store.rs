@@ -36,7 +36,8 @@ const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS accounts (
     id BLOB PRIMARY KEY, balance INTEGER NOT NULL, stake INTEGER NOT NULL,
-    unlock_at_ms INTEGER NOT NULL, next_nonce INTEGER NOT NULL) WITHOUT ROWID;
+    unlock_at_ms INTEGER NOT NULL, next_nonce INTEGER NOT NULL, unbonding INTEGER NOT NULL,
+    unbonding_until_ms INTEGER NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS proofs (
     hash BLOB PRIMARY KEY, node BLOB NOT NULL, nonce INTEGER NOT NULL, kind INTEGER NOT NULL,
     reward INTEGER NOT NULL, timestamp_ms INTEGER NOT NULL, round_key BLOB UNIQUE) WITHOUT ROWID;
@@ -544,10 +545,11 @@ fn write(
             tx.prepare_cached(sql)?.execute(params![&hash[..], bytes])?;
         }
         let mut upsert = tx.prepare_cached(
-            "INSERT INTO accounts (id, balance, stake, unlock_at_ms, next_nonce)
-             VALUES (?1, ?2, ?3, ?4, ?5)
+            "INSERT INTO accounts (id, balance, stake, unlock_at_ms, next_nonce, unbonding,
+             unbonding_until_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
              ON CONFLICT (id) DO UPDATE SET balance = excluded.balance, stake = excluded.stake,
-             unlock_at_ms = excluded.unlock_at_ms, next_nonce = excluded.next_nonce",
+             unlock_at_ms = excluded.unlock_at_ms, next_nonce = excluded.next_nonce,
+             unbonding = excluded.unbonding, unbonding_until_ms = excluded.unbonding_until_ms",
         )?;
         for (id, a) in &changes.accounts {
             upsert.execute(params![
@@ -555,7 +557,9 @@ fn write(
                 to_sql(a.balance),
                 to_sql(a.stake),
                 to_sql(a.unlock_at_ms),
-                to_sql(a.next_nonce)
+                to_sql(a.next_nonce),
+                to_sql(a.unbonding),
+                to_sql(a.unbonding_until_ms)
             ])?;
         }
         let mut key = tx.prepare_cached("INSERT OR IGNORE INTO keys (id, key) VALUES (?1, ?2)")?;

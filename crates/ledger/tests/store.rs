@@ -486,3 +486,48 @@ fn settled_and_open_rounds_survive_reopen() -> Result<(), Box<dyn std::error::Er
     assert_eq!(history[0].kind.as_str(), "reward");
     Ok(())
 }
+
+/// Unstaked funds still unbonding, and when they may be withdrawn, survive a reopen.
+#[test]
+fn unbonding_stake_survives_reopen() -> Result<(), Box<dyn std::error::Error>> {
+    let dir = tempfile::tempdir()?;
+    let path = dir.path().join("ledger.db");
+    let (a, n) = (test_identity(61), test_identity(62));
+    const DAY: u64 = 24 * 60 * 60 * 1000;
+    let before;
+    {
+        let mut ledger = Ledger::open(&path)?;
+        let funds = verified(&uptime_proof(&a, 1, T0), &a, &n);
+        assert!(matches!(ledger.apply_proof(&funds)?, Outcome::Applied(_)));
+        let stake = Action::Stake {
+            amount: 500,
+            unlock_at_ms: T0 + DAY,
+        };
+        assert!(matches!(
+            ledger.apply_op(op(&a, 0, T0, stake))?,
+            Outcome::Applied(_)
+        ));
+        let unstake = op(&a, 1, T0 + DAY, Action::Unstake { amount: 200 });
+        assert!(matches!(ledger.apply_op(unstake)?, Outcome::Applied(_)));
+        before = ledger.state().account(&a.node_id());
+    }
+    let mut ledger = Ledger::open(&path)?;
+    let after = ledger.state().account(&a.node_id());
+    assert_eq!(after, before);
+    assert_eq!((after.stake, after.unbonding), (300, 200));
+    let early = op(&a, 2, after.unbonding_until_ms - 1, Action::Withdraw);
+    assert!(matches!(
+        ledger.apply_op(early),
+        Err(ApplyError::Rejected(LedgerError::Unbonding { .. }))
+    ));
+    let due = op(&a, 2, after.unbonding_until_ms, Action::Withdraw);
+    assert!(matches!(ledger.apply_op(due)?, Outcome::Applied(_)));
+    assert_eq!(
+        ledger.state().account(&a.node_id()).balance,
+        before.balance + 200
+    );
+    let history = ledger.history(&a.node_id(), 1)?;
+    assert_eq!(history[0].kind.as_str(), "withdraw");
+    assert_eq!(ledger.state().check_invariants(), Ok(()));
+    Ok(())
+}

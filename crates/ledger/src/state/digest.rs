@@ -71,9 +71,16 @@ fn account_lanes<'a>(
     a: &Account,
     stages: impl Iterator<Item = &'a u16>,
 ) -> [u16; LANES] {
-    let mut buf = Vec::with_capacity(32 + 4 * 8 + 16);
+    let mut buf = Vec::with_capacity(32 + 6 * 8 + 16);
     buf.extend_from_slice(&id.0);
-    for v in [a.balance, a.stake, a.unlock_at_ms, a.next_nonce] {
+    for v in [
+        a.balance,
+        a.stake,
+        a.unlock_at_ms,
+        a.next_nonce,
+        a.unbonding,
+        a.unbonding_until_ms,
+    ] {
         buf.extend_from_slice(&v.to_le_bytes());
     }
     for s in stages {

@@ -64,11 +64,9 @@ impl LedgerState {
         // what cannot be recovered stays issued.
         let from_balance = account.balance.min(first_reward);
         account.balance -= from_balance;
-        let from_stake = account.stake.min(first_reward - from_balance);
-        account.stake -= from_stake;
+        let from_stake = account.take_slash(first_reward - from_balance);
         let clawed = from_balance + from_stake;
-        let slashed = bps_of(account.stake, SLASH_STAKE_BPS);
-        account.stake -= slashed;
+        let slashed = account.take_slash(bps_of(account.slashable(), SLASH_STAKE_BPS));
         let minted = self
             .minted
             .checked_sub(clawed)

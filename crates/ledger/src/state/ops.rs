@@ -113,9 +113,30 @@ impl LedgerState {
                         timestamp_ms: op.timestamp_ms,
                     });
                 }
+                // Out of the stake at once (it no longer registers the account), but slashable
+                // until the unbonding delay has passed: misbehaviour just before an unstake is
+                // still paid for when its evidence arrives.
                 from.stake = debit(from.stake, amount, false)?;
-                from.balance = add(from.balance, amount)?;
+                from.unbonding = add(from.unbonding, amount)?;
+                from.unbonding_until_ms = from
+                    .unbonding_until_ms
+                    .max(op.timestamp_ms.saturating_add(UNBONDING_MS));
                 entries.push(entry(op.account, EntryKind::Unstake, amount, None));
+            }
+            Action::Withdraw => {
+                if from.unbonding == 0 {
+                    return Err(LedgerError::NothingUnbonding);
+                }
+                if op.timestamp_ms < from.unbonding_until_ms {
+                    return Err(LedgerError::Unbonding {
+                        until_ms: from.unbonding_until_ms,
+                        timestamp_ms: op.timestamp_ms,
+                    });
+                }
+                let amount = from.unbonding;
+                from.balance = add(from.balance, amount)?;
+                from.unbonding = 0;
+                entries.push(entry(op.account, EntryKind::Withdraw, amount, None));
             }
             Action::Burn { amount } => {
                 if amount == 0 {

@@ -9,13 +9,34 @@ use serde::Serialize;
 use crate::ops::VerifiedSlash;
 use crate::rules::Rules;
 
-/// One account: spendable balance, locked stake and the next op nonce it accepts.
+/// One account: spendable balance, locked stake, unstaked funds still unbonding (slashable,
+/// not stake) and the next op nonce it accepts.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct Account {
     pub balance: u64,
     pub stake: u64,
     pub unlock_at_ms: u64,
     pub next_nonce: u64,
+    /// Unstaked, not withdrawn yet: slashable until `unbonding_until_ms`.
+    pub unbonding: u64,
+    pub unbonding_until_ms: u64,
+}
+
+impl Account {
+    /// What a slash can take: the stake and what is unbonding.
+    pub fn slashable(&self) -> u64 {
+        self.stake.saturating_add(self.unbonding)
+    }
+
+    /// Takes `amount` (at most [`Self::slashable`]) from the stake, then from what is
+    /// unbonding; what was taken.
+    pub fn take_slash(&mut self, amount: u64) -> u64 {
+        let from_stake = self.stake.min(amount);
+        self.stake -= from_stake;
+        let from_unbonding = self.unbonding.min(amount - from_stake);
+        self.unbonding -= from_unbonding;
+        from_stake + from_unbonding
+    }
 }
 
 /// What a history line records.
@@ -28,6 +49,8 @@ pub enum EntryKind {
     Burn,
     Stake,
     Unstake,
+    /// Unbonded funds returned to the balance.
+    Withdraw,
     Slashed,
     SlashReward,
     InferenceFee,
@@ -47,6 +70,7 @@ impl EntryKind {
             EntryKind::Burn => "burn",
             EntryKind::Stake => "stake",
             EntryKind::Unstake => "unstake",
+            EntryKind::Withdraw => "withdraw",
             EntryKind::Slashed => "slashed",
             EntryKind::SlashReward => "slash_reward",
             EntryKind::InferenceFee => "inference_fee",

@@ -278,7 +278,61 @@ fn stake_locks_until_unlock_time() {
             .apply_op(op(id, 1, T0 + DAY, Action::Unstake { amount: 100 }))
             .is_ok()
     );
-    assert_eq!(w.state.account(&a).stake, 0);
+    let after = w.state.account(&a);
+    assert_eq!((after.stake, after.unbonding), (0, 100));
+    assert_eq!(after.unbonding_until_ms, T0 + DAY + crate::UNBONDING_MS);
+    assert_eq!(w.state.check_invariants(), Ok(()));
+    // Withdrawn only once the unbonding delay has passed.
+    let balance = after.balance;
+    let early = op(id, 2, T0 + DAY + crate::UNBONDING_MS - 1, Action::Withdraw);
+    assert!(matches!(
+        w.state.apply_op(early),
+        Err(LedgerError::Unbonding { .. })
+    ));
+    let due = T0 + DAY + crate::UNBONDING_MS;
+    assert!(w.state.apply_op(op(id, 2, due, Action::Withdraw)).is_ok());
+    let done = w.state.account(&a);
+    assert_eq!((done.balance, done.unbonding), (balance + 100, 0));
+    assert!(matches!(
+        w.state.apply_op(op(id, 3, due, Action::Withdraw)),
+        Err(LedgerError::NothingUnbonding)
+    ));
+    assert_eq!(w.state.check_invariants(), Ok(()));
+}
+
+/// The attack: misbehave, then unstake at once so that the slash finds no stake when its
+/// evidence arrives. Unstaked funds stay slashable while they unbond: the slash takes its
+/// share of them, and what is left is withdrawn a day later. (When an unstake returned the
+/// stake to the balance at once, the slash took nothing and the balance could be spent.)
+#[test]
+fn stake_unstaked_after_misbehaving_is_still_slashed() {
+    let mut w = world(2, 4);
+    let (cheat, reporter) = (&w.ids[0], &w.ids[1]);
+    let a = cheat.node_id();
+    let s = Action::Stake {
+        amount: 100,
+        unlock_at_ms: T0 + DAY,
+    };
+    assert!(w.state.apply_op(op(cheat, 0, T0, s)).is_ok());
+    let unstake = op(cheat, 1, T0 + DAY, Action::Unstake { amount: 100 });
+    assert!(w.state.apply_op(unstake).is_ok());
+    assert_eq!(w.state.account(&a).stake, 0, "no longer stake");
+    // The evidence of what it did before arrives after the unstake.
+    let evidence = slash(cheat, reporter, 7);
+    assert!(matches!(
+        w.state.apply_slash(&evidence),
+        Ok(Outcome::Applied(_))
+    ));
+    let after = w.state.account(&a);
+    assert!(after.unbonding < 100, "the slash took nothing: {after:?}");
+    assert_eq!(w.state.check_invariants(), Ok(()));
+    let due = T0 + DAY + crate::UNBONDING_MS;
+    assert!(
+        w.state
+            .apply_op(op(cheat, 2, due, Action::Withdraw))
+            .is_ok()
+    );
+    assert_eq!(w.state.account(&a).unbonding, 0);
     assert_eq!(w.state.check_invariants(), Ok(()));
 }
 
@@ -437,6 +491,10 @@ enum Step {
         amount: u64,
         after_ms: u64,
     },
+    Withdraw {
+        who: usize,
+        after_ms: u64,
+    },
     Burn {
         who: usize,
         amount: u64,
@@ -458,6 +516,7 @@ fn arb_step() -> impl Strategy<Value = Step> {
         1 => (0..N, amount.clone()).prop_map(|(who, amount)| Step::Stake { who, amount }),
         1 => (0..N, amount.clone(), 0..2 * DAY)
             .prop_map(|(who, amount, after_ms)| Step::Unstake { who, amount, after_ms }),
+        1 => (0..N, 0..2 * DAY).prop_map(|(who, after_ms)| Step::Withdraw { who, after_ms }),
         1 => (0..N, amount).prop_map(|(who, amount)| Step::Burn { who, amount }),
         1 => (0..N, 0..N).prop_map(|(cheat, reporter)| Step::Slash { cheat, reporter }),
     ]
@@ -531,6 +590,10 @@ impl Driver {
                     self.clock,
                     Action::Unstake { amount },
                 ))
+            }
+            Step::Withdraw { who, after_ms } => {
+                self.clock += after_ms;
+                Msg::Op(op(&self.ids[who], next(who), self.clock, Action::Withdraw))
             }
             Step::Burn { who, amount } => Msg::Op(op(
                 &self.ids[who],

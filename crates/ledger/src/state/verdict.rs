@@ -13,10 +13,9 @@ impl LedgerState {
             return Ok(Outcome::Duplicate);
         }
         let mut offender = self.account(&slash.offender);
-        let slashed = bps_of(offender.stake, SLASH_STAKE_BPS);
+        let slashed = offender.take_slash(bps_of(offender.slashable(), SLASH_STAKE_BPS));
         let to_reporter = bps_of(slashed, SLASH_REPORTER_BPS);
         let burn = slashed - to_reporter;
-        offender.stake -= slashed;
         let burned = add(self.burned, burn)?;
         let mut reporter = self.account(&slash.reporter);
         reporter.balance = add(reporter.balance, to_reporter)?;
@@ -73,14 +72,13 @@ impl LedgerState {
             return Err(LedgerError::SelfTransfer);
         }
         let mut offender = self.account(&v.offender);
-        let slashed = bps_of(self.rules.min_stake, VERDICT_SLASH_BPS).min(offender.stake);
+        let slashed = offender.take_slash(bps_of(self.rules.min_stake, VERDICT_SLASH_BPS));
         let paid = bps_of(self.rules.min_stake, VERDICT_REWARD_BPS);
         let burn = slashed;
         let mut beneficiary = self.account(&v.beneficiary);
         beneficiary.balance = add(beneficiary.balance, paid)?;
         let burned = add(self.burned, burn)?;
         let minted = add(self.minted, paid)?;
-        offender.stake -= slashed;
         self.put_account(v.offender, offender, None);
         self.put_account(v.beneficiary, beneficiary, None);
         self.burned = burned;

@@ -11,8 +11,10 @@ pub(super) fn load(conn: &Connection) -> Result<LedgerState, StoreError> {
     let (minted, burned) = (meta("minted")?, meta("burned")?);
 
     let mut accounts = BTreeMap::new();
-    let mut stmt =
-        conn.prepare("SELECT id, balance, stake, unlock_at_ms, next_nonce FROM accounts")?;
+    let mut stmt = conn.prepare(
+        "SELECT id, balance, stake, unlock_at_ms, next_nonce, unbonding, unbonding_until_ms
+             FROM accounts",
+    )?;
     let rows = stmt.query_map([], |r| {
         Ok((
             r.get::<_, Vec<u8>>(0)?,
@@ -21,6 +23,8 @@ pub(super) fn load(conn: &Connection) -> Result<LedgerState, StoreError> {
                 stake: from_sql(r.get(2)?),
                 unlock_at_ms: from_sql(r.get(3)?),
                 next_nonce: from_sql(r.get(4)?),
+                unbonding: from_sql(r.get(5)?),
+                unbonding_until_ms: from_sql(r.get(6)?),
             },
         ))
     })?;
