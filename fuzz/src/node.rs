@@ -232,10 +232,19 @@ pub fn sample_pipe() -> (Vec<PipeRequest>, Vec<PipeAnswer>) {
         PipeAnswer {
             ack: Ack::Accepted,
             countersign: cs,
+            tally: Some(neuroshard_proof::Receipt::sign(
+                &BOB,
+                [0; 32],
+                ALICE.node_id(),
+                1,
+                neuroshard_proof::ReceiptKind::Activations,
+                neuroshard_proof::work_tally(1),
+            )),
         },
         PipeAnswer {
             ack: Ack::Rejected("commitment: for another job".into()),
             countersign: None,
+            tally: None,
         },
     ];
     (requests, answers)
