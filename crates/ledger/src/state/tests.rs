@@ -626,7 +626,7 @@ fn apply(state: &mut LedgerState, msg: &Msg) -> Result<Outcome, LedgerError> {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
 
-    /// Supply = minted − burned = Σ balances + Σ stakes after every step; a refused step
+    /// Supply = minted − burned = Σ balances + Σ stakes + Σ unbonding after every step; a refused step
     /// changes nothing; re-applying any message changes nothing.
     #[test]
     fn supply_is_conserved_and_reapply_is_a_no_op(steps in prop::collection::vec(arb_step(), 1..40)) {
@@ -645,7 +645,10 @@ proptest! {
             let again = apply(&mut state, &msg);
             prop_assert!(!matches!(again, Ok(Outcome::Applied(_))), "second apply applied: {:?}", again);
             prop_assert_eq!(state.state_hash(), after, "second apply changed state");
-            let held: u128 = state.accounts().map(|(_, a)| u128::from(a.balance) + u128::from(a.stake)).sum();
+            let held: u128 = state
+                .accounts()
+                .map(|(_, a)| u128::from(a.balance) + u128::from(a.stake) + u128::from(a.unbonding))
+                .sum();
             prop_assert_eq!(held, u128::from(state.minted() - state.burned()));
         }
     }
