@@ -250,8 +250,11 @@ fn a_worker_that_skips_its_layers_is_caught_and_slashed_on_every_ledger() {
 fn a_driver_training_on_other_text_than_it_names_is_caught_and_slashed_on_every_ledger() {
     // Nodes 0 and 3 drive (stage 0). The cheater's targets are genuine, so the last stage
     // accepts them; only the audit of its tokens against the genesis windows catches it.
-    // Long enough that the cheater is slashed before its last step.
-    let steps = 60;
+    // Long enough that the cheater is slashed before its last step: which jobs are audited
+    // follows the finalized epochs' hashes, so any change to what the ledger hashes moves
+    // the slash (at 60 steps the run of 0a444bd, which added unbonding to the account
+    // digest, ended before its slash; at 100 it stops at step 48).
+    let steps = 100;
     let sim = run_for(steps, 1, 250_000, Some((0, Cheat::OtherData)), None);
     let (_, guilty, _) = audits(&sim, 3, sim.node_id(0));
     assert!(guilty >= 1, "no audit caught the other text");
