@@ -112,7 +112,8 @@ pub fn run(args: LedgerArgs) -> Result<()> {
                 println!(
                     "{}",
                     json!({ "account": id, "balance": a.balance, "stake": a.stake,
-                    "unlock_at_ms": a.unlock_at_ms, "next_nonce": a.next_nonce })
+                    "unlock_at_ms": a.unlock_at_ms, "unbonding": a.unbonding,
+                    "unbonding_until_ms": a.unbonding_until_ms, "next_nonce": a.next_nonce })
                 );
             } else {
                 println!("account {id}");
@@ -122,6 +123,13 @@ pub fn run(args: LedgerArgs) -> Result<()> {
                     format_neuro(a.stake),
                     a.unlock_at_ms
                 );
+                if a.unbonding > 0 {
+                    println!(
+                        "unbonding {} (withdrawable from {} ms)",
+                        format_neuro(a.unbonding),
+                        a.unbonding_until_ms
+                    );
+                }
             }
         }
         LedgerCommand::History { account, limit } => {

@@ -131,6 +131,10 @@ fn wallet_and_ledger_commands() -> Res {
     ok_json(&node, &["ledger", "stake", "0.0005", "--json"])?;
     let err = fails(&node, &["ledger", "unstake", "0.0005"])?;
     assert!(err.contains("locked"), "{err}");
+    let err = fails(&node, &["ledger", "withdraw"])?;
+    assert!(err.contains("nothing is unbonding"), "{err}");
+    let bal = ok_json(&node, &["ledger", "balance", "--json"])?;
+    assert_eq!(bal["unbonding"].as_u64(), Some(0));
 
     let history = ok_json(&node, &["ledger", "history", "--json"])?;
     let kinds: Vec<&str> = history
