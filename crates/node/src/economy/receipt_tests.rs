@@ -4,7 +4,7 @@
 use neuroshard_proof::fixtures::test_identity;
 use neuroshard_proof::{Receipt, ReceiptKind};
 
-use super::tests::{NET, T, economy, grad, prove, registered, work};
+use super::tests::{NET, T, decode, economy, grad, prove, registered, work};
 use super::*;
 use crate::economy::ProofOutcome;
 
@@ -85,4 +85,44 @@ fn a_round_already_proved_is_never_proved_again() {
         "round 1 proved twice"
     );
     assert_eq!(super::tests::claimed(&restarted, &a.node_id()), 1);
+}
+
+/// Receipt reuse: a co-replica's genuine receipt of `a`'s round 1, put into a claim of
+/// another round, into `a`'s claim with another pseudo-gradient, or into another key's claim,
+/// backs none of them: a receipt signs (network, prover, round, hash), and the ledger refuses
+/// the claim instead of counting it.
+#[test]
+fn a_receipt_backs_only_the_prover_round_and_gradient_it_was_signed_for() {
+    let (mut a, mut b, mut c) = (economy(76), economy(77), economy(78));
+    registered(&mut [&mut a, &mut b, &mut c]);
+    let genuine = decode(&prove(&mut a, &b, 1, T));
+    let receipt = genuine.receipts[0];
+    let resign = |p: &neuroshard_proof::Proof, seed: u64| p.sign(&test_identity(seed)).to_bytes();
+
+    let mut other_round = genuine.clone();
+    other_round.round = 2;
+    other_round.nonce += 1;
+    other_round.receipts = vec![receipt];
+    let mut other_gradient = genuine.clone();
+    other_gradient.round = 3;
+    other_gradient.nonce += 2;
+    other_gradient.pseudo_gradient_hash = [9; 32];
+    other_gradient.receipts = vec![receipt];
+    let mut other_prover = genuine.clone();
+    other_prover.node_id = c.node_id();
+    other_prover.public_key = c.public_key();
+    other_prover.receipts = vec![receipt];
+    for (what, wire) in [
+        ("another round", resign(&other_round, 76)),
+        ("another gradient", resign(&other_gradient, 76)),
+        ("another prover", resign(&other_prover, 78)),
+    ] {
+        assert!(
+            matches!(b.on_proof(&wire, T), ProofOutcome::Rejected(_)),
+            "a reused receipt backed {what}"
+        );
+    }
+    for who in [a.node_id(), c.node_id()] {
+        assert_eq!(super::tests::claimed(&b, &who), 0);
+    }
 }
