@@ -11,7 +11,7 @@ use neuroshard_node::core::Transmit;
 use neuroshard_node::events::NodeEvent;
 use neuroshard_node::wire::{DriverStamp, Msg, Payload, PipeAnswer, PipeRequest};
 use neuroshard_proof::fixtures::test_identity;
-use neuroshard_proof::{Canonical, Signed};
+use neuroshard_proof::{Canonical, Receipt, Signed};
 use neuroshard_sim::{EngineKind, Sim, network, settings, tiny_model};
 
 /// A driver (stage 0); nodes alternate stages, so 1 and 3 are the stage-1 replicas.
@@ -28,6 +28,11 @@ enum Attack {
     Replays,
     /// Stage-1 replica 3 accepts tensors but strips its countersignature.
     WithholdsCountersign,
+    /// Stage-1 replica 3 countersigns but strips its work tally (denying the worker its
+    /// round's share).
+    WithholdsTally,
+    /// Stage-1 replica 3 answers with a tally of a thousand jobs more than it signed.
+    InflatesTally,
     /// Names the genesis epoch in every commitment, whose beacon it knows once epochs run.
     StaleEpoch,
     /// Sends its micro-batches under another architecture version than it stamped them
@@ -128,30 +133,29 @@ fn run(attack: Attack) -> Sim {
                     job: c.sign(&liar_key),
                 }
             }
-            Attack::None | Attack::WithholdsCountersign => PipeRequest { msg, job },
+            Attack::None
+            | Attack::WithholdsCountersign
+            | Attack::WithholdsTally
+            | Attack::InflatesTally => PipeRequest { msg, job },
         }
     };
     let mut liar_request = Some(liar_request);
     match attack {
         Attack::None => {}
-        Attack::WithholdsCountersign => sim.set_tamper(
-            3,
-            Box::new(|t| match t {
-                Transmit::Respond { token, data } => {
-                    let data = match PipeAnswer::from_canonical_bytes(&data) {
-                        Ok(a) => PipeAnswer {
-                            ack: a.ack,
-                            countersign: None,
-                            ..a
-                        }
-                        .to_canonical_bytes(),
-                        Err(_) => data,
-                    };
-                    Some(Transmit::Respond { token, data })
-                }
-                other => Some(other),
-            }),
-        ),
+        Attack::WithholdsCountersign | Attack::WithholdsTally | Attack::InflatesTally => sim
+            .set_tamper(
+                3,
+                Box::new(move |t| match t {
+                    Transmit::Respond { token, data } => {
+                        let data = match PipeAnswer::from_canonical_bytes(&data) {
+                            Ok(a) => tamper_answer(attack, a).to_canonical_bytes(),
+                            Err(_) => data,
+                        };
+                        Some(Transmit::Respond { token, data })
+                    }
+                    other => Some(other),
+                }),
+            ),
         _ => {
             let mut f = liar_request.take().unwrap();
             sim.set_tamper(
@@ -209,6 +213,37 @@ fn countersigned(sim: &Sim, i: usize, kind: JobKind) -> (usize, usize) {
     )
 }
 
+/// Receiver 3's answer as `attack` sends it.
+fn tamper_answer(attack: Attack, a: PipeAnswer) -> PipeAnswer {
+    match attack {
+        Attack::WithholdsCountersign => PipeAnswer {
+            countersign: None,
+            ..a
+        },
+        Attack::WithholdsTally => PipeAnswer { tally: None, ..a },
+        _ => PipeAnswer {
+            tally: a.tally.map(|t| {
+                let jobs = neuroshard_proof::tally_jobs(&t.hash).unwrap_or(0);
+                Receipt {
+                    hash: neuroshard_proof::work_tally(jobs.saturating_add(1_000)),
+                    ..t
+                }
+            }),
+            ..a
+        },
+    }
+}
+
+/// Warnings at node `i` about a receiver that accepted without a valid work tally.
+fn missing_tally_warnings(sim: &Sim, i: usize) -> usize {
+    sim.events(i)
+        .iter()
+        .filter(|e| {
+            matches!(e, NodeEvent::Warning { message, .. } if message.contains("without a valid work tally"))
+        })
+        .count()
+}
+
 fn missing_countersign_warnings(sim: &Sim, i: usize) -> usize {
     sim.events(i)
         .iter()
@@ -235,6 +270,7 @@ fn honest_workers_commit_every_job_and_hold_their_receivers_countersignatures() 
         let log = sim.core(driver).unwrap().job_log();
         assert!(log.iter().any(|l| l.commitment.kind == JobKind::Backward));
         assert_eq!(missing_countersign_warnings(&sim, driver), 0);
+        assert_eq!(missing_tally_warnings(&sim, driver), 0);
     }
     // The last stage's backward passes send the input gradient back, countersigned.
     for last in [1, 3] {
@@ -307,6 +343,26 @@ fn a_receiver_that_withholds_its_countersignature_is_reported() {
             signed > 0 && signed < sent,
             "driver {driver}: {signed} of {sent}"
         );
+    }
+}
+
+/// A receiver that withholds its tally of a worker's jobs, or sends one claiming more jobs
+/// than it signed (its signature then fails, so the worker keeps nothing of it), is reported
+/// and penalised by the worker; the countersignatures and the training go on.
+#[test]
+fn a_receiver_that_withholds_or_inflates_its_work_tally_is_reported() {
+    for attack in [Attack::WithholdsTally, Attack::InflatesTally] {
+        let sim = run(attack);
+        let warned: usize = [0, LIAR]
+            .iter()
+            .map(|&d| missing_tally_warnings(&sim, d))
+            .sum();
+        assert!(warned > 0, "{attack:?}: no worker reported receiver 3");
+        // The countersignatures are untouched: only the tallies were.
+        for driver in [0, LIAR] {
+            assert_eq!(missing_countersign_warnings(&sim, driver), 0, "{attack:?}");
+        }
+        assert!(steps(&sim, 0) >= 20, "{attack:?}: {}", steps(&sim, 0));
     }
 }
 

@@ -4,9 +4,9 @@
 //! gradients) counts the distinct jobs of each (worker, round) it countersigned and answers
 //! every accepted job with a signed tally of that count ([`neuroshard_proof::work_tally`]).
 //! The worker keeps each receiver's latest tally of a round and puts the largest ones in its
-//! proof; the ledger pays a round's contributor only with at least half the jobs of the
-//! round's median contributor (`neuroshard_ledger`'s pots). So a key that offers without
-//! serving the pipeline is not paid, whatever its co-replicas vouch for.
+//! proof; the ledger splits a round among its contributors by their tallied jobs, each capped
+//! at the round's median (`neuroshard_ledger`'s pots). So a key that offers without serving
+//! the pipeline is not paid, whatever its co-replicas vouch for.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
