@@ -168,7 +168,7 @@ fn vouched_for(node: &NodeId, c: &Contribution, members: &BTreeMap<NodeId, Contr
 impl LedgerState {
     /// The jobs of `node`'s contribution that count: the sum of its work tallies whose signer
     /// is registered for a stage `node` never registered for and did not contribute to the
-    /// round itself (`members`).
+    /// round itself (`members`, which holds `node` too).
     fn delivered_jobs(
         &self,
         node: &NodeId,
@@ -178,7 +178,7 @@ impl LedgerState {
         let own = self.registrations.get(node);
         c.work
             .iter()
-            .filter(|(signer, _)| signer != node && !members.contains_key(signer))
+            .filter(|(signer, _)| !members.contains_key(signer))
             .filter(|(signer, _)| {
                 self.registrations.get(signer).is_some_and(|stages| {
                     stages
