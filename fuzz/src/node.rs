@@ -238,7 +238,7 @@ pub fn sample_pipe() -> (Vec<PipeRequest>, Vec<PipeAnswer>) {
                 ALICE.node_id(),
                 1,
                 neuroshard_proof::ReceiptKind::Activations,
-                neuroshard_proof::work_tally(1),
+                neuroshard_proof::fixtures::work_tally(1),
             )),
         },
         PipeAnswer {

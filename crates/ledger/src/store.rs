@@ -75,11 +75,11 @@ CREATE TABLE IF NOT EXISTS fraud_reports (
 CREATE TABLE IF NOT EXISTS finality_chain (epoch INTEGER PRIMARY KEY, link BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS finality_wal (
     seq INTEGER PRIMARY KEY, epoch INTEGER NOT NULL, entry BLOB NOT NULL);
-INSERT OR IGNORE INTO meta (key, value) VALUES ('schema', 5), ('minted', 0), ('burned', 0);
+INSERT OR IGNORE INTO meta (key, value) VALUES ('schema', 6), ('minted', 0), ('burned', 0);
 ";
 
 /// The database layout this build reads and writes.
-const SCHEMA_VERSION: u64 = 5;
+const SCHEMA_VERSION: u64 = 6;
 
 /// Storage failures (the ledger rules' refusals are [`LedgerError`]).
 #[derive(Debug, thiserror::Error)]

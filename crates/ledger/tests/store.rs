@@ -445,7 +445,7 @@ fn settled_and_open_rounds_survive_reopen() -> Result<(), Box<dyn std::error::Er
             open.node_id,
             2,
             neuroshard_proof::ReceiptKind::Activations,
-            neuroshard_proof::work_tally(5),
+            neuroshard_proof::fixtures::work_tally(5),
         ));
         let mut v = neuroshard_proof::ProofVerifier::new();
         v.add_known_node(b.public_key());
@@ -468,7 +468,8 @@ fn settled_and_open_rounds_survive_reopen() -> Result<(), Box<dyn std::error::Er
     assert_eq!(ledger.state().account(&c.node_id()).balance, 0);
     let pot = ledger.state().pot(settled[0].proof().layers, 2);
     assert_eq!(pot.len(), 1);
-    assert_eq!(pot[0].1.work, vec![(c.node_id(), 5)]);
+    let tally = neuroshard_proof::WorkTally::from_hash(&neuroshard_proof::fixtures::work_tally(5));
+    assert_eq!(pot[0].1.work, vec![(c.node_id(), tally.expect("a tally"))]);
     assert!(matches!(
         ledger.apply_proof(&claim(&b, &a, 1)),
         Ok(Outcome::Duplicate)

@@ -63,7 +63,7 @@ pub fn training_proof(
         proof.node_id,
         proof.round,
         ReceiptKind::Activations,
-        crate::proof::work_tally(8),
+        work_tally(8),
     ));
     proof
 }
@@ -93,4 +93,12 @@ pub fn uptime_proof(prover: &Identity, nonce: u64, timestamp_ms: u64) -> Proof {
         claimed_duration_ms: 25_000,
         receipts: Vec::new(),
     }
+}
+
+/// The receipt hash of a tally of `jobs` made-up jobs (keys hashed from 0, 1, …).
+pub fn work_tally(jobs: u32) -> crate::Hash32 {
+    let keys: Vec<crate::Hash32> = (0..u64::from(jobs))
+        .map(|i| *blake3::hash(&i.to_le_bytes()).as_bytes())
+        .collect();
+    crate::WorkTally::of_keys(&keys).to_hash()
 }

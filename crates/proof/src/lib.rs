@@ -17,6 +17,7 @@ pub mod keys;
 mod memo;
 pub mod plausibility;
 pub mod proof;
+pub mod tally;
 pub mod verify;
 
 pub use codec::{Canonical, CodecError, Reader, Writer};
@@ -27,6 +28,7 @@ pub use memo::forget_all as forget_verified_signatures;
 pub use plausibility::{HardwareLimits, PlausibilityError};
 pub use proof::{
     HardwareClass, Hash32, LayerRange, PROOF_VERSION, Proof, ProofKind, Receipt, ReceiptKind,
-    Roles, ShardWork, SignedProof, tally_jobs, work_tally,
+    Roles, ShardWork, SignedProof,
 };
+pub use tally::{JobSketch, SKETCH_BYTES, WorkTally, distinct_jobs, tally_jobs};
 pub use verify::{ProofVerifier, ReceiptError, ReplayKind, VerifiedProof, VerifyError};

@@ -139,7 +139,7 @@ pub struct ShardWork {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ReceiptKind {
     /// A node of another stage received the outputs of our pipeline jobs of the round: hash =
-    /// [`work_tally`] of how many distinct jobs it took (forward activations or input
+    /// a [`crate::WorkTally`] of the distinct jobs it took (forward activations or input
     /// gradients, each countersigned when it arrived).
     Activations = 0,
     /// The aggregator received our pseudo-gradient: hash = `pseudo_gradient_hash`.
@@ -157,21 +157,6 @@ impl ReceiptKind {
             }),
         }
     }
-}
-
-/// The hash field of a work tally: "I received the outputs of `jobs` distinct jobs". One
-/// encoding per count, so a tally has no second form.
-pub fn work_tally(jobs: u32) -> Hash32 {
-    let mut out = [0u8; 32];
-    out[..4].copy_from_slice(b"jobs");
-    out[4..8].copy_from_slice(&jobs.to_le_bytes());
-    out
-}
-
-/// The job count of a [`work_tally`] hash; `None` for any other 32 bytes or a count of 0.
-pub fn tally_jobs(hash: &Hash32) -> Option<u32> {
-    let jobs = u32::from_le_bytes(hash[4..8].try_into().ok()?);
-    (hash[..4] == *b"jobs" && hash[8..].iter().all(|b| *b == 0) && jobs > 0).then_some(jobs)
 }
 
 /// What a neighbour signs: "in network `network`, I received `hash` of `kind` from `prover`

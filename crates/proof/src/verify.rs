@@ -17,7 +17,8 @@ use crate::codec::{Canonical, CodecError};
 use crate::envelope::EnvelopeError;
 use crate::keys::{NodeId, PreparedKey, PublicKey, SignatureError, verify_with_key};
 use crate::plausibility::{self, PlausibilityError, RateHistory};
-use crate::proof::{Hash32, Proof, ProofKind, ReceiptKind, Roles, SignedProof, tally_jobs};
+use crate::proof::{Hash32, Proof, ProofKind, ReceiptKind, Roles, SignedProof};
+use crate::tally::tally_jobs;
 
 /// Largest allowed distance between a proof's timestamp and the verifier's clock.
 pub const MAX_CLOCK_SKEW_MS: u64 = 5 * 60 * 1000;

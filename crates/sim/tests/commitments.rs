@@ -223,9 +223,14 @@ fn tamper_answer(attack: Attack, a: PipeAnswer) -> PipeAnswer {
         Attack::WithholdsTally => PipeAnswer { tally: None, ..a },
         _ => PipeAnswer {
             tally: a.tally.map(|t| {
-                let jobs = neuroshard_proof::tally_jobs(&t.hash).unwrap_or(0);
+                let inflated = neuroshard_proof::WorkTally::from_hash(&t.hash).map(|w| {
+                    neuroshard_proof::WorkTally {
+                        jobs: w.jobs.saturating_add(1_000),
+                        ..w
+                    }
+                });
                 Receipt {
-                    hash: neuroshard_proof::work_tally(jobs.saturating_add(1_000)),
+                    hash: inflated.map_or(t.hash, |w| w.to_hash()),
                     ..t
                 }
             }),

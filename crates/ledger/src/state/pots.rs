@@ -18,7 +18,9 @@
 //! In a network of several stages the split follows delivered work: work tallies
 //! ([`neuroshard_proof::ReceiptKind::Activations`]) signed by nodes of other stages that took
 //! the contributor's pipeline outputs of the round, each tally counting the distinct jobs its
-//! signer countersigned. Each vouched contributor weighs its delivered jobs capped at the
+//! signer countersigned. Tallies of the same jobs (one output sent to several receivers)
+//! count them once, as far as their job sketches tell ([`neuroshard_proof::distinct_jobs`]).
+//! Each vouched contributor weighs its delivered jobs capped at the
 //! round's lower median (so a colluding receiver's inflated tally earns no more than an equal
 //! share); where that median is 0 (a network of one stage, where no job leaves a stage) they
 //! weigh alike. So a staked key that offers a pseudo-gradient of its choosing (the others'
@@ -36,7 +38,7 @@
 
 use std::collections::VecDeque;
 
-use neuroshard_proof::{LayerRange, Roles};
+use neuroshard_proof::{LayerRange, Roles, WorkTally};
 
 use super::progress::stage_key;
 use super::*;
@@ -70,7 +72,7 @@ pub struct Contribution {
     /// The distinct signers of its gradient receipts, by id (the prover never among them).
     pub vouchers: Vec<NodeId>,
     /// Its work tallies: each signer (by id, never the prover) with the jobs it took.
-    pub work: Vec<(NodeId, u32)>,
+    pub work: Vec<(NodeId, WorkTally)>,
 }
 
 impl Contribution {
@@ -85,11 +87,11 @@ impl Contribution {
             .collect();
         vouchers.sort_unstable();
         vouchers.dedup();
-        let mut work: Vec<(NodeId, u32)> = proof
+        let mut work: Vec<(NodeId, WorkTally)> = proof
             .receipts
             .iter()
             .filter(|r| r.kind == neuroshard_proof::ReceiptKind::Activations)
-            .filter_map(|r| Some((r.signer.node_id(), neuroshard_proof::tally_jobs(&r.hash)?)))
+            .filter_map(|r| Some((r.signer.node_id(), WorkTally::from_hash(&r.hash)?)))
             .filter(|(id, _)| *id != proof.node_id)
             .collect();
         work.sort_unstable();
@@ -166,9 +168,9 @@ fn vouched_for(node: &NodeId, c: &Contribution, members: &BTreeMap<NodeId, Contr
 }
 
 impl LedgerState {
-    /// The jobs of `node`'s contribution that count: the sum of its work tallies whose signer
-    /// is registered for a stage `node` never registered for and did not contribute to the
-    /// round itself (`members`, which holds `node` too).
+    /// The jobs of `node`'s contribution that count: the distinct jobs of its work tallies
+    /// whose signer is registered for a stage `node` never registered for and did not
+    /// contribute to the round itself (`members`, which holds `node` too).
     fn delivered_jobs(
         &self,
         node: &NodeId,
@@ -176,7 +178,8 @@ impl LedgerState {
         members: &BTreeMap<NodeId, Contribution>,
     ) -> u64 {
         let own = self.registrations.get(node);
-        c.work
+        let tallies: Vec<WorkTally> = c
+            .work
             .iter()
             .filter(|(signer, _)| !members.contains_key(signer))
             .filter(|(signer, _)| {
@@ -186,7 +189,10 @@ impl LedgerState {
                         .any(|s| own.is_none_or(|own| !own.contains(s)))
                 })
             })
-            .fold(0u64, |sum, (_, jobs)| sum.saturating_add(u64::from(*jobs)))
+            .map(|(_, tally)| *tally)
+            .collect();
+        // Receivers that took the same jobs (one output sent to several) count them once.
+        neuroshard_proof::distinct_jobs(&tallies)
     }
 }
 

@@ -5,7 +5,8 @@ use super::tests::{REWARD, balance, claim_by, epoch, settle};
 use super::*;
 use crate::ops::{Action, verify_op};
 use neuroshard_proof::fixtures::test_identity;
-use neuroshard_proof::{Identity, Receipt, ReceiptKind, VerifiedProof, work_tally};
+use neuroshard_proof::fixtures::work_tally;
+use neuroshard_proof::{Hash32, Identity, Receipt, ReceiptKind, VerifiedProof, WorkTally};
 
 /// `id`'s claim of `round`, vouched for by `witnesses`, with a work tally of `jobs` from each
 /// of `takers`.
@@ -15,16 +16,30 @@ fn worked_claim(
     takers: &[(&Identity, u32)],
     round: u64,
 ) -> VerifiedProof {
+    let tallies: Vec<(&Identity, Hash32)> = takers
+        .iter()
+        .map(|(t, jobs)| (*t, work_tally(*jobs)))
+        .collect();
+    tallied_claim(id, witnesses, &tallies, round)
+}
+
+/// `id`'s claim of `round`, vouched for by `witnesses`, with each taker's tally hash.
+fn tallied_claim(
+    id: &Identity,
+    witnesses: &[&Identity],
+    takers: &[(&Identity, Hash32)],
+    round: u64,
+) -> VerifiedProof {
     let bare = claim_by(id, witnesses, round);
     let mut p = bare.proof().clone();
-    for (taker, jobs) in takers {
+    for (taker, tally) in takers {
         p.receipts.push(Receipt::sign(
             taker,
             p.network,
             p.node_id,
             round,
             ReceiptKind::Activations,
-            work_tally(*jobs),
+            *tally,
         ));
     }
     let mut v = neuroshard_proof::ProofVerifier::new();
@@ -173,7 +188,7 @@ fn shares_follow_delivered_jobs_capped_at_the_median_and_a_stage_without_tallies
         &mut state,
         &[
             worked_claim(a, &[b, c], &[(t0, 40)], 1),
-            worked_claim(b, &[a, c], &[(t0, 1_000_000)], 1),
+            worked_claim(b, &[a, c], &[(t0, 10_000)], 1),
             worked_claim(c, &[a, b], &[(t0, 20)], 1),
         ],
     );
@@ -210,6 +225,56 @@ fn a_contribution_holds_its_proofs_tallies() {
     let t = test_identity(432);
     let p = worked_claim(&a, &[&b], &[(&t, 7)], 3);
     let c = Contribution::of(p.proof(), p.hash());
-    assert_eq!(c.work, vec![(t.node_id(), 7)]);
+    let tally = WorkTally::from_hash(&work_tally(7)).expect("a tally");
+    assert_eq!(c.work, vec![(t.node_id(), tally)]);
     assert_eq!(c.vouchers, vec![b.node_id()]);
+}
+
+/// The tally of jobs `from..to` of a worker (made-up job keys).
+fn jobs_in(from: u64, to: u64) -> Hash32 {
+    let keys: Vec<Hash32> = (from..to)
+        .map(|i| *blake3::hash(&i.to_le_bytes()).as_bytes())
+        .collect();
+    WorkTally::of_keys(&keys).to_hash()
+}
+
+/// The attack: a replica serves half the jobs of its co-replicas and sends each output to
+/// both next-stage replicas (as a failover resend would). Each receiver honestly tallies
+/// every job it took, so the two counts add up to the others' work. The tallies' sketches
+/// show the same jobs twice, and it is paid for its half.
+#[test]
+fn one_output_sent_to_several_receivers_counts_once() {
+    let mut state = fresh();
+    let w = world(&mut state);
+    let [a, b, rider] = [&w.replicas[0], &w.replicas[1], &w.replicas[2]];
+    let [t0, t1] = [&w.takers[0], &w.takers[1]];
+    epoch(
+        &mut state,
+        &[
+            tallied_claim(
+                a,
+                &[b, rider],
+                &[(t0, jobs_in(0, 30)), (t1, jobs_in(30, 60))],
+                1,
+            ),
+            tallied_claim(
+                b,
+                &[a, rider],
+                &[(t0, jobs_in(100, 130)), (t1, jobs_in(130, 160))],
+                1,
+            ),
+            tallied_claim(
+                rider,
+                &[a, b],
+                &[(t0, jobs_in(200, 230)), (t1, jobs_in(200, 230))],
+                1,
+            ),
+        ],
+    );
+    let settled = settle(&mut state);
+    assert_eq!(settled[0].shares.len(), 3);
+    let [pa, pb, pr] = [a, b, rider].map(|k| balance(&state, k));
+    // Weights about 60, 60 and 30: the rider is paid about a fifth, not a third.
+    assert!(pr < REWARD / 4, "the rider was paid {pr} of {REWARD}");
+    assert!(pa > REWARD * 3 / 10 && pb > REWARD * 3 / 10, "{pa} {pb}");
 }

@@ -1,6 +1,6 @@
 //! The live ledger's open training rounds and settled rounds (`state/pots.rs`) in SQLite.
 
-use neuroshard_proof::{LayerRange, Roles};
+use neuroshard_proof::{LayerRange, Roles, WorkTally};
 use rusqlite::Transaction;
 
 use super::*;
@@ -43,7 +43,7 @@ pub(super) fn write_contribution(
         c.vouchers.iter().flat_map(|v| v.0).collect::<Vec<u8>>(),
         c.work
             .iter()
-            .flat_map(|(id, jobs)| id.0.into_iter().chain(jobs.to_le_bytes()))
+            .flat_map(|(id, tally)| id.0.into_iter().chain(tally.to_hash()))
             .collect::<Vec<u8>>(),
     ])
 }
@@ -106,15 +106,17 @@ pub(super) fn load_pots(
             .chunks_exact(32)
             .map(|c| blob32(c.to_vec()).map(NodeId))
             .collect::<Result<Vec<_>, _>>()?;
-        if work.len() % 36 != 0 {
+        // Each tally: the signer's id, then the receipt hash that carries it.
+        if work.len() % 64 != 0 {
             return Err(StoreError::Corrupt("pot work tallies".into()));
         }
         let work = work
-            .chunks_exact(36)
+            .chunks_exact(64)
             .map(|c| {
-                let (id, jobs) = c.split_at(32);
-                let jobs = u32::from_le_bytes(jobs.try_into().unwrap_or_default());
-                blob32(id.to_vec()).map(|id| (NodeId(id), jobs))
+                let (id, tally) = c.split_at(32);
+                let tally = WorkTally::from_hash(&blob32(tally.to_vec())?)
+                    .ok_or_else(|| StoreError::Corrupt("pot work tally".into()))?;
+                blob32(id.to_vec()).map(|id| (NodeId(id), tally))
             })
             .collect::<Result<Vec<_>, _>>()?;
         let roles =

@@ -2,7 +2,9 @@
 //!
 //! The receiver of a job's output (the next stage for activations, the one before for input
 //! gradients) counts the distinct jobs of each (worker, round) it countersigned and answers
-//! every accepted job with a signed tally of that count ([`neuroshard_proof::work_tally`]).
+//! every accepted job with a signed tally of them ([`neuroshard_proof::WorkTally`]: the
+//! count and a sketch of the job keys, so tallies of one output sent to several receivers
+//! count it once).
 //! The worker keeps each receiver's latest tally of a round and puts the largest ones in its
 //! proof; the ledger splits a round among its contributors by their tallied jobs, each capped
 //! at the round's median (`neuroshard_ledger`'s pots). So a key that offers without serving
@@ -12,7 +14,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use neuroshard_audit::{JobCommitment, JobKey};
 use neuroshard_proof::proof::MAX_WORK_RECEIPTS;
-use neuroshard_proof::{NodeId, Receipt, ReceiptKind, tally_jobs, work_tally};
+use neuroshard_proof::{JobSketch, NodeId, Receipt, ReceiptKind, WorkTally, tally_jobs};
 
 use super::{Economy, ROUND_MEMORY, ReceiptRefused};
 
@@ -34,13 +36,13 @@ pub fn proved_round(jobs_round: u64) -> Option<u64> {
 /// The receiver's side: distinct jobs taken per (worker, round).
 #[derive(Debug, Default)]
 pub struct TakenJobs {
-    jobs: BTreeMap<(NodeId, u64), BTreeSet<JobKey>>,
+    jobs: BTreeMap<(NodeId, u64), (BTreeSet<JobKey>, JobSketch)>,
     order: VecDeque<(NodeId, u64)>,
 }
 
 impl TakenJobs {
     /// Counts the job `c` (once, however often it is sent); the worker's tally for its round.
-    pub fn count(&mut self, c: &JobCommitment) -> u32 {
+    pub fn count(&mut self, c: &JobCommitment) -> WorkTally {
         let key = (c.worker, c.round);
         if !self.jobs.contains_key(&key) {
             let rounds: Vec<u64> = self
@@ -59,11 +61,16 @@ impl TakenJobs {
             }
             self.order.push_back(key);
         }
-        let set = self.jobs.entry(key).or_default();
+        let (set, sketch) = self.jobs.entry(key).or_default();
         if set.len() < MAX_JOBS_COUNTED {
-            set.insert(c.key());
+            let job = c.key();
+            set.insert(job);
+            sketch.insert(&job.0);
         }
-        u32::try_from(set.len()).unwrap_or(u32::MAX)
+        WorkTally {
+            jobs: u32::try_from(set.len()).unwrap_or(u32::MAX),
+            sketch: *sketch,
+        }
     }
 
     fn forget(&mut self, key: (NodeId, u64)) {
@@ -124,14 +131,14 @@ impl Economy {
     /// for a job of no provable round.
     pub fn tally_job(&mut self, c: &JobCommitment) -> Option<Receipt> {
         let round = proved_round(c.round)?;
-        let jobs = self.taken.count(c);
+        let tally = self.taken.count(c);
         Some(Receipt::sign(
             &self.identity,
             self.cfg.network,
             c.worker,
             round,
             ReceiptKind::Activations,
-            work_tally(jobs),
+            tally.to_hash(),
         ))
     }
 
@@ -170,10 +177,22 @@ mod tests {
     fn a_job_counts_once_however_often_it_is_sent() {
         let w = test_identity(1).node_id();
         let mut taken = TakenJobs::default();
-        assert_eq!(taken.count(&job(w, 3, 0)), 1);
-        assert_eq!(taken.count(&job(w, 3, 0)), 1);
-        assert_eq!(taken.count(&job(w, 3, 1)), 2);
-        assert_eq!(taken.count(&job(w, 4, 0)), 1, "another round counts apart");
+        let first = taken.count(&job(w, 3, 0));
+        assert_eq!(first.jobs, 1);
+        assert_eq!(taken.count(&job(w, 3, 0)), first);
+        let second = taken.count(&job(w, 3, 1));
+        assert_eq!(second.jobs, 2);
+        let both = [job(w, 3, 0).key().0, job(w, 3, 1).key().0];
+        assert_eq!(
+            second,
+            WorkTally::of_keys(&both),
+            "the sketch holds both jobs"
+        );
+        assert_eq!(
+            taken.count(&job(w, 4, 0)).jobs,
+            1,
+            "another round counts apart"
+        );
     }
 
     /// A worker naming ever new rounds keeps at most a few of its own counted, and many
@@ -186,7 +205,11 @@ mod tests {
             taken.count(&job(w, round, 0));
         }
         assert_eq!(taken.jobs.len(), ROUNDS_PER_WORKER);
-        assert_eq!(taken.count(&job(w, 99, 1)), 2, "the latest rounds stay");
+        assert_eq!(
+            taken.count(&job(w, 99, 1)).jobs,
+            2,
+            "the latest rounds stay"
+        );
         for i in 0..(MAX_COUNTED as u64 + 10) {
             taken.count(&job(NodeId([(i % 251) as u8; 32]), i, 0));
         }

@@ -3,7 +3,8 @@
 
 use neuroshard_audit::{DeterminismClass, IsaLevel, JobCommitment, JobKind, MicroBatchRef};
 use neuroshard_proof::fixtures::test_identity;
-use neuroshard_proof::{Receipt, ReceiptKind, tally_jobs, work_tally};
+use neuroshard_proof::fixtures::work_tally;
+use neuroshard_proof::{Receipt, ReceiptKind, tally_jobs};
 
 use super::tests::{NET, T, decode, economy, grad, registered, work};
 use super::*;

@@ -179,7 +179,7 @@ mod tests {
                     test_identity(1).node_id(),
                     2,
                     neuroshard_proof::ReceiptKind::Activations,
-                    neuroshard_proof::work_tally(3),
+                    neuroshard_proof::fixtures::work_tally(3),
                 )),
             },
             PipeAnswer {

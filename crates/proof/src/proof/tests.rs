@@ -170,18 +170,3 @@ fn a_receipt_is_bound_to_network_prover_and_round() {
         .verify(&r.signed_bytes([4; 32], prover.node_id(), 7), &r.signature);
     assert!(other_network.is_err());
 }
-
-#[test]
-fn a_work_tally_has_one_encoding_per_count() {
-    for jobs in [1, 2, 80, u32::MAX] {
-        assert_eq!(tally_jobs(&work_tally(jobs)), Some(jobs));
-    }
-    assert_eq!(tally_jobs(&work_tally(0)), None, "no jobs is no tally");
-    let mut padded = work_tally(3);
-    padded[31] = 1;
-    assert_eq!(tally_jobs(&padded), None);
-    let mut other = work_tally(3);
-    other[0] = b'J';
-    assert_eq!(tally_jobs(&other), None);
-    assert_eq!(tally_jobs(&[0; 32]), None);
-}

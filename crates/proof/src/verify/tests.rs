@@ -354,7 +354,7 @@ fn receipt_failures_each_have_their_own_error() {
         own.node_id,
         own.round,
         ReceiptKind::Activations,
-        crate::proof::work_tally(8),
+        crate::fixtures::work_tally(8),
     )];
     assert!(matches!(
         s.verifier.verify(&resign(&s, &own), NOW),
