@@ -96,26 +96,39 @@ pub fn tally_jobs(hash: &Hash32) -> Option<u32> {
     WorkTally::from_hash(hash).map(|t| t.jobs)
 }
 
-/// `ESTIMATE[b]`: the fewest distinct jobs whose sketch is expected to have `b` bits set
-/// (linear counting: m·(1 − (1 − 1/m)ⁿ) ≥ b), in integers so every node agrees.
-const ESTIMATE: [u32; SKETCH_BITS as usize] = estimates();
+/// `ESTIMATE[b]`: how many distinct jobs a sketch with `b` bits set holds, by linear
+/// counting (the n whose expected bits m·(1 − (1 − 1/m)ⁿ) are `b`, between integers
+/// interpolated), in 1/65536ths, computed in integers so every node agrees.
+const ESTIMATE: [u64; SKETCH_BITS as usize] = estimates();
+const ONE: u128 = 1 << 16;
 
-const fn estimates() -> [u32; SKETCH_BITS as usize] {
+const fn estimates() -> [u64; SKETCH_BITS as usize] {
     let m = SKETCH_BITS as u128;
-    let mut out = [0u32; SKETCH_BITS as usize];
-    // (1 − 1/m)ⁿ in 64-bit fixed point.
+    let mut out = [0u64; SKETCH_BITS as usize];
+    // (1 − 1/m)ⁿ in 64-bit fixed point, and the expected bits of n jobs in the same unit.
     let mut unset: u128 = 1 << 64;
-    let mut n = 0u32;
+    let mut n: u128 = 0;
     let mut b = 0usize;
     while b < SKETCH_BITS as usize {
-        while m * unset > (m - b as u128) << 64 {
-            unset = unset * (m - 1) / m;
+        let want = (b as u128) << 64;
+        let mut next = unset * (m - 1) / m;
+        while expected_bits(m, next) <= want {
+            unset = next;
+            next = unset * (m - 1) / m;
             n += 1;
         }
-        out[b] = n;
+        // expected_bits(m, unset) ≤ want < expected_bits(m, next): n and a fraction.
+        let low = expected_bits(m, unset);
+        let frac = (want - low) * ONE / (expected_bits(m, next) - low);
+        out[b] = (n * ONE + frac) as u64;
         b += 1;
     }
     out
+}
+
+/// m·(1 − unset) in 64-bit fixed point: the bits `unset` = (1 − 1/m)ⁿ leaves set.
+const fn expected_bits(m: u128, unset: u128) -> u128 {
+    m * ((1u128 << 64) - unset)
 }
 
 /// Distinct jobs behind one worker's tallies from different receivers: the sum of their
@@ -133,7 +146,8 @@ pub fn distinct_jobs(tallies: &[WorkTally]) -> u64 {
     if tallies.len() < 2 || union.is_full() {
         return sum;
     }
-    let estimate = |s: &JobSketch| u128::from(ESTIMATE[s.ones() as usize]);
+    let estimate =
+        |s: &JobSketch| u128::from(ESTIMATE.get(s.ones() as usize).copied().unwrap_or(u64::MAX));
     let each: u128 = tallies.iter().map(|t| estimate(&t.sketch)).sum();
     if each == 0 {
         return sum;

@@ -299,9 +299,22 @@ fn each_settled_round_mints_one_reward_split_among_its_contributors() {
         .flat_map(|s| &s.shares)
         .filter(|x| !x.contribution.work.is_empty())
         .count();
+    // How big tallies are, and how much their sketches take off the counts' sum (resends).
+    let tallies: Vec<Vec<neuroshard_proof::WorkTally>> = settled
+        .iter()
+        .flat_map(|s| &s.shares)
+        .map(|x| x.contribution.work.iter().map(|(_, t)| *t).collect())
+        .collect();
+    let largest = tallies.iter().flatten().map(|t| t.jobs).max().unwrap_or(0);
+    let summed: u64 = tallies.iter().flatten().map(|t| u64::from(t.jobs)).sum();
+    let distinct: u64 = tallies
+        .iter()
+        .map(|t| neuroshard_proof::distinct_jobs(t))
+        .sum();
     eprintln!(
         "{} rounds settled, {contributions} contributions, {unvouched} not vouched for, \
-         {idle} with no delivered job, {tallied} paid shares with work tallies",
+         {idle} with no delivered job, {tallied} paid shares with work tallies; largest \
+         tally {largest} jobs, {distinct} distinct of {summed} tallied",
         settled.len()
     );
     // Honest replicas receipt each other's pseudo-gradients: vouching pays them; and the
