@@ -28,8 +28,8 @@ pub use inference::{
     INFERENCE_BURN_BPS, Payee, ServeReceipt, Settlement, decode_op, verify_settlement,
 };
 pub use ops::{
-    AccountOp, Action, MIN_STAKE_LOCK_MS, OP_MAX_CLOCK_SKEW_MS, OpError, SignedOp, UNBONDING_MS,
-    VerifiedOp, VerifiedSlash, check_fresh, verify_op,
+    AccountOp, Action, MIN_STAKE_LOCK_MS, OP_MAX_CLOCK_SKEW_MS, OpError, SignedOp, VerifiedOp,
+    VerifiedSlash, check_fresh, verify_op,
 };
 pub use rules::{GenesisError, LedgerGenesis, Rules};
 pub use state::{

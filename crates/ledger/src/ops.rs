@@ -14,11 +14,6 @@ use neuroshard_proof::{
 pub const OP_MAX_CLOCK_SKEW_MS: u64 = 5 * 60 * 1000;
 /// A stake must stay locked at least this long after the op that adds it.
 pub const MIN_STAKE_LOCK_MS: u64 = 24 * 60 * 60 * 1000;
-/// Unstaked funds stay slashable this long after the unstake before a withdrawal frees them:
-/// evidence of what the stake did just before (an equivocation, a cheated job) reaches every
-/// ledger well within it.
-pub const UNBONDING_MS: u64 = 24 * 60 * 60 * 1000;
-
 /// What an account operation does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Action {
@@ -27,7 +22,7 @@ pub enum Action {
     /// Lock `amount` of balance as stake until `unlock_at_ms` (the lock only ever extends).
     Stake { amount: u64, unlock_at_ms: u64 },
     /// Move `amount` of unlocked stake to unbonding: it no longer counts as stake but stays
-    /// slashable until [`UNBONDING_MS`] after this op.
+    /// slashable until the network's unbonding delay (`Rules::unbonding_ms`) after this op.
     Unstake { amount: u64 },
     /// Return every unbonded amount whose delay has passed to the balance.
     Withdraw,

@@ -22,6 +22,10 @@ pub const DEFAULT_MIN_ROUND_MS: u64 = 250;
 /// How many rounds past its stage's certified round (see `LedgerState::certified_round`) a
 /// training proof may claim unless the genesis says otherwise.
 pub const DEFAULT_ROUND_LEAD: u64 = 8;
+/// How long unstaked funds stay slashable before a withdrawal frees them, unless the genesis
+/// says otherwise (a day): evidence of what the stake did just before (an equivocation, a
+/// cheated job) reaches every ledger well within it.
+pub const DEFAULT_UNBONDING_MS: u64 = 24 * 60 * 60 * 1000;
 
 /// Numbers every ledger of one network applies alike.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,6 +44,9 @@ pub struct Rules {
     /// stage's recently active provers reached (0: no bound). Encoded only when set, so
     /// rules written before it existed keep their bytes and hash.
     pub round_lead: u64,
+    /// An unstake leaves its amount slashable this long before a withdrawal frees it.
+    /// Encoded only when not [`DEFAULT_UNBONDING_MS`], for the same reason.
+    pub unbonding_ms: u64,
 }
 
 impl Default for Rules {
@@ -52,13 +59,16 @@ impl Default for Rules {
             round_reward: DEFAULT_ROUND_REWARD,
             min_round_ms: 0,
             round_lead: 0,
+            unbonding_ms: DEFAULT_UNBONDING_MS,
         }
     }
 }
 
-/// Encoded length of [`Rules`] without a round lead, and with one.
+/// Encoded length of [`Rules`] without a round lead, with one, and with an unbonding delay
+/// of its own (after a round lead, 0 where there is none).
 const RULES_LEN: usize = 32 + 4 * 8;
 const RULES_LEN_LEAD: usize = RULES_LEN + 8;
+const RULES_LEN_UNBONDING: usize = RULES_LEN_LEAD + 8;
 
 impl Rules {
     /// The highest round a proof signed at `timestamp_ms` can claim.
@@ -70,7 +80,7 @@ impl Rules {
     }
 
     pub fn to_bytes(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(RULES_LEN_LEAD);
+        let mut out = Vec::with_capacity(RULES_LEN_UNBONDING);
         out.extend_from_slice(&self.network);
         for v in [
             self.founded_ms,
@@ -80,15 +90,20 @@ impl Rules {
         ] {
             out.extend_from_slice(&v.to_le_bytes());
         }
-        if self.round_lead != 0 {
+        let own_unbonding = self.unbonding_ms != DEFAULT_UNBONDING_MS;
+        if self.round_lead != 0 || own_unbonding {
             out.extend_from_slice(&self.round_lead.to_le_bytes());
+        }
+        if own_unbonding {
+            out.extend_from_slice(&self.unbonding_ms.to_le_bytes());
         }
         out
     }
 
-    /// Reads [`Self::to_bytes`]; a zero round lead written out is not its canonical form.
+    /// Reads [`Self::to_bytes`]; a default written out (a zero round lead with the default
+    /// unbonding delay, or the default delay) is not its canonical form.
     pub fn from_bytes(bytes: &[u8]) -> Option<Self> {
-        if bytes.len() != RULES_LEN && bytes.len() != RULES_LEN_LEAD {
+        if ![RULES_LEN, RULES_LEN_LEAD, RULES_LEN_UNBONDING].contains(&bytes.len()) {
             return None;
         }
         let (network, rest) = bytes.split_at(32);
@@ -103,10 +118,15 @@ impl Rules {
             min_stake: word(1)?,
             round_reward: word(2)?,
             min_round_ms: word(3)?,
-            round_lead: match word(4) {
-                Some(0) => return None,
-                Some(lead) => lead,
-                None => 0,
+            round_lead: match (word(4), word(5)) {
+                (Some(0), None) => return None,
+                (Some(lead), _) => lead,
+                (None, _) => 0,
+            },
+            unbonding_ms: match word(5) {
+                Some(DEFAULT_UNBONDING_MS) => return None,
+                Some(ms) => ms,
+                None => DEFAULT_UNBONDING_MS,
             },
         })
     }
@@ -194,6 +214,7 @@ mod tests {
             round_reward: 9,
             min_round_ms: 100,
             round_lead: 0,
+            unbonding_ms: DEFAULT_UNBONDING_MS,
         };
         assert_eq!(Rules::from_bytes(&rules.to_bytes()), Some(rules));
         assert_eq!(Rules::from_bytes(&rules.to_bytes()[1..]), None);
@@ -207,6 +228,23 @@ mod tests {
         let mut zero = rules.to_bytes();
         zero.extend_from_slice(&0u64.to_le_bytes());
         assert_eq!(Rules::from_bytes(&zero), None, "not the canonical form");
+        // An unbonding delay of its own adds a word after the lead, which may then be 0.
+        for lead in [0, 8] {
+            let quick = Rules {
+                round_lead: lead,
+                unbonding_ms: 60_000,
+                ..rules
+            };
+            assert_eq!(quick.to_bytes().len(), RULES_LEN_UNBONDING);
+            assert_eq!(Rules::from_bytes(&quick.to_bytes()), Some(quick));
+        }
+        let mut default_written = led.to_bytes();
+        default_written.extend_from_slice(&DEFAULT_UNBONDING_MS.to_le_bytes());
+        assert_eq!(
+            Rules::from_bytes(&default_written),
+            None,
+            "not the canonical form"
+        );
         assert_eq!(rules.max_round_at(0), 0);
         assert_eq!(rules.max_round_at(1_099), 0);
         assert_eq!(rules.max_round_at(1_100), 1);

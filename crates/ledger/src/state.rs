@@ -15,7 +15,7 @@ use neuroshard_growth::NetworkGrowth;
 use neuroshard_proof::{Hash32, NodeId, Proof, ProofKind, PublicKey, VerifiedProof};
 
 use crate::amount::bps_of;
-use crate::ops::{Action, MIN_STAKE_LOCK_MS, UNBONDING_MS, VerifiedOp, VerifiedSlash};
+use crate::ops::{Action, MIN_STAKE_LOCK_MS, VerifiedOp, VerifiedSlash};
 use crate::pending::{Parked, PendingError, PendingOps};
 use crate::reward;
 use crate::rules::{LedgerGenesis, Rules};

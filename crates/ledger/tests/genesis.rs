@@ -19,6 +19,7 @@ fn rules() -> Rules {
         round_reward: 2 * UNITS_PER_NEURO,
         min_round_ms: 1_000,
         round_lead: 0,
+        ..Rules::default()
     }
 }
 

@@ -69,6 +69,14 @@ pub struct Protocol {
     /// genesis without one leaves it out, so its bytes and network id stay what they were.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub round_lead: u64,
+    /// How long unstaked funds stay slashable before a withdrawal (`Rules::unbonding_ms`).
+    /// Geneses written before the field unbond in a day; a genesis with that default leaves
+    /// it out, so its bytes and network id stay what they were.
+    #[serde(
+        default = "default_unbonding_ms",
+        skip_serializing_if = "is_default_unbonding"
+    )]
+    pub unbonding_ms: u64,
     /// Jobs audited, in parts per million (`neuroshard_audit::AuditRate`): which jobs are
     /// challenged, so which validator fees and demands every node takes. Geneses written
     /// before the field audited at the default rate.
@@ -84,6 +92,14 @@ pub struct Protocol {
 
 fn is_zero(v: &u64) -> bool {
     *v == 0
+}
+
+fn default_unbonding_ms() -> u64 {
+    neuroshard_ledger::rules::DEFAULT_UNBONDING_MS
+}
+
+fn is_default_unbonding(v: &u64) -> bool {
+    *v == default_unbonding_ms()
 }
 
 fn default_audit_per_million() -> u32 {
@@ -113,6 +129,7 @@ impl Protocol {
             min_round_ms: neuroshard_ledger::rules::DEFAULT_MIN_ROUND_MS,
             min_receipts: 1,
             round_lead: neuroshard_ledger::rules::DEFAULT_ROUND_LEAD,
+            unbonding_ms: default_unbonding_ms(),
             audit_per_million: s.audit.per_million,
             growth: s.growth.clone(),
         }
@@ -343,6 +360,7 @@ impl Network {
             round_reward: p.round_reward,
             min_round_ms: p.min_round_ms,
             round_lead: p.round_lead,
+            unbonding_ms: p.unbonding_ms,
         };
         let genesis = LedgerGenesis::new(rules, self.genesis.stakes.clone())?;
         Ok(match p.genesis_growth()? {

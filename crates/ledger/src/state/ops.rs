@@ -120,7 +120,7 @@ impl LedgerState {
                 from.unbonding = add(from.unbonding, amount)?;
                 from.unbonding_until_ms = from
                     .unbonding_until_ms
-                    .max(op.timestamp_ms.saturating_add(UNBONDING_MS));
+                    .max(op.timestamp_ms.saturating_add(self.rules.unbonding_ms));
                 entries.push(entry(op.account, EntryKind::Unstake, amount, None));
             }
             Action::Withdraw => {

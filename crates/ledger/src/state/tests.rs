@@ -280,16 +280,24 @@ fn stake_locks_until_unlock_time() {
     );
     let after = w.state.account(&a);
     assert_eq!((after.stake, after.unbonding), (0, 100));
-    assert_eq!(after.unbonding_until_ms, T0 + DAY + crate::UNBONDING_MS);
+    assert_eq!(
+        after.unbonding_until_ms,
+        T0 + DAY + crate::rules::DEFAULT_UNBONDING_MS
+    );
     assert_eq!(w.state.check_invariants(), Ok(()));
     // Withdrawn only once the unbonding delay has passed.
     let balance = after.balance;
-    let early = op(id, 2, T0 + DAY + crate::UNBONDING_MS - 1, Action::Withdraw);
+    let early = op(
+        id,
+        2,
+        T0 + DAY + crate::rules::DEFAULT_UNBONDING_MS - 1,
+        Action::Withdraw,
+    );
     assert!(matches!(
         w.state.apply_op(early),
         Err(LedgerError::Unbonding { .. })
     ));
-    let due = T0 + DAY + crate::UNBONDING_MS;
+    let due = T0 + DAY + crate::rules::DEFAULT_UNBONDING_MS;
     assert!(w.state.apply_op(op(id, 2, due, Action::Withdraw)).is_ok());
     let done = w.state.account(&a);
     assert_eq!((done.balance, done.unbonding), (balance + 100, 0));
@@ -326,7 +334,7 @@ fn stake_unstaked_after_misbehaving_is_still_slashed() {
     let after = w.state.account(&a);
     assert!(after.unbonding < 100, "the slash took nothing: {after:?}");
     assert_eq!(w.state.check_invariants(), Ok(()));
-    let due = T0 + DAY + crate::UNBONDING_MS;
+    let due = T0 + DAY + crate::rules::DEFAULT_UNBONDING_MS;
     assert!(
         w.state
             .apply_op(op(cheat, 2, due, Action::Withdraw))
@@ -795,4 +803,28 @@ fn keys_are_learned_from_what_applies_and_stakers_with_keys_are_listed() {
     assert!(matches!(s.apply_op(back), Ok(Outcome::Applied(_))));
     assert_eq!(s.key(&b.node_id()), Some(b.public_key()));
     assert_eq!(s.staked_keys(), vec![(a.public_key(), stake)]);
+}
+
+/// The unbonding delay is the network's (its genesis rules), not a constant: a network
+/// founded with a minute frees unstaked funds after a minute, on every ledger alike.
+#[test]
+fn the_unbonding_delay_is_the_geneses() {
+    let id = test_identity(150);
+    let rules = crate::Rules {
+        unbonding_ms: 60_000,
+        ..crate::Rules::default()
+    };
+    let genesis = crate::LedgerGenesis::new(rules, vec![(id.public_key(), 500)]).expect("genesis");
+    let (mut state, _) = LedgerState::from_genesis(&genesis).expect("state");
+    let unstake = op(&id, 0, T0, Action::Unstake { amount: 500 });
+    assert!(state.apply_op(unstake).is_ok());
+    assert_eq!(state.account(&id.node_id()).unbonding_until_ms, T0 + 60_000);
+    let early = op(&id, 1, T0 + 59_999, Action::Withdraw);
+    assert!(matches!(
+        state.apply_op(early),
+        Err(LedgerError::Unbonding { .. })
+    ));
+    let due = op(&id, 1, T0 + 60_000, Action::Withdraw);
+    assert!(state.apply_op(due).is_ok());
+    assert_eq!(state.account(&id.node_id()).balance, 500);
 }

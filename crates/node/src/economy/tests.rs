@@ -28,6 +28,7 @@ pub(crate) fn rules() -> Rules {
         round_reward: UNITS_PER_NEURO,
         min_round_ms: 1_000,
         round_lead: 0,
+        ..Rules::default()
     }
 }
 

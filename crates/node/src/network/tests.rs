@@ -299,3 +299,33 @@ fn a_bad_genesis_is_refused() {
     signed[last] ^= 1;
     assert!(Network::open(&signed).is_err());
 }
+
+/// The unbonding delay is the genesis's: it reaches every ledger's rules, and a genesis with
+/// the default leaves it out, so geneses written before the field keep their bytes and id.
+#[test]
+fn the_unbonding_delay_comes_from_the_genesis() -> Result<(), NetworkError> {
+    let founder = test_identity(1);
+    let plain = genesis("plain", vec![(founder.public_key(), 5)]);
+    let json = serde_json::to_value(&plain.protocol).expect("json");
+    assert!(
+        json.get("unbonding_ms").is_none(),
+        "the default is left out"
+    );
+    let old: Protocol = serde_json::from_value(json).expect("old protocol");
+    assert_eq!(
+        old.unbonding_ms,
+        neuroshard_ledger::rules::DEFAULT_UNBONDING_MS
+    );
+    let mut quick = plain.clone();
+    quick.protocol.unbonding_ms = 60_000;
+    let a = Network::found(&founder, plain)?;
+    let b = Network::found(&founder, quick)?;
+    assert_ne!(a.id, b.id);
+    assert_eq!(
+        a.ledger_genesis()?.rules.unbonding_ms,
+        neuroshard_ledger::rules::DEFAULT_UNBONDING_MS
+    );
+    assert_eq!(b.ledger_genesis()?.rules.unbonding_ms, 60_000);
+    assert_eq!(Network::open(&b.signed)?.genesis, b.genesis);
+    Ok(())
+}
