@@ -363,6 +363,7 @@ pub fn sample_network_genesis() -> NetworkGenesis {
             min_round_ms: 0,
             min_receipts: 1,
             round_lead: 8,
+            unbonding_ms: neuroshard_ledger::rules::DEFAULT_UNBONDING_MS,
             audit_per_million: 50_000,
             growth: None,
         },
