@@ -411,3 +411,122 @@ fn a_replica_whose_jobs_never_reach_the_next_stage_is_not_paid_for_its_rounds() 
         .count();
     assert!(paid >= 3, "{paid} honest last-stage replicas earned");
 }
+
+/// Variants of a staked replica's genuine proof that claim what it did not do, each signed
+/// by its own key (its co-replica Sybil receipting where a receipt is needed): the same
+/// round under a fresh nonce, back-dated before the founding, each proof kind the network
+/// does not produce, the whole model in a network of two stages, and another network's id.
+fn variants(sim: &Sim, genuine: &[u8]) -> Vec<(&'static str, Vec<u8>, neuroshard_proof::Hash32)> {
+    let signed = SignedProof::from_bytes(genuine).expect("the Sybil's own proof");
+    let template = Proof::from_canonical_bytes(signed.payload_bytes()).expect("decodes");
+    let sybil = sim.identity(SYBIL);
+    let resign = |mut p: Proof, nonce: u64| {
+        p.nonce = template.nonce + nonce;
+        p.receipts = p
+            .receipts
+            .iter()
+            .map(|r| {
+                Receipt::sign(
+                    sim.identity(ACCOMPLICE),
+                    p.network,
+                    p.node_id,
+                    p.round,
+                    r.kind,
+                    r.hash,
+                )
+            })
+            .collect();
+        let s = p.sign(sybil);
+        (s.to_bytes(), s.payload_hash())
+    };
+    let mut out = Vec::new();
+    let (wire, hash) = resign(template.clone(), 1);
+    out.push(("the same round under a fresh nonce", wire, hash));
+    let back_dated = Proof {
+        timestamp_ms: 1,
+        ..template.clone()
+    };
+    let (wire, hash) = resign(back_dated, 2);
+    out.push(("back-dated before the founding", wire, hash));
+    for (n, kind) in [
+        neuroshard_proof::ProofKind::Uptime,
+        neuroshard_proof::ProofKind::Inference,
+        neuroshard_proof::ProofKind::Verification,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let (wire, hash) = resign(
+            Proof {
+                kind,
+                round: template.round + 1,
+                ..template.clone()
+            },
+            3 + n as u64,
+        );
+        out.push(("a proof kind the network does not produce", wire, hash));
+    }
+    let whole = Proof {
+        roles: neuroshard_proof::Roles::EMBEDDING.with(neuroshard_proof::Roles::LM_HEAD),
+        round: template.round + 2,
+        ..template.clone()
+    };
+    let (wire, hash) = resign(whole, 6);
+    out.push(("the whole model in a two-stage network", wire, hash));
+    let foreign = Proof {
+        network: [0xf0; 32],
+        round: template.round + 3,
+        ..template.clone()
+    };
+    let (wire, hash) = resign(foreign, 7);
+    out.push(("another network's proof", wire, hash));
+    out
+}
+
+/// Issue 14's minting attacks in one network run: a staked replica gossips the variants of
+/// its genuine proof above to every node. No node's live ledger or finalized state holds any
+/// of them (so none mints), and the ledgers still agree. Each refusal is one rule with its
+/// own unit test (`economy::tests::sybil_receipts_resigned_back_dated_and_future_rounds_mint_nothing`,
+/// `economy::tests::unproduced_proof_kinds_and_claims_beyond_a_stage_mint_nothing`, which
+/// also holds the other network's claim).
+#[test]
+fn forged_variants_of_a_genuine_proof_mint_nothing_on_any_ledger() {
+    let mut sim = stage_of_five(neuroshard_ledger::rules::DEFAULT_ROUND_LEAD, 60, 0);
+    let latest = keep_latest_proof(&mut sim, SYBIL);
+    sim.run_until(Duration::from_secs(30));
+    let genuine = latest
+        .lock()
+        .unwrap()
+        .clone()
+        .expect("the Sybil proved a round");
+    let forged = variants(&sim, &genuine);
+    let genuine_hash = SignedProof::from_bytes(&genuine)
+        .expect("signed")
+        .payload_hash();
+    for (_, wire, _) in &forged {
+        for j in (0..sim.len()).filter(|j| *j != SYBIL) {
+            sim.gossip_to(SYBIL, j, &Topic::Proof(0), wire.clone());
+        }
+    }
+    sim.run_until(Duration::from_secs(90));
+    let mut hashes = BTreeSet::new();
+    for i in 0..sim.len() {
+        let core = sim.core(i).expect("every node runs");
+        let fin = core.finalized_state().expect("finality runs");
+        assert!(fin.proof_count() > 20, "node {i}: finality stalled");
+        // The genuine proof the variants were made from is held: gossip reached every node.
+        assert!(core.economy().ledger().has_proof(&genuine_hash), "node {i}");
+        for (what, _, hash) in &forged {
+            assert!(
+                !core.economy().ledger().has_proof(hash),
+                "node {i}'s live ledger holds {what}"
+            );
+            assert!(
+                !fin.has_proof(hash),
+                "node {i}'s finalized state holds {what}"
+            );
+        }
+        hashes.insert(hex::encode(core.economy().state_hash()));
+    }
+    assert_eq!(hashes.len(), 1, "live ledgers differ: {hashes:?}");
+}
