@@ -15,9 +15,7 @@ use std::fs::{self, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use k256::ecdsa::Signature as EcdsaSignature;
 use k256::ecdsa::SigningKey;
-use k256::ecdsa::signature::hazmat::PrehashSigner;
 use rand::{CryptoRng, RngCore, TryRngCore};
 
 use crate::keys::{NodeId, PublicKey, Signature, sha256};
@@ -55,6 +53,10 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> IdentityError + '_ {
 #[derive(Clone)]
 pub struct Identity {
     key: SigningKey,
+    /// The same scalar for libsecp256k1, which signs several times faster than k256 and
+    /// makes the same bytes (RFC 6979 nonces, low-S:
+    /// `keys::tests::k256_and_libsecp256k1_signatures_are_the_same_bytes`).
+    secret: secp256k1::SecretKey,
     public: PublicKey,
 }
 
@@ -87,8 +89,14 @@ impl Identity {
 
     pub fn from_secret_bytes(bytes: &[u8; 32]) -> Result<Identity, IdentityError> {
         let key = SigningKey::from_slice(bytes).map_err(|_| IdentityError::InvalidSecret)?;
+        let secret = secp256k1::SecretKey::from_secret_bytes(*bytes)
+            .map_err(|_| IdentityError::InvalidSecret)?;
         let public = PublicKey::from_verifying_key(key.verifying_key());
-        Ok(Identity { key, public })
+        Ok(Identity {
+            key,
+            secret,
+            public,
+        })
     }
 
     /// Loads the key file, or creates it (mode 0600) with a fresh random key if absent.
@@ -162,16 +170,9 @@ impl Identity {
     }
 
     pub(crate) fn sign_prehash(&self, prehash: &[u8; 32]) -> Signature {
-        // The prehash is exactly 32 bytes, so k256 cannot fail here; the fallback keeps the
-        // signature type total without a panic path.
-        let sig: EcdsaSignature = match self.key.sign_prehash(prehash) {
-            Ok(sig) => sig,
-            Err(_) => return Signature([0u8; 64]),
-        };
-        let sig = sig.normalize_s();
-        let mut out = [0u8; 64];
-        out.copy_from_slice(&sig.to_bytes());
-        Signature(out)
+        // libsecp256k1 signs with low S always.
+        let msg = secp256k1::Message::from_digest(*prehash);
+        Signature(secp256k1::ecdsa::sign(msg, &self.secret).serialize_compact())
     }
 
     /// The raw secret scalar. Only for deriving the libp2p keypair from the same key; never

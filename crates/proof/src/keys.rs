@@ -294,7 +294,7 @@ mod tests {
         assert_eq!(half, HALF_ORDER);
     }
 
-    use k256::ecdsa::signature::hazmat::PrehashVerifier;
+    use k256::ecdsa::signature::hazmat::{PrehashSigner, PrehashVerifier};
     use proptest::prelude::*;
 
     use crate::fixtures::test_identity;
@@ -313,17 +313,16 @@ mod tests {
         for seed in 0..20 {
             let id = test_identity(seed);
             let msg = format!("message {seed}").into_bytes();
-            // k256 signs (Identity), the libsecp256k1 path verifies.
+            // libsecp256k1 signs (Identity) and verifies.
             let sig = id.sign(&msg);
             assert_eq!(id.public_key().verify(&msg, &sig), Ok(()));
-            // libsecp256k1 signs the same prehash with the same RFC 6979 nonce: same bytes,
-            // and k256 verifies it.
-            let secret = secp256k1::SecretKey::from_secret_bytes(id.secret_bytes()).unwrap();
-            let theirs =
-                secp256k1::ecdsa::sign(secp256k1::Message::from_digest(sha256(&msg)), &secret)
-                    .serialize_compact();
-            assert_eq!(theirs, sig.0);
-            assert!(k256_verdict(&id.public_key(), &msg, &Signature(theirs)));
+            // k256 signs the same prehash with the same RFC 6979 nonce: same bytes once
+            // normalised to low S, and k256 verifies ours.
+            let key = k256::ecdsa::SigningKey::from_slice(&id.secret_bytes()).unwrap();
+            let theirs: k256::ecdsa::Signature = key.sign_prehash(&sha256(&msg)).unwrap();
+            let theirs = theirs.normalize_s();
+            assert_eq!(theirs.to_bytes().as_slice(), sig.0.as_slice());
+            assert!(k256_verdict(&id.public_key(), &msg, &sig));
         }
     }
 
@@ -363,6 +362,19 @@ mod tests {
     }
 
     proptest! {
+        /// Whatever the key and message, our signature is the bytes k256 makes (normalised to
+        /// low S): signing moved from k256 to libsecp256k1 without changing one signature.
+        #[test]
+        fn signatures_match_k256(secret in any::<[u8; 32]>(), msg in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let Ok(id) = crate::Identity::from_secret_bytes(&secret) else {
+                return Ok(());
+            };
+            let key = k256::ecdsa::SigningKey::from_slice(&secret).unwrap();
+            let theirs: k256::ecdsa::Signature = key.sign_prehash(&sha256(&msg)).unwrap();
+            let theirs: Vec<u8> = theirs.normalize_s().to_bytes().to_vec();
+            prop_assert_eq!(theirs, id.sign(&msg).0.to_vec());
+        }
+
         /// Random edits of a valid signature or message: libsecp256k1 and k256 (with the
         /// low-S rule) give the same verdict.
         #[test]
