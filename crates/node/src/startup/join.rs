@@ -96,10 +96,13 @@ impl Startup {
         }
     }
 
-    /// Keeps the valid θ₀ records of our stage, the state most publishers name first (then
-    /// the earlier round: a stale θ₀ only costs a catch-up, a made-up late one the model); a
-    /// newcomer borrows from the first publisher that serves it. One key's record of round
-    /// u64::MAX thus never outranks a state two replicas publish.
+    /// Keeps the valid θ₀ records of our stage, the state most staked publishers name first
+    /// (keys the network's genesis stakes: a newcomer knows no other stake yet), then the
+    /// state most publishers name, then the earlier round (a stale θ₀ only costs a catch-up,
+    /// a made-up late one the model); a newcomer borrows from the first publisher that
+    /// serves it. One key's record of round u64::MAX thus never outranks a state two
+    /// replicas publish, and any number of unstaked keys agreeing on a state never outrank
+    /// one staked founder's record.
     pub(super) fn on_theta_records(&mut self, values: &[Vec<u8>], now: Instant) {
         let now_ms = self.clock.unix_ms(now);
         let mut valid: Vec<(PublicKey, ThetaRecord)> = values
@@ -112,11 +115,20 @@ impl Startup {
         valid.sort_by(|(_, a), (_, b)| b.round.cmp(&a.round).then(a.node.cmp(&b.node)));
         let mut seen = BTreeSet::new();
         valid.retain(|(_, r)| seen.insert(r.node));
-        let mut support: BTreeMap<(u64, Hash32), usize> = BTreeMap::new();
+        let staked = self.genesis_stakers();
+        // (staked publishers, publishers) per state.
+        let mut support: BTreeMap<(u64, Hash32), (usize, usize)> = BTreeMap::new();
         for (_, r) in &valid {
-            *support.entry((r.round, r.theta)).or_default() += 1;
+            let e = support.entry((r.round, r.theta)).or_default();
+            e.0 += usize::from(staked.contains(&r.node));
+            e.1 += 1;
         }
-        let backers = |r: &ThetaRecord| support.get(&(r.round, r.theta)).copied().unwrap_or(0);
+        let backers = |r: &ThetaRecord| {
+            support
+                .get(&(r.round, r.theta))
+                .copied()
+                .unwrap_or_default()
+        };
         valid.sort_by(|(_, a), (_, b)| {
             backers(b)
                 .cmp(&backers(a))
@@ -138,6 +150,13 @@ impl Startup {
         } else {
             self.finish(now);
         }
+    }
+
+    /// The keys the network's genesis stakes (none where it cannot be read).
+    fn genesis_stakers(&self) -> BTreeSet<NodeId> {
+        crate::network::Network::open(&self.cfg.genesis)
+            .map(|n| n.genesis.stakes.iter().map(|(k, _)| k.node_id()).collect())
+            .unwrap_or_default()
     }
 
     pub(super) fn try_join(&mut self, index: usize) {

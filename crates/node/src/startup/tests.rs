@@ -175,7 +175,11 @@ fn optimizer_bytes(signer: &Identity) -> Vec<u8> {
 
 /// A fresh stage-1 replica that read `records`; returns the requests after them.
 fn joiner(records: Vec<Vec<u8>>) -> (Startup, Instant, Vec<Request>) {
-    let mut cfg = config(2);
+    joiner_of(config(2), records)
+}
+
+/// The same, for a node started with `cfg`.
+fn joiner_of(mut cfg: StartupConfig, records: Vec<Vec<u8>>) -> (Startup, Instant, Vec<Request>) {
     cfg.stage = Some(1);
     let (mut m, t0, _) = settled(cfg, &[]);
     m.handle_loaded(Ok(Local { steps: 0, round: 0 }), t0);
@@ -489,6 +493,40 @@ fn join_prefers_the_state_most_publishers_name_then_the_earlier_round() {
         .collect();
     assert_eq!(learned, expected);
     assert_eq!(fetches(&requests), vec![(pair[0], backed)]);
+}
+
+/// The attack: two fresh keys publish records of one made-up θ₀ of a later round. By
+/// publisher count they outrank the one record of a key the genesis stakes; a joiner that
+/// knows the genesis's stakes borrows from the staked key.
+#[test]
+fn unstaked_keys_agreeing_on_a_state_never_outrank_a_staked_publisher() {
+    let founder = test_identity(1);
+    let (sybil_a, sybil_b) = (test_identity(90), test_identity(91));
+    let forged = outer_hash(&sybil_a);
+    let records = || {
+        vec![
+            theta_record(&founder, 5, |_| {}),
+            theta_record(&sybil_a, 6, |_| {}),
+            theta_record(&sybil_b, 6, |r| r.theta = forged),
+        ]
+    };
+    let mut staked = network("staked founder");
+    let mut genesis = staked.genesis.clone();
+    genesis.stakes = vec![(founder.public_key(), 100)];
+    staked = Network::found(&test_identity(5), genesis).unwrap();
+    let cfg = StartupConfig {
+        genesis: staked.signed.clone(),
+        ..config(2)
+    };
+    let (_, _, requests) = joiner_of(cfg, records());
+    assert_eq!(
+        fetches(&requests),
+        vec![(founder.node_id(), outer_hash(&founder))]
+    );
+    // Without stakes in the genesis the two keys' state goes first: the rule is what stops
+    // them.
+    let (_, _, requests) = joiner(records());
+    assert_eq!(fetches(&requests), vec![(sybil_a.node_id(), forged)]);
 }
 
 /// Walks a join with `a` to its end; the optimizer blob answers `moments`.
