@@ -117,10 +117,9 @@ fn paid_to(
     (held(core.economy().ledger()), held(state))
 }
 
-/// Runs the attack under `round_lead`: what each node's live ledger and finalized state hold
-/// of the claims, and every node's live state hash.
-fn attack(round_lead: u64) -> (Vec<Held>, Vec<Held>, BTreeSet<String>) {
-    // No offline founders: the ten nodes are the whole finality committee.
+/// 2 × 5 under `round_lead` run for 30 s, and the Sybil's latest genuine proof by then (no
+/// offline founders: the ten nodes are the whole finality committee).
+fn sybil_with_a_genuine_proof(round_lead: u64) -> (Sim, Vec<u8>) {
     let mut sim = stage_of_five(round_lead, 60, 0);
     let latest = keep_latest_proof(&mut sim, SYBIL);
     sim.run_until(Duration::from_secs(30));
@@ -129,6 +128,13 @@ fn attack(round_lead: u64) -> (Vec<Held>, Vec<Held>, BTreeSet<String>) {
         .unwrap()
         .clone()
         .expect("the Sybil proved a round");
+    (sim, genuine)
+}
+
+/// Runs the attack under `round_lead`: what each node's live ledger and finalized state hold
+/// of the claims, and every node's live state hash.
+fn attack(round_lead: u64) -> (Vec<Held>, Vec<Held>, BTreeSet<String>) {
+    let (mut sim, genuine) = sybil_with_a_genuine_proof(round_lead);
     let template = Proof::from_canonical_bytes(
         SignedProof::from_bytes(&genuine)
             .expect("signed")
@@ -491,14 +497,8 @@ fn variants(sim: &Sim, genuine: &[u8]) -> Vec<(&'static str, Vec<u8>, neuroshard
 /// also holds the other network's claim).
 #[test]
 fn forged_variants_of_a_genuine_proof_mint_nothing_on_any_ledger() {
-    let mut sim = stage_of_five(neuroshard_ledger::rules::DEFAULT_ROUND_LEAD, 60, 0);
-    let latest = keep_latest_proof(&mut sim, SYBIL);
-    sim.run_until(Duration::from_secs(30));
-    let genuine = latest
-        .lock()
-        .unwrap()
-        .clone()
-        .expect("the Sybil proved a round");
+    let (mut sim, genuine) =
+        sybil_with_a_genuine_proof(neuroshard_ledger::rules::DEFAULT_ROUND_LEAD);
     let forged = variants(&sim, &genuine);
     let genuine_hash = SignedProof::from_bytes(&genuine)
         .expect("signed")
