@@ -12,7 +12,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use neuroshard_audit::{JobCommitment, JobKey};
+use neuroshard_audit::{JobCommitment, JobKind, MicroBatchRef};
 use neuroshard_proof::proof::MAX_WORK_RECEIPTS;
 use neuroshard_proof::{JobSketch, NodeId, Receipt, ReceiptKind, WorkTally, tally_jobs};
 
@@ -33,16 +33,27 @@ pub fn proved_round(jobs_round: u64) -> Option<u64> {
     jobs_round.checked_add(1)
 }
 
+/// A job as its receiver knows it whatever round its worker names: its stage, micro-batch
+/// and kind (the worker is the map's key).
+type TakenJob = (u16, MicroBatchRef, JobKind);
+
 /// The receiver's side: distinct jobs taken per (worker, round).
 #[derive(Debug, Default)]
 pub struct TakenJobs {
-    jobs: BTreeMap<(NodeId, u64), (BTreeSet<JobKey>, JobSketch)>,
+    jobs: BTreeMap<(NodeId, u64), (BTreeSet<TakenJob>, JobSketch)>,
     order: VecDeque<(NodeId, u64)>,
 }
 
 impl TakenJobs {
-    /// Counts the job `c` (once, however often it is sent); the worker's tally for its round.
+    /// Counts the job `c` (once, however often it is sent, and in the first round its worker
+    /// named for it: the same micro-batch sent again naming another round counts in none);
+    /// the worker's tally for its round.
     pub fn count(&mut self, c: &JobCommitment) -> WorkTally {
+        let job: TakenJob = (c.stage, c.micro_batch, c.kind);
+        let elsewhere = self
+            .jobs
+            .range((c.worker, 0)..=(c.worker, u64::MAX))
+            .any(|((_, r), (set, _))| *r != c.round && set.contains(&job));
         let key = (c.worker, c.round);
         if !self.jobs.contains_key(&key) {
             let rounds: Vec<u64> = self
@@ -62,10 +73,8 @@ impl TakenJobs {
             self.order.push_back(key);
         }
         let (set, sketch) = self.jobs.entry(key).or_default();
-        if set.len() < MAX_JOBS_COUNTED {
-            let job = c.key();
-            set.insert(job);
-            sketch.insert(&job.0);
+        if set.len() < MAX_JOBS_COUNTED && !elsewhere && set.insert(job) {
+            sketch.insert(&c.key().0);
         }
         WorkTally {
             jobs: u32::try_from(set.len()).unwrap_or(u32::MAX),
@@ -128,10 +137,14 @@ impl Tallies {
 impl Economy {
     /// As the receiver of `c`'s output: our signed tally of the jobs of its worker's round we
     /// took, this one included, for the proof that claims them ([`proved_round`]); `None`
-    /// for a job of no provable round.
+    /// for a job of no provable round, or where that round counts none.
     pub fn tally_job(&mut self, c: &JobCommitment) -> Option<Receipt> {
         let round = proved_round(c.round)?;
         let tally = self.taken.count(c);
+        if tally.jobs == 0 {
+            // Only a job already counted under another round: nothing of this one to sign.
+            return None;
+        }
         Some(Receipt::sign(
             &self.identity,
             self.cfg.network,
@@ -192,6 +205,27 @@ mod tests {
             taken.count(&job(w, 4, 0)).jobs,
             1,
             "another round counts apart"
+        );
+    }
+
+    /// The attack: a worker sends one micro-batch's output again naming the next round, so
+    /// that two proofs claim it. It counts in the round first named, and in no other.
+    #[test]
+    fn a_job_sent_again_under_another_round_counts_in_none_but_the_first() {
+        let w = test_identity(1).node_id();
+        let mut taken = TakenJobs::default();
+        let first = taken.count(&job(w, 3, 0));
+        assert_eq!(first.jobs, 1);
+        let relabelled = JobCommitment {
+            round: 4,
+            ..job(w, 3, 0)
+        };
+        assert_eq!(taken.count(&relabelled).jobs, 0, "counted again in round 4");
+        assert_eq!(taken.count(&job(w, 3, 0)), first);
+        assert_eq!(
+            taken.count(&job(w, 4, 1)).jobs,
+            1,
+            "a new job of round 4 counts"
         );
     }
 

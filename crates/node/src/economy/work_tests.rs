@@ -19,7 +19,7 @@ pub(super) fn job(worker: NodeId, jobs_round: u64, index: u32) -> JobCommitment 
         step: 0,
         micro_batch: MicroBatchRef {
             origin: worker,
-            step: 0,
+            step: jobs_round,
             index,
         },
         kind: JobKind::Forward,
