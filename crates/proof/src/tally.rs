@@ -4,8 +4,9 @@
 //! carries a small sketch of which: one bit per job key, set in a 192-bit map. Counts from
 //! different receivers add up only as far as their jobs differ: a worker that sends one
 //! output to three receivers has three tallies of the same jobs, and the union of their
-//! sketches shows it ([`distinct_jobs`]). The sketch tells nothing once a worker's jobs of a
-//! round fill it (about 700 distinct jobs); then counts add up as they are.
+//! sketches shows it ([`distinct_jobs`]). Its estimate grows coarse past about 700 distinct
+//! jobs of one worker in one round (a few bits left unset), and it tells nothing once every
+//! bit is set (about 1,100 jobs on average); then counts add up as they are.
 
 use crate::proof::Hash32;
 
