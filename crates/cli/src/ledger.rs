@@ -56,9 +56,10 @@ enum LedgerCommand {
         lock_days: u64,
     },
     /// Start unbonding unlocked stake: it stops counting as stake at once and can be withdrawn
-    /// a day later (until then it can still be slashed).
+    /// once the network's unbonding delay has passed (a day by default; until then it can
+    /// still be slashed).
     Unstake { amount: String },
-    /// Return unbonded stake whose day has passed to the balance.
+    /// Return unbonded stake whose unbonding delay has passed to the balance.
     Withdraw,
     /// Send NEURO to another node id (5 % is burned).
     Transfer { to: NodeId, amount: String },

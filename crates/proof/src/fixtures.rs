@@ -95,10 +95,16 @@ pub fn uptime_proof(prover: &Identity, nonce: u64, timestamp_ms: u64) -> Proof {
     }
 }
 
-/// The receipt hash of a tally of `jobs` made-up jobs (keys hashed from 0, 1, …).
-pub fn work_tally(jobs: u32) -> crate::Hash32 {
-    let keys: Vec<crate::Hash32> = (0..u64::from(jobs))
+/// A tally of the made-up jobs `range` (job i's key is BLAKE3 of i): ranges that overlap
+/// share jobs, as one output sent to several receivers does.
+pub fn tally_of(range: std::ops::Range<u64>) -> crate::WorkTally {
+    let keys: Vec<crate::Hash32> = range
         .map(|i| *blake3::hash(&i.to_le_bytes()).as_bytes())
         .collect();
-    crate::WorkTally::of_keys(&keys).to_hash()
+    crate::WorkTally::of_keys(&keys)
+}
+
+/// The receipt hash of a tally of `jobs` made-up jobs ([`tally_of`] from 0).
+pub fn work_tally(jobs: u32) -> crate::Hash32 {
+    tally_of(0..u64::from(jobs)).to_hash()
 }

@@ -52,10 +52,8 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> IdentityError + '_ {
 /// The node's signing key. `Debug` shows only the node id.
 #[derive(Clone)]
 pub struct Identity {
-    key: SigningKey,
-    /// The same scalar for libsecp256k1, which signs several times faster than k256 and
-    /// makes the same bytes (RFC 6979 nonces, low-S:
-    /// `keys::tests::k256_and_libsecp256k1_signatures_are_the_same_bytes`).
+    /// Signed with libsecp256k1, which makes the bytes k256 would (RFC 6979 nonces, low S:
+    /// `keys::tests::signatures_match_k256`) a little faster.
     secret: secp256k1::SecretKey,
     public: PublicKey,
 }
@@ -92,11 +90,7 @@ impl Identity {
         let secret = secp256k1::SecretKey::from_secret_bytes(*bytes)
             .map_err(|_| IdentityError::InvalidSecret)?;
         let public = PublicKey::from_verifying_key(key.verifying_key());
-        Ok(Identity {
-            key,
-            secret,
-            public,
-        })
+        Ok(Identity { secret, public })
     }
 
     /// Loads the key file, or creates it (mode 0600) with a fresh random key if absent.
@@ -178,9 +172,7 @@ impl Identity {
     /// The raw secret scalar. Only for deriving the libp2p keypair from the same key; never
     /// log, send or persist it anywhere but the key file.
     pub fn secret_bytes(&self) -> [u8; 32] {
-        let mut out = [0u8; 32];
-        out.copy_from_slice(&self.key.to_bytes());
-        out
+        self.secret.to_secret_bytes()
     }
 }
 

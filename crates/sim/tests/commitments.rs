@@ -241,20 +241,18 @@ fn tamper_answer(attack: Attack, a: PipeAnswer) -> PipeAnswer {
 
 /// Warnings at node `i` about a receiver that accepted without a valid work tally.
 fn missing_tally_warnings(sim: &Sim, i: usize) -> usize {
-    sim.events(i)
-        .iter()
-        .filter(|e| {
-            matches!(e, NodeEvent::Warning { message, .. } if message.contains("without a valid work tally"))
-        })
-        .count()
+    warnings_saying(sim, i, "without a valid work tally")
 }
 
+/// Warnings at node `i` about a receiver that accepted without countersigning.
 fn missing_countersign_warnings(sim: &Sim, i: usize) -> usize {
+    warnings_saying(sim, i, "without countersigning")
+}
+
+fn warnings_saying(sim: &Sim, i: usize, text: &str) -> usize {
     sim.events(i)
         .iter()
-        .filter(|e| {
-            matches!(e, NodeEvent::Warning { message, .. } if message.contains("without countersigning"))
-        })
+        .filter(|e| matches!(e, NodeEvent::Warning { message, .. } if message.contains(text)))
         .count()
 }
 

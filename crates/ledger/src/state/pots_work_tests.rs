@@ -232,10 +232,7 @@ fn a_contribution_holds_its_proofs_tallies() {
 
 /// The tally of jobs `from..to` of a worker (made-up job keys).
 fn jobs_in(from: u64, to: u64) -> Hash32 {
-    let keys: Vec<Hash32> = (from..to)
-        .map(|i| *blake3::hash(&i.to_le_bytes()).as_bytes())
-        .collect();
-    WorkTally::of_keys(&keys).to_hash()
+    neuroshard_proof::fixtures::tally_of(from..to).to_hash()
 }
 
 /// The attack: a replica serves half the jobs of its co-replicas and sends each output to

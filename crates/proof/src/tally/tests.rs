@@ -2,13 +2,10 @@ use proptest::prelude::*;
 
 use super::*;
 
+use crate::fixtures::tally_of as tally;
+
 fn key(i: u64) -> Hash32 {
     *blake3::hash(&i.to_le_bytes()).as_bytes()
-}
-
-fn tally(range: std::ops::Range<u64>) -> WorkTally {
-    let keys: Vec<Hash32> = range.map(key).collect();
-    WorkTally::of_keys(&keys)
 }
 
 #[test]
