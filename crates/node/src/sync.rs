@@ -200,6 +200,11 @@ pub struct Syncer {
     /// none, since no inner progress comes after it, and a round begun at the end would
     /// leave us on a state our co-replicas may never see.
     training_ended: bool,
+    /// Co-replicas the finalized ledger counts as active provers of our stage (registered,
+    /// paid lately), whether or not we hear them: catching up needs a majority of them and
+    /// the live ones together, so keys that are all a replica hears (it just started, or
+    /// peers hide the rest) cannot move it alone.
+    active: BTreeSet<NodeId>,
 }
 
 /// Rounds of offers (and of outcomes) kept per sender: its latest ones. Replicas are at most
@@ -278,7 +283,15 @@ impl Syncer {
             led_at: None,
             seen: BTreeMap::new(),
             training_ended: false,
+            active: BTreeSet::new(),
         }
+    }
+
+    /// The stage's active provers by the finalized ledger (see [`Syncer::behind`]); we are
+    /// left out of them.
+    pub fn set_active(&mut self, mut active: BTreeSet<NodeId>) {
+        active.remove(&self.me);
+        self.active = active;
     }
 
     /// Our training has ended: rounds already under way finish, outcomes of others are still

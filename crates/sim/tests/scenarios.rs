@@ -382,6 +382,61 @@ fn two_sybil_replicas_claiming_later_rounds_move_no_one_in_a_stage_of_seven() {
     assert_honest_kept_their_state(&sim, stages, &liars, bogus, 3);
 }
 
+/// A replica whose only co-replica in reach is a Sybil (a partition leaves the two alone:
+/// it restarted where only that peer reached it, or the attacker's peers surround it), while
+/// the Sybil announces a made-up outcome one round ahead and offers against it. The replica
+/// never fetches the made-up state: its finalized ledger names its two honest co-replicas,
+/// which it no longer hears, among the stage's active provers, and one voucher of three is
+/// no majority, stalled or not. Before, its one live co-replica was all that voted, and it
+/// fetched the Sybil's state as soon as the honest pair dropped out of its peer table.
+#[test]
+fn a_sybil_that_is_all_a_replica_hears_cannot_move_it() {
+    use neuroshard_node::core::Transmit;
+    use neuroshard_sim::network;
+    use std::sync::{Arc, Mutex};
+
+    let (stages, replicas) = (2, 4);
+    let mut sim = network(
+        23,
+        settings(tiny_model(), stages, replicas),
+        replicas,
+        EngineKind::StandIn,
+    );
+    sim.set_spare_keys(0);
+    // Stage 1 holds nodes 1, 3, 5 and 7.
+    let (victim, sybil) = (1, 3);
+    let bogus = [0xcd; 32];
+    let fetched: Arc<Mutex<Vec<[u8; 32]>>> = Arc::default();
+    let log = Arc::clone(&fetched);
+    sim.set_tamper(
+        victim,
+        Box::new(move |t| {
+            if let Transmit::FetchBlob { hash, .. } = &t {
+                log.lock().unwrap().push(*hash);
+            }
+            Some(t)
+        }),
+    );
+    sim.run_until(Duration::from_secs(30));
+    forge_later_rounds(&mut sim, sybil, bogus);
+    sim.run_until(Duration::from_secs(40));
+    let core = sim.core(victim).unwrap();
+    let honest = [sim.node_id(5), sim.node_id(7)];
+    let active: Vec<_> = core.economy().active_provers(core.layers()).collect();
+    assert!(
+        honest.iter().all(|h| active.contains(h)),
+        "the honest pair are active provers by the victim's finalized ledger: {active:?}"
+    );
+    sim.partitions.isolate(&[victim, sybil], 1);
+    sim.run_until(Duration::from_secs(120));
+    let core = sim.core(victim).unwrap();
+    assert_ne!(core.theta(), bogus);
+    assert!(
+        !fetched.lock().unwrap().contains(&bogus),
+        "the victim fetched the Sybil's made-up state"
+    );
+}
+
 /// Twenty replicas a stage: the last stage's rounds split into groups of a few contributors
 /// (uneven routing leaves some replicas short of steps). A replica left behind rejoins a
 /// group once most of its live co-replicas vouch for a state (offers count), or, stalled, the

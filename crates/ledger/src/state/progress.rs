@@ -81,6 +81,21 @@ impl StageProgress {
         self.epoch = self.epoch.saturating_add(1);
     }
 
+    fn is_active(&self, l: &Latest) -> bool {
+        l.epoch.saturating_add(ACTIVE_EPOCHS) >= self.epoch
+    }
+
+    /// The provers of `layers` active now: paid in the last [`ACTIVE_EPOCHS`] epochs (every
+    /// prover the stage ever paid, in a state that never ends an epoch).
+    pub fn active(&self, layers: LayerRange) -> impl Iterator<Item = NodeId> + '_ {
+        self.stages
+            .get(&stage_key(layers))
+            .into_iter()
+            .flatten()
+            .filter(|(_, l)| self.is_active(l))
+            .map(|(n, _)| *n)
+    }
+
     /// The round of `node`'s first paid proof of `layers`.
     pub fn first(&self, node: &NodeId, layers: LayerRange) -> Option<u64> {
         Some(self.stages.get(&stage_key(layers))?.get(node)?.first)
@@ -95,7 +110,7 @@ impl StageProgress {
         let provers = self.stages.get(&stage_key(layers))?;
         let mut rounds: Vec<u64> = provers
             .values()
-            .filter(|l| l.epoch.saturating_add(ACTIVE_EPOCHS) >= self.epoch)
+            .filter(|l| self.is_active(l))
             .map(|l| l.round)
             .collect();
         // A stage no one was paid in for that long (its replicas stopped, or are all held
@@ -228,6 +243,27 @@ mod tests {
         assert_eq!(p.certified(STAGE), Some(41), "1 and 2 left");
         noted(&mut p, 3, 7);
         assert_eq!(p.certified(STAGE), Some(41), "a lower round later");
+    }
+
+    #[test]
+    fn the_active_provers_are_those_paid_in_the_window() {
+        let mut p = StageProgress::default();
+        noted(&mut p, 1, 5);
+        noted(&mut p, 2, 5);
+        let all: Vec<NodeId> = p.active(STAGE).collect();
+        assert_eq!(
+            all.len(),
+            2,
+            "a state that never ended an epoch counts everyone"
+        );
+        for _ in 0..ACTIVE_EPOCHS {
+            p.end_epoch();
+        }
+        noted(&mut p, 3, 6);
+        p.end_epoch();
+        let active: Vec<NodeId> = p.active(STAGE).collect();
+        assert_eq!(active, vec![test_identity(3).node_id()]);
+        assert_eq!(p.active(FIXTURES).count(), 0, "another stage");
     }
 
     /// Two of a stage's three replicas stop (they moved, or left): the survivor's rounds past

@@ -328,6 +328,11 @@ impl NodeCore {
         self.rounds.syncer.theta()
     }
 
+    /// The layers this node's stage holds, as its proofs claim them.
+    pub fn layers(&self) -> neuroshard_proof::LayerRange {
+        rounds::stage_claim(&self.rounds.spec).0
+    }
+
     pub fn economy(&self) -> &Economy {
         &self.economy
     }

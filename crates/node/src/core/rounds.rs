@@ -139,6 +139,8 @@ pub(super) struct RoundState {
     /// the ledger's registry changed: rebuilding it on every sync message cost O(peers)
     /// lookups each, 15% of a 300-node simulation.
     live: Option<(LiveKey, Arc<BTreeSet<NodeId>>)>,
+    /// (finalized epoch, registry generation) the syncer's active provers were taken at.
+    active_at: Option<(u64, Generation)>,
 }
 
 impl RoundState {
@@ -157,6 +159,7 @@ impl RoundState {
             sets: HashMap::new(),
             engine: HashMap::new(),
             live: None,
+            active_at: None,
         }
     }
 
@@ -179,6 +182,7 @@ impl NodeCore {
         // Co-replicas count (a round waits for them, their votes move us) only while they are
         // alive and registered for the stage with stake behind them.
         let live = self.live_co_replicas();
+        self.update_active_co_replicas();
         let steps = self.pipeline.steps_done();
         if self.pipeline.finished() {
             self.rounds.syncer.end_training();
@@ -210,6 +214,26 @@ impl NodeCore {
         );
         self.rounds.live = Some((key, Arc::clone(&live)));
         live
+    }
+
+    /// Hands the syncer the stage's active provers by the latest finalized state that are
+    /// still registered for it, whenever that state or the registry changed: a replica catching
+    /// up needs a majority of them and the live co-replicas together.
+    fn update_active_co_replicas(&mut self) {
+        let ledger = self.economy.ledger();
+        let at = (self.finalized_epoch(), ledger.registry_generation());
+        if self.rounds.active_at == Some(at) {
+            return;
+        }
+        self.rounds.active_at = Some(at);
+        let (layers, _) = stage_claim(&self.rounds.spec);
+        let stage = u16::try_from(self.stage).unwrap_or(u16::MAX);
+        let active = self
+            .economy
+            .active_provers(layers)
+            .filter(|n| ledger.is_registered(n, stage))
+            .collect();
+        self.rounds.syncer.set_active(active);
     }
 
     fn offer_blob(&mut self, round: u64, data: SharedBlob) -> Hash32 {

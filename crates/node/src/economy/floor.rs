@@ -25,7 +25,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use neuroshard_ledger::{EpochItem, LedgerError, StageProgress};
-use neuroshard_proof::{NodeId, ProofKind, VerifiedProof};
+use neuroshard_proof::{LayerRange, NodeId, ProofKind, VerifiedProof};
 
 use super::{Economy, ProofOutcome};
 use crate::finality::ItemWire;
@@ -193,6 +193,16 @@ impl Economy {
             EpochItem::Proof(verified.clone()),
             ItemWire::Proof(wire.to_vec()),
         );
+    }
+
+    /// The provers of `layers` the latest finalized state counts as active (paid in its last
+    /// `ACTIVE_EPOCHS` epochs): every node agrees on them, and no peer can hide them from
+    /// us by being all we hear. Empty until this node finalized an epoch.
+    pub fn active_provers(&self, layers: LayerRange) -> impl Iterator<Item = NodeId> + '_ {
+        self.floor
+            .finalized
+            .iter()
+            .flat_map(move |p| p.active(layers))
     }
 
     /// Takes the progress of a newly finalized state and judges again every claim held. How

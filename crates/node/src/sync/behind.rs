@@ -66,20 +66,26 @@ impl Syncer {
                 .0
                 .insert(*peer);
         }
-        // Only live co-replicas vote. A later round needs more than half of them to vouch for
-        // one state (offers made against it count: every replica of a stage offers each
-        // round), so keys that are fewer than half of a replica's live co-replicas (a forged
-        // SyncDone, offers against a made-up base, a DHT record of round u64::MAX) cannot move
-        // it; a different θ₀ of our own round needs the same.
+        // Only co-replicas vote: the live ones and those the finalized ledger counts as the
+        // stage's active provers (heard or not). A later round needs more than half of them
+        // to vouch for one state (offers made against it count: every replica of a stage
+        // offers each round), so keys that are fewer than half (a forged SyncDone, offers
+        // against a made-up base, a DHT record of round u64::MAX) cannot move it, even where
+        // they are all it hears; a different θ₀ of our own round needs the same.
+        let electorate: BTreeSet<NodeId> = live.union(&self.active).copied().collect();
         let counted =
-            |voters: &BTreeSet<NodeId>| voters.iter().filter(|v| live.contains(v)).count();
-        let majority = |n: usize| n > 0 && n.saturating_mul(2) > live.len();
+            |voters: &BTreeSet<NodeId>| voters.iter().filter(|v| electorate.contains(v)).count();
+        let majority = |n: usize| n > 0 && n.saturating_mul(2) > electorate.len();
         let (round, theta) = votes
             .iter()
             .filter(|(_, (voters, _))| majority(counted(voters)))
             .max_by_key(|((r, _), (voters, _))| (*r, counted(voters)))
             .map(|(state, _)| *state)
-            .or_else(|| stalled.then(|| self.plurality(&votes, live)).flatten())?;
+            .or_else(|| {
+                stalled
+                    .then(|| self.plurality(&votes, live, &electorate))
+                    .flatten()
+            })?;
         let peer = votes.get(&(round, theta))?.1;
         self.phase = Phase::Adopting { round, theta };
         // Whether our own offer went into it: only an outcome of our round can hold it.
@@ -96,16 +102,23 @@ impl Syncer {
     /// timeouts: its training ended, or no work reaches it) follows the later state that most
     /// live co-replicas hold as their latest, if they outnumber the co-replicas training on
     /// from its own state (an offer against it and nothing later), which win ties, and every
-    /// other later state's group (a tie moves no one); where it has three or more live
-    /// co-replicas, a state needs two. Co-replicas that offer nothing count for neither: an
-    /// outcome of its round is no such sign, as replicas whose training ended all hold one.
-    /// Without this a replica left behind by a co-replica that ran on
-    /// alone would never move again; with it, keys vouching for a made-up later round move it
-    /// only when they outnumber every group of active co-replicas that agree.
-    fn plurality(&self, votes: &Votes, live: &BTreeSet<NodeId>) -> Option<(u64, Hash32)> {
+    /// other later state's group (a tie moves no one); where it has three or more
+    /// co-replicas, a state needs two. Live co-replicas that offer nothing count for neither:
+    /// an outcome of its round is no such sign, as replicas whose training ended all hold one.
+    /// Active provers we do not hear and that vouch for nothing count as staying: we cannot
+    /// tell one that died from one kept from us. Without this a replica left behind by a
+    /// co-replica that ran on alone would never move again; with it, keys vouching for a
+    /// made-up later round move it only when they outnumber every group of active
+    /// co-replicas that agree.
+    fn plurality(
+        &self,
+        votes: &Votes,
+        live: &BTreeSet<NodeId>,
+        electorate: &BTreeSet<NodeId>,
+    ) -> Option<(u64, Hash32)> {
         let mut latest: BTreeMap<NodeId, (u64, Hash32)> = BTreeMap::new();
         for (state, (voters, _)) in votes.range((self.round.saturating_add(1), [0; 32])..) {
-            for v in voters.iter().filter(|v| live.contains(v)) {
+            for v in voters.iter().filter(|v| electorate.contains(v)) {
                 let e = latest.entry(*v).or_insert(*state);
                 *e = (*e).max(*state);
             }
@@ -117,15 +130,15 @@ impl Syncer {
                 .and_then(|o| o.get(v))
                 .is_some_and(|(_, o)| o.base == self.theta)
         };
-        let stay = live
+        let stay = electorate
             .iter()
-            .filter(|v| !latest.contains_key(v) && ours(v))
+            .filter(|v| !latest.contains_key(v) && (ours(v) || !live.contains(v)))
             .count();
         let mut tally: BTreeMap<(u64, Hash32), usize> = BTreeMap::new();
         for state in latest.values() {
             *tally.entry(*state).or_default() += 1;
         }
-        let floor = if live.len() > 2 { 2 } else { 1 };
+        let floor = if electorate.len() > 2 { 2 } else { 1 };
         let (&state, &n) = tally.iter().max_by_key(|(_, n)| **n)?;
         // A tie between states moves no one: breaking it by the later round let a single
         // key out-bid an honest co-replica of a stage of three by claiming a later round.

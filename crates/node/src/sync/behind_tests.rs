@@ -153,3 +153,49 @@ fn a_stalled_replica_does_not_follow_a_sybil_that_ties_its_honest_co_replica() {
         Some((3, [7; 32]))
     );
 }
+
+/// A replica of a stage of six hears only the stage's two Sybils (it just restarted, or
+/// they are all the peers it reached): they vouch for a made-up later state. It does not take
+/// it, stalled or not, because the finalized ledger names its three unheard honest
+/// co-replicas as active provers of the stage; without them it would (the control), as two of
+/// two live co-replicas used to be a majority. Once the honest trio's votes reach it (relayed:
+/// it still hears none of them directly), it takes the real state.
+#[test]
+fn sybils_that_are_all_a_replica_hears_cannot_move_it_past_the_stages_active_provers() {
+    let t0 = Instant::now();
+    let later = t0 + cfg().timeout * STALLED_TIMEOUTS;
+    let run = |knows_active: bool| {
+        let mut all = replicas(6);
+        let sybils: BTreeSet<NodeId> = [all[4].node, all[5].node].into();
+        if knows_active {
+            let active = live(&all, 0);
+            all[0].s.set_active(active);
+        }
+        for i in [4, 5] {
+            let (p, n) = (all[i].peer, all[i].node);
+            all[0].s.on_done(p, n, done(9, [66; 32], vec![n]), t0);
+            all[0].s.on_offer(p, n, offer(10, [66; 32]), t0);
+        }
+        let now = adopted(&all[0].s.poll(t0, 0, &sybils));
+        let stalled = adopted(&all[0].s.poll(later, 0, &sybils));
+        (now, stalled, all, sybils)
+    };
+    let (now, stalled, ..) = run(false);
+    assert_eq!(
+        now,
+        Some((9, [66; 32])),
+        "the control: no active provers known"
+    );
+    assert_eq!(stalled, None, "already adopting");
+    let (now, stalled, mut all, sybils) = run(true);
+    assert_eq!((now, stalled), (None, None));
+    let relay = all[4].peer;
+    for i in 1..4 {
+        let n = all[i].node;
+        all[0].s.on_offer(relay, n, offer(3, [7; 32]), t0);
+    }
+    assert_eq!(
+        adopted(&all[0].s.poll(later, 0, &sybils)),
+        Some((2, [7; 32]))
+    );
+}
