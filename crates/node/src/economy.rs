@@ -795,6 +795,8 @@ mod produce;
 #[cfg(test)]
 mod receipt_tests;
 pub mod reconcile;
+#[cfg(test)]
+mod scale_tests;
 pub mod settle;
 #[cfg(test)]
 mod settle_tests;

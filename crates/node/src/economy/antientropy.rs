@@ -275,12 +275,16 @@ impl SyncState {
 impl Economy {
     /// Ids of everything this node can serve: applied proofs, applied ops, and the fraud
     /// reports of verdicts applied.
-    fn sync_ids(&self) -> impl Iterator<Item = Hash32> + '_ {
-        self.wires
-            .keys()
-            .copied()
-            .chain(self.op_ids.keys().copied())
-            .chain(self.sync.reports.ids())
+    /// The ids reconciled first (ops, which proofs wait for, and fraud reports: both few), and
+    /// the proofs'.
+    fn sync_ids(
+        &self,
+    ) -> (
+        impl Iterator<Item = Hash32> + '_,
+        impl Iterator<Item = Hash32> + '_,
+    ) {
+        let first = self.op_ids.keys().copied().chain(self.sync.reports.ids());
+        (first, self.wires.keys().copied())
     }
 
     pub(super) fn holds(&self, id: &Hash32) -> bool {
@@ -315,7 +319,8 @@ impl Economy {
             || (self.sync.dirty
                 && (force || now_ms.saturating_sub(self.sync.built_ms) >= SNAPSHOT_EVERY_MS));
         if stale {
-            let set = SyncSet::new(self.sync_ids());
+            let (first, proofs) = self.sync_ids();
+            let set = SyncSet::with_first(first, proofs);
             self.sync.snapshot = Some(set);
             self.sync.built_ms = now_ms;
             self.sync.dirty = false;

@@ -48,11 +48,29 @@ pub struct SyncSet(NegentropyStorageVector);
 
 impl SyncSet {
     pub fn new(ids: impl IntoIterator<Item = Hash32>) -> Self {
+        Self::with_first(ids, [])
+    }
+
+    /// A set whose `first` ids sort before all of `rest`. Negentropy works through the
+    /// ranges in order, so a session that runs out of round trips (a large difference) has
+    /// still settled `first`: ledgers put the ops there, which the proofs need applied before
+    /// them. With one order by hash, a joiner missing more than a session covers kept
+    /// re-fetching low proofs that waited for registrations whose ops sorted past what any
+    /// session reached, and never caught up.
+    pub fn with_first(
+        first: impl IntoIterator<Item = Hash32>,
+        rest: impl IntoIterator<Item = Hash32>,
+    ) -> Self {
         let mut storage = NegentropyStorageVector::new();
-        for id in ids {
-            // Every item has time 0: ranges split by id alone, and both sides agree on it.
+        // The item's "time" is only its class: ranges split by class, then id, alike on both
+        // sides.
+        let classed = first
+            .into_iter()
+            .map(|id| (0, id))
+            .chain(rest.into_iter().map(|id| (1, id)));
+        for (class, id) in classed {
             storage
-                .insert(0, Id::from_byte_array(id))
+                .insert(class, Id::from_byte_array(id))
                 .expect("a fresh storage is unsealed");
         }
         storage.seal().expect("sealed once");
