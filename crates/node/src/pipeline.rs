@@ -510,6 +510,16 @@ impl Pipeline {
                 version,
             });
         }
+        // Drivers run the first stage themselves, so a micro-batch's first hop comes from its
+        // driver and no one else: another replica of the first stage holding the driver's
+        // stamp was handed it by a receiver, to get its own activations trained in.
+        if layout
+            .prev(self.cfg.stage)
+            .is_some_and(|p| layout.is_first(p))
+            && from.0 != mb.origin
+        {
+            return Err(Refusal::NotFromTheDriver(mb.short()));
+        }
         let Payload::Hidden(packed) = input else {
             return Err(Refusal::TokensToLaterStage(self.cfg.stage));
         };

@@ -128,7 +128,7 @@ fn a_drain_that_cannot_end_gives_up_after_max_drain() {
     assert_eq!(drained(&mut c), Some(false), "it says its audits were open");
 }
 
-/// A forward from stage 0 for micro-batch `index` of step 0.
+/// A forward from stage 0 for micro-batch `index` of step 0, driven by `test_identity(1)`.
 fn forward(index: u32) -> Msg {
     let acts = Activations {
         batch: 1,
@@ -138,7 +138,7 @@ fn forward(index: u32) -> Msg {
     };
     Msg::Forward {
         mb: MicroBatchId {
-            origin: [1; 32],
+            origin: test_identity(1).node_id().0,
             step: 0,
             index,
         },

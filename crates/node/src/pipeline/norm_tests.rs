@@ -78,11 +78,12 @@ fn an_outsized_gradient_is_refused_and_a_large_one_scaled_down() {
     assert_scaled_to_the_bound(used, honest);
 }
 
-/// The last stage takes forward activations 200 times the size of those before them from a
-/// staked upstream replica: refused and penalised; 15 times: scaled down to 8 × the median.
+/// The last stage of three takes forward activations 200 times the size of those before them
+/// from a staked upstream replica: refused and penalised; 15 times: scaled down to 8 × the
+/// median.
 #[test]
 fn outsized_activations_are_refused_and_large_ones_scaled_down() {
-    let mut w = World::new(replica(1, 2, 1));
+    let mut w = World::new(replica(2, 3, 1));
     let a = NodeId([1; 32]);
     let norm_of = |job: &Job| match job {
         Job::Forward {

@@ -9,6 +9,8 @@ use crate::act_codec::ActCodecError;
 pub enum Refusal {
     #[error("stage 0 takes no forward input (micro-batch {0})")]
     ForwardToFirstStage(String),
+    #[error("micro-batch {0}'s first hop comes from its driver, not from another replica")]
+    NotFromTheDriver(String),
     #[error("stage {0} takes hidden states, got token ids")]
     TokensToLaterStage(usize),
     #[error(transparent)]

@@ -426,10 +426,37 @@ fn a_middle_stage_fed_by_two_drivers_never_steps_between_a_forward_and_its_backw
     assert_eq!(w.answers.len(), 12, "every sender gets its gradient");
 }
 
+/// A replica of the first stage that is not a micro-batch's driver sends that micro-batch's
+/// activations on (it was handed the driver's stamp by a colluding receiver): the stage after
+/// refuses and penalises it, and trains nothing of it; the driver's own forward is taken.
+/// Before, any key registered for the first stage got its activations trained in under
+/// another driver's stamp. A later hop may come from any replica (failover).
+#[test]
+fn a_first_hop_from_another_replica_than_the_driver_is_refused() {
+    let mut w = World::new(replica(1, 2, 2));
+    let (driver, other) = (NodeId([1; 32]), NodeId([2; 32]));
+    let (ack, actions) = w.p.on_message(other, forward_from(1, 0, 0), w.now);
+    w.handle(actions);
+    assert!(
+        matches!(ack, Ack::Rejected(ref r) if r.contains("first hop")),
+        "{ack:?}"
+    );
+    assert!(w.penalties.iter().any(|(p, _)| *p == other));
+    assert!(w.ran.is_empty(), "nothing of it trained");
+    let (ack, actions) = w.p.on_message(driver, forward_from(1, 0, 0), w.now);
+    w.handle(actions);
+    assert_eq!(ack, Ack::Accepted);
+    assert!(!w.ran.is_empty());
+    let mut later = World::new(replica(2, 3, 2));
+    let (ack, _) = later.p.on_message(other, forward_from(1, 0, 0), later.now);
+    assert_eq!(ack, Ack::Accepted, "a later hop after a failover");
+}
+
 #[test]
 fn a_repeated_micro_batch_is_computed_and_counted_once() {
-    // The last stage of 2, two micro-batches per step.
-    let mut w = World::new(replica(1, 2, 2));
+    // The last stage of 3 (a micro-batch's later hops may fail over), two micro-batches per
+    // step.
+    let mut w = World::new(replica(2, 3, 2));
     let (a, b) = (NodeId([1; 32]), NodeId([2; 32]));
     let send = |w: &mut World, from: NodeId, msg: Msg| {
         let (ack, actions) = w.p.on_message(from, msg, w.now);
@@ -459,10 +486,11 @@ fn a_repeated_micro_batch_is_computed_and_counted_once() {
 
 #[test]
 fn a_micro_batch_repeated_while_queued_runs_once_for_the_latest_sender() {
-    // Stage 1 of 3: the engine is kept busy so requests queue.
-    let mut w = World::new(replica(1, 3, 2));
+    // Stage 2 of 4 (a micro-batch's later hops may fail over; its first comes from its
+    // driver only): the engine is kept busy so requests queue.
+    let mut w = World::new(replica(2, 4, 2));
     let (a, b, next) = (NodeId([1; 32]), NodeId([2; 32]), NodeId([7; 32]));
-    w.beat_as(next, 2);
+    w.beat_as(next, 3);
     // Two micro-batches fill the step; the third waits for it.
     for index in 0..2 {
         let (_, actions) = w.p.on_message(a, forward_from(1, 0, index), w.now);
@@ -476,7 +504,7 @@ fn a_micro_batch_repeated_while_queued_runs_once_for_the_latest_sender() {
     assert_eq!(ack, Ack::Accepted);
     w.handle(actions);
     while !w.sent.is_empty() {
-        w.beat_as(next, 2);
+        w.beat_as(next, 3);
         w.answer(0);
     }
     let forwards: Vec<&Job> = w
