@@ -84,7 +84,6 @@ impl Sim {
         let mut replicas = Vec::new();
         for (s, &n) in layout.iter().enumerate() {
             for r in 0..n {
-                let peer = NodeId(rand::random());
                 let stage = Stage::init(cfg.clone(), specs[s], 7).expect("stage");
                 let opt = AdamW::new(optim(), stage.params());
                 let pcfg = PipelineConfig {
@@ -106,9 +105,12 @@ impl Sim {
                     seq: 12,
                     weight_lag,
                 };
+                // A node's peer id is its pipeline's id: a micro-batch's first hop must come
+                // from its driver.
                 let mut node = [0u8; 32];
                 node[0] = s as u8;
                 node[1] = r as u8;
+                let peer = NodeId(node);
                 replicas.push(Replica {
                     peer,
                     stage: s,
@@ -412,7 +414,8 @@ fn a_full_queue_answers_busy() {
         weight_lag: 0,
     };
     let mut validator = Pipeline::new(pcfg, [1; 32], 0);
-    let driver = NodeId(rand::random());
+    // The micro-batches' driver: their first hop comes from it.
+    let driver = NodeId([2; 32]);
     validator
         .peers
         .on_heartbeat(driver, &heartbeat_of(0), Instant::now());
@@ -504,7 +507,8 @@ fn last_stage(spec: &str) -> (Pipeline, NodeId) {
         weight_lag: 0,
     };
     let mut p = Pipeline::new(pcfg, [1; 32], 0);
-    let driver = NodeId([3; 32]);
+    // The driver of `forward_of`'s micro-batch.
+    let driver = NodeId([2; 32]);
     p.peers
         .on_heartbeat(driver, &heartbeat_of(0), Instant::now());
     (p, driver)
