@@ -788,7 +788,7 @@ mod fees;
 pub use fees::{FEE_BEACONS, FeeRefused};
 mod floor;
 pub use ahead::MAX_AHEAD;
-pub use floor::{FEED_AHEAD, HELD_PER_KEY, MAX_FIRST_HELD};
+pub use floor::{ELECTORATE_EPOCHS, FEED_AHEAD, HELD_PER_KEY, MAX_FIRST_HELD};
 mod intern;
 mod ops;
 mod produce;

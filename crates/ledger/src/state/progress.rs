@@ -82,17 +82,25 @@ impl StageProgress {
     }
 
     fn is_active(&self, l: &Latest) -> bool {
-        l.epoch.saturating_add(ACTIVE_EPOCHS) >= self.epoch
+        self.within(l, ACTIVE_EPOCHS)
     }
 
-    /// The provers of `layers` active now: paid in the last [`ACTIVE_EPOCHS`] epochs (every
-    /// prover the stage ever paid, in a state that never ends an epoch).
-    pub fn active(&self, layers: LayerRange) -> impl Iterator<Item = NodeId> + '_ {
+    fn within(&self, l: &Latest, epochs: u64) -> bool {
+        l.epoch.saturating_add(epochs) >= self.epoch
+    }
+
+    /// The provers of `layers` paid in the last `epochs` epochs (every prover the stage ever
+    /// paid, in a state that never ends an epoch).
+    pub fn active_within(
+        &self,
+        layers: LayerRange,
+        epochs: u64,
+    ) -> impl Iterator<Item = NodeId> + '_ {
         self.stages
             .get(&stage_key(layers))
             .into_iter()
             .flatten()
-            .filter(|(_, l)| self.is_active(l))
+            .filter(move |(_, l)| self.within(l, epochs))
             .map(|(n, _)| *n)
     }
 
@@ -250,20 +258,21 @@ mod tests {
         let mut p = StageProgress::default();
         noted(&mut p, 1, 5);
         noted(&mut p, 2, 5);
-        let all: Vec<NodeId> = p.active(STAGE).collect();
+        let all: Vec<NodeId> = p.active_within(STAGE, 0).collect();
         assert_eq!(
             all.len(),
             2,
             "a state that never ended an epoch counts everyone"
         );
-        for _ in 0..ACTIVE_EPOCHS {
+        for _ in 0..12 {
             p.end_epoch();
         }
         noted(&mut p, 3, 6);
         p.end_epoch();
-        let active: Vec<NodeId> = p.active(STAGE).collect();
+        assert_eq!(p.active_within(STAGE, 13).count(), 3);
+        let active: Vec<NodeId> = p.active_within(STAGE, 12).collect();
         assert_eq!(active, vec![test_identity(3).node_id()]);
-        assert_eq!(p.active(FIXTURES).count(), 0, "another stage");
+        assert_eq!(p.active_within(FIXTURES, 100).count(), 0, "another stage");
     }
 
     /// Two of a stage's three replicas stop (they moved, or left): the survivor's rounds past

@@ -30,6 +30,13 @@ use neuroshard_proof::{LayerRange, NodeId, ProofKind, VerifiedProof};
 use super::{Economy, ProofOutcome};
 use crate::finality::ItemWire;
 
+/// Epochs a stage's prover counts among the co-replicas a replica catching up needs a majority
+/// of (`Syncer::set_active`) after the finalized state last paid it: two minutes at the
+/// default 10-s epochs, many rounds of an honest replica. Shorter than the certified round's
+/// `ACTIVE_EPOCHS` (ten minutes) because a replica that died holds the others' catch-ups back
+/// that long; a partitioned or restarted replica's finalized state stands still meanwhile,
+/// so its stage's provers stay in its count while it hears only others.
+pub const ELECTORATE_EPOCHS: u64 = 12;
 /// Claims held for one key and stage whose first claim is not final: the highest rounds.
 pub const HELD_PER_KEY: usize = 16;
 /// Claims held for keys whose first claim is not final, at most.
@@ -195,14 +202,14 @@ impl Economy {
         );
     }
 
-    /// The provers of `layers` the latest finalized state counts as active (paid in its last
-    /// `ACTIVE_EPOCHS` epochs): every node agrees on them, and no peer can hide them from
+    /// The provers of `layers` the latest finalized state paid in its last
+    /// [`ELECTORATE_EPOCHS`] epochs: every node agrees on them, and no peer can hide them from
     /// us by being all we hear. Empty until this node finalized an epoch.
     pub fn active_provers(&self, layers: LayerRange) -> impl Iterator<Item = NodeId> + '_ {
         self.floor
             .finalized
             .iter()
-            .flat_map(move |p| p.active(layers))
+            .flat_map(move |p| p.active_within(layers, ELECTORATE_EPOCHS))
     }
 
     /// Takes the progress of a newly finalized state and judges again every claim held. How

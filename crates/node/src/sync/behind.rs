@@ -1,5 +1,6 @@
 //! Catching up: a replica behind its stage (restarted, joined, missed a round) finds the
-//! later outer state to fetch from what its live co-replicas vouch for.
+//! later outer state to fetch from what its co-replicas vouch for: the live ones and the
+//! stage's provers its finalized ledger paid lately (`Syncer::set_active`).
 
 use std::collections::{BTreeMap, BTreeSet};
 
