@@ -15,7 +15,8 @@ use neuroshard_node::replica::{Diloco, DilocoConfig, encode_adamw};
 use neuroshard_node::serve::{Chunk, Head, InferMsg, InferReply, SampleSpec};
 use neuroshard_node::sync::{SyncDone, SyncMsg, SyncOffer, ThetaRecord};
 use neuroshard_node::wire::{
-    Ack, DriverStamp, MicroBatchId, Msg, Payload, PipeAnswer, PipeRequest, TargetWindow, Targets,
+    Ack, DriverStamp, Handoff, MicroBatchId, Msg, Payload, PipeAnswer, PipeRequest, TargetWindow,
+    Targets,
 };
 use neuroshard_proof::fixtures::{TEST_NETWORK, training_proof};
 use neuroshard_proof::{Hash32, LayerRange, NodeId, Receipt, ReceiptKind, Roles, Signed};
@@ -39,6 +40,7 @@ pub fn sample_msgs() -> Vec<Msg> {
             mb: mb(),
             version: 0,
             stamp: None,
+            route: Vec::new(),
             input: Payload::Tokens(Tokens {
                 batch: 2,
                 seq: 4,
@@ -69,6 +71,15 @@ pub fn sample_msgs() -> Vec<Msg> {
                     version: 0,
                 },
             )),
+            route: vec![Signed::sign(
+                &ALICE,
+                &Handoff {
+                    network: NETWORK,
+                    mb: mb(),
+                    version: 0,
+                    to: BOB.node_id(),
+                },
+            )],
             input: Payload::Hidden(packed(
                 Activations {
                     batch: 1,

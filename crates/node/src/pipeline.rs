@@ -21,7 +21,7 @@ use crate::layout::{Layout, Layouts};
 use crate::peers::PeerTable;
 use crate::records::Role;
 use crate::router;
-use crate::wire::{Ack, DriverStamp, MicroBatchId, Msg, Payload, TargetWindow, Targets};
+use crate::wire::{Ack, DriverStamp, Handoff, MicroBatchId, Msg, Payload, TargetWindow, Targets};
 use norms::{Admitted, NormWindow};
 pub use refusal::Refusal;
 
@@ -133,6 +133,15 @@ pub enum Action {
     Event(NodeEvent),
 }
 
+/// What a micro-batch carries besides its tensors: its id, the version its driver started
+/// it under, the driver's stamp and the hand-offs that brought it here.
+type Provenance = (
+    MicroBatchId,
+    u32,
+    Option<Signed<DriverStamp>>,
+    Vec<Signed<Handoff>>,
+);
+
 #[derive(Debug, Clone)]
 struct Stashed {
     /// The architecture version it runs under: where its output goes.
@@ -140,6 +149,8 @@ struct Stashed {
     /// Its driver's signature of it and its version, passed on with our output (None on
     /// the driver, whose node signs as it sends).
     stamp: Option<Signed<DriverStamp>>,
+    /// The hand-offs that brought it here, passed on with our output (empty on the driver).
+    route: Vec<Signed<Handoff>>,
     input: StageInput,
     targets: Targets,
     /// Who sent the input and gets our input gradient (None on the driver).
@@ -427,7 +438,7 @@ impl Pipeline {
             });
             let targets =
                 Targets::new(part.targets, windows.get(rows).unwrap_or_default().to_vec());
-            self.admit((mb, version, None), input, targets, None, now);
+            self.admit((mb, version, None, Vec::new()), input, targets, None, now);
         }
         actions.extend(self.dispatch(now));
         actions.extend(self.ask_batches());
@@ -443,9 +454,17 @@ impl Pipeline {
                 mb,
                 version,
                 stamp,
+                route,
                 input,
                 targets,
-            } => self.accept_forward(from, (mb, version, stamp), input, targets, now, &mut answer),
+            } => self.accept_forward(
+                from,
+                (mb, version, stamp, route),
+                input,
+                targets,
+                now,
+                &mut answer,
+            ),
             Msg::Backward { mb, grad, loss } => {
                 self.accept_backward(from, (mb, grad, loss), now, &mut answer)
             }
@@ -491,7 +510,7 @@ impl Pipeline {
     fn accept_forward(
         &mut self,
         from: NodeId,
-        (mb, version, stamp): (MicroBatchId, u32, Option<Signed<DriverStamp>>),
+        (mb, version, stamp, route): Provenance,
         input: Payload,
         targets: Targets,
         now: Instant,
@@ -562,7 +581,7 @@ impl Pipeline {
         // Only a micro-batch taken counts towards the norms of the next ones.
         self.forward_norms.remember(from, &judged);
         self.admit(
-            (mb, version, stamp),
+            (mb, version, stamp, route),
             StageInput::Hidden(acts),
             targets,
             Some(from),
@@ -595,7 +614,7 @@ impl Pipeline {
     /// first job: the forward pass, or forward and backward at once on the last stage.
     fn admit(
         &mut self,
-        (mb, version, stamp): (MicroBatchId, u32, Option<Signed<DriverStamp>>),
+        (mb, version, stamp, route): Provenance,
         input: StageInput,
         targets: Targets,
         upstream: Option<NodeId>,
@@ -606,6 +625,7 @@ impl Pipeline {
             Stashed {
                 version,
                 stamp,
+                route,
                 input,
                 targets,
                 upstream,
@@ -739,6 +759,7 @@ impl Pipeline {
                         mb,
                         version: st.version,
                         stamp: st.stamp.clone(),
+                        route: st.route.clone(),
                         input: Payload::Hidden(output),
                         targets: st.targets.clone(),
                     };

@@ -14,9 +14,11 @@ pub use audit::{
     MAX_FEE_CLAIMS, MAX_LISTED_JOBS,
 };
 pub use commit::{PipeAnswer, PipeRequest};
+pub use route::{Handoff, RouteError, check_route};
 
 mod audit;
 mod commit;
+mod route;
 
 /// Largest tensor a message may carry (elements, bytes); the transport frame limit is the
 /// real cap.
@@ -198,6 +200,9 @@ pub enum Msg {
         /// The driver's signature of (network, `mb`, `version`). Required on the wire; None
         /// only inside the driver, whose node signs it as the message leaves.
         stamp: Option<Signed<DriverStamp>>,
+        /// The hand-offs from its driver to the receiver, each signed by the replica that
+        /// chose the next (`route.rs`); the sender's own is added as the message leaves.
+        route: Vec<Signed<Handoff>>,
         input: Payload,
         targets: Targets,
     },
@@ -279,7 +284,7 @@ fn get_packed(r: &mut Reader<'_>) -> Result<Packed, CodecError> {
 }
 
 impl Canonical for Msg {
-    const DOMAIN: &'static str = "neuroshard/pipe/v5";
+    const DOMAIN: &'static str = "neuroshard/pipe/v6";
 
     fn encode_body(&self, w: &mut Writer) {
         match self {
@@ -287,6 +292,7 @@ impl Canonical for Msg {
                 mb,
                 version,
                 stamp,
+                route,
                 input,
                 targets,
             } => {
@@ -300,6 +306,7 @@ impl Canonical for Msg {
                         w.bytes(&s.to_bytes());
                     }
                 }
+                route::put_route(w, route);
                 match input {
                     Payload::Tokens(t) => {
                         w.u8(0);
@@ -343,6 +350,7 @@ impl Canonical for Msg {
                         });
                     }
                 };
+                let route = route::get_route(r)?;
                 let input = match r.u8()? {
                     0 => {
                         let (batch, seq) = (dim(r, "batch")?, dim(r, "seq")?);
@@ -368,6 +376,7 @@ impl Canonical for Msg {
                     mb,
                     version,
                     stamp,
+                    route,
                     input,
                     targets,
                 })
@@ -458,6 +467,7 @@ mod tests {
             mb: mb(),
             version: 0,
             stamp: None,
+            route: Vec::new(),
             input: Payload::Tokens(Tokens {
                 batch: 2,
                 seq: 3,
@@ -481,6 +491,7 @@ mod tests {
                 mb: mb(),
                 version: 0,
                 stamp: None,
+                route: Vec::new(),
                 input: Payload::Hidden(grad(2, 1, 5, scheme)),
                 targets: vec![1, 2].into(),
             });
@@ -495,6 +506,15 @@ mod tests {
             mb: mb(),
             version: 4,
             stamp: Some(Signed::sign(&signer, &stamp)),
+            route: vec![Signed::sign(
+                &signer,
+                &Handoff {
+                    network: [3; 32],
+                    mb: mb(),
+                    version: 4,
+                    to: neuroshard_proof::NodeId([5; 32]),
+                },
+            )],
             input: Payload::Hidden(grad(2, 1, 5, Scheme::F32)),
             targets: vec![1, 2].into(),
         });

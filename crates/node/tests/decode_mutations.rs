@@ -24,7 +24,9 @@ use neuroshard_node::serve::{Chunk, Head, InferMsg, InferReply, SampleSpec};
 use neuroshard_node::sync::{
     SyncDone, SyncMsg, SyncOffer, SyncPull, SyncPullAnswer, ThetaRecord, theta_key,
 };
-use neuroshard_node::wire::{Ack, DriverStamp, MicroBatchId, Msg, Payload, TargetWindow, Targets};
+use neuroshard_node::wire::{
+    Ack, DriverStamp, Handoff, MicroBatchId, Msg, Payload, TargetWindow, Targets,
+};
 use neuroshard_proof::fixtures::{TEST_NETWORK, test_identity, training_proof};
 use neuroshard_proof::{Canonical, Hash32, Identity, NodeId, Receipt, ReceiptKind, Signed};
 use neuroshard_proof::{LayerRange, Roles};
@@ -61,6 +63,7 @@ fn msg(kind: u8) -> Msg {
             mb,
             version: 0,
             stamp: None,
+            route: Vec::new(),
             input: Payload::Tokens(Tokens {
                 batch: 2,
                 seq: 4,
@@ -91,6 +94,15 @@ fn msg(kind: u8) -> Msg {
                     version: 2,
                 },
             )),
+            route: vec![Signed::sign(
+                &test_identity(7),
+                &Handoff {
+                    network: TEST_NETWORK,
+                    mb,
+                    version: 2,
+                    to: test_identity(8).node_id(),
+                },
+            )],
             input: Payload::Hidden(packed(
                 Activations {
                     batch: 1,

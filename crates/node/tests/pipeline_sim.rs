@@ -427,6 +427,7 @@ fn a_full_queue_answers_busy() {
         },
         version: 0,
         stamp: None,
+        route: Vec::new(),
         input: neuroshard_node::wire::Payload::Hidden(hidden(0.1)),
         targets: vec![1, 2, 3, 4].into(),
     };
@@ -523,6 +524,7 @@ fn forward_of(hidden: Packed, rows: usize) -> Msg {
         },
         version: 0,
         stamp: None,
+        route: Vec::new(),
         input: neuroshard_node::wire::Payload::Hidden(hidden),
         targets: vec![1; rows * 4].into(),
     }

@@ -63,6 +63,7 @@ fn run(attack: Attack) -> Sim {
                     mb,
                     version,
                     stamp,
+                    route,
                     input: Payload::Hidden(p),
                     targets,
                 } => {
@@ -79,6 +80,7 @@ fn run(attack: Attack) -> Sim {
                         mb,
                         version,
                         stamp,
+                        route,
                         input,
                         targets,
                     };

@@ -144,6 +144,7 @@ fn forward(index: u32) -> Msg {
         },
         version: 0,
         stamp: None,
+        route: Vec::new(),
         input: Payload::Hidden(act_codec::pack(&acts, ActSpec::default().forward).unwrap()),
         targets: vec![1; 8].into(),
     }

@@ -639,19 +639,31 @@ impl NodeCore {
         while let Some(action) = queue.pop_front() {
             match action {
                 Action::Send { to, mut msg } => {
-                    // Our own micro-batch leaves with our stamp of it and its version.
                     if let crate::wire::Msg::Forward {
-                        mb, version, stamp, ..
+                        mb,
+                        version,
+                        stamp,
+                        route,
+                        ..
                     } = &mut msg
-                        && stamp.is_none()
-                        && mb.origin == self.me.0
                     {
-                        let s = crate::wire::DriverStamp {
+                        // Our own micro-batch leaves with our stamp of it and its version.
+                        if stamp.is_none() && mb.origin == self.me.0 {
+                            let s = crate::wire::DriverStamp {
+                                network: self.network,
+                                mb: *mb,
+                                version: *version,
+                            };
+                            *stamp = Some(neuroshard_proof::Signed::sign(&self.identity, &s));
+                        }
+                        // And every forward with our signed choice of its receiver.
+                        let h = crate::wire::Handoff {
                             network: self.network,
                             mb: *mb,
                             version: *version,
+                            to,
                         };
-                        *stamp = Some(neuroshard_proof::Signed::sign(&self.identity, &s));
+                        route.push(neuroshard_proof::Signed::sign(&self.identity, &h));
                     }
                     let (mb, kind, job) = (msg.mb(), msg.kind(), commit::job_kind(&msg));
                     let signed = match self.commitment_for(&msg) {

@@ -66,10 +66,12 @@ impl NodeCore {
                     self.check_commitment(from, &req),
                     self.check_targets(&req.msg),
                     check_stamp(&self.network, &req.msg),
+                    self.check_route(from, &req.msg),
                 ) {
-                    (_, _, Err(why)) => {
+                    (_, _, Err(why), _) => {
                         self.refuse_request(from, what, format!("driver stamp: {why}"), now)
                     }
+                    (.., Err(why)) => self.refuse_request(from, what, format!("route: {why}"), now),
                     (Err(why), ..) if !why.blames_sender() => {
                         // Busy, not refused: the sender may lag one finalized epoch behind
                         // the network and will commit again at a later one.
@@ -79,10 +81,10 @@ impl NodeCore {
                     (Err(why), ..) => {
                         self.refuse_request(from, what, format!("commitment: {why}"), now)
                     }
-                    (_, Err(why), _) => {
+                    (_, Err(why), ..) => {
                         self.refuse_request(from, what, format!("targets: {why}"), now)
                     }
-                    (Ok((cs, c)), Ok(()), Ok(())) => {
+                    (Ok((cs, c)), Ok(()), Ok(()), Ok(())) => {
                         let (ack, actions) = self.pipeline.on_message(from, req.msg, now);
                         self.run_actions(actions, now);
                         if ack == Ack::Accepted {
@@ -140,6 +142,32 @@ impl NodeCore {
                     .check_targets(&mb.origin, mb.step, self.settings.seq, targets)
             }
             _ => Ok(()),
+        }
+    }
+
+    /// A forward's hand-offs lead from its driver to `from` and from it to us. Where the
+    /// micro-batch's version is not final here yet, the pipeline answers busy instead.
+    fn check_route(&self, from: NodeId, msg: &Msg) -> Result<(), crate::wire::RouteError> {
+        let Msg::Forward {
+            mb, version, route, ..
+        } = msg
+        else {
+            return Ok(());
+        };
+        let hops = self
+            .pipeline
+            .layouts()
+            .get(*version)
+            .and_then(|l| l.order().iter().position(|&s| s == self.stage));
+        match hops {
+            Some(hops) => crate::wire::check_route(
+                &self.network,
+                (self.me, from),
+                (*mb, *version),
+                route,
+                hops,
+            ),
+            None => Ok(()),
         }
     }
 
@@ -214,6 +242,7 @@ mod stamp_tests {
             mb: mb(),
             version,
             stamp: stamp.map(|(k, s)| Signed::sign(&test_identity(k.into()), &s)),
+            route: Vec::new(),
             input: Payload::Hidden(pack(&acts, ActSpec::default().forward).unwrap()),
             targets: vec![1, 2].into(),
         }

@@ -353,6 +353,7 @@ pub(super) fn forward_of(
         mb,
         version: 0,
         stamp: None,
+        route: Vec::new(),
         input: Payload::Hidden(
             act_codec::pack(
                 &Activations {

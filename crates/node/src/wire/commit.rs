@@ -39,7 +39,7 @@ fn envelope<T: Canonical>(
 }
 
 impl Canonical for PipeRequest {
-    const DOMAIN: &'static str = "neuroshard/pipe/v5";
+    const DOMAIN: &'static str = "neuroshard/pipe/v6";
 
     fn encode_body(&self, w: &mut Writer) {
         self.msg.encode_body(w);
@@ -154,6 +154,7 @@ mod tests {
                 },
                 version: 0,
                 stamp: None,
+                route: Vec::new(),
                 input: Payload::Tokens(Tokens {
                     batch: 1,
                     seq: 2,
