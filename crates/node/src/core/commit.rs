@@ -45,6 +45,9 @@ pub struct JobLog {
     awaiting: VecDeque<(JobId, JobHashes)>,
     signed: BTreeMap<JobId, Logged>,
     order: VecDeque<JobId>,
+    /// Jobs that ran again, with the receiver that had countersigned their earlier output and
+    /// the round it named: that receiver counted the job there, and counts it in no other.
+    recomputed: BTreeMap<JobId, (NodeId, u64)>,
 }
 
 impl JobLog {
@@ -54,6 +57,7 @@ impl JobLog {
             awaiting: VecDeque::new(),
             signed: BTreeMap::new(),
             order: VecDeque::new(),
+            recomputed: BTreeMap::new(),
         }
     }
 
@@ -86,9 +90,30 @@ impl JobLog {
 
     /// A job that ran again (recomputed after a failure) is committed afresh.
     fn forget(&mut self, id: &JobId) {
-        if self.signed.remove(id).is_some() {
-            self.order.retain(|o| o != id);
+        let Some(old) = self.signed.remove(id) else {
+            return;
+        };
+        self.order.retain(|o| o != id);
+        match old.countersign {
+            Some(cs) => {
+                if self.recomputed.len() >= MAX_LOGGED_JOBS {
+                    self.recomputed.pop_first();
+                }
+                let by = cs.signer().node_id();
+                self.recomputed.insert(*id, (by, old.commitment.round));
+            }
+            None => {
+                self.recomputed.remove(id);
+            }
         }
+    }
+
+    /// Whether `to` took an earlier output of job `id` that named another round than
+    /// `round`: it counts a job once, in the first round named, so it owes no tally for this.
+    pub fn counted_before(&self, id: &JobId, to: NodeId, round: u64) -> bool {
+        self.recomputed
+            .get(id)
+            .is_some_and(|&(by, r)| by == to && r != round)
     }
 
     fn log(&mut self, id: JobId, logged: Logged) {
@@ -354,6 +379,8 @@ impl NodeCore {
                 .economy
                 .on_work_tally(to, round, t)
                 .map_err(|e| e.to_string()),
+            // It took this job's output before, under the round that named: no penalty.
+            None if self.job_log.counted_before(&msg, to, round) => Ok(()),
             None => Err("no work tally".to_string()),
         };
         if let Err(e) = kept {
@@ -361,5 +388,80 @@ impl NodeCore {
             self.penalize(to, reason.clone());
             self.warn(format!("{to}: {reason}"), now);
         }
+    }
+}
+
+#[cfg(test)]
+mod recompute_tests {
+    use neuroshard_audit::{IsaLevel, MicroBatchRef};
+    use neuroshard_proof::fixtures::test_identity;
+
+    use super::*;
+
+    fn class() -> DeterminismClass {
+        DeterminismClass {
+            build: [0; 32],
+            isa: IsaLevel::X86V3,
+            cache_bytes: [32 << 10, 1 << 20, 32 << 20],
+            micro_batches: 2,
+        }
+    }
+
+    /// Worker 0's forward of one micro-batch, committed under `round`.
+    fn logged(round: u64) -> Logged {
+        let worker = test_identity(0);
+        let commitment = JobCommitment {
+            network: [9; 32],
+            worker: worker.node_id(),
+            stage: 1,
+            round,
+            step: 3,
+            micro_batch: MicroBatchRef {
+                origin: test_identity(5).node_id(),
+                step: 2,
+                index: 0,
+            },
+            kind: JobKind::Forward,
+            class: class(),
+            weights_hash: [1; 32],
+            input_hash: [2; 32],
+            upstream_hash: NO_HASH,
+            output_hash: [round as u8; 32],
+            grads_hash: NO_HASH,
+            epoch: 0,
+        };
+        Logged {
+            job: commitment.sign(&worker),
+            commitment,
+            countersign: None,
+        }
+    }
+
+    /// An honest worker recomputes a micro-batch after its round ended (its upstream failed
+    /// over to it again) and sends it to the receiver that took it before. That receiver
+    /// counted the job under the earlier round and signs no tally for it in the new one, where
+    /// it may be the only job: the worker does not blame it. Any other silence it does.
+    #[test]
+    fn a_receiver_that_took_a_jobs_output_under_an_earlier_round_owes_no_tally_for_it() {
+        let (took, other) = (test_identity(7), test_identity(8).node_id());
+        let mut log = JobLog::new(class());
+        let mut first = logged(3);
+        let received = first.commitment.output_hash;
+        first.countersign = Some(countersign(&took, &first.job, received).unwrap());
+        let id = (first.commitment.micro_batch.into(), JobKind::Forward);
+        log.log(id, first);
+        assert!(!log.counted_before(&id, took.node_id(), 3));
+        // Recomputed, and committed under round 4.
+        log.forget(&id);
+        log.log(id, logged(4));
+        assert!(log.counted_before(&id, took.node_id(), 4));
+        assert!(
+            !log.counted_before(&id, other, 4),
+            "another receiver owes one"
+        );
+        // Run again within round 4 and never countersigned: no one is excused any more.
+        log.forget(&id);
+        log.log(id, logged(4));
+        assert!(!log.counted_before(&id, took.node_id(), 4));
     }
 }
