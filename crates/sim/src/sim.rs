@@ -131,6 +131,8 @@ struct SimNode {
     joining: Option<joiner::Joining>,
     /// What a joiner's start-up built and heard, for its first start.
     prepared: Option<(Built, PeerTable)>,
+    /// Whose state a joiner's start-up took, at which round.
+    joined: Option<neuroshard_node::startup::Joined>,
     /// The architecture versions a mover knew when it left its stage (its ledger settles
     /// them again once it runs).
     layouts: Option<neuroshard_node::layout::Layouts>,
@@ -278,6 +280,7 @@ impl Sim {
             tamper: None,
             joining: None,
             prepared: None,
+            joined: None,
             layouts: None,
         });
         self.push(self.base + at, Ev::Start { node: i });

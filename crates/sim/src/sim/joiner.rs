@@ -10,7 +10,7 @@
 use neuroshard_model::{ModelError, StageSpec};
 use neuroshard_node::core::{EngineJob, EngineOutput, TransferError};
 use neuroshard_node::events::NodeEvent;
-use neuroshard_node::startup::{JoinError, Local, Part, Request, Startup, StartupConfig};
+use neuroshard_node::startup::{JoinError, Joined, Local, Part, Request, Startup, StartupConfig};
 
 use super::{Built, Ev, Sim, UNIX_START_MS};
 
@@ -28,6 +28,12 @@ impl Sim {
         let i = self.add_node(0, at);
         self.nodes[i].joining = Some(Joining::default());
         i
+    }
+
+    /// Whose outer state joiner `i` took at start-up, and at which round (None: it took none,
+    /// or has not started).
+    pub fn joined(&self, i: usize) -> Option<Joined> {
+        self.nodes[i].joined
     }
 
     /// Runs node `i`'s start-up as far as it goes: to its core, to its settle deadline (which
@@ -59,6 +65,7 @@ impl Sim {
                     return self.cannot_start(i, "start-up ended without an engine");
                 };
                 self.nodes[i].stage = decision.stage;
+                self.nodes[i].joined = decision.joined;
                 self.nodes[i].prepared = Some((built, decision.peers));
                 self.start(i);
             }
