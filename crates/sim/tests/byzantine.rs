@@ -76,9 +76,11 @@ fn each_byzfl_attack_from_one_sybil_among_three_replicas_stays_within_five_perce
 }
 
 /// The second row: two Sybils among the five replicas of one stage of a 3-stage
-/// network (the harder of the two ways to place two: the trimmed mean must drop two of five
-/// on each side), every attack, 3 seeds, within 5% of the clean run. A plain mean without the
-/// bound is ruined by the scaling pair (checked in the test above on the smaller network).
+/// network, every attack, 3 seeds, within 5% of the clean run. It is the harder of the two
+/// ways to place two: the trimmed mean of five assumes ⌊(5 − 1)/3⌋ = 1 liar and trims one
+/// value a side, so in every coordinate one Sybil's value can stay in the mean, held only by
+/// the norm bound. (A plain mean without the bound is ruined by one scaling Sybil: the test
+/// above.)
 #[test]
 fn each_byzfl_attack_from_two_sybils_among_five_replicas_of_a_stage_stays_within_five_percent() {
     each_attack_within_five_percent(&Scenario::new(3, 5).with_sybils(1, 2));
