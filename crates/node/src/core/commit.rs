@@ -7,7 +7,7 @@
 //! countersigns the hash it received ([`PipeAnswer`]), which the worker keeps. The log of a
 //! replica's commitments is what its round commitment chains and what auditors sample.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Instant;
 
 use neuroshard_audit::{
@@ -25,6 +25,8 @@ use crate::wire::{MicroBatchId, Msg, PipeRequest};
 pub const MAX_LOGGED_JOBS: usize = 4096;
 /// Finished jobs whose output waits to be sent, at most (a forgotten micro-batch's never is).
 const MAX_AWAITING: usize = 256;
+/// Receivers remembered per job: a failover tries a few replicas, never many.
+const MAX_TAKERS: usize = 8;
 
 type JobId = (MicroBatchId, JobKind);
 
@@ -45,9 +47,12 @@ pub struct JobLog {
     awaiting: VecDeque<(JobId, JobHashes)>,
     signed: BTreeMap<JobId, Logged>,
     order: VecDeque<JobId>,
-    /// Jobs that ran again, with the receiver that had countersigned their earlier output and
-    /// the round it named: that receiver counted the job there, and counts it in no other.
-    recomputed: BTreeMap<JobId, (NodeId, u64)>,
+    /// The receivers that countersigned each logged job's output (a failover sends it to
+    /// more than one).
+    takers: BTreeMap<JobId, BTreeSet<NodeId>>,
+    /// Jobs that ran again, with the receivers that had countersigned their earlier output and
+    /// the round it named: those receivers counted the job there, and count it in no other.
+    recomputed: BTreeMap<JobId, (BTreeSet<NodeId>, u64)>,
 }
 
 impl JobLog {
@@ -57,6 +62,7 @@ impl JobLog {
             awaiting: VecDeque::new(),
             signed: BTreeMap::new(),
             order: VecDeque::new(),
+            takers: BTreeMap::new(),
             recomputed: BTreeMap::new(),
         }
     }
@@ -94,16 +100,25 @@ impl JobLog {
             return;
         };
         self.order.retain(|o| o != id);
-        match old.countersign {
-            Some(cs) => {
+        match self.takers.remove(id) {
+            Some(takers) => {
                 if self.recomputed.len() >= MAX_LOGGED_JOBS {
                     self.recomputed.pop_first();
                 }
-                let by = cs.signer().node_id();
-                self.recomputed.insert(*id, (by, old.commitment.round));
+                self.recomputed.insert(*id, (takers, old.commitment.round));
             }
             None => {
                 self.recomputed.remove(id);
+            }
+        }
+    }
+
+    /// `by` countersigned job `id`'s output (checked by the caller).
+    fn taken_by(&mut self, id: &JobId, by: NodeId) {
+        if self.signed.contains_key(id) {
+            let takers = self.takers.entry(*id).or_default();
+            if takers.len() < MAX_TAKERS {
+                takers.insert(by);
             }
         }
     }
@@ -113,7 +128,7 @@ impl JobLog {
     pub fn counted_before(&self, id: &JobId, to: NodeId, round: u64) -> bool {
         self.recomputed
             .get(id)
-            .is_some_and(|&(by, r)| by == to && r != round)
+            .is_some_and(|(by, r)| by.contains(&to) && *r != round)
     }
 
     fn log(&mut self, id: JobId, logged: Logged) {
@@ -123,6 +138,7 @@ impl JobLog {
         while self.order.len() > MAX_LOGGED_JOBS {
             if let Some(old) = self.order.pop_front() {
                 self.signed.remove(&old);
+                self.takers.remove(&old);
             }
         }
     }
@@ -365,7 +381,10 @@ impl NodeCore {
             Ok(cs)
         });
         match checked {
-            Ok(cs) => logged.countersign = Some(cs),
+            Ok(cs) => {
+                logged.countersign = Some(cs);
+                self.job_log.taken_by(&msg, to);
+            }
             Err(e) => {
                 let reason = format!("accepted our output without countersigning it: {e}");
                 self.penalize(to, reason.clone());
@@ -438,23 +457,30 @@ mod recompute_tests {
     }
 
     /// An honest worker recomputes a micro-batch after its round ended (its upstream failed
-    /// over to it again) and sends it to the receiver that took it before. That receiver
-    /// counted the job under the earlier round and signs no tally for it in the new one, where
-    /// it may be the only job: the worker does not blame it. Any other silence it does.
+    /// over to it again) and sends it to a receiver that took its earlier output (here, either
+    /// of the two it went to, the first before a failover). That receiver counted the job under
+    /// the earlier round and signs no tally for it in the new one, where it may be the only
+    /// job: the worker does not blame it. Any other silence it does.
     #[test]
     fn a_receiver_that_took_a_jobs_output_under_an_earlier_round_owes_no_tally_for_it() {
-        let (took, other) = (test_identity(7), test_identity(8).node_id());
+        let took = [test_identity(7), test_identity(9)];
+        let other = test_identity(8).node_id();
         let mut log = JobLog::new(class());
         let mut first = logged(3);
         let received = first.commitment.output_hash;
-        first.countersign = Some(countersign(&took, &first.job, received).unwrap());
         let id = (first.commitment.micro_batch.into(), JobKind::Forward);
+        first.countersign = Some(countersign(&took[1], &first.job, received).unwrap());
         log.log(id, first);
-        assert!(!log.counted_before(&id, took.node_id(), 3));
+        for t in &took {
+            log.taken_by(&id, t.node_id());
+        }
+        assert!(!log.counted_before(&id, took[0].node_id(), 3));
         // Recomputed, and committed under round 4.
         log.forget(&id);
         log.log(id, logged(4));
-        assert!(log.counted_before(&id, took.node_id(), 4));
+        for t in &took {
+            assert!(log.counted_before(&id, t.node_id(), 4));
+        }
         assert!(
             !log.counted_before(&id, other, 4),
             "another receiver owes one"
@@ -462,6 +488,6 @@ mod recompute_tests {
         // Run again within round 4 and never countersigned: no one is excused any more.
         log.forget(&id);
         log.log(id, logged(4));
-        assert!(!log.counted_before(&id, took.node_id(), 4));
+        assert!(!log.counted_before(&id, took[0].node_id(), 4));
     }
 }
