@@ -74,6 +74,10 @@ fn main() -> Result<()> {
                 }),
         )
         .with_writer(std::io::stderr)
+        // The log is stderr: a failed write (a full disk under the log file) would be
+        // reported to stderr by `eprintln!`, which panics when that write fails too. A node
+        // keeps running with its log lost; its events still reach stdout.
+        .log_internal_errors(false)
         .init();
     let cli = Cli::parse();
     match cli.command {

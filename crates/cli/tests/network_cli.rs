@@ -1,6 +1,7 @@
 //! Real processes on 127.0.0.1: a stranger plants another network's genesis in the DHT of a
 //! running network; nodes still start, a joiner that names the network by id takes its
-//! genesis (and with it the model), and one that names none takes its bootstrap peer's.
+//! genesis (and with it the model), and one that names none takes its bootstrap peer's. And a
+//! node whose log cannot be written (a full disk) keeps running.
 
 mod common;
 
@@ -25,14 +26,19 @@ impl Drop for Node {
 
 /// Starts `neuroshard node` with `args` and waits (at most 60 s) for its `ready` event.
 fn start(dir: &Path, data: &str, args: &[&str]) -> (Node, Value) {
+    start_logging(dir, data, args, ("warn", Stdio::null()))
+}
+
+/// The same, logging at `level` into `log`.
+fn start_logging(dir: &Path, data: &str, args: &[&str], log: (&str, Stdio)) -> (Node, Value) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_neuroshard"))
         .args(["node", "--data-dir", s(dir), "--data", data])
         .args(["--listen", "/ip4/127.0.0.1/tcp/0", "--settle-ms", "500"])
         .args(args)
-        .env("RUST_LOG", "warn")
+        .env("RUST_LOG", log.0)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(log.1)
         .spawn()
         .expect("the neuroshard binary runs");
     let stdout = child.stdout.take().expect("stdout pipe");
@@ -134,4 +140,32 @@ fn a_planted_foreign_genesis_stops_no_node_and_misleads_no_joiner() {
     drop(_a);
     let (_a2, a2) = start(&dir.path().join("a"), data, &MODEL);
     assert_eq!(a2["network"].as_str(), Some(network.as_str()));
+}
+
+/// A node's log is its stderr, which the swarm and service managers point at a file. When that
+/// file's disk fills, every log write fails: the node must go on (its events still reach
+/// stdout), not die. `/dev/full` fails every write with ENOSPC, as a full disk does. Before,
+/// the log's error report went through `eprintln!`, which panicked on the same failure: the
+/// node exited with status 101 before it was ready.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_node_whose_log_cannot_be_written_keeps_running() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = tiny_genesis(dir.path());
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .expect("/dev/full opens");
+    let (mut node, ready) = start_logging(
+        &dir.path().join("a"),
+        s(&data),
+        &MODEL,
+        ("debug", Stdio::from(full)),
+    );
+    assert_eq!(ready["event"], "ready");
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        node.0.try_wait().expect("waits").is_none(),
+        "the node exited once its log could not be written"
+    );
 }
