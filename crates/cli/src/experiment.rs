@@ -54,6 +54,10 @@ pub struct DilocoArgs {
     inner_steps: u64,
     #[arg(long, default_value_t = 10)]
     outer_steps: u64,
+    /// `K:h`: the first K of the --outer-steps take h inner steps each instead of H (replicas
+    /// that sync more often while they are far apart early on).
+    #[arg(long, value_parser = parse_early)]
+    early: Option<(u64, u64)>,
     /// mean, trimmed-mean, median, krum, multi-krum, geometric-median, centered-clipping, with
     /// optional parameters, e.g. `trimmed-mean:beta=0.1` or `centered-clipping:tau=auto,iters=3`.
     #[arg(long, default_value = "mean")]
@@ -107,6 +111,9 @@ pub struct DilocoArgs {
     outer_lr: f32,
     #[arg(long, default_value_t = neuroshard_node::settings::DEFAULT_OUTER_MOMENTUM)]
     outer_momentum: f32,
+    /// Evaluate every this many outer steps (and always after the last).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    eval_every: u64,
     /// Validation windows per evaluation.
     #[arg(long, default_value_t = 64)]
     eval_windows: usize,
@@ -120,7 +127,9 @@ struct OuterReport {
     outer_step: u64,
     tokens: u64,
     train_loss: f64,
-    val_loss: f64,
+    /// Absent on outer steps `--eval-every` skips.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    val_loss: Option<f64>,
     bytes_sent_per_replica: u64,
     bytes_dense_per_replica: u64,
     wall_s: f64,
@@ -203,7 +212,10 @@ fn diloco(args: DilocoArgs) -> Result<()> {
         norm_eps: 1e-6,
     };
     config.validate()?;
-    let total = args.inner_steps * args.outer_steps;
+    if args.early.is_some() && args.baseline.is_some() {
+        bail!("--early shapes DiLoCo's rounds; a baseline has none");
+    }
+    let total = steps_before(&args, args.outer_steps);
     let optim = AdamWConfig {
         lr: args.lr,
         warmup_steps: args.warmup.min(total),
@@ -241,6 +253,34 @@ fn replica_batch(genesis: &Genesis, args: &DilocoArgs, replica: usize, step: u64
         genesis.batch(Split::Train, stream, step, args.batch, args.seq)?,
         args.seq,
     ))
+}
+
+fn parse_early(s: &str) -> Result<(u64, u64), String> {
+    let (k, h) = s.split_once(':').ok_or("expected K:h")?;
+    let k = k.parse::<u64>().map_err(|e| format!("K: {e}"))?;
+    let h = h.parse::<u64>().map_err(|e| format!("h: {e}"))?;
+    if h == 0 {
+        return Err("h must be at least 1".into());
+    }
+    Ok((k, h))
+}
+
+/// Inner steps of outer step `outer` (0-based).
+fn inner_at(args: &DilocoArgs, outer: u64) -> u64 {
+    match args.early {
+        Some((k, h)) if outer < k => h,
+        _ => args.inner_steps,
+    }
+}
+
+/// Inner steps each replica takes before outer step `outer` (0-based).
+fn steps_before(args: &DilocoArgs, outer: u64) -> u64 {
+    (0..outer).map(|o| inner_at(args, o)).sum()
+}
+
+/// Whether outer step `round` (1-based) is evaluated: every `--eval-every`-th and the last.
+fn eval_due(args: &DilocoArgs, round: u64) -> bool {
+    round.is_multiple_of(args.eval_every) || round == args.outer_steps
 }
 
 struct Evaluator {
@@ -287,11 +327,11 @@ fn print_header(mode: &str, args: &DilocoArgs, params: usize, floor: Option<f64>
 
 fn print_step(r: &OuterReport, outer_steps: u64) {
     println!(
-        "outer {:>3}/{outer_steps}  tokens {:>9}  train {:.4}  val {:.4}  sent {:>10} B/replica (dense fp32 {:>10} B, {:.1}x)  wall {:.1} s",
+        "outer {:>3}/{outer_steps}  tokens {:>9}  train {:.4}  val {}  sent {:>10} B/replica (dense fp32 {:>10} B, {:.1}x)  wall {:.1} s",
         r.outer_step,
         r.tokens,
         r.train_loss,
-        r.val_loss,
+        r.val_loss.map_or("-".into(), |v| format!("{v:.4}")),
         r.bytes_sent_per_replica,
         r.bytes_dense_per_replica,
         r.bytes_dense_per_replica as f64 / r.bytes_sent_per_replica.max(1) as f64,
@@ -378,8 +418,8 @@ fn run_diloco(
         let mut residual_ratio = 0.0f64;
         let mut sent = 0u64;
         for (r, (trainer, diloco)) in replicas.iter_mut().enumerate() {
-            for h in 0..args.inner_steps {
-                let batch = replica_batch(genesis, args, r, outer * args.inner_steps + h)?;
+            for h in 0..inner_at(args, outer) {
+                let batch = replica_batch(genesis, args, r, steps_before(args, outer) + h)?;
                 loss_sum += f64::from(trainer.step(&batch)?.loss);
             }
             let params = trainer.stage.params_mut();
@@ -469,9 +509,11 @@ fn run_diloco(
             .sqrt();
         let report = OuterReport {
             outer_step: round,
-            tokens: round * args.inner_steps * (honest * args.batch * args.seq) as u64,
-            train_loss: loss_sum / (honest as u64 * args.inner_steps) as f64,
-            val_loss: eval.loss(genesis, after)?,
+            tokens: steps_before(args, round) * (honest * args.batch * args.seq) as u64,
+            train_loss: loss_sum / (honest as u64 * inner_at(args, outer)) as f64,
+            val_loss: eval_due(args, round)
+                .then(|| eval.loss(genesis, after))
+                .transpose()?,
             bytes_sent_per_replica: sent / honest as u64,
             bytes_dense_per_replica: 4 * len as u64,
             wall_s: started.elapsed().as_secs_f64(),
@@ -518,7 +560,9 @@ fn ddp(
             outer_step: outer + 1,
             tokens: (outer + 1) * args.inner_steps * (honest * args.batch * args.seq) as u64,
             train_loss: loss_sum / args.inner_steps as f64,
-            val_loss: eval.loss(genesis, &theta)?,
+            val_loss: eval_due(args, outer + 1)
+                .then(|| eval.loss(genesis, &theta))
+                .transpose()?,
             // Each replica sends its dense fp32 gradient every step.
             bytes_sent_per_replica: args.inner_steps * 4 * len as u64,
             bytes_dense_per_replica: args.inner_steps * 4 * len as u64,
@@ -579,7 +623,7 @@ fn finish(
         seed: args.seed,
         params,
         entropy_floor: floor,
-        final_val_loss: steps.last().map_or(f64::NAN, |s| s.val_loss),
+        final_val_loss: steps.last().and_then(|s| s.val_loss).unwrap_or(f64::NAN),
         steps,
     }
 }

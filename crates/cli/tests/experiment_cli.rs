@@ -151,6 +151,23 @@ fn diloco_compressed_and_ddp_report_falling_loss() {
         "{st:?}"
     );
 
+    // Shorter early rounds and sparse evaluation: the first two outer steps take 3 inner
+    // steps, the last 6; only steps 2 and 3 are evaluated.
+    let early = experiment(
+        &data,
+        &dir.path().join("early.json"),
+        &["--early", "2:3", "--eval-every", "2"],
+    );
+    let st = steps(&early);
+    let tokens: Vec<u64> = st.iter().map(|s| s["tokens"].as_u64().unwrap()).collect();
+    assert_eq!(tokens, [3, 6, 12].map(|steps| steps * 2 * 4 * 32));
+    assert!(st[0].get("val_loss").is_none(), "{st:?}");
+    assert!(
+        finite(&st[2], "val_loss") < finite(&st[1], "val_loss"),
+        "{st:?}"
+    );
+    assert_eq!(early["final_val_loss"], st[2]["val_loss"]);
+
     let ddp = experiment(&data, &dir.path().join("ddp.json"), &["--baseline", "ddp"]);
     assert_eq!(ddp["mode"], "ddp");
     let st = steps(&ddp);
