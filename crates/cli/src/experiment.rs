@@ -411,6 +411,8 @@ fn run_diloco(
     let mut steps = Vec::new();
     for outer in 0..args.outer_steps {
         let round = outer + 1;
+        // This round's inner steps, and how many each replica took before it.
+        let (inner, first) = (inner_at(args, outer), steps_before(args, outer));
         let mut loss_sum = 0.0f64;
         let mut messages = Vec::with_capacity(args.replicas);
         let mut decoded = Vec::with_capacity(args.replicas);
@@ -418,8 +420,8 @@ fn run_diloco(
         let mut residual_ratio = 0.0f64;
         let mut sent = 0u64;
         for (r, (trainer, diloco)) in replicas.iter_mut().enumerate() {
-            for h in 0..inner_at(args, outer) {
-                let batch = replica_batch(genesis, args, r, steps_before(args, outer) + h)?;
+            for h in 0..inner {
+                let batch = replica_batch(genesis, args, r, first + h)?;
                 loss_sum += f64::from(trainer.step(&batch)?.loss);
             }
             let params = trainer.stage.params_mut();
@@ -509,8 +511,8 @@ fn run_diloco(
             .sqrt();
         let report = OuterReport {
             outer_step: round,
-            tokens: steps_before(args, round) * (honest * args.batch * args.seq) as u64,
-            train_loss: loss_sum / (honest as u64 * inner_at(args, outer)) as f64,
+            tokens: (first + inner) * (honest * args.batch * args.seq) as u64,
+            train_loss: loss_sum / (honest as u64 * inner) as f64,
             val_loss: eval_due(args, round)
                 .then(|| eval.loss(genesis, after))
                 .transpose()?,
