@@ -32,6 +32,9 @@ pub struct SwarmArgs {
     /// Optimizer steps per driver.
     #[arg(long, default_value_t = 100)]
     steps: u64,
+    /// Rows per driver step, instead of an even share of `--batch` among a stage's replicas.
+    #[arg(long)]
+    driver_batch: Option<usize>,
     /// The assembled model (all stages and the tokenizer) is written here.
     #[arg(long, default_value = "runs/swarm")]
     out: PathBuf,
@@ -125,9 +128,39 @@ extern "C" fn on_interrupt(_: libc::c_int) {
 }
 
 impl SwarmArgs {
+    /// The replicas' peak learning rate: `--lr`, else one process's where the drivers share
+    /// `--batch` (a step of the whole stage is one process's step), else a network's, whose
+    /// drivers each take a whole batch (more rows a step, so a longer step pays).
+    fn lr(&self) -> f64 {
+        match (self.step.lr, self.driver_batch) {
+            (Some(lr), _) => lr,
+            (None, None) => crate::train::DEFAULT_TRAIN_LR,
+            (None, Some(_)) => self.step.network_lr(),
+        }
+    }
+
+    /// Rows per driver step: `--driver-batch`, else `--batch` shared evenly among the replicas
+    /// a stage starts with (rounded, at least one), as data-parallel training shares its global
+    /// batch. At equal tokens that keeps one process's number of optimizer steps: two
+    /// replicas of 4 rows each learned 3.2% worse than one process of 8, where two of 8 rows
+    /// each (half the steps) were 4.3–5.1% worse (crates/node/README.md, "Learning rates").
+    fn driver_rows(&self) -> Result<usize> {
+        if let Some(rows) = self.driver_batch {
+            if rows == 0 {
+                bail!("--driver-batch must be at least 1");
+            }
+            return Ok(rows);
+        }
+        if self.step.batch == 0 {
+            bail!("--batch must be at least 1");
+        }
+        Ok(share_rows(self.step.batch, self.nodes / self.stages.max(1)))
+    }
+
     /// The swarm's settings; each node's file is this template with its own dir and peers.
     fn config(&self, genesis: &Genesis) -> Result<SwarmConfig> {
         let model = self.model.config(genesis.vocab_size(), self.step.seq)?;
+        let batch = self.driver_rows()?;
         let node = NodeSettings {
             data_dir: PathBuf::new(),
             genesis: genesis.dir().to_path_buf(),
@@ -137,13 +170,13 @@ impl SwarmArgs {
             stages: self.stages,
             stage: None,
             memory_budget: node::MEMORY_MB << 20,
-            micro_batches: self.step.network_micro_batches(),
+            micro_batches: self.step.network_micro_batches_of(batch),
             activations: self.activations,
             weight_lag: self.step.weight_lag,
-            batch: self.step.batch,
+            batch,
             seq: self.step.seq,
             steps: self.steps,
-            lr: self.step.network_lr(),
+            lr: self.lr(),
             warmup: self.step.warmup,
             clip_norm: self.step.clip_norm,
             seed: self.step.seed,
@@ -219,6 +252,12 @@ impl SwarmArgs {
     }
 }
 
+/// `batch` rows shared among `replicas` drivers, rounded to the nearest, at least one each.
+fn share_rows(batch: usize, replicas: usize) -> usize {
+    let replicas = replicas.max(1);
+    (batch.saturating_add(replicas / 2) / replicas).max(1)
+}
+
 /// Nodes that join at `--grow-at`.
 const GROW_JOINERS: usize = 2;
 /// Ledger finality's epoch in a swarm, in ms (nodes default to 10 s).
@@ -282,11 +321,11 @@ pub fn run(args: SwarmArgs) -> Result<()> {
         );
     }
     println!(
-        "starting {} nodes ({} stages) for {} steps of {}×{} tokens; model {} parameters",
+        "starting {} nodes ({} stages) for {} steps of {}×{} tokens per driver; model {} parameters",
         args.nodes,
         args.stages,
         args.steps,
-        args.step.batch,
+        cfg.node.batch,
         args.step.seq,
         cfg.node.model.num_params()
     );
@@ -344,4 +383,63 @@ fn finish(
         bail!("the chaos soak failed a check (see the soak lines above)");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::{SwarmArgs, share_rows};
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        swarm: SwarmArgs,
+    }
+
+    fn rows(args: &[&str]) -> anyhow::Result<usize> {
+        let cli = Cli::try_parse_from(std::iter::once("swarm").chain(args.iter().copied()))?;
+        cli.swarm.driver_rows()
+    }
+
+    #[test]
+    fn drivers_take_their_share_of_the_batch_unless_told_their_own() {
+        assert_eq!(rows(&["--nodes", "4", "--stages", "2"]).unwrap(), 4);
+        assert_eq!(
+            rows(&["--nodes", "8", "--stages", "2", "--batch", "16"]).unwrap(),
+            4
+        );
+        assert_eq!(rows(&["--nodes", "3", "--stages", "3"]).unwrap(), 8);
+        let own = ["--nodes", "4", "--stages", "2", "--driver-batch", "8"];
+        assert_eq!(rows(&own).unwrap(), 8);
+        assert!(rows(&["--nodes", "4", "--driver-batch", "0"]).is_err());
+        assert!(rows(&["--nodes", "4", "--batch", "0"]).is_err());
+    }
+
+    #[test]
+    fn drivers_sharing_the_batch_take_one_processs_learning_rate() {
+        let lr = |args: &[&str]| {
+            Cli::try_parse_from(std::iter::once("swarm").chain(args.iter().copied()))
+                .unwrap()
+                .swarm
+                .lr()
+        };
+        assert_eq!(lr(&["--nodes", "4"]), crate::train::DEFAULT_TRAIN_LR);
+        let own = lr(&["--nodes", "4", "--driver-batch", "8"]);
+        assert_eq!(own, neuroshard_node::settings::DEFAULT_LR);
+        assert_ne!(own, crate::train::DEFAULT_TRAIN_LR);
+        assert_eq!(lr(&["--driver-batch", "8", "--lr", "3e-3"]), 3e-3);
+    }
+
+    #[test]
+    fn a_stage_shares_the_batch_among_its_replicas() {
+        assert_eq!(share_rows(8, 1), 8);
+        assert_eq!(share_rows(8, 2), 4);
+        assert_eq!(share_rows(8, 4), 2);
+        // Rounded to the nearest share, never below one row.
+        assert_eq!(share_rows(8, 3), 3);
+        assert_eq!(share_rows(8, 16), 1);
+        assert_eq!(share_rows(8, 0), 8);
+        assert_eq!(share_rows(usize::MAX, 1), usize::MAX);
+    }
 }

@@ -127,16 +127,21 @@ impl ModelArgs {
 pub struct StepArgs {
     #[arg(long, default_value_t = 128)]
     pub seq: usize,
-    /// Rows per step (per driver step in a network).
+    /// Rows per step: one step of `train`, one driver step of a `node`, and in a `swarm` one
+    /// step of all its drivers together (each driver takes an even share: the global batch of
+    /// data-parallel training, so a swarm with `train`'s `--steps` sees `train`'s tokens).
     #[arg(long, default_value_t = 8)]
     pub batch: usize,
     /// Split each batch into this many micro-batches (changes the bits of the result, never
     /// their dependence on the thread count) [default: 2 for `train`, 4 for a network, whose
-    /// shorter micro-batches shorten the pipeline's idle time between driver steps].
+    /// shorter micro-batches shorten the pipeline's idle time between driver steps, each of at
+    /// least 2 rows].
     #[arg(long)]
     pub micro_batches: Option<usize>,
-    /// Peak learning rate, after the warm-up [default: 1e-3 for `train`, 2e-3 for a network's
-    /// replicas, whose steps DiLoCo averages: crates/node/README.md, "Learning rates"].
+    /// Peak learning rate, after the warm-up [default: 1e-3 for `train` and for a `swarm` whose
+    /// drivers share `--batch`; 2e-3 for a `node`'s replicas and a swarm's with
+    /// `--driver-batch`, each driver taking a whole batch: crates/node/README.md, "Learning
+    /// rates"].
     #[arg(long)]
     pub lr: Option<f64>,
     #[arg(long, default_value_t = 20)]
@@ -175,10 +180,15 @@ impl StepArgs {
         self.micro_batches.unwrap_or(DEFAULT_TRAIN_MICRO_BATCHES)
     }
 
-    /// Micro-batches of a network's driver steps: the default, at most one per row.
+    /// Micro-batches of a network's driver steps: the default, of at least two rows each.
     pub fn network_micro_batches(&self) -> usize {
+        self.network_micro_batches_of(self.batch)
+    }
+
+    /// The same for driver steps of `rows` rows.
+    pub fn network_micro_batches_of(&self, rows: usize) -> usize {
         self.micro_batches
-            .unwrap_or(settings::DEFAULT_MICRO_BATCHES.min(self.batch.max(1)))
+            .unwrap_or_else(|| settings::default_micro_batches(rows))
     }
 
     /// The learning rate of one process training alone.

@@ -63,6 +63,12 @@ fn four_nodes_sync_survive_a_killed_replica_admit_a_joiner_and_agree_on_the_ledg
         "5",
         "--join-at",
         "40",
+        // The timings above are for drivers of 4 rows in 4 micro-batches, not the stage's
+        // share of --batch in micro-batches of 2 rows.
+        "--driver-batch",
+        "4",
+        "--micro-batches",
+        "4",
     ];
     args.extend(TINY);
     let stdout = ok(&args);
@@ -275,6 +281,12 @@ fn audited_swarm(
         "0.5",
         "--epoch-ms",
         "1000",
+        // Drivers of 4 rows in 4 micro-batches (so 4 audited jobs a step), not a share of
+        // --batch in micro-batches of 2 rows.
+        "--driver-batch",
+        "4",
+        "--micro-batches",
+        "4",
     ]
     .iter()
     .map(|a| a.to_string())

@@ -224,6 +224,19 @@ pub const DEFAULT_LR: f64 = 2e-3;
 /// loopback, where the cores are the limit (3 runs each; README, "Micro-batches").
 pub const DEFAULT_MICRO_BATCHES: usize = 4;
 
+/// Fewest rows a default micro-batch holds. Each micro-batch pays costs that grow with the
+/// stage's parameters and not its rows (the gradient commitment's hash, the weights' upload,
+/// the gradients' copy): drivers of 4 rows made 1,580 tokens/s in 4 micro-batches and 2,249
+/// in 2 (the 4-node swarm on Shakespeare, crates/node/README.md, "Replicas that share one
+/// process's batch").
+pub const MIN_MICRO_BATCH_ROWS: usize = 2;
+
+/// Micro-batches of a driver step of `rows` rows unless configured: the default, each of at
+/// least [`MIN_MICRO_BATCH_ROWS`] rows where the step has that many.
+pub fn default_micro_batches(rows: usize) -> usize {
+    DEFAULT_MICRO_BATCHES.min((rows / MIN_MICRO_BATCH_ROWS).max(1))
+}
+
 /// Inner steps per DiLoCo round (H) unless configured. On Shakespeare with `int2` offers, H 10
 /// against 20 took 2 replicas from +3.4% to +1.1% over one process and 4 from +7.1% to +6.1%
 /// (the 2 × 2 swarm: +3.0% to +2.1% on the validation split). The price: offers add about
@@ -418,6 +431,16 @@ pub(crate) mod tests {
             growth: None,
             capacity: Default::default(),
         }
+    }
+
+    #[test]
+    fn default_micro_batches_hold_two_rows_each_up_to_four() {
+        let of = super::default_micro_batches;
+        assert_eq!(
+            [of(16), of(8), of(6), of(4), of(3), of(2), of(1)],
+            [4, 4, 3, 2, 1, 1, 1]
+        );
+        assert_eq!(of(0), 1);
     }
 
     #[test]
