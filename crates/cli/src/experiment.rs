@@ -8,7 +8,7 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand, ValueEnum};
 use neuroshard_aggregate::Attack;
 use neuroshard_data::{Genesis, Split};
-use neuroshard_model::{AdamWConfig, Batch, ModelConfig, Trainer};
+use neuroshard_model::{AdamW, AdamWConfig, Batch, ModelConfig, Trainer};
 use neuroshard_node::replica::{Diloco, DilocoConfig};
 use neuroshard_proof::NodeId;
 use neuroshard_train::CompressSpec;
@@ -41,6 +41,23 @@ pub enum ErrorFeedback {
     Accumulate,
 }
 
+/// What the replicas do with their AdamW moments when a round ends.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Moments {
+    /// Each keeps its own (what nodes do).
+    Keep,
+    /// Each takes the replicas' mean of both moments (three times a dense offer's bytes).
+    Average,
+    /// Each takes the replicas' mean first moment and keeps its own second.
+    AverageFirst,
+    /// Each takes the replicas' mean second moment and keeps its own first.
+    AverageSecond,
+    /// Each zeroes its first moment, so its next steps do not carry on along its own last
+    /// round's batches; free of traffic.
+    ZeroFirst,
+}
+
 #[derive(Args)]
 pub struct DilocoArgs {
     /// Genesis dataset directory (default: the built-in synthetic corpus, built on first use).
@@ -58,6 +75,9 @@ pub struct DilocoArgs {
     /// that sync more often while they are far apart early on).
     #[arg(long, value_parser = parse_early)]
     early: Option<(u64, u64)>,
+    /// What each replica's AdamW moments become after a round.
+    #[arg(long, value_enum, default_value_t = Moments::Keep)]
+    moments: Moments,
     /// mean, trimmed-mean, median, krum, multi-krum, geometric-median, centered-clipping, with
     /// optional parameters, e.g. `trimmed-mean:beta=0.1` or `centered-clipping:tau=auto,iters=3`.
     #[arg(long, default_value = "mean")]
@@ -161,6 +181,7 @@ struct RunReport {
     ef_decay: f32,
     outer_lr: f32,
     outer_momentum: f32,
+    moments: Moments,
     seed: u64,
     params: usize,
     entropy_floor: Option<f64>,
@@ -502,6 +523,7 @@ fn run_diloco(
                 params.set_flat(diloco.theta())?;
             }
         }
+        share_moments(&mut replicas, args.moments)?;
         let after = replicas[0].1.theta();
         let update_norm = before
             .iter()
@@ -528,6 +550,49 @@ fn run_diloco(
         steps.push(report);
     }
     Ok(finish("diloco", args, len, floor, steps))
+}
+
+/// Applies `how` to the honest replicas' AdamW moments at the end of a round.
+fn share_moments(replicas: &mut [(Trainer, Diloco)], how: Moments) -> Result<()> {
+    let (first, second) = match how {
+        Moments::Keep => return Ok(()),
+        Moments::Average => (
+            Some(mean_moment(replicas, 0)),
+            Some(mean_moment(replicas, 1)),
+        ),
+        Moments::AverageFirst => (Some(mean_moment(replicas, 0)), None),
+        Moments::AverageSecond => (None, Some(mean_moment(replicas, 1))),
+        Moments::ZeroFirst => {
+            let (m, _) = replicas[0].0.optimizer.moments();
+            (Some(m.iter().map(|x| vec![0.0; x.len()]).collect()), None)
+        }
+    };
+    for (t, _) in replicas.iter_mut() {
+        let (m, v) = t.optimizer.moments();
+        let m = first.clone().unwrap_or_else(|| m.to_vec());
+        let v = second.clone().unwrap_or_else(|| v.to_vec());
+        let (config, step) = (t.optimizer.config.clone(), t.optimizer.step_count());
+        t.optimizer = AdamW::from_state(config, t.stage.params(), step, m, v)?;
+    }
+    Ok(())
+}
+
+/// The replicas' mean of their first (`which` 0) or second (1) AdamW moment, summed in
+/// replica order.
+fn mean_moment(replicas: &[(Trainer, Diloco)], which: usize) -> Vec<Vec<f32>> {
+    fn pick(t: &Trainer, which: usize) -> &[Vec<f32>] {
+        let (m, v) = t.optimizer.moments();
+        if which == 0 { m } else { v }
+    }
+    let mut sum = pick(&replicas[0].0, which).to_vec();
+    for (t, _) in &replicas[1..] {
+        for (s, x) in sum.iter_mut().zip(pick(t, which)) {
+            s.iter_mut().zip(x).for_each(|(a, b)| *a += b);
+        }
+    }
+    let n = replicas.len() as f32;
+    sum.iter_mut().flatten().for_each(|a| *a /= n);
+    sum
 }
 
 /// DDP with the same data: every step averages the gradients of the honest replicas' batches,
@@ -622,6 +687,7 @@ fn finish(
         ef_decay: args.ef_decay,
         outer_lr: args.outer_lr,
         outer_momentum: args.outer_momentum,
+        moments: args.moments,
         seed: args.seed,
         params,
         entropy_floor: floor,

@@ -1,6 +1,6 @@
 //! `neuroshard experiment diloco` end to end on a tiny synthetic dataset: the JSON report's
-//! fields, that training lowers the loss, compression's byte counts, the DDP baseline and a
-//! rejected configuration.
+//! fields, that training lowers the loss, compression's byte counts, the replicas' moments,
+//! the DDP baseline and a rejected configuration.
 
 use std::path::Path;
 
@@ -167,6 +167,17 @@ fn diloco_compressed_and_ddp_report_falling_loss() {
         "{st:?}"
     );
     assert_eq!(early["final_val_loss"], st[2]["val_loss"]);
+
+    // What the replicas do with their AdamW moments after a round: averaging them or zeroing
+    // the first moment changes the run (so the option is applied), and the report says which.
+    assert_eq!(dense["moments"], "keep");
+    for how in ["average", "average-first", "average-second", "zero-first"] {
+        let json = dir.path().join(format!("{how}.json"));
+        let run = experiment(&data, &json, &["--moments", how]);
+        assert_eq!(run["moments"], how);
+        let last = finite(&steps(&run)[2], "val_loss");
+        assert_ne!(last, finite(&dense["steps"][2], "val_loss"), "{how}");
+    }
 
     let ddp = experiment(&data, &dir.path().join("ddp.json"), &["--baseline", "ddp"]);
     assert_eq!(ddp["mode"], "ddp");
