@@ -124,6 +124,9 @@ pub struct DilocoArgs {
     /// nodes').
     #[arg(long, default_value_t = neuroshard_node::settings::DEFAULT_LR)]
     lr: f64,
+    /// Inner AdamW's second-moment decay β₂ (default: the nodes').
+    #[arg(long, default_value_t = AdamWConfig::default().beta2)]
+    beta2: f64,
     #[arg(long, default_value_t = 20)]
     warmup: u64,
     /// The outer step (default: the nodes').
@@ -182,6 +185,7 @@ struct RunReport {
     outer_lr: f32,
     outer_momentum: f32,
     moments: Moments,
+    beta2: f64,
     seed: u64,
     params: usize,
     entropy_floor: Option<f64>,
@@ -233,12 +237,16 @@ fn diloco(args: DilocoArgs) -> Result<()> {
         norm_eps: 1e-6,
     };
     config.validate()?;
+    if !(0.0..1.0).contains(&args.beta2) {
+        bail!("--beta2 must be in [0, 1), not {}", args.beta2);
+    }
     if args.early.is_some() && args.baseline.is_some() {
         bail!("--early shapes DiLoCo's rounds; a baseline has none");
     }
     let total = steps_before(&args, args.outer_steps);
     let optim = AdamWConfig {
         lr: args.lr,
+        beta2: args.beta2,
         warmup_steps: args.warmup.min(total),
         total_steps: total,
         ..Default::default()
@@ -688,6 +696,7 @@ fn finish(
         outer_lr: args.outer_lr,
         outer_momentum: args.outer_momentum,
         moments: args.moments,
+        beta2: args.beta2,
         seed: args.seed,
         params,
         entropy_floor: floor,

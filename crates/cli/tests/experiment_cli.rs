@@ -201,4 +201,9 @@ fn diloco_compressed_and_ddp_report_falling_loss() {
     ]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("no honest replica"));
+
+    // β₂ = 1 would never forget a gradient: refused before any training.
+    let out = neuroshard(&["experiment", "diloco", "--data", s(&data), "--beta2", "1"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--beta2 must be in [0, 1)"));
 }
