@@ -143,7 +143,8 @@ impl SwarmArgs {
     /// a stage starts with (rounded, at least one), as data-parallel training shares its global
     /// batch. At equal tokens that keeps one process's number of optimizer steps: two
     /// replicas of 4 rows each learned 3.2% worse than one process of 8, where two of 8 rows
-    /// each (half the steps) were 4.3–5.1% worse (crates/node/README.md, "Learning rates").
+    /// each (half the steps) were 4.3–5.1% worse (crates/node/README.md, "Replicas that share
+    /// one process's batch").
     fn driver_rows(&self) -> Result<usize> {
         if let Some(rows) = self.driver_batch {
             if rows == 0 {
@@ -397,9 +398,13 @@ mod tests {
         swarm: SwarmArgs,
     }
 
+    fn parse(args: &[&str]) -> SwarmArgs {
+        let argv = std::iter::once("swarm").chain(args.iter().copied());
+        Cli::try_parse_from(argv).expect("valid flags").swarm
+    }
+
     fn rows(args: &[&str]) -> anyhow::Result<usize> {
-        let cli = Cli::try_parse_from(std::iter::once("swarm").chain(args.iter().copied()))?;
-        cli.swarm.driver_rows()
+        parse(args).driver_rows()
     }
 
     #[test]
@@ -418,12 +423,7 @@ mod tests {
 
     #[test]
     fn drivers_sharing_the_batch_take_one_processs_learning_rate() {
-        let lr = |args: &[&str]| {
-            Cli::try_parse_from(std::iter::once("swarm").chain(args.iter().copied()))
-                .unwrap()
-                .swarm
-                .lr()
-        };
+        let lr = |args: &[&str]| parse(args).lr();
         assert_eq!(lr(&["--nodes", "4"]), crate::train::DEFAULT_TRAIN_LR);
         let own = lr(&["--nodes", "4", "--driver-batch", "8"]);
         assert_eq!(own, neuroshard_node::settings::DEFAULT_LR);
