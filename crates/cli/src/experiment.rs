@@ -124,9 +124,10 @@ pub struct DilocoArgs {
     /// nodes').
     #[arg(long, default_value_t = neuroshard_node::settings::DEFAULT_LR)]
     lr: f64,
-    /// Inner AdamW's second-moment decay β₂ (default: the nodes').
-    #[arg(long, default_value_t = AdamWConfig::default().beta2)]
-    beta2: f64,
+    /// Inner AdamW's second-moment decay β₂ (default: the nodes' rule for a replica's
+    /// `--batch` rows of `--seq` tokens, `AdamWConfig::beta2_for`).
+    #[arg(long)]
+    beta2: Option<f64>,
     #[arg(long, default_value_t = 20)]
     warmup: u64,
     /// The outer step (default: the nodes').
@@ -237,16 +238,23 @@ fn diloco(args: DilocoArgs) -> Result<()> {
         norm_eps: 1e-6,
     };
     config.validate()?;
-    if !(0.0..1.0).contains(&args.beta2) {
-        bail!("--beta2 must be in [0, 1), not {}", args.beta2);
-    }
+    let beta2 = match args.beta2 {
+        Some(b) if (0.0..1.0).contains(&b) => b,
+        Some(b) => bail!("--beta2 must be in [0, 1), not {b}"),
+        // DDP steps on every honest replica's rows at once.
+        None if args.baseline.is_some() => AdamWConfig::beta2_for(
+            args.batch * args.replicas.saturating_sub(args.byzantine).max(1),
+            args.seq,
+        ),
+        None => AdamWConfig::beta2_for(args.batch, args.seq),
+    };
     if args.early.is_some() && args.baseline.is_some() {
         bail!("--early shapes DiLoCo's rounds; a baseline has none");
     }
     let total = steps_before(&args, args.outer_steps);
     let optim = AdamWConfig {
         lr: args.lr,
-        beta2: args.beta2,
+        beta2,
         warmup_steps: args.warmup.min(total),
         total_steps: total,
         ..Default::default()
@@ -391,6 +399,7 @@ fn run_diloco(
     config: ModelConfig,
     optim: AdamWConfig,
 ) -> Result<RunReport> {
+    let beta2 = optim.beta2;
     let attack: Attack = args.attack.parse()?;
     if args.byzantine > 0 && attack == Attack::None {
         bail!("--byzantine {} needs an --attack", args.byzantine);
@@ -557,7 +566,7 @@ fn run_diloco(
         print_step(&report, args.outer_steps);
         steps.push(report);
     }
-    Ok(finish("diloco", args, len, floor, steps))
+    Ok(finish("diloco", args, len, floor, steps, beta2))
 }
 
 /// Applies `how` to the honest replicas' AdamW moments at the end of a round.
@@ -611,6 +620,7 @@ fn ddp(
     config: ModelConfig,
     optim: AdamWConfig,
 ) -> Result<RunReport> {
+    let beta2 = optim.beta2;
     let honest = args.replicas - args.byzantine;
     let mut trainer = Trainer::new(config.clone(), optim, args.seed)?;
     trainer.micro_batches = honest;
@@ -650,7 +660,7 @@ fn ddp(
         print_step(&report, args.outer_steps);
         steps.push(report);
     }
-    Ok(finish("ddp", args, len, floor, steps))
+    Ok(finish("ddp", args, len, floor, steps, beta2))
 }
 
 fn norm(v: &[f32]) -> f64 {
@@ -678,6 +688,7 @@ fn finish(
     params: usize,
     floor: Option<f64>,
     steps: Vec<OuterReport>,
+    beta2: f64,
 ) -> RunReport {
     RunReport {
         mode,
@@ -696,7 +707,7 @@ fn finish(
         outer_lr: args.outer_lr,
         outer_momentum: args.outer_momentum,
         moments: args.moments,
-        beta2: args.beta2,
+        beta2,
         seed: args.seed,
         params,
         entropy_floor: floor,

@@ -275,6 +275,7 @@ impl NodeArgs {
             lr: self.step.network_lr(),
             warmup: self.step.warmup,
             clip_norm: self.step.clip_norm,
+            beta2: self.step.beta2,
             seed: self.step.seed,
             data_order: match self.data_order {
                 Order::Assigned => DataOrder::Assigned,

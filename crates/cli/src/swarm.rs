@@ -180,6 +180,7 @@ impl SwarmArgs {
             lr: self.lr(),
             warmup: self.step.warmup,
             clip_norm: self.step.clip_norm,
+            beta2: self.step.beta2,
             seed: self.step.seed,
             data_order: if self.global_order {
                 DataOrder::Global
@@ -220,6 +221,8 @@ impl SwarmArgs {
             },
             capacity: self.sync.capacity(self.nodes),
         };
+        // Refused here, before any node starts, rather than by every node at its start.
+        node.adamw()?;
         let kill = self
             .kill
             .as_deref()
@@ -429,6 +432,21 @@ mod tests {
         assert_eq!(own, neuroshard_node::settings::DEFAULT_LR);
         assert_ne!(own, crate::train::DEFAULT_TRAIN_LR);
         assert_eq!(lr(&["--driver-batch", "8", "--lr", "3e-3"]), 3e-3);
+    }
+
+    #[test]
+    fn drivers_sharing_the_batch_remember_as_many_tokens_as_one_process() {
+        let args = parse(&["--nodes", "4", "--stages", "2"]);
+        let rows = args.driver_rows().unwrap();
+        assert!((args.step.beta2_for(rows).unwrap() - 0.9875).abs() < 1e-12);
+        // One process steps on the whole batch: a shorter memory of the same tokens.
+        assert!((args.step.beta2_for(args.step.batch).unwrap() - 0.975).abs() < 1e-12);
+        let told = parse(&["--nodes", "4", "--beta2", "0.95"]);
+        assert!((told.step.beta2_for(rows).unwrap() - 0.95).abs() < 1e-12);
+        for bad in ["1", "1.5", "-0.1", "NaN"] {
+            let args = parse(&["--nodes", "4", &format!("--beta2={bad}")]);
+            assert!(args.step.beta2_for(rows).is_err(), "{bad}");
+        }
     }
 
     #[test]

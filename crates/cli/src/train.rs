@@ -144,6 +144,11 @@ pub struct StepArgs {
     /// rates"].
     #[arg(long)]
     pub lr: Option<f64>,
+    /// AdamW's second-moment decay [default: 1 − tokens per step / 40,960, within 0.95 to
+    /// 0.99: 0.975 for `train`'s 8 rows of 128 tokens, 0.9875 for each of two drivers sharing
+    /// them (`neuroshard_model::BETA2_MEMORY_TOKENS`)].
+    #[arg(long)]
+    pub beta2: Option<f64>,
     #[arg(long, default_value_t = 20)]
     pub warmup: u64,
     /// Gradient-norm clip (0: off); in a network each stage clips its own gradient.
@@ -189,6 +194,15 @@ impl StepArgs {
     pub fn network_micro_batches_of(&self, rows: usize) -> usize {
         self.micro_batches
             .unwrap_or_else(|| settings::default_micro_batches(rows))
+    }
+
+    /// AdamW's β₂ for steps of `rows` rows: `--beta2`, or the rule for their tokens.
+    pub fn beta2_for(&self, rows: usize) -> Result<f64> {
+        match self.beta2 {
+            Some(b) if (0.0..1.0).contains(&b) => Ok(b),
+            Some(b) => bail!("--beta2 must be in [0, 1), not {b}"),
+            None => Ok(AdamWConfig::beta2_for(rows, self.seq)),
+        }
     }
 
     /// The learning rate of one process training alone.
@@ -257,6 +271,7 @@ pub fn run(args: TrainArgs) -> Result<()> {
     }
     let optim = AdamWConfig {
         lr: args.step.train_lr(),
+        beta2: args.step.beta2_for(args.step.batch)?,
         warmup_steps: args.step.warmup.min(args.steps),
         total_steps: args.steps,
         clip_norm: args.step.clip(),

@@ -175,6 +175,7 @@ fn diloco_compressed_and_ddp_report_falling_loss() {
         let json = dir.path().join(format!("{how}.json"));
         let run = experiment(&data, &json, &["--moments", how]);
         assert_eq!(run["moments"], how);
+        assert_eq!(run["beta2"], dense["beta2"]);
         let last = finite(&steps(&run)[2], "val_loss");
         assert_ne!(last, finite(&dense["steps"][2], "val_loss"), "{how}");
     }
@@ -186,6 +187,14 @@ fn diloco_compressed_and_ddp_report_falling_loss() {
     assert_eq!(st[0]["bytes_sent_per_replica"], 6 * 4 * params);
     assert_loss_falls(st, &["train_loss", "val_loss"]);
     finite(&ddp, "final_val_loss");
+    // β₂ by default follows a step's tokens (`AdamWConfig::beta2_for`): 4 rows of 32 tokens a
+    // replica, 8 for DDP, are both few enough to take the ceiling; `--beta2` overrides it.
+    assert_eq!(finite(&dense, "beta2"), 0.99);
+    assert_eq!(finite(&ddp, "beta2"), 0.99);
+    let told = experiment(&data, &dir.path().join("b2.json"), &["--beta2", "0.95"]);
+    assert_eq!(finite(&told, "beta2"), 0.95);
+    let last = finite(&steps(&told)[2], "val_loss");
+    assert_ne!(last, finite(&dense["steps"][2], "val_loss"));
 
     let out = neuroshard(&[
         "experiment",

@@ -58,6 +58,11 @@ pub struct NodeSettings {
     pub steps: u64,
     pub lr: f64,
     pub warmup: u64,
+    /// AdamW's second-moment decay; none: from the tokens of a driver step
+    /// (`AdamWConfig::beta2_for`), so every replica of a network, which shares its batch,
+    /// takes the same.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub beta2: Option<f64>,
     /// Per-stage gradient-norm clip (0: off). A stage clips its own gradient, not the
     /// whole model's, so with clipping on a pipeline differs from one process.
     pub clip_norm: f64,
@@ -305,20 +310,34 @@ impl NodeSettings {
     /// The optimizer of every replica. A run with a known length (`--steps`) warms up then decays
     /// by cosine to its end, as `neuroshard train` does; a node that runs until stopped warms up
     /// and then holds the peak rate (a cosine toward "step 1" would train it at the floor rate).
-    pub fn adamw(&self) -> AdamWConfig {
+    ///
+    /// A β₂ outside [0, 1) is refused: at 1 the second moment's bias correction divides by
+    /// zero, and every weight becomes NaN at the first step.
+    pub fn adamw(&self) -> Result<AdamWConfig, SettingsError> {
+        let beta2 = match self.beta2 {
+            Some(b) if (0.0..1.0).contains(&b) => b,
+            Some(b) => {
+                return Err(SettingsError::Spec(
+                    "beta2",
+                    format!("{b} is not in [0, 1)"),
+                ));
+            }
+            None => AdamWConfig::beta2_for(self.batch, self.seq),
+        };
         let (warmup_steps, schedule) = if self.steps == 0 {
             (self.warmup, LrSchedule::Constant)
         } else {
             (self.warmup.min(self.steps), LrSchedule::Cosine)
         };
-        AdamWConfig {
+        Ok(AdamWConfig {
             lr: self.lr,
+            beta2,
             warmup_steps,
             total_steps: self.steps.max(1),
             clip_norm: (self.clip_norm > 0.0).then_some(self.clip_norm),
             schedule,
             ..Default::default()
-        }
+        })
     }
 
     /// The DiLoCo side of a replica; a bad compression, attack or aggregator spec is refused
@@ -408,6 +427,7 @@ pub(crate) mod tests {
             lr: 1e-3,
             warmup: 100,
             clip_norm: 0.0,
+            beta2: None,
             seed: 0,
             data_order: DataOrder::Assigned,
             threads: 1,
@@ -463,15 +483,37 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn beta2_follows_the_tokens_of_a_driver_step_unless_set_and_never_reaches_one() {
+        let mut s = settings(0);
+        (s.batch, s.seq) = (8, 128);
+        assert!((s.adamw().unwrap().beta2 - 0.975).abs() < 1e-12);
+        s.batch = 4;
+        assert!((s.adamw().unwrap().beta2 - 0.9875).abs() < 1e-12);
+        s.beta2 = Some(0.9);
+        assert!((s.adamw().unwrap().beta2 - 0.9).abs() < 1e-12);
+        // At 1 the bias correction divides by zero: NaN weights at the first step.
+        for bad in [1.0, 1.5, -0.1, f64::NAN, f64::INFINITY] {
+            s.beta2 = Some(bad);
+            assert!(s.adamw().is_err(), "{bad}");
+        }
+        // Settings files written before the field take the rule, and files without an
+        // override are written without it.
+        let json = serde_json::to_value(settings(0)).unwrap();
+        assert!(json.get("beta2").is_none());
+        let back: NodeSettings = serde_json::from_value(json).unwrap();
+        assert_eq!(back.beta2, None);
+    }
+
+    #[test]
     fn a_node_without_an_end_warms_up_then_holds_the_peak_rate() {
-        let opt = settings(0).adamw();
+        let opt = settings(0).adamw().unwrap();
         assert!(opt.lr_at(0) < 1e-4, "{}", opt.lr_at(0));
         assert!((opt.lr_at(100) - 1e-3).abs() < 1e-12);
         assert!((opt.lr_at(1_000_000) - 1e-3).abs() < 1e-12);
         // With an end it decays to the floor by then, as `train` does.
-        let opt = settings(1000).adamw();
+        let opt = settings(1000).adamw().unwrap();
         assert!(opt.lr_at(999) < 2e-4, "{}", opt.lr_at(999));
         assert_eq!(opt.warmup_steps, 100);
-        assert_eq!(settings(10).adamw().warmup_steps, 10);
+        assert_eq!(settings(10).adamw().unwrap().warmup_steps, 10);
     }
 }

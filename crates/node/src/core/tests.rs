@@ -66,6 +66,7 @@ fn settings() -> NodeSettings {
         lr: 1e-3,
         warmup: 1,
         clip_norm: 0.0,
+        beta2: None,
         seed: 1,
         data_order: DataOrder::Assigned,
         threads: 1,

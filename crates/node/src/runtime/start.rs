@@ -78,7 +78,9 @@ pub async fn start(
         settings,
         net,
         latest,
-        optim: settings.adamw(),
+        optim: settings
+            .adamw()
+            .map_err(|e| NodeError::Config(e.to_string()))?,
         dcfg: settings
             .diloco(identity.node_id())
             .map_err(|e| NodeError::Config(e.to_string()))?,
