@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, anyhow, bail};
 use clap::{Args, Subcommand, ValueEnum};
 use neuroshard_aggregate::Attack;
 use neuroshard_data::{Genesis, Split};
@@ -238,16 +238,15 @@ fn diloco(args: DilocoArgs) -> Result<()> {
         norm_eps: 1e-6,
     };
     config.validate()?;
-    let beta2 = match args.beta2 {
-        Some(b) if (0.0..1.0).contains(&b) => b,
-        Some(b) => bail!("--beta2 must be in [0, 1), not {b}"),
-        // DDP steps on every honest replica's rows at once.
-        None if args.baseline.is_some() => AdamWConfig::beta2_for(
-            args.batch * args.replicas.saturating_sub(args.byzantine).max(1),
-            args.seq,
-        ),
-        None => AdamWConfig::beta2_for(args.batch, args.seq),
+    // DDP steps on every honest replica's rows at once.
+    let rows = match args.baseline {
+        Some(_) => args
+            .batch
+            .saturating_mul(args.replicas.saturating_sub(args.byzantine).max(1)),
+        None => args.batch,
     };
+    let beta2 = AdamWConfig::beta2_or_rule(args.beta2, rows, args.seq)
+        .map_err(|e| anyhow!("--beta2 {e}"))?;
     if args.early.is_some() && args.baseline.is_some() {
         bail!("--early shapes DiLoCo's rounds; a baseline has none");
     }

@@ -5,7 +5,7 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, anyhow, bail};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use neuroshard_data::{BuildOptions, Genesis, NoProgress, Split, SyntheticConfig};
@@ -198,11 +198,7 @@ impl StepArgs {
 
     /// AdamW's β₂ for steps of `rows` rows: `--beta2`, or the rule for their tokens.
     pub fn beta2_for(&self, rows: usize) -> Result<f64> {
-        match self.beta2 {
-            Some(b) if (0.0..1.0).contains(&b) => Ok(b),
-            Some(b) => bail!("--beta2 must be in [0, 1), not {b}"),
-            None => Ok(AdamWConfig::beta2_for(rows, self.seq)),
-        }
+        AdamWConfig::beta2_or_rule(self.beta2, rows, self.seq).map_err(|e| anyhow!("--beta2 {e}"))
     }
 
     /// The learning rate of one process training alone.

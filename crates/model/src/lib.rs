@@ -28,7 +28,9 @@ pub use error::ModelError;
 pub use export::{ExportReport, SpecialTokens, export_hf};
 pub use generate::{Generator, Sampling, sample};
 pub use grow::{Architecture, FfnGrowth, Growth};
-pub use optim::{AdamW, AdamWConfig, BETA2_MEMORY_TOKENS, BETA2_RANGE, LrSchedule, StepStats};
+pub use optim::{
+    AdamW, AdamWConfig, BETA2_MEMORY_TOKENS, BETA2_RANGE, Beta2Error, LrSchedule, StepStats,
+};
 pub use params::{ParamKind, ParamSet, ParamSpec, StageSpec};
 pub use replay::{EngineReplayer, ReplayError, Wire, determinism_class};
 pub use serve::{StageRunner, StepInput, StepOutput, StreamCache};

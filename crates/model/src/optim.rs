@@ -114,12 +114,27 @@ pub const BETA2_MEMORY_TOKENS: f64 = 40_960.0;
 /// from 0.41 to 1.82; within 5% at 0.99 and 0.95).
 pub const BETA2_RANGE: (f64, f64) = (0.95, 0.99);
 
+/// A β₂ that no AdamW can run: at 1 the second moment's bias correction divides by zero and
+/// every weight becomes NaN at the first step.
+#[derive(Debug, Clone, Copy, PartialEq, thiserror::Error)]
+#[error("must be in [0, 1), not {0}")]
+pub struct Beta2Error(pub f64);
+
 impl AdamWConfig {
     /// The second-moment decay for steps of `rows` rows of `seq` tokens (see
     /// [`BETA2_MEMORY_TOKENS`]); the result is always inside [`BETA2_RANGE`].
     pub fn beta2_for(rows: usize, seq: usize) -> f64 {
         let tokens = rows as f64 * seq as f64;
         (1.0 - tokens / BETA2_MEMORY_TOKENS).clamp(BETA2_RANGE.0, BETA2_RANGE.1)
+    }
+
+    /// The β₂ a user set, checked, or else [`Self::beta2_for`] `rows` rows of `seq` tokens.
+    pub fn beta2_or_rule(set: Option<f64>, rows: usize, seq: usize) -> Result<f64, Beta2Error> {
+        match set {
+            Some(b) if (0.0..1.0).contains(&b) => Ok(b),
+            Some(b) => Err(Beta2Error(b)),
+            None => Ok(Self::beta2_for(rows, seq)),
+        }
     }
 
     /// Learning rate for the (0-based) step: linear warmup, then the [`LrSchedule`].
@@ -350,6 +365,19 @@ mod tests {
         assert!(close(AdamWConfig::beta2_for(usize::MAX, usize::MAX), 0.95));
         assert!(close(AdamWConfig::beta2_for(1, 1), 0.99));
         assert!(close(AdamWConfig::beta2_for(0, 128), 0.99));
+        // A set value is kept unless no AdamW can run it.
+        assert_eq!(AdamWConfig::beta2_or_rule(Some(0.9), 8, 128), Ok(0.9));
+        assert!(close(
+            AdamWConfig::beta2_or_rule(None, 8, 128).unwrap(),
+            0.975
+        ));
+        for bad in [1.0, 1.5, -0.1, f64::INFINITY] {
+            assert_eq!(
+                AdamWConfig::beta2_or_rule(Some(bad), 8, 128),
+                Err(Beta2Error(bad))
+            );
+        }
+        assert!(AdamWConfig::beta2_or_rule(Some(f64::NAN), 8, 128).is_err());
     }
 
     #[test]

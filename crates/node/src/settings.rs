@@ -311,19 +311,10 @@ impl NodeSettings {
     /// by cosine to its end, as `neuroshard train` does; a node that runs until stopped warms up
     /// and then holds the peak rate (a cosine toward "step 1" would train it at the floor rate).
     ///
-    /// A β₂ outside [0, 1) is refused: at 1 the second moment's bias correction divides by
-    /// zero, and every weight becomes NaN at the first step.
+    /// A β₂ outside [0, 1) is refused ([`neuroshard_model::Beta2Error`]).
     pub fn adamw(&self) -> Result<AdamWConfig, SettingsError> {
-        let beta2 = match self.beta2 {
-            Some(b) if (0.0..1.0).contains(&b) => b,
-            Some(b) => {
-                return Err(SettingsError::Spec(
-                    "beta2",
-                    format!("{b} is not in [0, 1)"),
-                ));
-            }
-            None => AdamWConfig::beta2_for(self.batch, self.seq),
-        };
+        let beta2 = AdamWConfig::beta2_or_rule(self.beta2, self.batch, self.seq)
+            .map_err(|e| SettingsError::Spec("beta2", e.to_string()))?;
         let (warmup_steps, schedule) = if self.steps == 0 {
             (self.warmup, LrSchedule::Constant)
         } else {

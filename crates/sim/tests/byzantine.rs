@@ -90,8 +90,8 @@ fn each_byzfl_attack_from_two_sybils_among_five_replicas_of_a_stage_stays_within
 /// Sybil sends N(0, 1) noise per coordinate, thousands of times an honest pseudo-gradient's
 /// norm. The norm bound clips it to 3× the honest norm and the loss stays within 5% of the
 /// clean run (+4.4% at this model's β₂ of 0.99, the ceiling of `AdamWConfig::beta2_for`;
-/// +1.9% at 0.95, and +7.1% at an uncapped 0.999); without the bound the model is destroyed. With sparse offers
-/// (`randk:0.25:int2`) the same clipped noise cost +26%: the plain average passes it into θ₀
+/// +1.9% at 0.95, and +7.1% at an uncapped 0.999); without the bound the model is destroyed.
+/// With sparse offers (`randk:0.25:int2`) the same clipped noise cost +26%: the plain average passes it into θ₀
 /// every round. Sign-flip, IPM and scale get through either way, which is why `swarm` runs
 /// three replicas a stage.
 #[test]
