@@ -96,7 +96,7 @@ impl ValueCoding {
         }
     }
 
-    fn bits(self) -> usize {
+    pub(crate) fn bits(self) -> usize {
         match self {
             Self::F32 => 32,
             Self::Int8 => 8,
@@ -157,7 +157,7 @@ pub struct CompressSpec {
     /// Select and code blockwise DCT coefficients instead of raw coordinates (DeMo).
     pub dct: bool,
     /// Send each weight matrix as a rank-r factor on a shared basis instead
-    /// ([`crate::lowrank`]; `values` is then fp32 or int8, the other fields are unused).
+    /// ([`crate::lowrank`]; `values` codes the factors, the other fields are unused).
     pub low_rank: Option<usize>,
 }
 
@@ -229,8 +229,7 @@ impl FromStr for CompressSpec {
             }
         }
         let sparse = out.fraction < 1.0 || out.dct || out.chunk != 4096;
-        let coded = matches!(out.values, ValueCoding::F32 | ValueCoding::Int8);
-        if out.low_rank.is_some() && (sparse || !coded) {
+        if out.low_rank.is_some() && sparse {
             return Err(bad());
         }
         Ok(out)

@@ -17,8 +17,8 @@
 //! per [`DENSE_CHUNK`] values.
 //!
 //! Wire format: `tag:u8 = 'L'`, `rank:u8`, `coding:u8`, `basis id: 8 bytes`, then per matrix its factor
-//! column by column (`scale:f32le` then the values for int8; fp32le values otherwise), then the
-//! dense coordinates chunk by chunk (the same). Every length follows from the layout.
+//! column by column (fp32le values, or `scale:f32le` then the codes: int8 a byte each, int2
+//! and sign packed from the low bit), then the dense coordinates chunk by chunk (the same). Every length follows from the layout.
 
 use thiserror::Error;
 
@@ -45,8 +45,6 @@ pub enum LayoutError {
     Rank(usize),
     #[error("pseudo-gradient has {len} values, the layout {expected}")]
     Length { len: usize, expected: usize },
-    #[error("low-rank coding must be fp32 or int8, not {0:?}")]
-    Coding(ValueCoding),
     #[error("the basis was built for another layout")]
     Basis,
     #[error("the factors of this pseudo-gradient overflow f32")]
@@ -306,16 +304,34 @@ fn orthonormalize(cols: &mut [Vec<f64>], random: impl Fn(usize, usize) -> f64) {
     }
 }
 
-/// `values` in `coding`: fp32, or int8 with the sparse codec's scale and rounding.
+/// `values` in `coding`: fp32, or the sparse codec's scale and codes (int8 one a byte; int2
+/// and sign packed from the low bit, as the sparse codec packs them).
 fn put_values(out: &mut Vec<u8>, coding: ValueCoding, values: &[f32]) {
-    if coding == ValueCoding::Int8 {
-        let scale = scale_of(coding, values);
-        out.extend_from_slice(&scale.to_le_bytes());
-        out.extend(values.iter().map(|&v| quantize(coding, scale, v) as u8));
-    } else {
+    if coding == ValueCoding::F32 {
         for v in values {
             out.extend_from_slice(&v.to_le_bytes());
         }
+        return;
+    }
+    let scale = scale_of(coding, values);
+    out.extend_from_slice(&scale.to_le_bytes());
+    let bits = coding.bits();
+    let (mut packed, mut filled) = (0u8, 0);
+    for &v in values {
+        let q = quantize(coding, scale, v);
+        if bits == 8 {
+            out.push(q as u8);
+            continue;
+        }
+        packed |= (q as u8) << filled;
+        filled += bits;
+        if filled == 8 {
+            out.push(packed);
+            (packed, filled) = (0, 0);
+        }
+    }
+    if filled > 0 {
+        out.push(packed);
     }
 }
 
@@ -327,33 +343,30 @@ fn read_values(
     group: usize,
 ) -> Result<Vec<f32>, DecodeError> {
     let bad = DecodeError::NonFinite { chunk: group };
-    if coding == ValueCoding::Int8 {
-        let scale = r.f32()?;
-        if !(scale.is_finite() && scale >= 0.0) {
+    if coding == ValueCoding::F32 {
+        let bytes = r.take(count.checked_mul(4).ok_or(bad.clone())?)?;
+        let v: Vec<f32> = bytes
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        if v.iter().any(|x| !x.is_finite()) {
             return Err(bad);
         }
-        let codes = r.take(count)?;
-        return Ok(codes
-            .iter()
-            .map(|&q| dequantize(coding, scale, u32::from(q)))
-            .collect());
+        return Ok(v);
     }
-    let bytes = r.take(count.checked_mul(4).ok_or(bad.clone())?)?;
-    let v: Vec<f32> = bytes
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .collect();
-    if v.iter().any(|x| !x.is_finite()) {
+    let scale = r.f32()?;
+    if !(scale.is_finite() && scale >= 0.0) {
         return Err(bad);
     }
-    Ok(v)
-}
-
-fn check_coding(coding: ValueCoding) -> Result<(), LayoutError> {
-    match coding {
-        ValueCoding::F32 | ValueCoding::Int8 => Ok(()),
-        other => Err(LayoutError::Coding(other)),
-    }
+    let bits = coding.bits();
+    let codes = r.take(count.checked_mul(bits).ok_or(bad)?.div_ceil(8))?;
+    let mask = (1u32 << bits) - 1;
+    Ok((0..count)
+        .map(|n| {
+            let (byte, shift) = (n * bits / 8, n * bits % 8);
+            dequantize(coding, scale, (u32::from(codes[byte]) >> shift) & mask)
+        })
+        .collect())
 }
 
 /// Encodes `delta` on `basis`; returns the message and what receivers will rebuild from it.
@@ -363,7 +376,6 @@ pub fn encode(
     coding: ValueCoding,
     delta: &[f32],
 ) -> Result<(Vec<u8>, Vec<f32>), LayoutError> {
-    check_coding(coding)?;
     if delta.len() != layout.len {
         return Err(LayoutError::Length {
             len: delta.len(),
@@ -435,9 +447,6 @@ pub fn decode(layout: &Layout, basis: &Basis, bytes: &[u8]) -> Result<Vec<f32>, 
         });
     }
     let coding = ValueCoding::from_tag(head[2])?;
-    if check_coding(coding).is_err() {
-        return Err(DecodeError::Coding(head[2]));
-    }
     if r.take(ID_BYTES)? != basis.id {
         return Err(DecodeError::Basis);
     }

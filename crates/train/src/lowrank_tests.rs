@@ -124,6 +124,25 @@ fn a_message_is_the_projection_and_leaves_the_rest_to_error_feedback() {
     assert_eq!(msg8.len(), 11 + factors + dense + 4 * (4 + 3));
     let err: Vec<f32> = decoded8.iter().zip(&decoded).map(|(a, b)| a - b).collect();
     assert!(sq(&err) < 1e-3 * sq(&decoded));
+    // Two- and one-bit codes, packed: each column or chunk a scale and ⌈k·bits / 8⌉ bytes, and
+    // what receivers rebuild is what the sender's residual is taken against.
+    let packed = |bits: usize| {
+        let groups = [12, 12, 6, 6, 3, 5, 7];
+        11 + groups
+            .iter()
+            .map(|k| 4 + (k * bits).div_ceil(8))
+            .sum::<usize>()
+    };
+    let mut errors = Vec::new();
+    for (coding, bits) in [(ValueCoding::Int2, 2), (ValueCoding::Sign, 1)] {
+        let (msg, coded) = encode(&l, &basis, coding, &delta).unwrap();
+        assert_eq!(msg.len(), packed(bits), "{coding:?}");
+        assert_eq!(decode(&l, &basis, &msg).unwrap(), coded);
+        let err: Vec<f32> = coded.iter().zip(&decoded).map(|(a, b)| a - b).collect();
+        errors.push(sq(&err) / sq(&decoded));
+    }
+    // More bits, less error; two bits already keep most of the projection.
+    assert!(errors[0] < errors[1] && errors[0] < 0.2, "{errors:?}");
 }
 
 #[test]
@@ -161,9 +180,14 @@ fn layouts_and_specs_are_checked() {
     let l = layout(2);
     assert!(Basis::for_round(&l, 2, Some(&[0.0; 3]), 1, 0).is_err());
     let basis = Basis::for_round(&l, 2, None, 1, 0).unwrap();
-    assert!(encode(&l, &basis, ValueCoding::Int2, &values(l.len(), 1)).is_err());
     assert!(encode(&l, &basis, ValueCoding::F32, &[1.0; 4]).is_err());
-    for good in ["lowrank:4:int8", "lowrank:2:fp32", "lowrank:1"] {
+    for good in [
+        "lowrank:4:int8",
+        "lowrank:2:fp32",
+        "lowrank:1",
+        "lowrank:16:int2",
+        "lowrank:8:sign",
+    ] {
         let spec: crate::CompressSpec = good.parse().unwrap();
         assert_eq!(
             spec.to_string().parse::<crate::CompressSpec>().unwrap(),
@@ -173,7 +197,7 @@ fn layouts_and_specs_are_checked() {
     for bad in [
         "lowrank:0",
         "lowrank:65",
-        "lowrank:4:int2",
+        "lowrank:4:int2:chunk=64",
         "lowrank:4:randk:0.5",
     ] {
         assert!(bad.parse::<crate::CompressSpec>().is_err(), "{bad}");
@@ -229,11 +253,13 @@ proptest! {
     fn any_bytes_decode_to_finite_values_or_an_error(
         seed in any::<u64>(),
         round in 1u64..10,
+        coding in 0u8..4,
         mutations in neuroshard_mutate::mutations(),
     ) {
         let l = layout(2);
+        let coding = ValueCoding::from_tag(coding).unwrap();
         let basis = Basis::for_round(&l, 2, Some(&values(l.len(), seed)), round, seed).unwrap();
-        let (msg, decoded) = encode(&l, &basis, ValueCoding::Int8, &values(l.len(), !seed)).unwrap();
+        let (msg, decoded) = encode(&l, &basis, coding, &values(l.len(), !seed)).unwrap();
         prop_assert_eq!(decode(&l, &basis, &msg).unwrap(), decoded);
         let bad = neuroshard_mutate::apply(&msg, &mutations);
         if let Ok(v) = decode(&l, &basis, &bad) {
