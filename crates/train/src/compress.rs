@@ -44,6 +44,8 @@ pub enum DecodeError {
     Version(u8),
     #[error("unknown value coding {0}")]
     Coding(u8),
+    #[error("value coding {got} is not this network's ({expected})")]
+    OtherCoding { got: u8, expected: u8 },
     #[error("unknown selection {0}")]
     Selection(u8),
     #[error("vector length {len} differs from the expected {expected}")]

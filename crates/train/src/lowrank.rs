@@ -430,6 +430,23 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
         .sum::<f64>() as f32
 }
 
+/// [`decode`] for a network whose offers are coded in `coding`: a message in any other coding
+/// is refused (an honest replica never sends one, and auditors re-encode in the network's).
+pub fn decode_in(
+    layout: &Layout,
+    basis: &Basis,
+    coding: ValueCoding,
+    bytes: &[u8],
+) -> Result<Vec<f32>, DecodeError> {
+    match bytes.get(2) {
+        Some(&got) if got != coding.tag() => Err(DecodeError::OtherCoding {
+            got,
+            expected: coding.tag(),
+        }),
+        _ => decode(layout, basis, bytes),
+    }
+}
+
 /// Rebuilds a message's pseudo-gradient on `basis`: finite values or an error, never a panic.
 pub fn decode(layout: &Layout, basis: &Basis, bytes: &[u8]) -> Result<Vec<f32>, DecodeError> {
     if basis.columns.len() != layout.matrices.len() {

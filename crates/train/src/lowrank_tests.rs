@@ -228,6 +228,20 @@ fn a_message_for_another_rank_or_coding_is_refused() {
     let mut bad = msg.clone();
     bad[2] = 2;
     assert!(decode(&l, &b3, &bad).is_err());
+    // A well-formed message in another coding than the network's.
+    let (sign, _) = encode(&l, &b3, ValueCoding::Sign, &values(l.len(), 3)).unwrap();
+    assert!(decode(&l, &b3, &sign).is_ok());
+    assert_eq!(
+        decode_in(&l, &b3, ValueCoding::Int8, &sign),
+        Err(DecodeError::OtherCoding {
+            got: 3,
+            expected: 1
+        })
+    );
+    assert_eq!(
+        decode_in(&l, &b3, ValueCoding::Int8, &msg),
+        decode(&l, &b3, &msg)
+    );
     // A message on another round's basis.
     let other = Basis::for_round(&l, 3, None, 3, 0).unwrap();
     assert_eq!(decode(&l, &other, &msg), Err(DecodeError::Basis));

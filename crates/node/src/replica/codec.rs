@@ -58,7 +58,11 @@ impl OfferCodec {
     pub(super) fn decode(&self, bytes: &[u8]) -> Result<Vec<f32>, DecodeError> {
         match self {
             Self::Sparse { len } => decode(bytes, *len),
-            Self::LowRank { layout, basis, .. } => lowrank::decode(layout, basis, bytes),
+            Self::LowRank {
+                layout,
+                basis,
+                coding,
+            } => lowrank::decode_in(layout, basis, *coding, bytes),
         }
     }
 

@@ -106,6 +106,28 @@ fn an_offer_built_on_another_theta_history_is_refused_not_misread() {
     );
 }
 
+/// A replica may not pick its own precision: a well-formed offer on the round's basis in
+/// another coding than the network's is refused (an auditor would re-encode it differently).
+#[test]
+fn a_low_rank_offer_in_another_coding_is_refused() {
+    let (mut p, mut d) = three(3, "lowrank:2:int8");
+    let start = p[0].clone();
+    d[2] = Diloco::new(cfg(3, "lowrank:2:sign"), &start).unwrap();
+    for (i, p) in p.iter_mut().enumerate() {
+        train_noisy(p, 30 + i as u64);
+    }
+    let sent = offers(&mut d, &p, 1);
+    let a = d[0].apply(1, sent, &mut p[0]).unwrap();
+    assert_eq!(a.contributors.len(), 2);
+    assert_eq!(a.rejected.len(), 1, "{:?}", a.rejected);
+    assert_eq!(a.rejected[0].0, NodeId([3; 32]));
+    assert!(
+        a.rejected[0].1.contains("not this network's"),
+        "{:?}",
+        a.rejected
+    );
+}
+
 #[test]
 fn a_forged_low_rank_offer_lands_in_the_rounds_subspace_and_is_clipped() {
     let start = params(3);
