@@ -46,6 +46,8 @@ pub enum DecodeError {
     Coding(u8),
     #[error("value coding {got} is not this network's ({expected})")]
     OtherCoding { got: u8, expected: u8 },
+    #[error("the message's {0} is not this network's")]
+    OtherFormat(&'static str),
     #[error("unknown selection {0}")]
     Selection(u8),
     #[error("vector length {len} differs from the expected {expected}")]
@@ -323,6 +325,34 @@ pub(crate) fn scale_of(coding: ValueCoding, values: &[f32]) -> f32 {
     (scale as f32).min(f32::MAX / 128.0)
 }
 
+/// Appends `codes` of `bits` bits each (8, 2 or 1), packed from the low bit of each byte; the
+/// last byte is padded with zeros. Both codecs send their quantized values so.
+pub(crate) fn pack_codes(out: &mut Vec<u8>, bits: usize, codes: impl IntoIterator<Item = u32>) {
+    let (mut packed, mut filled) = (0u8, 0);
+    for q in codes {
+        packed |= (q as u8) << filled;
+        filled += bits;
+        if filled == 8 {
+            out.push(packed);
+            (packed, filled) = (0, 0);
+        }
+    }
+    if filled > 0 {
+        out.push(packed);
+    }
+}
+
+/// Code `n` of `bits` bits from `bytes` packed by [`pack_codes`]; `bytes` holds at least
+/// ⌈(n + 1)·bits / 8⌉ bytes.
+pub(crate) fn code_at(bytes: &[u8], bits: usize, n: usize) -> u32 {
+    (u32::from(bytes[n * bits / 8]) >> (n * bits % 8)) & ((1u32 << bits) - 1)
+}
+
+/// The `randk` mask seed of `round` for replicas sharing `seed`.
+pub fn mask_seed(seed: u64, round: u64) -> u64 {
+    SplitMix(seed ^ round.wrapping_mul(0xA076_1D64_78BD_642F)).next()
+}
+
 /// SplitMix64: the mask generator. Small, fast and the same on every platform.
 pub(crate) struct SplitMix(pub(crate) u64);
 
@@ -390,32 +420,19 @@ fn encode_chunk(spec: &CompressSpec, seed: u64, index: usize, acc: &mut [f32], o
             prev = Some(i);
         }
     }
-    let bits = spec.values.bits();
-    let mut packed = 0u8;
-    let mut filled = 0;
-    for (&i, &v) in picked.iter().zip(&selected) {
-        let sent = if spec.values == ValueCoding::F32 {
+    if spec.values == ValueCoding::F32 {
+        for (&i, &v) in picked.iter().zip(&selected) {
             out.extend_from_slice(&v.to_le_bytes());
-            v
-        } else {
-            let q = quantize(spec.values, scale, v);
-            if bits == 8 {
-                out.push(q as u8);
-            } else {
-                packed |= (q as u8) << filled;
-                filled += bits;
-                if filled == 8 {
-                    out.push(packed);
-                    (packed, filled) = (0, 0);
-                }
-            }
-            dequantize(spec.values, scale, q)
-        };
-        acc[i as usize] = v - sent;
+            acc[i as usize] = 0.0; // sent whole
+        }
+        return;
     }
-    if filled > 0 {
-        out.push(packed);
-    }
+    let codes = picked.iter().zip(&selected).map(|(&i, &v)| {
+        let q = quantize(spec.values, scale, v);
+        acc[i as usize] = v - dequantize(spec.values, scale, q);
+        q
+    });
+    pack_codes(out, spec.values.bits(), codes);
 }
 
 /// Compresses successive pseudo-gradients of one replica, carrying the error-feedback residual
@@ -495,7 +512,7 @@ impl Compressor {
     /// The `randk` mask seed of the current round: the same for every replica with the same
     /// seed and round.
     pub fn mask_seed(&self) -> u64 {
-        SplitMix(self.seed ^ self.round.wrapping_mul(0xA076_1D64_78BD_642F)).next()
+        mask_seed(self.seed, self.round)
     }
 
     /// Encodes `delta + residual`; the part not representable in the message becomes the new
@@ -554,6 +571,27 @@ impl Compressor {
 /// Decodes a message into a dense vector of `expected_len` values. Every field is checked, so
 /// malformed or hostile input is an error, never a panic or an oversized allocation.
 pub fn decode(bytes: &[u8], expected_len: usize) -> Result<Vec<f32>, DecodeError> {
+    decode_checked(bytes, expected_len, None)
+}
+
+/// [`decode`] for a network that sends `spec` with the `randk` mask seed `mask_seed` (see
+/// [`mask_seed`]): a message in any other coding, selection, chunk, mask or count per chunk is
+/// refused. A sender that chose its own mask would put its values where no honest replica
+/// puts one, and a coordinate-wise rule would no longer compare like with like.
+pub fn decode_for(
+    bytes: &[u8],
+    spec: &CompressSpec,
+    mask_seed: u64,
+    expected_len: usize,
+) -> Result<Vec<f32>, DecodeError> {
+    decode_checked(bytes, expected_len, Some((spec, mask_seed)))
+}
+
+fn decode_checked(
+    bytes: &[u8],
+    expected_len: usize,
+    network: Option<(&CompressSpec, u64)>,
+) -> Result<Vec<f32>, DecodeError> {
     let mut r = Reader::new(bytes);
     let version = r.u8()?;
     if version != VERSION {
@@ -579,6 +617,23 @@ pub fn decode(bytes: &[u8], expected_len: usize) -> Result<Vec<f32>, DecodeError
         Selection::Random => r.varint()?,
         Selection::TopK => 0,
     };
+    if let Some((spec, mask_seed)) = network {
+        if coding != spec.values {
+            return Err(DecodeError::OtherCoding {
+                got: coding.tag(),
+                expected: spec.values.tag(),
+            });
+        }
+        let foreign = [
+            (selection != spec.selection, "selection"),
+            (dct != spec.dct, "transform"),
+            (chunk != spec.chunk, "chunk"),
+            (selection == Selection::Random && seed != mask_seed, "mask"),
+        ];
+        if let Some(&(_, field)) = foreign.iter().find(|(differs, _)| *differs) {
+            return Err(DecodeError::OtherFormat(field));
+        }
+    }
     let mut out = vec![0.0f32; expected_len];
     let mut picked: Vec<u32> = Vec::new();
     for (c, dense) in out.chunks_mut(chunk).enumerate() {
@@ -587,6 +642,9 @@ pub fn decode(bytes: &[u8], expected_len: usize) -> Result<Vec<f32>, DecodeError
             return Err(DecodeError::Count { chunk: c, count });
         }
         let count = count as usize;
+        if network.is_some_and(|(spec, _)| count != spec.keep(dense.len())) {
+            return Err(DecodeError::OtherFormat("count"));
+        }
         if count == 0 {
             continue;
         }
@@ -625,11 +683,7 @@ pub fn decode(bytes: &[u8], expected_len: usize) -> Result<Vec<f32>, DecodeError
                     let b = &values[4 * n..4 * n + 4];
                     f32::from_le_bytes([b[0], b[1], b[2], b[3]])
                 }
-                _ => {
-                    let (byte, shift) = (n * bits / 8, n * bits % 8);
-                    let mask = (1u32 << bits) - 1;
-                    dequantize(coding, scale, (u32::from(values[byte]) >> shift) & mask)
-                }
+                _ => dequantize(coding, scale, code_at(values, bits, n)),
             };
             if !v.is_finite() {
                 return Err(DecodeError::NonFinite { chunk: c });

@@ -470,3 +470,53 @@ fn dct_round_trip_and_error_feedback() {
         Err(DecodeError::Selection(0x20))
     );
 }
+
+/// A network's own format decodes; a message with another mask, fraction, coding, selection
+/// or chunk is refused by name, though each is well formed and `decode` takes it.
+#[test]
+fn a_message_in_another_format_than_the_networks_is_refused() {
+    let n = 2 * 64;
+    let a: Vec<f32> = (0..n).map(|i| ((i as f32) * 0.37).cos()).collect();
+    let network = randk(0.25, 64, ValueCoding::Int2);
+    let message = |spec: CompressSpec, seed: u64| {
+        let mut c = Compressor::with_seed(spec, n, seed);
+        c.set_round(3);
+        c.compress(&a).unwrap()
+    };
+    let ours = message(network, 9);
+    let expected = mask_seed(9, 3);
+    assert_eq!(decode_for(&ours, &network, expected, n), decode(&ours, n));
+    assert!(decode_for(&ours, &network, expected, n).is_ok());
+    let other_format = DecodeError::OtherFormat;
+    let foreign = [
+        (message(network, 10), other_format("mask")),
+        (
+            message(randk(0.5, 64, ValueCoding::Int2), 9),
+            other_format("count"),
+        ),
+        (
+            message(spec(0.25, 64, ValueCoding::Int2), 9),
+            other_format("selection"),
+        ),
+        (
+            message(randk(0.25, 32, ValueCoding::Int2), 9),
+            other_format("chunk"),
+        ),
+        (
+            message(randk(0.25, 64, ValueCoding::Sign), 9),
+            DecodeError::OtherCoding {
+                got: ValueCoding::Sign.tag(),
+                expected: ValueCoding::Int2.tag(),
+            },
+        ),
+    ];
+    for (bytes, error) in foreign {
+        assert!(decode(&bytes, n).is_ok());
+        assert_eq!(decode_for(&bytes, &network, expected, n), Err(error));
+    }
+    // The round is part of the mask: last round's message is refused this round.
+    assert_eq!(
+        decode_for(&ours, &network, mask_seed(9, 4), n),
+        Err(other_format("mask"))
+    );
+}

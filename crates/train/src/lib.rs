@@ -10,6 +10,7 @@ mod outer;
 mod varint;
 
 pub use compress::{
-    CompressError, CompressSpec, Compressor, DecodeError, Selection, SpecError, ValueCoding, decode,
+    CompressError, CompressSpec, Compressor, DecodeError, Selection, SpecError, ValueCoding,
+    decode, decode_for, mask_seed,
 };
 pub use outer::{DilocoError, DilocoRound, OuterOptimizer, RoundOutcome};

@@ -22,7 +22,9 @@
 
 use thiserror::Error;
 
-use crate::compress::{DecodeError, SplitMix, ValueCoding, dequantize, quantize, scale_of};
+use crate::compress::{
+    DecodeError, SplitMix, ValueCoding, code_at, dequantize, pack_codes, quantize, scale_of,
+};
 use crate::varint::Reader;
 
 /// First byte of a low-rank message (the sparse codec's version byte is never this).
@@ -315,24 +317,8 @@ fn put_values(out: &mut Vec<u8>, coding: ValueCoding, values: &[f32]) {
     }
     let scale = scale_of(coding, values);
     out.extend_from_slice(&scale.to_le_bytes());
-    let bits = coding.bits();
-    let (mut packed, mut filled) = (0u8, 0);
-    for &v in values {
-        let q = quantize(coding, scale, v);
-        if bits == 8 {
-            out.push(q as u8);
-            continue;
-        }
-        packed |= (q as u8) << filled;
-        filled += bits;
-        if filled == 8 {
-            out.push(packed);
-            (packed, filled) = (0, 0);
-        }
-    }
-    if filled > 0 {
-        out.push(packed);
-    }
+    let codes = values.iter().map(|&v| quantize(coding, scale, v));
+    pack_codes(out, coding.bits(), codes);
 }
 
 /// `count` values in `coding`; `group` names the column or chunk for errors.
@@ -360,12 +346,8 @@ fn read_values(
     }
     let bits = coding.bits();
     let codes = r.take(count.checked_mul(bits).ok_or(bad)?.div_ceil(8))?;
-    let mask = (1u32 << bits) - 1;
     Ok((0..count)
-        .map(|n| {
-            let (byte, shift) = (n * bits / 8, n * bits % 8);
-            dequantize(coding, scale, (u32::from(codes[byte]) >> shift) & mask)
-        })
+        .map(|n| dequantize(coding, scale, code_at(codes, bits, n)))
         .collect())
 }
 
@@ -419,7 +401,7 @@ pub fn encode(
         }
     }
     // Finite inputs can still give factors or products past f32's range.
-    let decoded = decode(layout, basis, &out).map_err(|_| LayoutError::NonFinite)?;
+    let decoded = decode(layout, basis, coding, &out).map_err(|_| LayoutError::NonFinite)?;
     Ok((out, decoded))
 }
 
@@ -430,25 +412,15 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
         .sum::<f64>() as f32
 }
 
-/// [`decode`] for a network whose offers are coded in `coding`: a message in any other coding
-/// is refused (an honest replica never sends one, and auditors re-encode in the network's).
-pub fn decode_in(
+/// Rebuilds a message's pseudo-gradient on `basis`: finite values or an error, never a panic.
+/// A message in another coding than the network's `coding` is refused: an honest replica never
+/// sends one, and auditors re-encode in the network's.
+pub fn decode(
     layout: &Layout,
     basis: &Basis,
     coding: ValueCoding,
     bytes: &[u8],
 ) -> Result<Vec<f32>, DecodeError> {
-    match bytes.get(2) {
-        Some(&got) if got != coding.tag() => Err(DecodeError::OtherCoding {
-            got,
-            expected: coding.tag(),
-        }),
-        _ => decode(layout, basis, bytes),
-    }
-}
-
-/// Rebuilds a message's pseudo-gradient on `basis`: finite values or an error, never a panic.
-pub fn decode(layout: &Layout, basis: &Basis, bytes: &[u8]) -> Result<Vec<f32>, DecodeError> {
     if basis.columns.len() != layout.matrices.len() {
         return Err(DecodeError::Basis);
     }
@@ -463,7 +435,12 @@ pub fn decode(layout: &Layout, basis: &Basis, bytes: &[u8]) -> Result<Vec<f32>, 
             expected: basis.rank,
         });
     }
-    let coding = ValueCoding::from_tag(head[2])?;
+    if ValueCoding::from_tag(head[2])? != coding {
+        return Err(DecodeError::OtherCoding {
+            got: head[2],
+            expected: coding.tag(),
+        });
+    }
     if r.take(ID_BYTES)? != basis.id {
         return Err(DecodeError::Basis);
     }

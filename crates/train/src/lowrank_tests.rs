@@ -102,7 +102,7 @@ fn a_message_is_the_projection_and_leaves_the_rest_to_error_feedback() {
     let delta = values(l.len(), 11);
     let basis = Basis::for_round(&l, 2, Some(&values(l.len(), 12)), 4, 1).unwrap();
     let (msg, decoded) = encode(&l, &basis, ValueCoding::F32, &delta).unwrap();
-    assert_eq!(decode(&l, &basis, &msg).unwrap(), decoded);
+    assert_eq!(decode(&l, &basis, ValueCoding::F32, &msg).unwrap(), decoded);
     // Dense coordinates go whole.
     assert_eq!(&decoded[..3], &delta[..3]);
     assert_eq!(&decoded[200..], &delta[200..]);
@@ -137,7 +137,7 @@ fn a_message_is_the_projection_and_leaves_the_rest_to_error_feedback() {
     for (coding, bits) in [(ValueCoding::Int2, 2), (ValueCoding::Sign, 1)] {
         let (msg, coded) = encode(&l, &basis, coding, &delta).unwrap();
         assert_eq!(msg.len(), packed(bits), "{coding:?}");
-        assert_eq!(decode(&l, &basis, &msg).unwrap(), coded);
+        assert_eq!(decode(&l, &basis, coding, &msg).unwrap(), coded);
         let err: Vec<f32> = coded.iter().zip(&decoded).map(|(a, b)| a - b).collect();
         errors.push(sq(&err) / sq(&decoded));
     }
@@ -222,40 +222,43 @@ fn a_message_for_another_rank_or_coding_is_refused() {
     let b3 = Basis::for_round(&l, 3, None, 1, 0).unwrap();
     let (msg, _) = encode(&l, &b3, ValueCoding::Int8, &values(l.len(), 3)).unwrap();
     assert!(matches!(
-        decode(&l, &b2, &msg),
+        decode(&l, &b2, ValueCoding::Int8, &msg),
         Err(DecodeError::Rank { got: 3, .. })
     ));
     let mut bad = msg.clone();
     bad[2] = 2;
-    assert!(decode(&l, &b3, &bad).is_err());
+    assert!(decode(&l, &b3, ValueCoding::Int8, &bad).is_err());
     // A well-formed message in another coding than the network's.
     let (sign, _) = encode(&l, &b3, ValueCoding::Sign, &values(l.len(), 3)).unwrap();
-    assert!(decode(&l, &b3, &sign).is_ok());
+    assert!(decode(&l, &b3, ValueCoding::Sign, &sign).is_ok());
     assert_eq!(
-        decode_in(&l, &b3, ValueCoding::Int8, &sign),
+        decode(&l, &b3, ValueCoding::Int8, &sign),
         Err(DecodeError::OtherCoding {
             got: 3,
             expected: 1
         })
     );
-    assert_eq!(
-        decode_in(&l, &b3, ValueCoding::Int8, &msg),
-        decode(&l, &b3, &msg)
-    );
+    assert!(decode(&l, &b3, ValueCoding::Int8, &msg).is_ok());
     // A message on another round's basis.
     let other = Basis::for_round(&l, 3, None, 3, 0).unwrap();
-    assert_eq!(decode(&l, &other, &msg), Err(DecodeError::Basis));
+    assert_eq!(
+        decode(&l, &other, ValueCoding::Int8, &msg),
+        Err(DecodeError::Basis)
+    );
     // A negative or non-finite scale, a truncation, trailing bytes.
     let mut nan = msg.clone();
     nan[11..15].copy_from_slice(&f32::NAN.to_le_bytes());
-    assert!(decode(&l, &b3, &nan).is_err());
+    assert!(decode(&l, &b3, ValueCoding::Int8, &nan).is_err());
     let mut neg = msg.clone();
     neg[11..15].copy_from_slice(&(-1.0f32).to_le_bytes());
-    assert!(decode(&l, &b3, &neg).is_err());
-    assert!(decode(&l, &b3, &msg[..msg.len() - 1]).is_err());
+    assert!(decode(&l, &b3, ValueCoding::Int8, &neg).is_err());
+    assert!(decode(&l, &b3, ValueCoding::Int8, &msg[..msg.len() - 1]).is_err());
     let mut long = msg.clone();
     long.push(0);
-    assert_eq!(decode(&l, &b3, &long), Err(DecodeError::Trailing(1)));
+    assert_eq!(
+        decode(&l, &b3, ValueCoding::Int8, &long),
+        Err(DecodeError::Trailing(1))
+    );
 }
 
 proptest! {
@@ -274,9 +277,9 @@ proptest! {
         let coding = ValueCoding::from_tag(coding).unwrap();
         let basis = Basis::for_round(&l, 2, Some(&values(l.len(), seed)), round, seed).unwrap();
         let (msg, decoded) = encode(&l, &basis, coding, &values(l.len(), !seed)).unwrap();
-        prop_assert_eq!(decode(&l, &basis, &msg).unwrap(), decoded);
+        prop_assert_eq!(decode(&l, &basis, coding, &msg).unwrap(), decoded);
         let bad = neuroshard_mutate::apply(&msg, &mutations);
-        if let Ok(v) = decode(&l, &basis, &bad) {
+        if let Ok(v) = decode(&l, &basis, coding, &bad) {
             prop_assert_eq!(v.len(), l.len());
             prop_assert!(v.iter().all(|x| x.is_finite()));
         }

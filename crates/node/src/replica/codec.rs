@@ -5,13 +5,19 @@
 use neuroshard_aggregate::Attack;
 use neuroshard_model::ParamSet;
 use neuroshard_train::lowrank::{self, Basis, Layout, Matrix};
-use neuroshard_train::{CompressSpec, Compressor, DecodeError, DilocoRound, ValueCoding, decode};
+use neuroshard_train::{
+    CompressSpec, Compressor, DecodeError, DilocoRound, ValueCoding, decode, decode_for, mask_seed,
+};
 
 use super::ReplicaError;
 
 pub(super) enum OfferCodec {
+    /// Offers in `spec` whose `randk` masks come from `mask_seed`: a message in any other
+    /// format is refused.
     Sparse {
         len: usize,
+        spec: CompressSpec,
+        mask_seed: u64,
     },
     LowRank {
         layout: Layout,
@@ -44,7 +50,11 @@ impl OfferCodec {
     ) -> Result<Self, ReplicaError> {
         let len = before.theta().len();
         let Some(rank) = spec.low_rank else {
-            return Ok(Self::Sparse { len });
+            return Ok(Self::Sparse {
+                len,
+                spec: *spec,
+                mask_seed: mask_seed(seed, round),
+            });
         };
         let layout = layout_of(params, rank)?;
         let basis = Basis::for_round(&layout, rank, before.previous(), round, seed)?;
@@ -57,12 +67,16 @@ impl OfferCodec {
 
     pub(super) fn decode(&self, bytes: &[u8]) -> Result<Vec<f32>, DecodeError> {
         match self {
-            Self::Sparse { len } => decode(bytes, *len),
+            Self::Sparse {
+                len,
+                spec,
+                mask_seed,
+            } => decode_for(bytes, spec, *mask_seed, *len),
             Self::LowRank {
                 layout,
                 basis,
                 coding,
-            } => lowrank::decode_in(layout, basis, *coding, bytes),
+            } => lowrank::decode(layout, basis, *coding, bytes),
         }
     }
 
@@ -75,7 +89,7 @@ impl OfferCodec {
         delta: &[f32],
     ) -> Result<(Vec<u8>, Vec<f32>), ReplicaError> {
         match self {
-            Self::Sparse { len } => {
+            Self::Sparse { len, .. } => {
                 compressor.set_round(round);
                 let blob = compressor.compress(delta)?;
                 let _ = compressor.take_residual();

@@ -1,4 +1,5 @@
-//! DiLoCo rounds with low-rank offers: the basis comes from each replica's outer state.
+//! DiLoCo rounds with compressed offers: low-rank bases from each replica's outer state, and the
+//! network's offer format, which a replica may not choose for itself.
 
 use super::tests::{cfg, params};
 use super::*;
@@ -125,6 +126,34 @@ fn a_low_rank_offer_in_another_coding_is_refused() {
         a.rejected[0].1.contains("not this network's"),
         "{:?}",
         a.rejected
+    );
+}
+
+/// The same for sparse offers: a replica that draws its own random mask (another seed) or
+/// sends a larger fraction puts values where no honest replica does, and is refused.
+#[test]
+fn a_sparse_offer_with_its_own_mask_or_fraction_is_refused() {
+    let (mut p, mut d) = three(4, "randk:0.25:int2");
+    let start = p[0].clone();
+    let mut own_mask = cfg(2, "randk:0.25:int2");
+    own_mask.seed += 1;
+    d[1] = Diloco::new(own_mask, &start).unwrap();
+    d[2] = Diloco::new(cfg(3, "randk:0.5:int2"), &start).unwrap();
+    for (i, p) in p.iter_mut().enumerate() {
+        train_noisy(p, 40 + i as u64);
+    }
+    let sent = offers(&mut d, &p, 1);
+    let a = d[0].apply(1, sent, &mut p[0]).unwrap();
+    assert_eq!(a.contributors, vec![NodeId([1; 32])]);
+    let reasons: Vec<&str> = a.rejected.iter().map(|(_, why)| why.as_str()).collect();
+    assert_eq!(a.rejected.len(), 2, "{reasons:?}");
+    assert!(
+        reasons[0].contains("mask is not this network's"),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons[1].contains("count is not this network's"),
+        "{reasons:?}"
     );
 }
 
