@@ -107,18 +107,26 @@ fn an_offer_built_on_another_theta_history_is_refused_not_misread() {
     );
 }
 
+/// Round 1 of three replicas offering in `spec`, except those `liars` replaces with their own
+/// configurations, as replica 1 aggregates it.
+fn round_one_at_replica_one(spec: &str, liars: Vec<(usize, DilocoConfig)>, seed: u64) -> Applied {
+    let (mut p, mut d) = three(seed, spec);
+    let start = p[0].clone();
+    for (i, config) in liars {
+        d[i] = Diloco::new(config, &start).unwrap();
+    }
+    for (i, p) in p.iter_mut().enumerate() {
+        train_noisy(p, 10 * seed + i as u64);
+    }
+    let sent = offers(&mut d, &p, 1);
+    d[0].apply(1, sent, &mut p[0]).unwrap()
+}
+
 /// A replica may not pick its own precision: a well-formed offer on the round's basis in
 /// another coding than the network's is refused (an auditor would re-encode it differently).
 #[test]
 fn a_low_rank_offer_in_another_coding_is_refused() {
-    let (mut p, mut d) = three(3, "lowrank:2:int8");
-    let start = p[0].clone();
-    d[2] = Diloco::new(cfg(3, "lowrank:2:sign"), &start).unwrap();
-    for (i, p) in p.iter_mut().enumerate() {
-        train_noisy(p, 30 + i as u64);
-    }
-    let sent = offers(&mut d, &p, 1);
-    let a = d[0].apply(1, sent, &mut p[0]).unwrap();
+    let a = round_one_at_replica_one("lowrank:2:int8", vec![(2, cfg(3, "lowrank:2:sign"))], 3);
     assert_eq!(a.contributors.len(), 2);
     assert_eq!(a.rejected.len(), 1, "{:?}", a.rejected);
     assert_eq!(a.rejected[0].0, NodeId([3; 32]));
@@ -133,17 +141,10 @@ fn a_low_rank_offer_in_another_coding_is_refused() {
 /// sends a larger fraction puts values where no honest replica does, and is refused.
 #[test]
 fn a_sparse_offer_with_its_own_mask_or_fraction_is_refused() {
-    let (mut p, mut d) = three(4, "randk:0.25:int2");
-    let start = p[0].clone();
     let mut own_mask = cfg(2, "randk:0.25:int2");
     own_mask.seed += 1;
-    d[1] = Diloco::new(own_mask, &start).unwrap();
-    d[2] = Diloco::new(cfg(3, "randk:0.5:int2"), &start).unwrap();
-    for (i, p) in p.iter_mut().enumerate() {
-        train_noisy(p, 40 + i as u64);
-    }
-    let sent = offers(&mut d, &p, 1);
-    let a = d[0].apply(1, sent, &mut p[0]).unwrap();
+    let larger = cfg(3, "randk:0.5:int2");
+    let a = round_one_at_replica_one("randk:0.25:int2", vec![(1, own_mask), (2, larger)], 4);
     assert_eq!(a.contributors, vec![NodeId([1; 32])]);
     let reasons: Vec<&str> = a.rejected.iter().map(|(_, why)| why.as_str()).collect();
     assert_eq!(a.rejected.len(), 2, "{reasons:?}");
