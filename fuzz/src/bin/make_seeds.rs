@@ -93,7 +93,12 @@ fn write_all(root: &Path) -> Result<(), Box<dyn std::error::Error>> {
     }
 
     // Low-rank offers on the fuzz target's fixed layout: a 16 × 16 matrix, the rest dense.
-    for (rank, coding) in [(2usize, ValueCoding::Int8), (3, ValueCoding::F32)] {
+    for (rank, coding) in [
+        (2usize, ValueCoding::Int8),
+        (3, ValueCoding::F32),
+        (4, ValueCoding::Int2),
+        (1, ValueCoding::Sign),
+    ] {
         let matrix = Matrix {
             offset: 0,
             rows: 16,
