@@ -315,6 +315,16 @@ pub struct Network {
 }
 
 impl Network {
+    /// The seed every replica of this network draws its `randk` masks and low-rank bases
+    /// from: the network id's first eight bytes. It must be one value network-wide (a node
+    /// refuses offers on another mask), so it comes from the genesis, never from a node's own
+    /// `--seed`.
+    pub fn sync_seed(&self) -> u64 {
+        let mut first = [0u8; 8];
+        first.copy_from_slice(&self.id[..8]);
+        u64::from_le_bytes(first)
+    }
+
     /// Signs `genesis` as its founder.
     pub fn found(founder: &Identity, genesis: NetworkGenesis) -> Result<Self, NetworkError> {
         Self::open(&Signed::sign(founder, &genesis).to_bytes())

@@ -332,8 +332,10 @@ impl NodeSettings {
     }
 
     /// The DiLoCo side of a replica; a bad compression, attack or aggregator spec is refused
-    /// here, at start, rather than at the first round.
-    pub fn diloco(&self, me: NodeId) -> Result<DilocoConfig, SettingsError> {
+    /// here, at start, rather than at the first round. `sync_seed` is the network's
+    /// (`Network::sync_seed`): masks and bases must agree across replicas whatever `--seed`
+    /// each node was started with.
+    pub fn diloco(&self, me: NodeId, sync_seed: u64) -> Result<DilocoConfig, SettingsError> {
         let s = &self.sync;
         let cfg = DilocoConfig {
             me,
@@ -345,7 +347,7 @@ impl NodeSettings {
                 .map_err(|e: SpecError| SettingsError::Spec("compression", e.to_string()))?,
             outer_lr: s.outer_lr,
             outer_momentum: s.outer_momentum,
-            seed: self.seed,
+            seed: sync_seed,
             attack: s
                 .attack
                 .parse()
@@ -460,11 +462,11 @@ pub(crate) mod tests {
         let mut s = settings(0);
         for ok in [0.0, 1.0, 2.0, 50.0] {
             s.sync.norm_bound = ok;
-            assert_eq!(s.diloco(me).unwrap().norm_bound, ok);
+            assert_eq!(s.diloco(me, 0).unwrap().norm_bound, ok);
         }
         for bad in [0.5, -1.0, f64::NAN, f64::INFINITY] {
             s.sync.norm_bound = bad;
-            assert!(s.diloco(me).is_err(), "{bad}");
+            assert!(s.diloco(me, 0).is_err(), "{bad}");
         }
         // Settings files written before the bound existed read with the default.
         let mut json = serde_json::to_value(settings(0)).unwrap();

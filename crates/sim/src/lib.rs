@@ -183,7 +183,7 @@ impl Factory {
             s.sync.attack = self.attack.clone();
         }
         let dcfg = (s.sync.every > 0)
-            .then(|| s.diloco(node))
+            .then(|| s.diloco(node, s.seed))
             .transpose()
             .map_err(|e| FactoryError(e.to_string()))?;
         let engine: Box<dyn SimEngine> = match self.kind {

@@ -329,3 +329,35 @@ fn the_unbonding_delay_comes_from_the_genesis() -> Result<(), NetworkError> {
     assert_eq!(Network::open(&b.signed)?.genesis, b.genesis);
     Ok(())
 }
+
+#[test]
+fn replicas_started_with_different_seeds_share_the_networks_masks() -> Result<(), NetworkError> {
+    use neuroshard_proof::NodeId;
+    use neuroshard_train::{Compressor, decode_for, mask_seed};
+    let founder = test_identity(1);
+    let mut g = genesis("randk", Vec::new());
+    g.protocol.compression = "randk:0.25:int8".into();
+    let ours = Network::found(&founder, g)?;
+    let other = Network::found(&founder, genesis("other", Vec::new()))?;
+    assert_ne!(ours.sync_seed(), other.sync_seed());
+    let (mut a, mut b) = (
+        crate::settings::tests::settings(0),
+        crate::settings::tests::settings(0),
+    );
+    a.seed = 1;
+    b.seed = 2;
+    ours.genesis.protocol.apply_to(&mut a);
+    ours.genesis.protocol.apply_to(&mut b);
+    let (me, you) = (NodeId([1; 32]), NodeId([2; 32]));
+    let ca = a.diloco(me, ours.sync_seed()).expect("a's config");
+    let cb = b.diloco(you, ours.sync_seed()).expect("b's config");
+    assert_eq!(ca.seed, cb.seed);
+    // A's offer of round 3 decodes on b's mask for round 3.
+    let delta: Vec<f32> = (0..64).map(|i| (i as f32 * 0.37).sin()).collect();
+    let mut compressor = Compressor::with_seed(ca.compression, delta.len(), ca.seed);
+    compressor.set_round(3);
+    let msg = compressor.compress(&delta).expect("offer");
+    let on_b = decode_for(&msg, &cb.compression, mask_seed(cb.seed, 3), delta.len());
+    assert!(on_b.is_ok(), "{on_b:?}");
+    Ok(())
+}

@@ -82,7 +82,7 @@ pub async fn start(
             .adamw()
             .map_err(|e| NodeError::Config(e.to_string()))?,
         dcfg: settings
-            .diloco(identity.node_id())
+            .diloco(identity.node_id(), network.sync_seed())
             .map_err(|e| NodeError::Config(e.to_string()))?,
         state: None,
     };
