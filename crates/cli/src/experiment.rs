@@ -8,13 +8,17 @@ use anyhow::{Context, Result, anyhow, bail};
 use clap::{Args, Subcommand, ValueEnum};
 use neuroshard_aggregate::Attack;
 use neuroshard_data::{Genesis, Split};
-use neuroshard_model::{AdamW, AdamWConfig, Batch, ModelConfig, Trainer};
+use neuroshard_model::{AdamWConfig, Batch, ModelConfig, Trainer};
 use neuroshard_node::replica::{Diloco, DilocoConfig};
 use neuroshard_proof::NodeId;
 use neuroshard_train::CompressSpec;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
+
+mod moments;
+pub use moments::Moments;
+use moments::share_moments;
 
 #[derive(Subcommand)]
 pub enum ExperimentCommand {
@@ -39,23 +43,6 @@ pub enum ErrorFeedback {
     /// counted twice (kept for comparison); with β < 1 and no outer momentum this is SparseLoCo,
     /// where the decaying accumulator takes the place of the outer momentum.
     Accumulate,
-}
-
-/// What the replicas do with their AdamW moments when a round ends.
-#[derive(Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Moments {
-    /// Each keeps its own (what nodes do).
-    Keep,
-    /// Each takes the replicas' mean of both moments (three times a dense offer's bytes).
-    Average,
-    /// Each takes the replicas' mean first moment and keeps its own second.
-    AverageFirst,
-    /// Each takes the replicas' mean second moment and keeps its own first.
-    AverageSecond,
-    /// Each zeroes its first moment, so its next steps do not carry on along its own last
-    /// round's batches; free of traffic.
-    ZeroFirst,
 }
 
 #[derive(Args)]
@@ -566,49 +553,6 @@ fn run_diloco(
         steps.push(report);
     }
     Ok(finish("diloco", args, len, floor, steps, beta2))
-}
-
-/// Applies `how` to the honest replicas' AdamW moments at the end of a round.
-fn share_moments(replicas: &mut [(Trainer, Diloco)], how: Moments) -> Result<()> {
-    let (first, second) = match how {
-        Moments::Keep => return Ok(()),
-        Moments::Average => (
-            Some(mean_moment(replicas, 0)),
-            Some(mean_moment(replicas, 1)),
-        ),
-        Moments::AverageFirst => (Some(mean_moment(replicas, 0)), None),
-        Moments::AverageSecond => (None, Some(mean_moment(replicas, 1))),
-        Moments::ZeroFirst => {
-            let (m, _) = replicas[0].0.optimizer.moments();
-            (Some(m.iter().map(|x| vec![0.0; x.len()]).collect()), None)
-        }
-    };
-    for (t, _) in replicas.iter_mut() {
-        let (m, v) = t.optimizer.moments();
-        let m = first.clone().unwrap_or_else(|| m.to_vec());
-        let v = second.clone().unwrap_or_else(|| v.to_vec());
-        let (config, step) = (t.optimizer.config.clone(), t.optimizer.step_count());
-        t.optimizer = AdamW::from_state(config, t.stage.params(), step, m, v)?;
-    }
-    Ok(())
-}
-
-/// The replicas' mean of their first (`which` 0) or second (1) AdamW moment, summed in
-/// replica order.
-fn mean_moment(replicas: &[(Trainer, Diloco)], which: usize) -> Vec<Vec<f32>> {
-    fn pick(t: &Trainer, which: usize) -> &[Vec<f32>] {
-        let (m, v) = t.optimizer.moments();
-        if which == 0 { m } else { v }
-    }
-    let mut sum = pick(&replicas[0].0, which).to_vec();
-    for (t, _) in &replicas[1..] {
-        for (s, x) in sum.iter_mut().zip(pick(t, which)) {
-            s.iter_mut().zip(x).for_each(|(a, b)| *a += b);
-        }
-    }
-    let n = replicas.len() as f32;
-    sum.iter_mut().flatten().for_each(|a| *a /= n);
-    sum
 }
 
 /// DDP with the same data: every step averages the gradients of the honest replicas' batches,

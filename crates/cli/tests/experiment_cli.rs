@@ -171,7 +171,13 @@ fn diloco_compressed_and_ddp_report_falling_loss() {
     // What the replicas do with their AdamW moments after a round: averaging them or zeroing
     // the first moment changes the run (so the option is applied), and the report says which.
     assert_eq!(dense["moments"], "keep");
-    for how in ["average", "average-first", "average-second", "zero-first"] {
+    for how in [
+        "average",
+        "average-first",
+        "average-second",
+        "average-second-factored",
+        "zero-first",
+    ] {
         let json = dir.path().join(format!("{how}.json"));
         let run = experiment(&data, &json, &["--moments", how]);
         assert_eq!(run["moments"], how);
