@@ -26,6 +26,17 @@ pub enum ExperimentCommand {
     Diloco(DilocoArgs),
 }
 
+/// Where a replica's training windows come from.
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReplicaData {
+    /// Each replica its own uniform draws over every training window.
+    Uniform,
+    /// As a network's drivers read: each round a section of one shard from the genesis
+    /// rotation (`Genesis::rotated_train_batch`), the replicas as the drivers.
+    Assigned,
+}
+
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Baseline {
     /// Synchronous data parallel: the replicas' gradients averaged every step, same tokens.
@@ -90,6 +101,9 @@ pub struct DilocoArgs {
     ef_decay: f32,
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Which windows each replica trains on.
+    #[arg(long, value_enum, default_value_t = ReplicaData::Uniform)]
+    replica_data: ReplicaData,
     /// Write the run (settings and per-outer-step figures) as JSON.
     #[arg(long)]
     json_out: Option<PathBuf>,
@@ -173,6 +187,7 @@ struct RunReport {
     outer_lr: f32,
     outer_momentum: f32,
     moments: Moments,
+    replica_data: ReplicaData,
     beta2: f64,
     seed: u64,
     params: usize,
@@ -271,11 +286,27 @@ fn diloco(args: DilocoArgs) -> Result<()> {
 
 /// Each replica reads its own deterministic stream of training windows.
 fn replica_batch(genesis: &Genesis, args: &DilocoArgs, replica: usize, step: u64) -> Result<Batch> {
-    let stream = args.seed ^ ((replica as u64 + 1) << 32);
-    Ok(neuroshard_eval::to_model_batch(
-        genesis.batch(Split::Train, stream, step, args.batch, args.seq)?,
-        args.seq,
-    ))
+    let batch = match args.replica_data {
+        ReplicaData::Uniform => {
+            let stream = args.seed ^ ((replica as u64 + 1) << 32);
+            genesis.batch(Split::Train, stream, step, args.batch, args.seq)?
+        }
+        ReplicaData::Assigned => {
+            // Replica r drives as the id [r + 1; 32] (ids need only be distinct here).
+            let id = |r: usize| [u8::try_from(r + 1).unwrap_or(u8::MAX); 32];
+            let drivers: Vec<[u8; 32]> = (0..args.replicas).map(id).collect();
+            let round = step / args.inner_steps.max(1);
+            genesis.rotated_train_batch(
+                &drivers,
+                &id(replica),
+                round,
+                step,
+                args.batch,
+                args.seq,
+            )?
+        }
+    };
+    Ok(neuroshard_eval::to_model_batch(batch, args.seq))
 }
 
 fn parse_early(s: &str) -> Result<(u64, u64), String> {
@@ -650,6 +681,7 @@ fn finish(
         outer_lr: args.outer_lr,
         outer_momentum: args.outer_momentum,
         moments: args.moments,
+        replica_data: args.replica_data,
         beta2,
         seed: args.seed,
         params,

@@ -186,6 +186,20 @@ fn diloco_compressed_and_ddp_report_falling_loss() {
         assert_ne!(last, finite(&dense["steps"][2], "val_loss"), "{how}");
     }
 
+    // Replicas reading as a network's drivers do (a shard section each round) see other
+    // windows than uniform draws, and the report says which.
+    assert_eq!(dense["replica_data"], "uniform");
+    let assigned = experiment(
+        &data,
+        &dir.path().join("assigned.json"),
+        &["--replica-data", "assigned"],
+    );
+    assert_eq!(assigned["replica_data"], "assigned");
+    assert_ne!(
+        finite(&steps(&assigned)[2], "val_loss"),
+        finite(&dense["steps"][2], "val_loss")
+    );
+
     let ddp = experiment(&data, &dir.path().join("ddp.json"), &["--baseline", "ddp"]);
     assert_eq!(ddp["mode"], "ddp");
     let st = steps(&ddp);
