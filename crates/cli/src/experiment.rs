@@ -292,8 +292,12 @@ fn replica_batch(genesis: &Genesis, args: &DilocoArgs, replica: usize, step: u64
             genesis.batch(Split::Train, stream, step, args.batch, args.seq)?
         }
         ReplicaData::Assigned => {
-            // Replica r drives as the id [r + 1; 32] (ids need only be distinct here).
-            let id = |r: usize| [u8::try_from(r + 1).unwrap_or(u8::MAX); 32];
+            // Replica r drives as the id r + 1 (ids need only be distinct here).
+            let id = |r: usize| {
+                let mut id = [0u8; 32];
+                id[..8].copy_from_slice(&(r as u64 + 1).to_le_bytes());
+                id
+            };
             let drivers: Vec<[u8; 32]> = (0..args.replicas).map(id).collect();
             let round = step / args.inner_steps.max(1);
             genesis.rotated_train_batch(

@@ -75,20 +75,22 @@ fn mean_moment(replicas: &[(Trainer, Diloco)], which: usize) -> Vec<Vec<f32>> {
 /// The replicas' second moments, each matrix through the mean of its row and column sums
 /// (Adafactor's rank-one estimate); vectors as their plain mean.
 fn mean_factored_second(replicas: &[(Trainer, Diloco)]) -> Vec<Vec<f32>> {
-    let specs = replicas[0].0.stage.params().specs().to_vec();
-    let mean = mean_moment(replicas, 1);
+    let n = replicas.len() as f32;
+    let specs = replicas[0].0.stage.params().specs();
     specs
         .iter()
         .enumerate()
-        .map(|(k, spec)| match spec.shape[..] {
-            [_, cols] => {
-                let vs: Vec<&[f32]> = replicas
-                    .iter()
-                    .map(|(t, _)| t.optimizer.moments().1[k].as_slice())
-                    .collect();
-                rank_one_mean(cols, &vs)
+        .map(|(k, spec)| {
+            let vs: Vec<&[f32]> = replicas
+                .iter()
+                .map(|(t, _)| t.optimizer.moments().1[k].as_slice())
+                .collect();
+            match spec.shape[..] {
+                [_, cols] => rank_one_mean(cols, &vs),
+                _ => (0..vs[0].len())
+                    .map(|i| vs.iter().map(|v| v[i]).sum::<f32>() / n)
+                    .collect(),
             }
-            _ => mean[k].clone(),
         })
         .collect()
 }
