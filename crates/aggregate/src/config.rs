@@ -10,7 +10,7 @@ use crate::{AggregateError, CenteredClipping, GeometricMedian, coord, krum, weis
 #[derive(Debug, Clone, PartialEq, Error)]
 pub enum ParseError {
     #[error(
-        "unknown aggregator {0:?} (expected mean, trimmed-mean, median, krum, multi-krum, geometric-median or centered-clipping)"
+        "unknown aggregator {0:?} (expected mean, trimmed-mean, clipped-mean, median, krum, multi-krum, geometric-median or centered-clipping)"
     )]
     Unknown(String),
     #[error("aggregator {aggregator} has no parameter {key:?}")]
@@ -32,6 +32,12 @@ pub enum Aggregator {
         beta: f64,
         f: usize,
     },
+    /// Every value clamped to its coordinate's median ± c·s (s: the spread of the ranks the f
+    /// extremes cannot reach), then all averaged.
+    ClippedMean {
+        c: f64,
+        f: usize,
+    },
     Median,
     Krum {
         f: usize,
@@ -44,6 +50,11 @@ pub enum Aggregator {
     GeometricMedian(GeometricMedian),
     CenteredClipping(CenteredClipping),
 }
+
+/// The clipped mean's band in units of r's spread (`coord::clipped_mean`): at 3 one sign-
+/// flipping liar among four replicas cost the bench's tiny model +5.0%, at 2 +2.6% (the
+/// trimmed mean +1.1%), while 2 still kept half of what the trimmed mean loses on real text.
+pub const DEFAULT_CLIP_WIDTH: f64 = 2.0;
 
 fn value<T: std::str::FromStr>(key: &str, raw: &str) -> Result<T, ParseError> {
     raw.parse().map_err(|_| ParseError::BadValue {
@@ -59,6 +70,10 @@ impl Aggregator {
         let mut agg = match name.trim() {
             "mean" => Self::Mean,
             "trimmed-mean" => Self::TrimmedMean { beta: 0.0, f },
+            "clipped-mean" => Self::ClippedMean {
+                c: DEFAULT_CLIP_WIDTH,
+                f,
+            },
             "median" => Self::Median,
             "krum" => Self::Krum { f },
             "multi-krum" => Self::MultiKrum { f, m: None },
@@ -79,9 +94,14 @@ impl Aggregator {
         let aggregator = self.name();
         match (self, key) {
             (Self::TrimmedMean { beta, .. }, "beta") => *beta = value(key, raw)?,
-            (Self::TrimmedMean { f, .. } | Self::Krum { f } | Self::MultiKrum { f, .. }, "f") => {
-                *f = value(key, raw)?
-            }
+            (Self::ClippedMean { c, .. }, "c") => *c = value(key, raw)?,
+            (
+                Self::TrimmedMean { f, .. }
+                | Self::ClippedMean { f, .. }
+                | Self::Krum { f }
+                | Self::MultiKrum { f, .. },
+                "f",
+            ) => *f = value(key, raw)?,
             (Self::MultiKrum { m, .. }, "m") => *m = Some(value(key, raw)?),
             (Self::GeometricMedian(g), "nu") => g.nu = value(key, raw)?,
             (Self::GeometricMedian(g), "iters") => g.max_iter = value(key, raw)?,
@@ -108,6 +128,7 @@ impl Aggregator {
         match self {
             Self::Mean => "mean",
             Self::TrimmedMean { .. } => "trimmed-mean",
+            Self::ClippedMean { .. } => "clipped-mean",
             Self::Median => "median",
             Self::Krum { .. } => "krum",
             Self::MultiKrum { .. } => "multi-krum",
@@ -126,6 +147,7 @@ impl Aggregator {
         match self {
             Self::Mean => coord::mean(inputs),
             Self::TrimmedMean { beta, f } => coord::trimmed_mean(inputs, *beta, *f),
+            Self::ClippedMean { c, f } => coord::clipped_mean(inputs, *c, *f),
             Self::Median => coord::median(inputs),
             Self::Krum { f } => krum::krum(inputs, *f),
             Self::MultiKrum { f, m } => {
@@ -144,6 +166,7 @@ impl fmt::Display for Aggregator {
         match self {
             Self::Mean | Self::Median => Ok(()),
             Self::TrimmedMean { beta, f } => write!(out, ":beta={beta},f={f}"),
+            Self::ClippedMean { c, f } => write!(out, ":c={c},f={f}"),
             Self::Krum { f } => write!(out, ":f={f}"),
             Self::MultiKrum { f, m: None } => write!(out, ":f={f}"),
             Self::MultiKrum { f, m: Some(m) } => write!(out, ":f={f},m={m}"),
@@ -167,6 +190,7 @@ mod tests {
         for spec in [
             "mean",
             "trimmed-mean:beta=0.2",
+            "clipped-mean:c=1.5",
             "median",
             "krum",
             "multi-krum:m=5",
@@ -223,6 +247,7 @@ mod tests {
         assert_eq!(agg("mean"), vec![3.0]);
         assert_eq!(agg("median"), vec![3.0]);
         assert_eq!(agg("trimmed-mean"), vec![3.0]);
+        assert_eq!(agg("clipped-mean:c=100"), vec![3.0]);
         // Krum (3 neighbours): peers 1..=5 tie at score 1 + 1 + 4 = 6; the lowest index wins.
         assert_eq!(agg("krum"), vec![1.0]);
         assert_eq!(agg("multi-krum:m=3"), vec![2.0]);

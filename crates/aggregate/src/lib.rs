@@ -16,8 +16,8 @@ mod norm;
 mod weiszfeld;
 
 pub use attack::{Attack, AttackParseError, alie_z, inverse_normal_cdf};
-pub use config::{Aggregator, ParseError};
-pub use coord::{mean, median, trim_count, trimmed_mean};
+pub use config::{Aggregator, DEFAULT_CLIP_WIDTH, ParseError};
+pub use coord::{clipped_mean, mean, median, trim_count, trimmed_mean};
 pub use error::AggregateError;
 pub use krum::{krum, krum_scores, multi_krum};
 pub use membership::{byzantine_count, check_quorum};

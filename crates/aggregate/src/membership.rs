@@ -28,7 +28,10 @@ impl Aggregator {
     /// The Byzantine count this rule was configured with (`None` for rules without one).
     pub fn byzantine(&self) -> Option<usize> {
         match self {
-            Self::TrimmedMean { f, .. } | Self::Krum { f } | Self::MultiKrum { f, .. } => Some(*f),
+            Self::TrimmedMean { f, .. }
+            | Self::ClippedMean { f, .. }
+            | Self::Krum { f }
+            | Self::MultiKrum { f, .. } => Some(*f),
             _ => None,
         }
     }
@@ -39,8 +42,10 @@ impl Aggregator {
         let f = byzantine_count(n, declared.max(self.byzantine().unwrap_or(0)));
         check_quorum(n, f)?;
         let mut rule = self.clone();
-        if let Self::TrimmedMean { f: g, .. } | Self::Krum { f: g } | Self::MultiKrum { f: g, .. } =
-            &mut rule
+        if let Self::TrimmedMean { f: g, .. }
+        | Self::ClippedMean { f: g, .. }
+        | Self::Krum { f: g }
+        | Self::MultiKrum { f: g, .. } = &mut rule
         {
             *g = f;
         }

@@ -76,8 +76,9 @@ pub struct DilocoArgs {
     /// What each replica's AdamW moments become after a round.
     #[arg(long, value_enum, default_value_t = Moments::Keep)]
     moments: Moments,
-    /// mean, trimmed-mean, median, krum, multi-krum, geometric-median, centered-clipping, with
-    /// optional parameters, e.g. `trimmed-mean:beta=0.1` or `centered-clipping:tau=auto,iters=3`.
+    /// mean, clipped-mean, trimmed-mean, median, krum, multi-krum, geometric-median,
+    /// centered-clipping, with optional parameters, e.g. `clipped-mean:c=3,f=1`,
+    /// `trimmed-mean:beta=0.1` or `centered-clipping:tau=auto,iters=3`.
     #[arg(long, default_value = "mean")]
     aggregator: String,
     /// Byzantine replicas among --replicas; also the f the aggregator is told.
