@@ -35,12 +35,13 @@ pub struct SyncArgs {
     /// How long a replica waits for its co-replicas' pseudo-gradients.
     #[arg(long, default_value_t = 5_000)]
     pub sync_timeout_ms: u64,
-    /// Robust aggregator: mean, trimmed-mean, median, krum, multi-krum, geometric-median,
-    /// centered-clipping (parameters as name:key=value,...).
-    #[arg(long, default_value = "trimmed-mean")]
+    /// Robust aggregator: clipped-mean, mean, trimmed-mean, median, krum, multi-krum,
+    /// geometric-median, centered-clipping (parameters as name:key=value,...).
+    #[arg(long, default_value = settings::DEFAULT_AGGREGATOR)]
     pub aggregator: String,
-    /// Byzantine replicas per stage the aggregator tolerates: a round of n ≥ 3 offers trims at
-    /// least this many and ⌊(n−1)/3⌋ (at least 1), and is refused when n < 2·byzantine + 1.
+    /// Byzantine replicas per stage the aggregator tolerates: a round of n ≥ 3 offers bounds
+    /// (or trims) at least this many and ⌊(n−1)/3⌋ (at least 1), and is refused when
+    /// n < 2·byzantine + 1.
     #[arg(long, default_value_t = 1)]
     pub byzantine: usize,
     /// Per-input norm bound: a pseudo-gradient longer than this multiple of the round's median

@@ -270,7 +270,7 @@ pub struct SyncSettings {
     pub every: u64,
     /// How long a replica waits for its co-replicas' offers.
     pub timeout_ms: u64,
-    /// Robust aggregator spec, e.g. `trimmed-mean`, `median`, `geometric-median`.
+    /// Robust aggregator spec, e.g. `clipped-mean`, `trimmed-mean`, `median`.
     pub aggregator: String,
     /// Byzantine replicas per stage the aggregator must tolerate.
     pub byzantine: usize,
@@ -290,12 +290,18 @@ pub struct SyncSettings {
     pub attack: String,
 }
 
+/// Every value clamped to its coordinate's median ± 2 spreads of the values the f extremes
+/// cannot reach, then all averaged (the median where n − 2f < 2: three replicas). At four
+/// replicas on Shakespeare the trimmed mean (one value dropped a side) cost 1.0 point of
+/// validation loss over the plain mean (node README, "An aggregator that keeps honest offers").
+pub const DEFAULT_AGGREGATOR: &str = "clipped-mean";
+
 impl Default for SyncSettings {
     fn default() -> Self {
         Self {
             every: DEFAULT_SYNC_EVERY,
             timeout_ms: 5_000,
-            aggregator: "trimmed-mean".into(),
+            aggregator: DEFAULT_AGGREGATOR.into(),
             byzantine: 1,
             norm_bound: 1.0,
             compression: DEFAULT_COMPRESSION.into(),

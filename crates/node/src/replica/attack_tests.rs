@@ -189,6 +189,48 @@ fn trimmed_mean_of_three_trims_a_scaled_outlier_even_when_none_is_declared() {
     );
 }
 
+/// The default rule among four replicas: one sends its co-replicas' step sign-flipped and
+/// scaled by 1000. The norm bound shortens it to the median norm, and the clipped mean then
+/// clamps it to the median less three spreads of the honest values (a few thousandths here),
+/// so θ₀ takes about 0.009 of the honest 0.01 step. A plain mean over the same clipped inputs
+/// moves it by half that: the liar's −0.01 cancels one honest offer.
+#[test]
+fn the_default_rule_of_four_keeps_a_sign_flipped_liar_within_the_honest_spread() {
+    let start = params(19);
+    let n = start.numel();
+    let run = |aggregator: &str| {
+        let defaults = crate::settings::SyncSettings::default();
+        let mut config = cfg(1, "fp32");
+        config.aggregator = aggregator.into();
+        config.byzantine = defaults.byzantine;
+        config.norm_bound = defaults.norm_bound;
+        config.outer_lr = 1.0;
+        config.outer_momentum = 0.0;
+        let mut p = start.clone();
+        let mut d = Diloco::new(config, &start).unwrap();
+        let honest = 0.01f32;
+        let flat: Vec<f32> = p.flatten().iter().map(|x| x - honest).collect();
+        p.set_flat(&flat).unwrap();
+        d.prepare(1, &p).unwrap();
+        let messages = vec![
+            (NodeId([2; 32]), message(n, honest * 0.9)),
+            (NodeId([3; 32]), message(n, honest * 1.1)),
+            (NodeId([4; 32]), message(n, -honest * 1000.0)),
+        ];
+        d.apply(1, messages, &mut p).unwrap();
+        // The smallest fall of any coordinate of θ₀.
+        d.theta()
+            .iter()
+            .zip(start.flatten())
+            .map(|(t, s)| s - t)
+            .fold(f32::INFINITY, f32::min)
+    };
+    let robust = run(crate::settings::DEFAULT_AGGREGATOR);
+    assert!(robust > 0.009, "θ₀ fell by only {robust}");
+    let plain = run("mean");
+    assert!(plain < 0.0055, "the plain mean resisted: {plain}");
+}
+
 /// A replica with trimmed mean (f = 1) and `norm_bound` that trained from `start` to
 /// θ₀ − `honest` at every coordinate and prepared its offer of round 1.
 fn trained_trimmed_mean(start: &ParamSet, norm_bound: f64, honest: f32) -> (ParamSet, Diloco) {
