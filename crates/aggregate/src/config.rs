@@ -94,7 +94,17 @@ impl Aggregator {
         let aggregator = self.name();
         match (self, key) {
             (Self::TrimmedMean { beta, .. }, "beta") => *beta = value(key, raw)?,
-            (Self::ClippedMean { c, .. }, "c") => *c = value(key, raw)?,
+            (Self::ClippedMean { c, .. }, "c") => {
+                // Checked here too, so a network whose spec would fail every round never starts.
+                let width: f64 = value(key, raw)?;
+                if !(width.is_finite() && width > 0.0) {
+                    return Err(ParseError::BadValue {
+                        key: key.to_string(),
+                        value: raw.to_string(),
+                    });
+                }
+                *c = width;
+            }
             (
                 Self::TrimmedMean { f, .. }
                 | Self::ClippedMean { f, .. }
@@ -233,6 +243,12 @@ mod tests {
             Aggregator::parse("krum:f", 0),
             Err(ParseError::NotKeyValue(_))
         ));
+        for width in ["0", "-1", "inf", "NaN"] {
+            assert!(matches!(
+                Aggregator::parse(&format!("clipped-mean:c={width}"), 0),
+                Err(ParseError::BadValue { .. })
+            ));
+        }
     }
 
     #[test]
