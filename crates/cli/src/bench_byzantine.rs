@@ -13,12 +13,13 @@ use serde::Serialize;
 pub struct ByzantineArgs {
     /// Shapes: `default` (2 stages × 2 replicas, 1 Sybil in stage 1: no robust rule exists
     /// for two, only the norm bound, so sign-flip and scale get through; `swarm` now runs 2 × 3),
-    /// `2x3` (1 Sybil in stage 1), `3x5` (2 Sybils in stage 1), `3x5-spread` (1 Sybil in
-    /// stage 1 and 1 in stage 2), or `SxR:stage=k[/stage=k...]`.
+    /// `2x3` (1 Sybil in stage 1: three inputs, where the clipped mean is their median), `2x4`
+    /// (1 Sybil in stage 1: the first shape where the clipped mean clamps), `3x5` (2 Sybils in
+    /// stage 1), `3x5-spread` (1 Sybil in stage 1 and 1 in stage 2), or `SxR:stage=k[/stage=k...]`.
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "default,2x3,3x5-spread,3x5"
+        default_value = "default,2x3,2x4,3x5-spread,3x5"
     )]
     scenarios: Vec<String>,
     #[arg(
@@ -99,6 +100,7 @@ fn scenario(name: &str) -> Result<Scenario> {
     Ok(match name {
         "default" => Scenario::new(2, 2).with_sybils(1, 1),
         "2x3" => Scenario::new(2, 3).with_sybils(1, 1),
+        "2x4" => Scenario::new(2, 4).with_sybils(1, 1),
         "3x5" => Scenario::new(3, 5).with_sybils(1, 2),
         "3x5-spread" => Scenario::new(3, 5).with_sybils(1, 1).with_sybils(2, 1),
         other => {
