@@ -187,8 +187,9 @@ pub fn median<V: AsRef<[f32]> + Sync>(inputs: &[V]) -> Result<Vec<f32>, Aggregat
 ///
 /// Where n − 2f < 2 (three inputs, f = 1) the n − f nearest values may hold a single honest
 /// one, so r is one honest distance and the band c times that: a sign-flipping liar among
-/// three replicas clamped there cost +13% in `bench byzantine` (`2x3`, c = 3) against +1.1%
-/// for the median. Those inputs get the median.
+/// three replicas clamped there cost +13% in `bench byzantine` (`2x3`, c = 3), where the
+/// median (the trimmed mean of three) stays within +2.5% under every attack. Those inputs get
+/// the median.
 pub fn clipped_mean<V: AsRef<[f32]> + Sync>(
     inputs: &[V],
     c: f64,
