@@ -33,12 +33,12 @@ pub(super) fn share_moments(replicas: &mut [(Trainer, Diloco)], how: Moments) ->
     let (first, second) = match how {
         Moments::Keep => return Ok(()),
         Moments::Average => (
-            Some(mean_moment(replicas, 0)),
-            Some(mean_moment(replicas, 1)),
+            Some(mean_moment(replicas, 0)?),
+            Some(mean_moment(replicas, 1)?),
         ),
-        Moments::AverageFirst => (Some(mean_moment(replicas, 0)), None),
-        Moments::AverageSecond => (None, Some(mean_moment(replicas, 1))),
-        Moments::AverageSecondFactored => (None, Some(mean_factored_second(replicas))),
+        Moments::AverageFirst => (Some(mean_moment(replicas, 0)?), None),
+        Moments::AverageSecond => (None, Some(mean_moment(replicas, 1)?)),
+        Moments::AverageSecondFactored => (None, Some(mean_factored_second(replicas)?)),
         Moments::ZeroFirst => {
             let (m, _) = replicas[0].0.optimizer.moments();
             (Some(m.iter().map(|x| vec![0.0; x.len()]).collect()), None)
@@ -54,43 +54,42 @@ pub(super) fn share_moments(replicas: &mut [(Trainer, Diloco)], how: Moments) ->
     Ok(())
 }
 
-/// The replicas' mean of their first (`which` 0) or second (1) AdamW moment, summed in
-/// replica order.
-fn mean_moment(replicas: &[(Trainer, Diloco)], which: usize) -> Vec<Vec<f32>> {
-    fn pick(t: &Trainer, which: usize) -> &[Vec<f32>] {
-        let (m, v) = t.optimizer.moments();
-        if which == 0 { m } else { v }
-    }
-    let mut sum = pick(&replicas[0].0, which).to_vec();
-    for (t, _) in &replicas[1..] {
-        for (s, x) in sum.iter_mut().zip(pick(t, which)) {
-            s.iter_mut().zip(x).for_each(|(a, b)| *a += b);
-        }
-    }
-    let n = replicas.len() as f32;
-    sum.iter_mut().flatten().for_each(|a| *a /= n);
-    sum
+/// Tensor `k` of every replica's first (`which` 0) or second (1) AdamW moment.
+fn moment_tensors(replicas: &[(Trainer, Diloco)], which: usize, k: usize) -> Vec<&[f32]> {
+    replicas
+        .iter()
+        .map(|(t, _)| {
+            let (m, v) = t.optimizer.moments();
+            if which == 0 { &m[k][..] } else { &v[k][..] }
+        })
+        .collect()
+}
+
+/// The replicas' mean of their first (`which` 0) or second (1) AdamW moment.
+fn mean_moment(replicas: &[(Trainer, Diloco)], which: usize) -> Result<Vec<Vec<f32>>> {
+    let tensors = replicas[0].0.optimizer.moments().0.len();
+    (0..tensors)
+        .map(|k| {
+            Ok(neuroshard_aggregate::mean(&moment_tensors(
+                replicas, which, k,
+            ))?)
+        })
+        .collect()
 }
 
 /// The replicas' second moments, each matrix through the mean of its row and column sums
 /// (Adafactor's rank-one estimate); vectors as their plain mean.
-fn mean_factored_second(replicas: &[(Trainer, Diloco)]) -> Vec<Vec<f32>> {
-    let n = replicas.len() as f32;
+fn mean_factored_second(replicas: &[(Trainer, Diloco)]) -> Result<Vec<Vec<f32>>> {
     let specs = replicas[0].0.stage.params().specs();
     specs
         .iter()
         .enumerate()
         .map(|(k, spec)| {
-            let vs: Vec<&[f32]> = replicas
-                .iter()
-                .map(|(t, _)| t.optimizer.moments().1[k].as_slice())
-                .collect();
-            match spec.shape[..] {
+            let vs = moment_tensors(replicas, 1, k);
+            Ok(match spec.shape[..] {
                 [_, cols] => rank_one_mean(cols, &vs),
-                _ => (0..vs[0].len())
-                    .map(|i| vs.iter().map(|v| v[i]).sum::<f32>() / n)
-                    .collect(),
-            }
+                _ => neuroshard_aggregate::mean(&vs)?,
+            })
         })
         .collect()
 }
