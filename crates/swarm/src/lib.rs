@@ -35,10 +35,6 @@ pub use report::{Report, now_ms};
 
 use launch::{Launch, Line, stop_all};
 
-/// How long a finished swarm waits for a slashed node's ledger to agree before the others'
-/// agreement is enough to stop.
-const SLASHED_GRACE: Duration = Duration::from_secs(10);
-
 #[derive(Debug, thiserror::Error)]
 pub enum SwarmError {
     #[error("{0}")]
@@ -560,13 +556,7 @@ impl Swarm<'_> {
                     .filter(|m| m.alive)
                     .map(|m| m.index)
                     .collect();
-                let now = report::now_ms();
-                // A node slashed out of the network is refused by its peers and may never
-                // catch up: after a grace, the others' agreement is enough.
-                let members = self.report.unslashed(&live);
-                if self.report.settled(&live, now)
-                    || (since.elapsed() > SLASHED_GRACE && self.report.settled(&members, now))
-                    || since.elapsed() > self.cfg.settle
+                if self.report.settled(&live, report::now_ms()) || since.elapsed() > self.cfg.settle
                 {
                     return Ok(());
                 }

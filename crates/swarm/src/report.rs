@@ -116,8 +116,6 @@ pub struct Report {
     last_round_ms: u64,
     /// Latest ledger summary per node, and when its state hash last changed.
     ledgers: BTreeMap<usize, (LedgerSummary, u64)>,
-    /// The highest stake each node has reported for itself: one that reports less was slashed.
-    peak_stake: BTreeMap<usize, u64>,
     /// Per node: (stage, first step's (wall ms, engine busy ms), latest step's).
     busy: BTreeMap<usize, (usize, BusyAt, BusyAt)>,
     /// Per node: the finalized state hash of each epoch it finalized.
@@ -323,20 +321,6 @@ impl Report {
             _ => now_ms(),
         };
         self.ledgers.insert(i, (ledger.clone(), since));
-        let peak = self.peak_stake.entry(i).or_default();
-        *peak = (*peak).max(ledger.stake);
-    }
-
-    /// The nodes of `live` whose own ledger shows no slash of their stake. A node slashed out
-    /// of the network is refused by its peers and may never catch up with their ledgers.
-    pub fn unslashed(&self, live: &[usize]) -> Vec<usize> {
-        live.iter()
-            .copied()
-            .filter(|i| {
-                let stake = self.ledgers.get(i).map_or(0, |(l, _)| l.stake);
-                stake >= self.peak_stake.get(i).copied().unwrap_or(0)
-            })
-            .collect()
     }
 
     /// The chaos soak's verdict (None: not a soak): every check passed.

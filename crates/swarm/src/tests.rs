@@ -153,44 +153,6 @@ fn report_follows_steps_rounds_traffic_and_ledgers() {
     assert!(r.settled(&[0, 1], now + 12_000));
 }
 
-/// A node slashed out of the network may never catch up with the others' ledgers; the swarm
-/// can tell it from its own reported stake, which fell.
-#[test]
-fn a_node_whose_stake_fell_is_not_waited_for() {
-    let mut r = Report::default();
-    let stats = |hash: &str, stake| NodeEvent::Stats {
-        stage: 1,
-        step: 0,
-        queue: 0,
-        peers: 1,
-        replicas: vec![1],
-        net: None,
-        sync_round: 1,
-        theta: "aa".into(),
-        ledger: LedgerSummary {
-            state_hash: hash.into(),
-            proofs: 1,
-            balance: 5,
-            stake,
-            pending: 0,
-        },
-        time_ms: 3_000,
-    };
-    for i in 0..3 {
-        r.on_event(i, &stats("h1", 100));
-    }
-    assert_eq!(r.unslashed(&[0, 1, 2]), vec![0, 1, 2]);
-    // Node 2's stake is slashed and its ledger lags behind the others'.
-    r.on_event(2, &stats("h0", 0));
-    assert_eq!(r.unslashed(&[0, 1, 2]), vec![0, 1]);
-    let later = crate::report::now_ms() + 7_000;
-    assert!(!r.settled(&[0, 1, 2], later));
-    assert!(r.settled(&r.unslashed(&[0, 1, 2]), later));
-    // A node that never had a stake (an unstaked network) was not slashed.
-    r.on_event(3, &stats("h1", 0));
-    assert_eq!(r.unslashed(&[0, 3]), vec![0, 3]);
-}
-
 #[test]
 fn utilization_is_busy_time_over_the_training_window_per_stage() {
     let step = |stage, busy: f64, time_ms| NodeEvent::Step {
