@@ -93,6 +93,12 @@ impl Aggregator {
 
     fn set(&mut self, key: &str, raw: &str) -> Result<(), ParseError> {
         let aggregator = self.name();
+        if key == "f"
+            && let Some(f) = self.byzantine_mut()
+        {
+            *f = value(key, raw)?;
+            return Ok(());
+        }
         match (self, key) {
             (Self::TrimmedMean { beta, .. }, "beta") => *beta = value(key, raw)?,
             (Self::ClippedMean { c, .. }, "c") => {
@@ -106,13 +112,6 @@ impl Aggregator {
                 }
                 *c = width;
             }
-            (
-                Self::TrimmedMean { f, .. }
-                | Self::ClippedMean { f, .. }
-                | Self::Krum { f }
-                | Self::MultiKrum { f, .. },
-                "f",
-            ) => *f = value(key, raw)?,
             (Self::MultiKrum { m, .. }, "m") => *m = Some(value(key, raw)?),
             (Self::GeometricMedian(g), "nu") => g.nu = value(key, raw)?,
             (Self::GeometricMedian(g), "iters") => g.max_iter = value(key, raw)?,

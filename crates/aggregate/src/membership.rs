@@ -27,11 +27,17 @@ pub fn check_quorum(n: usize, f: usize) -> Result<(), AggregateError> {
 impl Aggregator {
     /// The Byzantine count this rule was configured with (`None` for rules without one).
     pub fn byzantine(&self) -> Option<usize> {
+        self.clone().byzantine_mut().copied()
+    }
+
+    /// The rule's Byzantine count, for the parser and [`Self::fitted`] to set: the one list of
+    /// rules that take an f.
+    pub(crate) fn byzantine_mut(&mut self) -> Option<&mut usize> {
         match self {
             Self::TrimmedMean { f, .. }
             | Self::ClippedMean { f, .. }
             | Self::Krum { f }
-            | Self::MultiKrum { f, .. } => Some(*f),
+            | Self::MultiKrum { f, .. } => Some(f),
             _ => None,
         }
     }
@@ -42,11 +48,7 @@ impl Aggregator {
         let f = byzantine_count(n, declared.max(self.byzantine().unwrap_or(0)));
         check_quorum(n, f)?;
         let mut rule = self.clone();
-        if let Self::TrimmedMean { f: g, .. }
-        | Self::ClippedMean { f: g, .. }
-        | Self::Krum { f: g }
-        | Self::MultiKrum { f: g, .. } = &mut rule
-        {
+        if let Some(g) = rule.byzantine_mut() {
             *g = f;
         }
         Ok(rule)

@@ -56,8 +56,9 @@ fn each_attack_within_five_percent(scenario: &Scenario) -> f64 {
 /// flipped honest mean, the mean scaled by −1000, N(0, 1) noise, ALIE or IPM (ε 0.1). Over 3
 /// seeds each, the honest replicas' agreed model stays within 5% of the clean run's
 /// validation loss under the nodes' defaults (clipped mean with f fitted to the inputs, which
-/// at three inputs is their median; norm bound, plain-average outer step, 2-bit offers). A plain mean without the bound, under the
-/// scaling Sybil, ends on a model no better than uniform (ln 32 = 3.47): the test can fail.
+/// at three inputs is their median; norm bound, plain-average outer step, 2-bit offers). A
+/// plain mean without the bound, under the scaling Sybil, ends on a model no better than
+/// uniform (ln 32 = 3.47): the test can fail.
 #[test]
 fn each_byzfl_attack_from_one_sybil_among_three_replicas_stays_within_five_percent() {
     let defaults = Scenario::new(2, 3).with_sybils(1, 1);
@@ -79,8 +80,8 @@ fn each_byzfl_attack_from_one_sybil_among_three_replicas_stays_within_five_perce
 /// network, every attack, 3 seeds, within 5% of the clean run. It is the harder of the two
 /// ways to place two: the clipped mean of five assumes ⌊(5 − 1)/3⌋ = 1 liar, so the band is
 /// as wide as the two Sybils make it and both their values stay in the mean, held by the norm
-/// bound and the band (one stayed under the trimmed mean before). (A plain mean without the bound is ruined by one scaling Sybil: the test
-/// above.)
+/// bound and the band (one stayed under the trimmed mean before). (A plain mean without the
+/// bound is ruined by one scaling Sybil: the test above.)
 #[test]
 fn each_byzfl_attack_from_two_sybils_among_five_replicas_of_a_stage_stays_within_five_percent() {
     each_attack_within_five_percent(&Scenario::new(3, 5).with_sybils(1, 2));

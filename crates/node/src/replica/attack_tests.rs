@@ -191,7 +191,7 @@ fn trimmed_mean_of_three_trims_a_scaled_outlier_even_when_none_is_declared() {
 
 /// The default rule among four replicas: one sends its co-replicas' step sign-flipped and
 /// scaled by 1000. The norm bound shortens it to the median norm, and the clipped mean then
-/// clamps it to the median less three spreads of the honest values (a few thousandths here),
+/// clamps it to the median less two spreads of the honest values (a few thousandths here),
 /// so θ₀ takes about 0.009 of the honest 0.01 step. A plain mean over the same clipped inputs
 /// moves it by half that: the liar's −0.01 cancels one honest offer.
 #[test]
